@@ -1,0 +1,221 @@
+// Package api is the control plane's HTTP router: every daemon and operator
+// route of DESIGN §3, with their tokens, over the store. The same handler
+// runs under Lambda (through lambdahttp), under `lakeshore dev` and in tests.
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/dreamlake/lakeshore/shared/auth"
+	"github.com/dreamlake/lakeshore/shared/domain"
+	"github.com/dreamlake/lakeshore/shared/store"
+	"github.com/dreamlake/lakeshore/shared/wire"
+)
+
+// Config is what the router needs. Zero durations take the defaults below.
+type Config struct {
+	Store         *store.Store
+	EnrollToken   string
+	OperatorToken string
+	// StaleAfter is how long a silent worker stays live (default 60 s).
+	StaleAfter time.Duration
+	// MaxPollWait caps a long poll (default 20 s, under API Gateway's 30 s).
+	MaxPollWait time.Duration
+	// Now is the clock used for computed worker state.
+	Now func() time.Time
+	// Sleep waits between long-poll checks; tests may replace it.
+	Sleep  func(ctx context.Context, d time.Duration) error
+	Logger *slog.Logger
+}
+
+// Long-poll re-check backoff bounds.
+const (
+	pollBackoffMin = 100 * time.Millisecond
+	pollBackoffMax = 2 * time.Second
+	maxListLimit   = 500
+	defaultLimit   = 100
+)
+
+// Server serves the wire API.
+type Server struct {
+	cfg Config
+	mux *http.ServeMux
+	log *slog.Logger
+}
+
+// New returns the router. It refuses a config without both tokens: a
+// control plane must never run open.
+func New(cfg Config) (*Server, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("api: no store")
+	}
+	if cfg.EnrollToken == "" || cfg.OperatorToken == "" {
+		return nil, errors.New("api: enrollment and operator tokens are both required")
+	}
+	if cfg.EnrollToken == cfg.OperatorToken {
+		return nil, errors.New("api: the enrollment and operator tokens must differ")
+	}
+	if cfg.StaleAfter <= 0 {
+		cfg.StaleAfter = domain.DefaultStaleAfter
+	}
+	if cfg.MaxPollWait <= 0 {
+		cfg.MaxPollWait = wire.MaxPollTimeoutS * time.Second
+	}
+	if cfg.Now == nil {
+		cfg.Now = func() time.Time { return time.Now().UTC() }
+	}
+	if cfg.Sleep == nil {
+		cfg.Sleep = sleepCtx
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	s := &Server{cfg: cfg, mux: http.NewServeMux(), log: cfg.Logger}
+	s.routes()
+	return s, nil
+}
+
+func (s *Server) routes() {
+	daemon := map[string]handlerFunc{
+		"POST /v1/daemon/hello": s.hello,
+		"POST /v1/daemon/poll":  s.poll,
+		"POST /v1/daemon/ack":   s.ack,
+		"POST /v1/daemon/bye":   s.bye,
+	}
+	operator := map[string]handlerFunc{
+		"POST /v1/invocations":               s.submit,
+		"GET /v1/invocations":                s.listInvocations,
+		"GET /v1/invocations/{id}":           s.getInvocation,
+		"POST /v1/invocations/{id}/cancel":   s.cancel,
+		"GET /v1/workers":                    s.listWorkers,
+		"GET /v1/workers/{id}":               s.getWorker,
+		"POST /v1/workers/{id}/drain":        s.drain,
+		"POST /v1/workers/{id}/setup":        s.addSetup,
+		"GET /v1/workers/{id}/setup-results": s.setupResults,
+		"GET /v1/queues/{queue}":             s.queueStats,
+	}
+	for pattern, h := range daemon {
+		s.mux.Handle(pattern, s.wrap(h))
+	}
+	for pattern, h := range operator {
+		s.mux.Handle(pattern, s.wrap(s.operator(h)))
+	}
+	s.mux.Handle("GET /v1/healthz", s.wrap(s.healthz))
+}
+
+// ServeHTTP answers a request; unknown routes and methods get JSON errors.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if _, pattern := s.mux.Handler(r); pattern == "" {
+		s.noRoute(w, r)
+		return
+	}
+	s.mux.ServeHTTP(w, r)
+}
+
+func (s *Server) noRoute(w http.ResponseWriter, r *http.Request) {
+	for _, m := range []string{http.MethodGet, http.MethodPost} {
+		probe := r.Clone(r.Context())
+		probe.Method = m
+		if _, pattern := s.mux.Handler(probe); pattern != "" {
+			w.Header().Set("Allow", m)
+			writeError(w, wire.Errorf(wire.CodeNotAllowed, "%s %s is not allowed; use %s", r.Method, r.URL.Path, m))
+			return
+		}
+	}
+	writeError(w, wire.Errorf(wire.CodeNoRoute, "no route %s %s", r.Method, r.URL.Path))
+}
+
+// handlerFunc answers with a status and a JSON body, or an error.
+type handlerFunc func(r *http.Request) (status int, body any, err error)
+
+func (s *Server) wrap(h handlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		status, body, err := h(r)
+		if err != nil {
+			status = wire.Status(wire.CodeOf(err))
+			level := slog.LevelInfo
+			if status >= 500 {
+				level = slog.LevelError
+			}
+			s.log.Log(r.Context(), level, "request refused", "method", r.Method, "path", r.URL.Path,
+				"status", status, "error", err.Error(), "duration_ms", time.Since(start).Milliseconds())
+			writeError(w, err)
+			return
+		}
+		s.log.Debug("request", "method", r.Method, "path", r.URL.Path, "status", status,
+			"duration_ms", time.Since(start).Milliseconds())
+		writeJSON(w, status, body)
+	})
+}
+
+func writeJSON(w http.ResponseWriter, status int, body any) {
+	if body == nil {
+		w.WriteHeader(status)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(body)
+}
+
+func writeError(w http.ResponseWriter, err error) {
+	writeJSON(w, wire.Status(wire.CodeOf(err)), wire.BodyFor(err))
+}
+
+// operator guards a route with the operator token.
+func (s *Server) operator(h handlerFunc) handlerFunc {
+	return func(r *http.Request) (int, any, error) {
+		if !auth.Equal(auth.Bearer(r), s.cfg.OperatorToken) {
+			return 0, nil, wire.Errorf(wire.CodeUnauthorized, "operator routes need Authorization: Bearer <operator token>")
+		}
+		return h(r)
+	}
+}
+
+// workerToken checks that the bearer is a worker token issued for
+// workerID (403 when it is another worker's) and returns it.
+func workerToken(r *http.Request, workerID string) (string, error) {
+	tok := auth.Bearer(r)
+	owner, ok := auth.WorkerOf(tok)
+	if !ok {
+		return "", wire.Errorf(wire.CodeUnauthorized, "daemon routes need Authorization: Bearer <worker token from hello>")
+	}
+	if owner != workerID {
+		return "", wire.Errorf(wire.CodeForbidden, "the token belongs to another worker than %s", workerID)
+	}
+	return tok, nil
+}
+
+// authorizeRow checks the stored token hash of the row against tok.
+func authorizeRow(tok string) store.Authorize {
+	return func(w domain.Worker) error {
+		if !auth.HashMatches(tok, w.TokenHash) {
+			return wire.Errorf(wire.CodeUnauthorized, "worker token is not valid (revoked by a newer hello?)")
+		}
+		return nil
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+func (s *Server) healthz(r *http.Request) (int, any, error) {
+	if err := s.cfg.Store.Ping(r.Context()); err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, wire.Health{Status: "ok"}, nil
+}

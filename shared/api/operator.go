@@ -1,0 +1,233 @@
+package api
+
+import (
+	"encoding/json"
+	"net/http"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/dreamlake/lakeshore/shared/domain"
+	"github.com/dreamlake/lakeshore/shared/ids"
+	"github.com/dreamlake/lakeshore/shared/wire"
+)
+
+func (s *Server) submit(r *http.Request) (int, any, error) {
+	var req wire.SubmitRequest
+	if err := wire.Decode(r.Body, &req); err != nil {
+		return 0, nil, err
+	}
+	inv, created, err := s.cfg.Store.Submit(r.Context(), req)
+	if err != nil {
+		return 0, nil, err
+	}
+	if !created {
+		return http.StatusOK, invocationView(inv), nil
+	}
+	s.log.Info("submitted", "invocation_id", inv.ID, "queue", inv.Queue)
+	return http.StatusCreated, invocationView(inv), nil
+}
+
+func pathID(r *http.Request, prefix string) (string, error) {
+	id := r.PathValue("id")
+	if !ids.Valid(prefix, id) {
+		return "", wire.Errorf(wire.CodeInvalid, "%q is not a %s_ id", id, prefix)
+	}
+	return id, nil
+}
+
+func (s *Server) getInvocation(r *http.Request) (int, any, error) {
+	id, err := pathID(r, ids.Invocation)
+	if err != nil {
+		return 0, nil, err
+	}
+	inv, err := s.cfg.Store.GetInvocation(r.Context(), id)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, invocationView(inv), nil
+}
+
+func (s *Server) cancel(r *http.Request) (int, any, error) {
+	id, err := pathID(r, ids.Invocation)
+	if err != nil {
+		return 0, nil, err
+	}
+	inv, err := s.cfg.Store.Cancel(r.Context(), id)
+	if err != nil {
+		return 0, nil, err
+	}
+	s.log.Info("cancel", "invocation_id", id, "state", inv.State)
+	if inv.State == wire.StateRunning {
+		return http.StatusAccepted, invocationView(inv), nil
+	}
+	return http.StatusOK, invocationView(inv), nil
+}
+
+// listParams reads limit and cursor.
+func listParams(r *http.Request) (int, string, error) {
+	q := r.URL.Query()
+	limit := defaultLimit
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxListLimit {
+			return 0, "", wire.Errorf(wire.CodeInvalid, "limit must be 1-%d, got %q", maxListLimit, v)
+		}
+		limit = n
+	}
+	return limit, q.Get("cursor"), nil
+}
+
+func (s *Server) listInvocations(r *http.Request) (int, any, error) {
+	limit, cursor, err := listParams(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	queue, state := r.URL.Query().Get("queue"), r.URL.Query().Get("state")
+	if queue != "" && !wire.ValidQueue(queue) {
+		return 0, nil, wire.Errorf(wire.CodeInvalid, "queue %q is not a valid queue name", queue)
+	}
+	if state != "" && !slices.Contains(wire.InvocationStates, state) {
+		return 0, nil, wire.Errorf(wire.CodeInvalid, "state must be one of %v", wire.InvocationStates)
+	}
+	invs, next, err := s.cfg.Store.ListInvocations(r.Context(), queue, state, limit, cursor)
+	if err != nil {
+		return 0, nil, err
+	}
+	out := wire.InvocationList{Invocations: make([]wire.Invocation, 0, len(invs)), NextCursor: next}
+	for _, inv := range invs {
+		out.Invocations = append(out.Invocations, invocationView(inv))
+	}
+	return http.StatusOK, out, nil
+}
+
+func (s *Server) listWorkers(r *http.Request) (int, any, error) {
+	limit, cursor, err := listParams(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	ws, next, err := s.cfg.Store.ListWorkers(r.Context(), limit, cursor)
+	if err != nil {
+		return 0, nil, err
+	}
+	now := s.cfg.Now()
+	out := wire.WorkerList{Workers: make([]wire.Worker, 0, len(ws)), NextCursor: next}
+	for _, w := range ws {
+		out.Workers = append(out.Workers, s.workerView(w, now))
+	}
+	return http.StatusOK, out, nil
+}
+
+func (s *Server) getWorker(r *http.Request) (int, any, error) {
+	id, err := pathID(r, ids.Worker)
+	if err != nil {
+		return 0, nil, err
+	}
+	w, err := s.cfg.Store.GetWorker(r.Context(), id)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, s.workerView(w, s.cfg.Now()), nil
+}
+
+func (s *Server) drain(r *http.Request) (int, any, error) {
+	id, err := pathID(r, ids.Worker)
+	if err != nil {
+		return 0, nil, err
+	}
+	w, err := s.cfg.Store.RequestDrain(r.Context(), id)
+	if err != nil {
+		return 0, nil, err
+	}
+	s.log.Info("drain requested", "worker_id", id)
+	return http.StatusAccepted, wire.DrainAccepted{WorkerID: w.ID, State: domain.Project(w, s.cfg.Now(), s.cfg.StaleAfter)}, nil
+}
+
+func (s *Server) addSetup(r *http.Request) (int, any, error) {
+	id, err := pathID(r, ids.Worker)
+	if err != nil {
+		return 0, nil, err
+	}
+	var req wire.SetupRequest
+	if err := wire.Decode(r.Body, &req); err != nil {
+		return 0, nil, err
+	}
+	cmd, err := s.cfg.Store.AddSetup(r.Context(), id, req.Argv)
+	if err != nil {
+		return 0, nil, err
+	}
+	s.log.Info("setup queued", "worker_id", id, "command_id", cmd.CommandID)
+	return http.StatusAccepted, wire.SetupAccepted{CommandID: cmd.CommandID}, nil
+}
+
+func (s *Server) setupResults(r *http.Request) (int, any, error) {
+	id, err := pathID(r, ids.Worker)
+	if err != nil {
+		return 0, nil, err
+	}
+	if _, err := s.cfg.Store.GetWorker(r.Context(), id); err != nil {
+		return 0, nil, err
+	}
+	cmds, err := s.cfg.Store.SetupCommands(r.Context(), id, false)
+	if err != nil {
+		return 0, nil, err
+	}
+	out := wire.SetupResults{WorkerID: id, SetupResults: make([]wire.SetupCommand, 0, len(cmds))}
+	for _, c := range cmds {
+		out.SetupResults = append(out.SetupResults, wire.SetupCommand{
+			CommandID: c.CommandID, Argv: c.Argv, Status: c.Status, ExitCode: c.ExitCode,
+			DurationMS: c.DurationMS, OutputTail: c.OutputTail, CreatedAt: c.CreatedAt,
+			FinishedAt: timePtr(c.FinishedAt),
+		})
+	}
+	return http.StatusOK, out, nil
+}
+
+func (s *Server) queueStats(r *http.Request) (int, any, error) {
+	queue := r.PathValue("queue")
+	if !wire.ValidQueue(queue) {
+		return 0, nil, wire.Errorf(wire.CodeInvalid, "queue %q is not a valid queue name", queue)
+	}
+	st, err := s.cfg.Store.QueueStats(r.Context(), queue)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, st, nil
+}
+
+func timePtr(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+func invocationView(inv domain.Invocation) wire.Invocation {
+	v := wire.Invocation{
+		InvocationID: inv.ID, Queue: inv.Queue, State: inv.State, Attempt: inv.Attempt,
+		MaxAttempts: inv.MaxAttempts, WorkerID: inv.WorkerID, Argv: inv.Argv, Env: inv.Env,
+		RunConfig: inv.RunConfig, TimeoutS: inv.TimeoutS, ExitCode: inv.ExitCode, Error: inv.Error,
+		StdoutTail: inv.StdoutTail, StderrTail: inv.StderrTail, HostKey: inv.HostKey,
+		CancelRequested: inv.CancelRequested, IdempotencyKey: inv.IdempotencyKey,
+		CreatedAt: inv.CreatedAt, StartedAt: timePtr(inv.StartedAt), FinishedAt: timePtr(inv.FinishedAt),
+	}
+	if inv.ResultBlob != "" {
+		v.ResultBlob = json.RawMessage(inv.ResultBlob)
+	}
+	// A finished invocation names the worker whose outcome won.
+	if v.WorkerID == "" && len(inv.Attempts) > 0 && wire.Terminal(inv.State) {
+		v.WorkerID = inv.Attempts[len(inv.Attempts)-1].WorkerID
+	}
+	return v
+}
+
+func (s *Server) workerView(w domain.Worker, now time.Time) wire.Worker {
+	return wire.Worker{
+		WorkerID: w.ID, MachineID: w.MachineID, Label: w.Label,
+		State: domain.Project(w, now, s.cfg.StaleAfter), StoredState: w.State,
+		HostStatus: w.HostStatus, Phase: w.Phase, HostKey: w.HostKey, Tags: w.Tags, Lanes: w.Lanes,
+		MaxConcurrency: w.MaxConcurrency, CurrentInvocations: w.CurrentInvocations,
+		LastSeenAt: timePtr(w.LastSeenAt), CreatedAt: w.CreatedAt, ByeReason: w.ByeReason,
+		LastSetupResult: w.LastSetupResult,
+	}
+}

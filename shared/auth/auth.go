@@ -1,0 +1,86 @@
+// Package auth holds the three kinds of bearer token (DESIGN §9): the
+// enrollment token (hello only), the per-worker token issued at hello, and
+// the operator token. Comparisons are constant time; only a SHA-256 hash of a
+// worker token is ever stored.
+package auth
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/hex"
+	"net/http"
+	"strings"
+)
+
+// workerTokenPrefix starts every worker token: "wtk_<worker ulid>_<secret>".
+// The worker id inside lets the control plane find the row to check against
+// and answer 403 (not 401) when a valid token acts for another worker.
+const workerTokenPrefix = "wtk_"
+
+// Bearer reports the token of an "Authorization: Bearer T" header, or "".
+func Bearer(r *http.Request) string {
+	h := r.Header.Get("Authorization")
+	scheme, tok, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return ""
+	}
+	return strings.TrimSpace(tok)
+}
+
+// Equal reports whether two secrets are equal, in time independent of where
+// they differ. Both are hashed first so the length does not leak either.
+func Equal(got, want string) bool {
+	if want == "" {
+		return false
+	}
+	a := sha256.Sum256([]byte(got))
+	b := sha256.Sum256([]byte(want))
+	return subtle.ConstantTimeCompare(a[:], b[:]) == 1
+}
+
+// Hash reports the stored form of a worker token.
+func Hash(token string) string {
+	sum := sha256.Sum256([]byte(token))
+	return hex.EncodeToString(sum[:])
+}
+
+// HashMatches reports, in constant time, whether token hashes to stored.
+func HashMatches(token, stored string) bool {
+	got := Hash(token)
+	return stored != "" && subtle.ConstantTimeCompare([]byte(got), []byte(stored)) == 1
+}
+
+// NewWorkerToken returns a fresh token for workerID ("wrk_…") and its hash.
+func NewWorkerToken(workerID string) (token, hash string, err error) {
+	secret, err := Random(32)
+	if err != nil {
+		return "", "", err
+	}
+	token = workerTokenPrefix + strings.TrimPrefix(workerID, "wrk_") + "_" + secret
+	return token, Hash(token), nil
+}
+
+// WorkerOf reports the worker id a worker token was issued to, and false
+// when tok is not shaped like a worker token.
+func WorkerOf(tok string) (string, bool) {
+	rest, ok := strings.CutPrefix(tok, workerTokenPrefix)
+	if !ok {
+		return "", false
+	}
+	id, secret, ok := strings.Cut(rest, "_")
+	if !ok || id == "" || secret == "" {
+		return "", false
+	}
+	return "wrk_" + id, true
+}
+
+// Random returns n random bytes, base64url without padding.
+func Random(n int) (string, error) {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return base64.RawURLEncoding.EncodeToString(b), nil
+}

@@ -1,0 +1,127 @@
+package domain
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/dreamlake/lakeshore/shared/wire"
+)
+
+// TestPollTransitionProjectionTable has one case per row of the seed's
+// "Projection onto Worker.state" table, plus the flips it must never widen.
+func TestPollTransitionProjectionTable(t *testing.T) {
+	cases := []struct {
+		name, cur, phase, want string
+	}{
+		// The seed's table, row by row.
+		{"absent: joining becomes active on the first poll", WorkerJoining, "", WorkerActive},
+		{"absent: pending becomes active", WorkerPending, "", WorkerActive},
+		{"absent: active stays active", WorkerActive, "", WorkerActive},
+		{"setup writes setting_up", WorkerJoining, wire.PhaseSetup, WorkerSettingUp},
+		{"ready writes active", WorkerSettingUp, wire.PhaseReady, WorkerActive},
+		{"draining writes draining", WorkerActive, wire.PhaseDraining, WorkerDraining},
+		{"terminating writes draining", WorkerActive, wire.PhaseTerminating, WorkerDraining},
+		// Moves the existing rules allow.
+		{"a setup command moves active back to setting_up", WorkerActive, wire.PhaseSetup, WorkerSettingUp},
+		{"absent keeps setting_up", WorkerSettingUp, "", WorkerSettingUp},
+		// Never widened: draining is one-way.
+		{"draining never returns to active", WorkerDraining, wire.PhaseReady, WorkerDraining},
+		{"draining never returns to setting_up", WorkerDraining, wire.PhaseSetup, WorkerDraining},
+		{"draining with no phase stays draining", WorkerDraining, "", WorkerDraining},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := PollTransition(c.cur, c.phase)
+			if err != nil {
+				t.Fatalf("PollTransition(%q, %q): %v", c.cur, c.phase, err)
+			}
+			if got != c.want {
+				t.Fatalf("PollTransition(%q, %q) = %q, want %q", c.cur, c.phase, got, c.want)
+			}
+		})
+	}
+}
+
+func TestPollTransitionNeverRevivesGone(t *testing.T) {
+	for _, phase := range []string{"", wire.PhaseSetup, wire.PhaseReady, wire.PhaseDraining, wire.PhaseTerminating} {
+		if _, err := PollTransition(WorkerGone, phase); !errors.Is(err, wire.ErrWorkerGone) {
+			t.Fatalf("phase %q revived a gone worker: err = %v", phase, err)
+		}
+	}
+	if _, err := PollTransition(WorkerActive, "booting"); !errors.Is(err, wire.ErrInvalid) {
+		t.Fatalf("phase booting accepted: %v", err)
+	}
+}
+
+// TestProject has one case per rule of "computed on read".
+func TestProject(t *testing.T) {
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	const stale = 60 * time.Second
+	fresh := now.Add(-10 * time.Second)
+	old := now.Add(-61 * time.Second)
+	cases := []struct {
+		name string
+		w    Worker
+		want string
+	}{
+		{"stored state stands while heard from", Worker{State: WorkerActive, LastSeenAt: fresh}, WorkerActive},
+		{"silence past stale_after reads stale", Worker{State: WorkerActive, LastSeenAt: old}, WorkerStale},
+		{"exactly stale_after is not yet stale", Worker{State: WorkerActive, LastSeenAt: now.Add(-stale)}, WorkerActive},
+		{"draining goes stale too", Worker{State: WorkerDraining, LastSeenAt: old}, WorkerStale},
+		{"gone is never relabelled stale", Worker{State: WorkerGone, LastSeenAt: old}, WorkerGone},
+		{"gone is never relabelled by a running host", Worker{State: WorkerGone, HostStatus: HostRunning, LastSeenAt: fresh}, WorkerGone},
+		{"host stopped reads gone", Worker{State: WorkerActive, HostStatus: HostStopped, LastSeenAt: fresh}, WorkerGone},
+		{"host terminated reads gone", Worker{State: WorkerActive, HostStatus: HostTerminated, LastSeenAt: fresh}, WorkerGone},
+		{"host terminated beats stale", Worker{State: WorkerActive, HostStatus: HostTerminated, LastSeenAt: old}, WorkerGone},
+		{"host pending keeps stored state", Worker{State: WorkerJoining, HostStatus: HostPending, LastSeenAt: fresh}, WorkerJoining},
+		{"never seen pending row stays pending", Worker{State: WorkerPending}, WorkerPending},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if got := Project(c.w, now, stale); got != c.want {
+				t.Fatalf("Project = %q, want %q", got, c.want)
+			}
+		})
+	}
+}
+
+func TestAcceptsWork(t *testing.T) {
+	ready := Worker{State: WorkerActive, Phase: wire.PhaseReady, MaxConcurrency: 2, CurrentInvocations: 1}
+	cases := []struct {
+		name  string
+		w     Worker
+		setup bool
+		want  bool
+	}{
+		{"active and ready with room", ready, false, true},
+		{"old daemon without phase", Worker{State: WorkerActive, MaxConcurrency: 1}, false, true},
+		{"phase setup", with(ready, func(w *Worker) { w.Phase = wire.PhaseSetup; w.State = WorkerSettingUp }), false, false},
+		{"phase draining", with(ready, func(w *Worker) { w.Phase = wire.PhaseDraining }), false, false},
+		{"phase terminating", with(ready, func(w *Worker) { w.Phase = wire.PhaseTerminating }), false, false},
+		{"drain requested", with(ready, func(w *Worker) { w.State = WorkerDraining }), false, false},
+		{"setup FIFO non-empty", ready, true, false},
+		{"at capacity", with(ready, func(w *Worker) { w.CurrentInvocations = 2 }), false, false},
+		{"over capacity", with(ready, func(w *Worker) { w.CurrentInvocations = 3 }), false, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got, why := AcceptsWork(c.w, c.setup)
+			if got != c.want {
+				t.Fatalf("AcceptsWork = %v (%s), want %v", got, why, c.want)
+			}
+			if !got && why == "" {
+				t.Fatal("refusal without a reason")
+			}
+		})
+	}
+}
+
+func with(w Worker, f func(*Worker)) Worker { f(&w); return w }
+
+func TestHeldBy(t *testing.T) {
+	inv := Invocation{Attempts: []Attempt{{Attempt: 1, WorkerID: "a"}, {Attempt: 2, WorkerID: "b"}}}
+	if !inv.HeldBy("a", 1) || !inv.HeldBy("b", 2) || inv.HeldBy("a", 2) || inv.HeldBy("a", 3) {
+		t.Fatal("HeldBy wrong")
+	}
+}

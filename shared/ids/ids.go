@@ -1,0 +1,63 @@
+// Package ids makes and checks the typed identifiers of the wire API:
+// a prefix, an underscore and a ULID (wrk_…, inv_…, cmd_…).
+package ids
+
+import (
+	"crypto/rand"
+	"io"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+)
+
+// The prefixes of the three id kinds.
+const (
+	Worker     = "wrk"
+	Invocation = "inv"
+	Command    = "cmd"
+)
+
+// Generator makes ids from a clock and an entropy source. The zero value uses
+// the real clock and crypto/rand; tests set Now and Entropy.
+type Generator struct {
+	Now     func() time.Time
+	Entropy io.Reader
+
+	mu sync.Mutex
+}
+
+// New returns prefix_ULID. ULIDs sort by creation time, which is what makes
+// the claim index hand out the oldest queued work first.
+func (g *Generator) New(prefix string) string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	now := time.Now
+	if g.Now != nil {
+		now = g.Now
+	}
+	entropy := g.Entropy
+	if entropy == nil {
+		entropy = rand.Reader
+	}
+	id, err := ulid.New(ulid.Timestamp(now()), entropy)
+	if err != nil {
+		// Only a failing entropy source gets here; fall back to crypto/rand,
+		// which does not fail on supported platforms.
+		id = ulid.MustNew(ulid.Timestamp(now()), rand.Reader)
+	}
+	return prefix + "_" + id.String()
+}
+
+// Valid reports whether s is prefix_ followed by a well-formed ULID.
+func Valid(prefix, s string) bool {
+	rest, ok := strings.CutPrefix(s, prefix+"_")
+	// Only the canonical upper-case spelling: ids are DynamoDB keys, and a
+	// lower-case twin would name a different item.
+	if !ok || len(rest) != ulid.EncodedSize || rest != strings.ToUpper(rest) {
+		return false
+	}
+	_, err := ulid.ParseStrict(rest)
+	return err == nil
+}

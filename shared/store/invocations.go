@@ -1,0 +1,573 @@
+package store
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/dreamlake/lakeshore/shared/domain"
+	"github.com/dreamlake/lakeshore/shared/hostkey"
+	"github.com/dreamlake/lakeshore/shared/ids"
+	"github.com/dreamlake/lakeshore/shared/wire"
+)
+
+// invocationItem renders inv as a whole item, adding the attributes its
+// indexes are keyed on. claim_key and holder are sparse: present only while
+// the invocation is queued, respectively running.
+func (s *Store) invocationItem(inv domain.Invocation) (map[string]types.AttributeValue, error) {
+	item, err := attributevalue.MarshalMap(inv)
+	if err != nil {
+		return nil, fmt.Errorf("encode invocation %s: %w", inv.ID, err)
+	}
+	item["queue_state"] = str(inv.Queue + "#" + inv.State)
+	switch {
+	case inv.State == wire.StateQueued:
+		item["claim_key"] = str(claimKey(inv.Queue, inv.HostKey))
+	case inv.State == wire.StateRunning:
+		item["holder"] = str(inv.WorkerID)
+	case wire.Terminal(inv.State) && s.TerminalTTL > 0:
+		item["expires_at"] = num(inv.FinishedAt.Add(s.TerminalTTL).Unix())
+	}
+	return item, nil
+}
+
+// claimKey is the partition of the claim index: work for one queue and one
+// host key ("" for work any host may run).
+func claimKey(queue, hostKey string) string { return queue + "#" + hostKey }
+
+// invocationPut is the versioned put that moves an invocation from version
+// next.Version-1 to next.
+func (s *Store) invocationPut(next domain.Invocation) (*types.Put, error) {
+	item, err := s.invocationItem(next)
+	if err != nil {
+		return nil, err
+	}
+	return versionedPut(s.tables.Invocations, "invocation_id", item, next.Version-1), nil
+}
+
+// GetInvocation reads one invocation (strongly consistent).
+func (s *Store) GetInvocation(ctx context.Context, id string) (domain.Invocation, error) {
+	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName:      aws.String(s.tables.Invocations),
+		Key:            key("invocation_id", id),
+		ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return domain.Invocation{}, storeErr("get invocation "+id, err)
+	}
+	if out.Item == nil {
+		return domain.Invocation{}, wire.Errorf(wire.CodeNotFound, "invocation %s not found", id)
+	}
+	var inv domain.Invocation
+	return inv, unmarshal(out.Item, &inv)
+}
+
+// idempotencyRecord remembers which invocation a submit key made, and a
+// hash of the request, so a replay with a different body is refused.
+type idempotencyRecord struct {
+	Key          string `dynamodbav:"idempotency_key"`
+	InvocationID string `dynamodbav:"invocation_id"`
+	RequestHash  string `dynamodbav:"request_hash"`
+	ExpiresAt    int64  `dynamodbav:"expires_at"`
+}
+
+// Submit queues a new invocation. With an idempotency key, a replay of the
+// same request answers the invocation the first one made (created false); a
+// different request under the same key is a conflict.
+func (s *Store) Submit(ctx context.Context, req wire.SubmitRequest) (inv domain.Invocation, created bool, err error) {
+	now := s.now()
+	inv = domain.Invocation{
+		ID:             s.IDs.New(ids.Invocation),
+		Queue:          req.Queue,
+		State:          wire.StateQueued,
+		MaxAttempts:    req.MaxAttempts,
+		Argv:           req.Argv,
+		Env:            req.Env,
+		RunConfig:      req.RunConfig,
+		TimeoutS:       req.TimeoutS,
+		HostKey:        hostkey.Of(req.RunConfig.HostSetup),
+		IdempotencyKey: req.IdempotencyKey,
+		CreatedAt:      now,
+		Version:        1,
+	}
+	put, err := s.invocationPut(inv)
+	if err != nil {
+		return domain.Invocation{}, false, err
+	}
+	if req.IdempotencyKey == "" {
+		if err := s.put(ctx, put); err != nil {
+			return domain.Invocation{}, false, storeErr("submit", err)
+		}
+		return inv, true, nil
+	}
+
+	hash := requestHash(req)
+	rec, err := attributevalue.MarshalMap(idempotencyRecord{
+		Key: req.IdempotencyKey, InvocationID: inv.ID, RequestHash: hash,
+		ExpiresAt: now.Add(s.TerminalTTL).Unix(),
+	})
+	if err != nil {
+		return domain.Invocation{}, false, fmt.Errorf("encode idempotency record: %w", err)
+	}
+	_, err = s.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
+		{Put: versionedPut(s.tables.Idempotency, "idempotency_key", rec, 0)},
+		{Put: put},
+	}})
+	if err == nil {
+		return inv, true, nil
+	}
+	if failed, ok := cancelledBy(err); !ok || len(failed) == 0 || failed[0] != 0 {
+		return domain.Invocation{}, false, storeErr("submit", err)
+	}
+	// The key was used before: answer what it made.
+	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName: aws.String(s.tables.Idempotency), Key: key("idempotency_key", req.IdempotencyKey),
+		ConsistentRead: aws.Bool(true),
+	})
+	if err != nil || out.Item == nil {
+		return domain.Invocation{}, false, storeErr("submit: read idempotency key", errors.Join(err, errors.New("key vanished")))
+	}
+	var prev idempotencyRecord
+	if err := unmarshal(out.Item, &prev); err != nil {
+		return domain.Invocation{}, false, err
+	}
+	if prev.RequestHash != hash {
+		return domain.Invocation{}, false, wire.Errorf(wire.CodeConflict,
+			"idempotency_key %q was used for a different request (invocation %s)", req.IdempotencyKey, prev.InvocationID)
+	}
+	inv, err = s.GetInvocation(ctx, prev.InvocationID)
+	return inv, false, err
+}
+
+func requestHash(req wire.SubmitRequest) string {
+	b, _ := json.Marshal(req) // maps marshal in key order: deterministic
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// ClaimResult is what one claim pass got. Conflicts counts conditional
+// writes lost to racing pollers (the benchmark reports it).
+type ClaimResult struct {
+	Claimed   []domain.Invocation
+	Conflicts int
+}
+
+// Claim hands up to max queued invocations of queue to worker w: those for
+// its host key first, then those any host may run. Each is taken by one
+// conditional put (state queued at the version read → running, attempt + 1,
+// holder w); of two racing pollers only one put can win. Candidates come from
+// the sparse claim index, so a claim never scans.
+func (s *Store) Claim(ctx context.Context, w domain.Worker, queue string, max int) (ClaimResult, error) {
+	var res ClaimResult
+	partitions := []string{claimKey(queue, "")}
+	if w.HostKey != "" {
+		partitions = []string{claimKey(queue, w.HostKey), claimKey(queue, "")}
+	}
+	for _, part := range partitions {
+		// A few rounds: a full window lost entirely to racers is re-read.
+		for round := 0; round < 3 && len(res.Claimed) < max; round++ {
+			got, full, err := s.claimRound(ctx, w, part, max-len(res.Claimed), &res)
+			if err != nil {
+				return res, err
+			}
+			if !full || got > 0 {
+				break
+			}
+		}
+		if len(res.Claimed) >= max {
+			break
+		}
+	}
+	return res, nil
+}
+
+// claimRound reads one window of candidates and tries them in shuffled
+// order. full reports whether the window was full (more may be queued).
+func (s *Store) claimRound(ctx context.Context, w domain.Worker, part string, want int, res *ClaimResult) (got int, full bool, err error) {
+	window := max(s.ClaimWindow, want)
+	out, err := s.db.Query(ctx, &dynamodb.QueryInput{
+		TableName:                 aws.String(s.tables.Invocations),
+		IndexName:                 aws.String(indexClaim),
+		KeyConditionExpression:    aws.String("claim_key = :k"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":k": str(part)},
+		Limit:                     aws.Int32(int32(window)),
+	})
+	if err != nil {
+		return 0, false, storeErr("claim: query", err)
+	}
+	cands := out.Items
+	s.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
+	now := s.now()
+	for _, item := range cands {
+		if got >= want {
+			break
+		}
+		var inv domain.Invocation
+		if err := unmarshal(item, &inv); err != nil {
+			return got, false, err
+		}
+		if inv.State != wire.StateQueued {
+			continue // an index lagging its table (AWS GSIs are eventually consistent)
+		}
+		next := inv
+		next.State = wire.StateRunning
+		next.Attempt = inv.Attempt + 1
+		next.WorkerID = w.ID
+		next.StartedAt = now
+		next.Attempts = append(append([]domain.Attempt(nil), inv.Attempts...), domain.Attempt{Attempt: next.Attempt, WorkerID: w.ID, ClaimedAt: now})
+		next.Version = inv.Version + 1
+		put, err := s.invocationPut(next)
+		if err != nil {
+			return got, false, err
+		}
+		switch err := s.put(ctx, put); {
+		case errors.Is(err, errVersion):
+			res.Conflicts++
+		case err != nil:
+			return got, false, storeErr("claim "+inv.ID, err)
+		default:
+			res.Claimed = append(res.Claimed, next)
+			got++
+		}
+	}
+	return got, len(out.Items) >= window || out.LastEvaluatedKey != nil, nil
+}
+
+// terminalWrite puts next (a terminal state) and counts it in its queue's
+// done_count and per-state count, in one transaction: the count moves if and
+// only if this put wins. extra items (e.g. a worker token check) join it.
+func (s *Store) terminalWrite(ctx context.Context, next domain.Invocation, extra ...types.TransactWriteItem) error {
+	put, err := s.invocationPut(next)
+	if err != nil {
+		return err
+	}
+	items := append([]types.TransactWriteItem{
+		{Put: put},
+		{Update: &types.Update{
+			TableName:                 aws.String(s.tables.Queues),
+			Key:                       key("queue", next.Queue),
+			UpdateExpression:          aws.String("ADD done_count :one, #s :one"),
+			ExpressionAttributeNames:  map[string]string{"#s": next.State + "_count"},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":one": num(1)},
+		}},
+	}, extra...)
+	_, err = s.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items})
+	if failed, ok := cancelledBy(err); ok {
+		for _, i := range failed {
+			if i == 0 {
+				return errVersion
+			}
+			if i >= 2 {
+				return errExtraCondition
+			}
+		}
+	}
+	if err != nil {
+		return storeErr("record "+next.ID, err)
+	}
+	return nil
+}
+
+// errExtraCondition reports that a transaction's caller-supplied condition
+// (not the invocation's version) failed.
+var errExtraCondition = errors.New("transaction condition failed")
+
+// Ack records a worker's outcome for one attempt. The first terminal outcome
+// of any attempt wins; a later one is a no-op (recorded false). Only the
+// worker that ran that attempt may ack it, and its token hash must still be
+// the worker's (checked inside the same transaction).
+func (s *Store) Ack(ctx context.Context, tokenHash string, req wire.AckRequest) (wire.AckResponse, error) {
+	var resp wire.AckResponse
+	err := retryVersion("ack "+req.InvocationID, func() error {
+		inv, err := s.GetInvocation(ctx, req.InvocationID)
+		if err != nil {
+			return err
+		}
+		if !inv.HeldBy(req.WorkerID, req.Attempt) {
+			return wire.Errorf(wire.CodeForbidden, "attempt %d of %s was not run by %s", req.Attempt, inv.ID, req.WorkerID)
+		}
+		if wire.Terminal(inv.State) {
+			resp = wire.AckResponse{Recorded: false, State: inv.State}
+			return nil
+		}
+		now := s.now()
+		next := inv
+		next.State = req.State
+		next.ExitCode = req.ExitCode
+		next.ResultBlob = ""
+		if len(req.ResultBlob) > 0 && string(req.ResultBlob) != "null" {
+			next.ResultBlob = string(req.ResultBlob)
+		}
+		next.Error = req.Error
+		next.WorkerID = req.WorkerID // the worker whose outcome won
+		next.StdoutTail, next.StderrTail = req.StdoutTail, req.StderrTail
+		next.FinishedAt = now
+		next.Version = inv.Version + 1
+		check := types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{
+			TableName:                 aws.String(s.tables.Workers),
+			Key:                       key("worker_id", req.WorkerID),
+			ConditionExpression:       aws.String("token_hash = :h"),
+			ExpressionAttributeValues: map[string]types.AttributeValue{":h": str(tokenHash)},
+		}}
+		switch err := s.terminalWrite(ctx, next, check); {
+		case errors.Is(err, errExtraCondition):
+			return wire.Errorf(wire.CodeUnauthorized, "worker token is not valid (revoked by a newer hello?)")
+		case err != nil:
+			return err
+		}
+		resp = wire.AckResponse{Recorded: true, State: next.State}
+		return nil
+	})
+	return resp, err
+}
+
+// Cancel cancels an invocation: a queued one at once (terminal, counted), a
+// running one by flagging it so its worker's next poll carries a cancel
+// command. A finished one is a conflict.
+func (s *Store) Cancel(ctx context.Context, id string) (domain.Invocation, error) {
+	var result domain.Invocation
+	err := retryVersion("cancel "+id, func() error {
+		inv, err := s.GetInvocation(ctx, id)
+		if err != nil {
+			return err
+		}
+		if wire.Terminal(inv.State) {
+			return wire.Errorf(wire.CodeConflict, "invocation %s is already %s", id, inv.State)
+		}
+		next := inv
+		next.Version = inv.Version + 1
+		if inv.State == wire.StateRunning {
+			if inv.CancelRequested {
+				result = inv
+				return nil
+			}
+			next.CancelRequested = true
+			put, err := s.invocationPut(next)
+			if err != nil {
+				return err
+			}
+			if err := s.put(ctx, put); err != nil {
+				return storeErr("cancel "+id, err)
+			}
+			result = next
+			return nil
+		}
+		next.State = wire.StateCancelled
+		next.CancelRequested = true
+		next.FinishedAt = s.now()
+		next.Error = &wire.ErrorInfo{Type: "cancelled", Message: "cancelled by an operator before it ran"}
+		if err := s.terminalWrite(ctx, next); err != nil {
+			return err
+		}
+		result = next
+		return nil
+	})
+	return result, err
+}
+
+// Requeue hands back the running attempt of invocation id held by worker
+// (its worker was lost): queued again with attempt + 1 on the next claim, or
+// failed with error type worker_lost once max_attempts is spent, or
+// cancelled if a cancel was pending. It is a no-op when the invocation is no
+// longer running that worker's attempt.
+func (s *Store) Requeue(ctx context.Context, id, workerID, why string) (domain.Invocation, error) {
+	var result domain.Invocation
+	err := retryVersion("requeue "+id, func() error {
+		inv, err := s.GetInvocation(ctx, id)
+		if err != nil {
+			return err
+		}
+		result = inv
+		if !inv.Running(workerID) {
+			return nil
+		}
+		next := inv
+		next.Version = inv.Version + 1
+		next.WorkerID = ""
+		now := s.now()
+		switch {
+		case inv.CancelRequested:
+			next.State = wire.StateCancelled
+			next.FinishedAt = now
+			next.Error = &wire.ErrorInfo{Type: "cancelled", Message: "cancelled; its worker was lost before it confirmed"}
+		case inv.Attempt >= inv.MaxAttempts:
+			next.State = wire.StateFailed
+			next.FinishedAt = now
+			next.Error = &wire.ErrorInfo{Type: wire.ErrorTypeWorkerLost,
+				Message: fmt.Sprintf("worker %s was lost (%s) on attempt %d of %d", workerID, why, inv.Attempt, inv.MaxAttempts)}
+		default:
+			next.State = wire.StateQueued
+		}
+		if wire.Terminal(next.State) {
+			err = s.terminalWrite(ctx, next)
+		} else {
+			var put *types.Put
+			if put, err = s.invocationPut(next); err == nil {
+				err = s.put(ctx, put)
+			}
+		}
+		if err != nil {
+			return storeErr("requeue "+id, err)
+		}
+		result = next
+		return nil
+	})
+	return result, err
+}
+
+// Held lists the invocations running on worker, from the sparse holder index.
+func (s *Store) Held(ctx context.Context, workerID string) ([]domain.Invocation, error) {
+	var out []domain.Invocation
+	var start map[string]types.AttributeValue
+	for {
+		page, err := s.db.Query(ctx, &dynamodb.QueryInput{
+			TableName:                 aws.String(s.tables.Invocations),
+			IndexName:                 aws.String(indexHolder),
+			KeyConditionExpression:    aws.String("holder = :w"),
+			ExpressionAttributeValues: map[string]types.AttributeValue{":w": str(workerID)},
+			ExclusiveStartKey:         start,
+		})
+		if err != nil {
+			return nil, storeErr("held by "+workerID, err)
+		}
+		for _, item := range page.Items {
+			var inv domain.Invocation
+			if err := unmarshal(item, &inv); err != nil {
+				return nil, err
+			}
+			if inv.Running(workerID) {
+				out = append(out, inv)
+			}
+		}
+		if page.LastEvaluatedKey == nil {
+			return out, nil
+		}
+		start = page.LastEvaluatedKey
+	}
+}
+
+// RequeueHeld hands back every invocation worker holds; see Requeue.
+func (s *Store) RequeueHeld(ctx context.Context, workerID, why string) (int, error) {
+	held, err := s.Held(ctx, workerID)
+	if err != nil {
+		return 0, err
+	}
+	var errs []error
+	for _, inv := range held {
+		if _, err := s.Requeue(ctx, inv.ID, workerID, why); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return len(held), errors.Join(errs...)
+}
+
+// ListInvocations pages through invocations, newest last, optionally of one
+// queue and one state. Without a queue it scans (an operator view, not a hot
+// path).
+func (s *Store) ListInvocations(ctx context.Context, queue, state string, limit int, cursor string) ([]domain.Invocation, string, error) {
+	start, err := decodeCursor(cursor)
+	if err != nil {
+		return nil, "", err
+	}
+	var items []map[string]types.AttributeValue
+	var last map[string]types.AttributeValue
+	switch {
+	case queue != "":
+		in := &dynamodb.QueryInput{
+			TableName:         aws.String(s.tables.Invocations),
+			IndexName:         aws.String(indexQueue),
+			Limit:             aws.Int32(int32(limit)),
+			ExclusiveStartKey: start,
+		}
+		in.KeyConditionExpression = aws.String("#q = :q")
+		in.ExpressionAttributeNames = map[string]string{"#q": "queue"}
+		in.ExpressionAttributeValues = map[string]types.AttributeValue{":q": str(queue)}
+		if state != "" {
+			in.IndexName = aws.String(indexQueueState)
+			in.KeyConditionExpression = aws.String("queue_state = :q")
+			in.ExpressionAttributeNames = nil
+			in.ExpressionAttributeValues = map[string]types.AttributeValue{":q": str(queue + "#" + state)}
+		}
+		out, err := s.db.Query(ctx, in)
+		if err != nil {
+			return nil, "", storeErr("list invocations", err)
+		}
+		items, last = out.Items, out.LastEvaluatedKey
+	default:
+		in := &dynamodb.ScanInput{
+			TableName:         aws.String(s.tables.Invocations),
+			Limit:             aws.Int32(int32(limit)),
+			ExclusiveStartKey: start,
+		}
+		if state != "" {
+			in.FilterExpression = aws.String("#s = :s")
+			in.ExpressionAttributeNames = map[string]string{"#s": "state"}
+			in.ExpressionAttributeValues = map[string]types.AttributeValue{":s": str(state)}
+		}
+		out, err := s.db.Scan(ctx, in)
+		if err != nil {
+			return nil, "", storeErr("list invocations", err)
+		}
+		items, last = out.Items, out.LastEvaluatedKey
+	}
+	invs := make([]domain.Invocation, 0, len(items))
+	for _, item := range items {
+		var inv domain.Invocation
+		if err := unmarshal(item, &inv); err != nil {
+			return nil, "", err
+		}
+		invs = append(invs, inv)
+	}
+	return invs, encodeCursor(last), nil
+}
+
+// QueueStats counts a queue's invocations by state (from the queue_state
+// index) and reads its done_count: terminal transitions, each counted once.
+func (s *Store) QueueStats(ctx context.Context, queue string) (wire.QueueStats, error) {
+	st := wire.QueueStats{Queue: queue, Counts: map[string]int{}}
+	for _, state := range wire.InvocationStates {
+		var start map[string]types.AttributeValue
+		for {
+			out, err := s.db.Query(ctx, &dynamodb.QueryInput{
+				TableName:                 aws.String(s.tables.Invocations),
+				IndexName:                 aws.String(indexQueueState),
+				KeyConditionExpression:    aws.String("queue_state = :q"),
+				ExpressionAttributeValues: map[string]types.AttributeValue{":q": str(queue + "#" + state)},
+				Select:                    types.SelectCount,
+				ExclusiveStartKey:         start,
+			})
+			if err != nil {
+				return st, storeErr("queue stats", err)
+			}
+			st.Counts[state] += int(out.Count)
+			if out.LastEvaluatedKey == nil {
+				break
+			}
+			start = out.LastEvaluatedKey
+		}
+	}
+	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName: aws.String(s.tables.Queues), Key: key("queue", queue), ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return st, storeErr("queue stats", err)
+	}
+	var counters struct {
+		DoneCount int `dynamodbav:"done_count"`
+	}
+	if out.Item != nil {
+		if err := unmarshal(out.Item, &counters); err != nil {
+			return st, err
+		}
+	}
+	st.DoneCount = counters.DoneCount
+	return st, nil
+}

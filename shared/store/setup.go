@@ -1,0 +1,105 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/dreamlake/lakeshore/shared/domain"
+	"github.com/dreamlake/lakeshore/shared/ids"
+	"github.com/dreamlake/lakeshore/shared/wire"
+)
+
+// AddSetup appends a command to worker id's setup FIFO. The worker claims
+// nothing until the daemon has reported a result for it.
+func (s *Store) AddSetup(ctx context.Context, id string, argv []string) (domain.SetupCommand, error) {
+	w, err := s.GetWorker(ctx, id)
+	if err != nil {
+		return domain.SetupCommand{}, err
+	}
+	if w.State == domain.WorkerGone {
+		return domain.SetupCommand{}, wire.Errorf(wire.CodeConflict, "worker %s is gone", id)
+	}
+	cmd := domain.SetupCommand{
+		WorkerID:  id,
+		CommandID: s.IDs.New(ids.Command),
+		Argv:      argv,
+		Status:    wire.SetupPending,
+		CreatedAt: s.now(),
+	}
+	item, err := attributevalue.MarshalMap(cmd)
+	if err != nil {
+		return domain.SetupCommand{}, fmt.Errorf("encode setup command: %w", err)
+	}
+	if err := s.put(ctx, versionedPut(s.tables.Commands, "command_id", item, 0)); err != nil {
+		return domain.SetupCommand{}, storeErr("add setup", err)
+	}
+	return cmd, nil
+}
+
+// SetupCommands lists worker id's setup commands in the order they were
+// added; pendingOnly keeps those not yet reported.
+func (s *Store) SetupCommands(ctx context.Context, id string, pendingOnly bool) ([]domain.SetupCommand, error) {
+	in := &dynamodb.QueryInput{
+		TableName:                 aws.String(s.tables.Commands),
+		KeyConditionExpression:    aws.String("worker_id = :w"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":w": str(id)},
+		ConsistentRead:            aws.Bool(true),
+	}
+	if pendingOnly {
+		in.FilterExpression = aws.String("#s = :p")
+		in.ExpressionAttributeNames = map[string]string{"#s": "status"}
+		in.ExpressionAttributeValues[":p"] = str(wire.SetupPending)
+	}
+	var out []domain.SetupCommand
+	for {
+		page, err := s.db.Query(ctx, in)
+		if err != nil {
+			return nil, storeErr("setup commands of "+id, err)
+		}
+		for _, item := range page.Items {
+			var c domain.SetupCommand
+			if err := unmarshal(item, &c); err != nil {
+				return nil, err
+			}
+			out = append(out, c)
+		}
+		if page.LastEvaluatedKey == nil {
+			return out, nil
+		}
+		in.ExclusiveStartKey = page.LastEvaluatedKey
+	}
+}
+
+// RecordSetupResults stores the daemon's reports. Each moves a pending
+// command of this worker to its result once; a repeat or an id that is not
+// this worker's pending command changes nothing.
+func (s *Store) RecordSetupResults(ctx context.Context, workerID string, results []wire.SetupResult) error {
+	now := s.now()
+	for _, r := range results {
+		_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName: aws.String(s.tables.Commands),
+			Key: map[string]types.AttributeValue{
+				"worker_id":  str(workerID),
+				"command_id": str(r.CommandID),
+			},
+			UpdateExpression:         aws.String("SET #s = :s, exit_code = :e, duration_ms = :d, output_tail = :o, finished_at = :f"),
+			ConditionExpression:      aws.String("attribute_exists(command_id) AND #s = :p"),
+			ExpressionAttributeNames: map[string]string{"#s": "status"},
+			ExpressionAttributeValues: map[string]types.AttributeValue{
+				":s": str(r.Status), ":e": num(int64(r.ExitCode)), ":d": num(r.DurationMS),
+				":o": str(r.OutputTail), ":f": str(now.Format(time.RFC3339Nano)),
+				":p": str(wire.SetupPending),
+			},
+		})
+		if err != nil && !isConditionFailed(err) {
+			return storeErr("record setup result "+r.CommandID, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,252 @@
+// Package store keeps the control plane's state in DynamoDB through the AWS
+// SDK: one implementation, the same code against AWS, moto_server, LocalStack
+// and the embedded minidyn server.
+//
+// Every state transition is a conditional write. Items are written whole, as
+// a put guarded by their version attribute (optimistic concurrency: read,
+// compute the next item in Go, put with version = :v). That is also how the
+// sparse index attributes (claim_key, holder) come and go: an UpdateExpression
+// REMOVE would do it on AWS, but minidyn v0.8.2 ignores a top-level REMOVE
+// and the index would keep the item, while a whole-item put is indexed right
+// on every engine. UpdateExpressions are kept to SET and ADD.
+package store
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go"
+
+	"github.com/dreamlake/lakeshore/shared/ids"
+	"github.com/dreamlake/lakeshore/shared/wire"
+)
+
+// DB is the part of the DynamoDB client the store uses.
+type DB interface {
+	GetItem(context.Context, *dynamodb.GetItemInput, ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
+	PutItem(context.Context, *dynamodb.PutItemInput, ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error)
+	UpdateItem(context.Context, *dynamodb.UpdateItemInput, ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
+	Query(context.Context, *dynamodb.QueryInput, ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error)
+	Scan(context.Context, *dynamodb.ScanInput, ...func(*dynamodb.Options)) (*dynamodb.ScanOutput, error)
+	TransactWriteItems(context.Context, *dynamodb.TransactWriteItemsInput, ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error)
+}
+
+var _ DB = (*dynamodb.Client)(nil)
+
+// Index names on the invocations table (template.yaml).
+const (
+	indexClaim      = "claim"       // claim_key = queue#host_key, only while queued
+	indexHolder     = "holder"      // holder = worker id, only while running
+	indexQueue      = "queue"       // every invocation of a queue
+	indexQueueState = "queue_state" // queue_state = queue#state
+)
+
+// Defaults of the knobs on Store.
+const (
+	defaultClaimWindow = 32
+	defaultTerminalTTL = 30 * 24 * time.Hour
+	maxVersionRetries  = 10
+)
+
+// errVersion reports a lost optimistic-concurrency race: the item changed
+// between our read and our put. Callers re-read and try again.
+var errVersion = errors.New("item changed concurrently")
+
+// Store is the control plane's state. Its fields may be set before first use.
+type Store struct {
+	db     DB
+	tables TableNames
+
+	// Now is the clock; read once per operation.
+	Now func() time.Time
+	// IDs makes invocation, worker and command ids.
+	IDs *ids.Generator
+	// Shuffle orders claim candidates so racing pollers spread out over the
+	// head of the queue instead of all fighting for its first item.
+	Shuffle func(n int, swap func(i, j int))
+	// ClaimWindow is how many queued candidates one claim query reads.
+	ClaimWindow int
+	// TerminalTTL is how long a finished invocation is kept (DynamoDB TTL).
+	TerminalTTL time.Duration
+}
+
+// New returns a store over db with tables named prefix + fixed suffixes.
+func New(db DB, prefix string) *Store {
+	return &Store{
+		db:          db,
+		tables:      NamesFor(prefix),
+		Now:         func() time.Time { return time.Now().UTC() },
+		IDs:         &ids.Generator{},
+		Shuffle:     rand.Shuffle,
+		ClaimWindow: defaultClaimWindow,
+		TerminalTTL: defaultTerminalTTL,
+	}
+}
+
+// Tables reports the table names the store uses.
+func (s *Store) Tables() TableNames { return s.tables }
+
+func (s *Store) now() time.Time { return s.Now().UTC() }
+
+// Ping reports whether the store answers.
+func (s *Store) Ping(ctx context.Context) error {
+	_, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName: aws.String(s.tables.Queues),
+		Key:       key("queue", "_healthz"),
+	})
+	if err != nil {
+		return storeErr("ping", err)
+	}
+	return nil
+}
+
+func key(name, value string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{name: &types.AttributeValueMemberS{Value: value}}
+}
+
+func str(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
+
+func num(v int64) types.AttributeValue {
+	return &types.AttributeValueMemberN{Value: strconv.FormatInt(v, 10)}
+}
+
+// versionCondition guards a whole-item put: the item must not exist yet
+// (prev == 0) or must still be at version prev.
+func versionCondition(hashKey string, prev int64) (string, map[string]string, map[string]types.AttributeValue) {
+	if prev == 0 {
+		return "attribute_not_exists(#k)", map[string]string{"#k": hashKey}, nil
+	}
+	return "#v = :v", map[string]string{"#v": "version"}, map[string]types.AttributeValue{":v": num(prev)}
+}
+
+// versionedPut returns the put of item guarded by versionCondition.
+func versionedPut(table, hashKey string, item map[string]types.AttributeValue, prev int64) *types.Put {
+	cond, names, values := versionCondition(hashKey, prev)
+	return &types.Put{
+		TableName:                 aws.String(table),
+		Item:                      item,
+		ConditionExpression:       aws.String(cond),
+		ExpressionAttributeNames:  names,
+		ExpressionAttributeValues: values,
+	}
+}
+
+// put runs one versioned put, mapping a failed condition to errVersion.
+func (s *Store) put(ctx context.Context, p *types.Put) error {
+	_, err := s.db.PutItem(ctx, &dynamodb.PutItemInput{
+		TableName:                 p.TableName,
+		Item:                      p.Item,
+		ConditionExpression:       p.ConditionExpression,
+		ExpressionAttributeNames:  p.ExpressionAttributeNames,
+		ExpressionAttributeValues: p.ExpressionAttributeValues,
+	})
+	if isConditionFailed(err) {
+		return errVersion
+	}
+	return err
+}
+
+// isConditionFailed reports whether err is a failed condition expression.
+func isConditionFailed(err error) bool {
+	var ccf *types.ConditionalCheckFailedException
+	if errors.As(err, &ccf) {
+		return true
+	}
+	var api smithy.APIError
+	return errors.As(err, &api) && api.ErrorCode() == "ConditionalCheckFailedException"
+}
+
+// cancelledBy reports, for a cancelled transaction, the index of each item
+// whose condition failed.
+func cancelledBy(err error) (failed []int, ok bool) {
+	var tce *types.TransactionCanceledException
+	if !errors.As(err, &tce) {
+		return nil, false
+	}
+	for i, r := range tce.CancellationReasons {
+		if aws.ToString(r.Code) == "ConditionalCheckFailed" {
+			failed = append(failed, i)
+		}
+	}
+	return failed, true
+}
+
+// storeErr wraps an unexpected store failure as unavailable: the caller may
+// retry; the message stays in the log, not on the wire.
+func storeErr(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var we *wire.Error
+	if errors.As(err, &we) {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return &wire.Error{Code: wire.CodeUnavailable, Message: "request cancelled or timed out", Err: fmt.Errorf("%s: %w", op, err)}
+	}
+	return &wire.Error{Code: wire.CodeUnavailable, Message: "the store did not answer; try again", Err: fmt.Errorf("%s: %w", op, err)}
+}
+
+// retryVersion runs fn until it does not lose a version race, at most
+// maxVersionRetries times.
+func retryVersion(op string, fn func() error) error {
+	for range maxVersionRetries {
+		err := fn()
+		if !errors.Is(err, errVersion) {
+			return err
+		}
+	}
+	return &wire.Error{Code: wire.CodeConflict, Message: op + ": too many concurrent changes; try again", Err: errVersion}
+}
+
+// encodeCursor and decodeCursor turn a LastEvaluatedKey (string attributes
+// only: every key here is a string) into an opaque cursor and back.
+func encodeCursor(k map[string]types.AttributeValue) string {
+	if len(k) == 0 {
+		return ""
+	}
+	m := map[string]string{}
+	for name, v := range k {
+		if s, ok := v.(*types.AttributeValueMemberS); ok {
+			m[name] = s.Value
+		}
+	}
+	b, _ := json.Marshal(m)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func decodeCursor(c string) (map[string]types.AttributeValue, error) {
+	if c == "" {
+		return nil, nil
+	}
+	b, err := base64.RawURLEncoding.DecodeString(c)
+	if err != nil {
+		return nil, wire.Errorf(wire.CodeInvalid, "cursor is not one this API returned")
+	}
+	var m map[string]string
+	if err := json.Unmarshal(b, &m); err != nil || len(m) == 0 || len(m) > 4 {
+		return nil, wire.Errorf(wire.CodeInvalid, "cursor is not one this API returned")
+	}
+	out := map[string]types.AttributeValue{}
+	for k, v := range m {
+		out[k] = str(v)
+	}
+	return out, nil
+}
+
+func unmarshal(item map[string]types.AttributeValue, out any) error {
+	if err := attributevalue.UnmarshalMap(item, out); err != nil {
+		return fmt.Errorf("decode item: %w", err)
+	}
+	return nil
+}

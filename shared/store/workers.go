@@ -1,0 +1,331 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/dreamlake/lakeshore/shared/domain"
+	"github.com/dreamlake/lakeshore/shared/ids"
+	"github.com/dreamlake/lakeshore/shared/wire"
+)
+
+// machine maps a machine to the worker of its current boot. Hello writes it
+// conditionally, which is what makes a retried hello land on the same worker
+// and a new boot retire the old one, even when hellos race.
+type machine struct {
+	MachineID string `dynamodbav:"machine_id"`
+	BootID    string `dynamodbav:"boot_id"`
+	WorkerID  string `dynamodbav:"worker_id"`
+	Version   int64  `dynamodbav:"version"`
+}
+
+func (s *Store) workerPut(next domain.Worker) (*types.Put, error) {
+	item, err := attributevalue.MarshalMap(next)
+	if err != nil {
+		return nil, fmt.Errorf("encode worker %s: %w", next.ID, err)
+	}
+	return versionedPut(s.tables.Workers, "worker_id", item, next.Version-1), nil
+}
+
+// GetWorker reads one worker row (strongly consistent).
+func (s *Store) GetWorker(ctx context.Context, id string) (domain.Worker, error) {
+	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName:      aws.String(s.tables.Workers),
+		Key:            key("worker_id", id),
+		ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return domain.Worker{}, storeErr("get worker "+id, err)
+	}
+	if out.Item == nil {
+		return domain.Worker{}, wire.Errorf(wire.CodeNotFound, "worker %s not found", id)
+	}
+	var w domain.Worker
+	return w, unmarshal(out.Item, &w)
+}
+
+func (s *Store) getMachine(ctx context.Context, id string) (machine, bool, error) {
+	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName:      aws.String(s.tables.Machines),
+		Key:            key("machine_id", id),
+		ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return machine{}, false, storeErr("get machine "+id, err)
+	}
+	if out.Item == nil {
+		return machine{}, false, nil
+	}
+	var m machine
+	return m, true, unmarshal(out.Item, &m)
+}
+
+// HelloResult is what a hello did.
+type HelloResult struct {
+	Worker domain.Worker
+	// Retired is the worker of the machine's previous boot, now gone, if any.
+	Retired string
+	// Requeued counts the invocations handed back from the retired worker.
+	Requeued int
+}
+
+// TokenIssuer mints a token for a worker id and reports the hash to store.
+type TokenIssuer func(workerID string) (hash string, err error)
+
+// Hello registers a daemon. A retried hello from the same machine_id and
+// boot_id returns the same worker, with a newly issued token replacing the old (the
+// daemon never saw the first answer). A hello with a new boot_id proves the
+// old process dead: its worker becomes gone and its running invocations are
+// queued again at once. A hello after the worker went gone (its poll got 410)
+// makes a new worker.
+func (s *Store) Hello(ctx context.Context, req wire.HelloRequest, issue TokenIssuer) (HelloResult, error) {
+	var res HelloResult
+	err := retryVersion("hello "+req.MachineID, func() error {
+		res = HelloResult{}
+		m, found, err := s.getMachine(ctx, req.MachineID)
+		if err != nil {
+			return err
+		}
+		now := s.now()
+		if found && m.BootID == req.BootID {
+			w, err := s.GetWorker(ctx, m.WorkerID)
+			if err == nil && w.State != domain.WorkerGone {
+				hash, err := issue(w.ID)
+				if err != nil {
+					return fmt.Errorf("issue token: %w", err)
+				}
+				next := w
+				applyHello(&next, req)
+				next.TokenHash = hash
+				next.LastSeenAt = now
+				next.Version = w.Version + 1
+				put, err := s.workerPut(next)
+				if err != nil {
+					return err
+				}
+				if err := s.put(ctx, put); err != nil {
+					return storeErr("hello", err)
+				}
+				res.Worker = next
+				return nil
+			}
+			if err != nil && !errors.Is(err, wire.ErrNotFound) {
+				return err
+			}
+		}
+		id := s.IDs.New(ids.Worker)
+		hash, err := issue(id)
+		if err != nil {
+			return fmt.Errorf("issue token: %w", err)
+		}
+		w := domain.Worker{
+			ID:         id,
+			MachineID:  req.MachineID,
+			BootID:     req.BootID,
+			State:      domain.WorkerJoining,
+			TokenHash:  hash,
+			CreatedAt:  now,
+			LastSeenAt: now,
+			Version:    1,
+		}
+		applyHello(&w, req)
+		wput, err := s.workerPut(w)
+		if err != nil {
+			return err
+		}
+		mitem, err := attributevalue.MarshalMap(machine{MachineID: req.MachineID, BootID: req.BootID, WorkerID: w.ID, Version: m.Version + 1})
+		if err != nil {
+			return fmt.Errorf("encode machine: %w", err)
+		}
+		_, err = s.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
+			{Put: versionedPut(s.tables.Machines, "machine_id", mitem, m.Version)},
+			{Put: wput},
+		}})
+		if _, cancelled := cancelledBy(err); cancelled {
+			return errVersion // another hello of this machine won; look again
+		}
+		if err != nil {
+			return storeErr("hello", err)
+		}
+		res.Worker = w
+		if found && m.WorkerID != "" {
+			res.Retired = m.WorkerID
+		}
+		return nil
+	})
+	if err != nil || res.Retired == "" {
+		return res, err
+	}
+	why := "machine " + req.MachineID + " said hello from a new boot"
+	if _, err := s.MarkGone(ctx, res.Retired, nil, why); err != nil && !errors.Is(err, wire.ErrNotFound) {
+		return res, err
+	}
+	n, err := s.RequeueHeld(ctx, res.Retired, why)
+	res.Requeued = n
+	return res, err
+}
+
+// applyHello copies what a hello says about the daemon onto its row.
+func applyHello(w *domain.Worker, req wire.HelloRequest) {
+	w.Label = req.Label
+	w.Tags = req.Tags
+	w.Lanes = req.Lanes
+	w.Versions = req.Versions
+	w.HostKey = req.HostKey
+	w.MaxConcurrency = 1
+	if req.Capabilities.MaxConcurrency != nil {
+		w.MaxConcurrency = *req.Capabilities.MaxConcurrency
+	}
+	w.CurrentInvocations = 0
+	if req.Capabilities.CurrentInvocations != nil {
+		w.CurrentInvocations = *req.Capabilities.CurrentInvocations
+	}
+}
+
+// Authorize checks a worker row against the presented token; it is given to
+// the store so the check is repeated on every re-read of a racing update.
+type Authorize func(domain.Worker) error
+
+// updateWorker reads worker id, checks it with auth, lets change compute the
+// next row, and puts it guarded by version, retrying lost races.
+func (s *Store) updateWorker(ctx context.Context, op, id string, auth Authorize, change func(w *domain.Worker) error) (domain.Worker, error) {
+	var result domain.Worker
+	err := retryVersion(op+" "+id, func() error {
+		w, err := s.GetWorker(ctx, id)
+		if err != nil {
+			return err
+		}
+		if auth != nil {
+			if err := auth(w); err != nil {
+				return err
+			}
+		}
+		next := w
+		if err := change(&next); err != nil {
+			return err
+		}
+		if next.Version == w.Version { // change chose to write nothing
+			result = w
+			return nil
+		}
+		put, err := s.workerPut(next)
+		if err != nil {
+			return err
+		}
+		if err := s.put(ctx, put); err != nil {
+			return storeErr(op+" "+id, err)
+		}
+		result = next
+		return nil
+	})
+	return result, err
+}
+
+// Heartbeat records a poll: last_seen_at, phase, the state the phase
+// projects to, capabilities and the latest setup result. A gone worker gets
+// ErrWorkerGone (410): it must say hello again.
+func (s *Store) Heartbeat(ctx context.Context, req wire.PollRequest, auth Authorize) (domain.Worker, error) {
+	now := s.now()
+	return s.updateWorker(ctx, "poll", req.WorkerID, auth, func(w *domain.Worker) error {
+		state, err := domain.PollTransition(w.State, req.Phase)
+		if err != nil {
+			return err
+		}
+		w.State = state
+		w.Phase = req.Phase
+		w.LastSeenAt = now
+		if req.HostKey != "" {
+			w.HostKey = req.HostKey
+		}
+		if c := req.UpdatedCapabilities; c != nil {
+			if c.MaxConcurrency != nil {
+				w.MaxConcurrency = *c.MaxConcurrency
+			}
+			if c.CurrentInvocations != nil {
+				w.CurrentInvocations = *c.CurrentInvocations
+			}
+		} else {
+			// An old daemon sends no count: what it lists is what it runs.
+			w.CurrentInvocations = len(req.Invocations)
+		}
+		if n := len(req.SetupResults); n > 0 {
+			last := req.SetupResults[n-1]
+			w.LastSetupResult = &last
+		}
+		w.Version++
+		return nil
+	})
+}
+
+// Bye records a daemon's goodbye: the worker is gone at once and the work
+// it still held is queued again without waiting for the stale window.
+func (s *Store) Bye(ctx context.Context, req wire.ByeRequest, auth Authorize) (requeued int, err error) {
+	if _, err := s.MarkGone(ctx, req.WorkerID, auth, "bye: "+req.Reason); err != nil {
+		return 0, err
+	}
+	return s.RequeueHeld(ctx, req.WorkerID, "bye: "+req.Reason)
+}
+
+// MarkGone makes worker id gone (if it is not already), recording why.
+// It does not requeue; callers follow with RequeueHeld.
+func (s *Store) MarkGone(ctx context.Context, id string, auth Authorize, why string) (domain.Worker, error) {
+	now := s.now()
+	return s.updateWorker(ctx, "mark gone", id, auth, func(w *domain.Worker) error {
+		if w.State == domain.WorkerGone {
+			return nil
+		}
+		w.State = domain.WorkerGone
+		w.ByeReason = why
+		w.GoneAt = now
+		w.LastSeenAt = now
+		w.Version++
+		return nil
+	})
+}
+
+// RequestDrain marks a worker draining: it claims nothing more, and its
+// next poll carries a drain command.
+func (s *Store) RequestDrain(ctx context.Context, id string) (domain.Worker, error) {
+	return s.updateWorker(ctx, "drain", id, nil, func(w *domain.Worker) error {
+		switch w.State {
+		case domain.WorkerGone:
+			return wire.Errorf(wire.CodeConflict, "worker %s is gone", id)
+		case domain.WorkerDraining:
+			return nil
+		}
+		w.State = domain.WorkerDraining
+		w.Version++
+		return nil
+	})
+}
+
+// ListWorkers pages through every worker row (a scan: an operator view).
+func (s *Store) ListWorkers(ctx context.Context, limit int, cursor string) ([]domain.Worker, string, error) {
+	start, err := decodeCursor(cursor)
+	if err != nil {
+		return nil, "", err
+	}
+	out, err := s.db.Scan(ctx, &dynamodb.ScanInput{
+		TableName:         aws.String(s.tables.Workers),
+		Limit:             aws.Int32(int32(limit)),
+		ExclusiveStartKey: start,
+	})
+	if err != nil {
+		return nil, "", storeErr("list workers", err)
+	}
+	ws := make([]domain.Worker, 0, len(out.Items))
+	for _, item := range out.Items {
+		var w domain.Worker
+		if err := unmarshal(item, &w); err != nil {
+			return nil, "", err
+		}
+		ws = append(ws, w)
+	}
+	return ws, encodeCursor(out.LastEvaluatedKey), nil
+}

@@ -1,0 +1,120 @@
+package wire
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Code is the machine-readable half of an error answer. Each code maps to one
+// HTTP status; the mapping lives in exactly one place, Status.
+type Code string
+
+// The error codes of the wire API (DESIGN §3).
+const (
+	CodeInvalid      Code = "invalid"       // 400: malformed body or a field out of range
+	CodeUnauthorized Code = "unauthorized"  // 401: missing or wrong token
+	CodeForbidden    Code = "forbidden"     // 403: a token acting for another worker
+	CodeNotFound     Code = "not_found"     // 404: unknown id
+	CodeConflict     Code = "conflict"      // 409: the state forbids the change
+	CodeWorkerGone   Code = "worker_gone"   // 410: the worker is gone; hello again
+	CodeTooLarge     Code = "too_large"     // 413: body over MaxBodyBytes
+	CodeInternal     Code = "internal"      // 500: a bug or an unexpected store failure
+	CodeUnavailable  Code = "unavailable"   // 503: the store did not answer
+	CodeNotAllowed   Code = "not_allowed"   // 405: wrong method for the route
+	CodeNoRoute      Code = "no_such_route" // 404: no such route
+)
+
+// Status reports the HTTP status for code. Unknown codes are 500.
+func Status(code Code) int {
+	switch code {
+	case CodeInvalid:
+		return 400
+	case CodeUnauthorized:
+		return 401
+	case CodeForbidden:
+		return 403
+	case CodeNotFound, CodeNoRoute:
+		return 404
+	case CodeNotAllowed:
+		return 405
+	case CodeConflict:
+		return 409
+	case CodeWorkerGone:
+		return 410
+	case CodeTooLarge:
+		return 413
+	case CodeUnavailable:
+		return 503
+	default:
+		return 500
+	}
+}
+
+// Error is an error with a wire code. Handlers return it; the transport turns
+// it into {"error": {"code", "message"}} with Status(Code).
+type Error struct {
+	Code    Code
+	Message string
+	Err     error // optional cause, never sent over the wire
+}
+
+// Errorf returns an *Error with a formatted message.
+func Errorf(code Code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+func (e *Error) Error() string {
+	if e.Err != nil {
+		return fmt.Sprintf("%s: %s: %v", e.Code, e.Message, e.Err)
+	}
+	return fmt.Sprintf("%s: %s", e.Code, e.Message)
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Is reports whether target is an *Error with the same code, so sentinel
+// errors such as ErrNotFound match any error of that code.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Message == "" && t.Code == e.Code
+}
+
+// Sentinels for errors.Is: each matches every *Error of its code.
+var (
+	ErrInvalid      = &Error{Code: CodeInvalid}
+	ErrUnauthorized = &Error{Code: CodeUnauthorized}
+	ErrForbidden    = &Error{Code: CodeForbidden}
+	ErrNotFound     = &Error{Code: CodeNotFound}
+	ErrConflict     = &Error{Code: CodeConflict}
+	ErrWorkerGone   = &Error{Code: CodeWorkerGone}
+)
+
+// CodeOf reports the wire code carried by err, or CodeInternal.
+func CodeOf(err error) Code {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return CodeInternal
+}
+
+// ErrorBody is the JSON shape of every error answer.
+type ErrorBody struct {
+	Error ErrorDetail `json:"error"`
+}
+
+// ErrorDetail is the inside of ErrorBody.
+type ErrorDetail struct {
+	Code    Code   `json:"code"`
+	Message string `json:"message"`
+}
+
+// BodyFor reports the wire body for err. Internal errors get a generic
+// message: their text may hold store details an operator should read in logs.
+func BodyFor(err error) ErrorBody {
+	var e *Error
+	if errors.As(err, &e) && e.Code != CodeInternal {
+		return ErrorBody{Error: ErrorDetail{Code: e.Code, Message: e.Message}}
+	}
+	return ErrorBody{Error: ErrorDetail{Code: CodeInternal, Message: "internal error; see the control plane log"}}
+}

@@ -1,0 +1,400 @@
+package wire
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"regexp"
+	"slices"
+	"unicode/utf8"
+
+	"github.com/dreamlake/lakeshore/shared/ids"
+)
+
+// Size limits. Each is documented in docs/limits.md; a request over one gets
+// a 400 (or 413 for the body) and changes nothing.
+const (
+	MaxBodyBytes       = 256 << 10 // whole request body
+	MaxArgvBytes       = 64 << 10  // sum of argv element lengths
+	MaxArgvItems       = 4096
+	MaxEnvEntries      = 100
+	MaxEnvBytes        = 32 << 10 // sum of key and value lengths
+	MaxQueueLen        = 64
+	MaxResultBlobBytes = 128 << 10
+	MaxTailBytes       = 4 << 10
+	MaxSetupCommands   = 64 // host_setup, run_setup
+	MaxSetupBytes      = 16 << 10
+	MaxLabelLen        = 256
+	MaxTags            = 50
+	MaxTagBytes        = 256 // each key and value
+	MaxLanes           = 16
+	MaxIDLen           = 256 // machine_id, boot_id, idempotency_key, host_key
+	MaxInflightIDs     = 1024
+	MaxSetupResults    = 64
+	MaxTimeoutS        = 7 * 24 * 3600
+	MaxAttemptsLimit   = 20
+	DefaultMaxAttempts = 3
+	MaxConcurrency     = 1024
+	MaxMessageBytes    = 4 << 10 // error message in an ack
+	MaxPollTimeoutS    = 20
+)
+
+var queueName = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
+
+// ValidQueue reports whether q is a well-formed queue name.
+func ValidQueue(q string) bool { return queueName.MatchString(q) }
+
+// Validator is implemented by every request body.
+type Validator interface {
+	Validate() error
+}
+
+// Decode reads one JSON value from r into v and validates it. The body may
+// be at most MaxBodyBytes (else CodeTooLarge); it must be valid UTF-8 JSON with
+// no trailing data; unknown fields are ignored.
+func Decode(r io.Reader, v Validator) error {
+	body, err := io.ReadAll(io.LimitReader(r, MaxBodyBytes+1))
+	if err != nil {
+		return Errorf(CodeInvalid, "read body: %v", err)
+	}
+	if len(body) > MaxBodyBytes {
+		return Errorf(CodeTooLarge, "body is over %d bytes", MaxBodyBytes)
+	}
+	if !utf8.Valid(body) {
+		return Errorf(CodeInvalid, "body is not valid UTF-8")
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if err := dec.Decode(v); err != nil {
+		return Errorf(CodeInvalid, "body is not the expected JSON: %s", describeJSONError(err))
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return Errorf(CodeInvalid, "body has data after the JSON value")
+	}
+	return v.Validate()
+}
+
+func describeJSONError(err error) string {
+	var typeErr *json.UnmarshalTypeError
+	if errors.As(err, &typeErr) {
+		if typeErr.Field != "" {
+			return fmt.Sprintf("field %q must be a %s", typeErr.Field, typeErr.Type)
+		}
+		return fmt.Sprintf("expected a %s", typeErr.Type)
+	}
+	var syntaxErr *json.SyntaxError
+	if errors.As(err, &syntaxErr) {
+		return fmt.Sprintf("syntax error at byte %d", syntaxErr.Offset)
+	}
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return "empty or truncated body"
+	}
+	return err.Error()
+}
+
+func invalid(format string, args ...any) error { return Errorf(CodeInvalid, format, args...) }
+
+func checkID(field, prefix, id string) error {
+	if id == "" {
+		return invalid("%s is required", field)
+	}
+	if !ids.Valid(prefix, id) {
+		return invalid("%s must be %s_ followed by a ULID, got %q", field, prefix, clip(id))
+	}
+	return nil
+}
+
+func checkText(field, s string, max int, required bool) error {
+	if s == "" && required {
+		return invalid("%s is required", field)
+	}
+	if len(s) > max {
+		return invalid("%s is %d bytes; the limit is %d", field, len(s), max)
+	}
+	return nil
+}
+
+func checkQueue(q string) error {
+	if q == "" {
+		return invalid("queue is required")
+	}
+	if !ValidQueue(q) {
+		return invalid("queue must be 1-%d characters of A-Z a-z 0-9 _ . -, got %q", MaxQueueLen, clip(q))
+	}
+	return nil
+}
+
+func checkArgv(field string, argv []string, required bool) error {
+	if len(argv) == 0 {
+		if required {
+			return invalid("%s must hold at least one element", field)
+		}
+		return nil
+	}
+	if len(argv) > MaxArgvItems {
+		return invalid("%s has %d elements; the limit is %d", field, len(argv), MaxArgvItems)
+	}
+	total := 0
+	for _, a := range argv {
+		total += len(a)
+	}
+	if total > MaxArgvBytes {
+		return invalid("%s is %d bytes in all; the limit is %d", field, total, MaxArgvBytes)
+	}
+	if argv[0] == "" {
+		return invalid("%s[0] (the program) must not be empty", field)
+	}
+	return nil
+}
+
+func checkEnv(field string, env map[string]string) error {
+	if len(env) > MaxEnvEntries {
+		return invalid("%s has %d entries; the limit is %d", field, len(env), MaxEnvEntries)
+	}
+	total := 0
+	for k, v := range env {
+		if k == "" || bytes.ContainsAny([]byte(k), "=\x00") {
+			return invalid("%s key %q must be non-empty and hold no '=' or NUL", field, clip(k))
+		}
+		total += len(k) + len(v)
+	}
+	if total > MaxEnvBytes {
+		return invalid("%s is %d bytes in all; the limit is %d", field, total, MaxEnvBytes)
+	}
+	return nil
+}
+
+func checkCommands(field string, cmds []string) error {
+	if len(cmds) > MaxSetupCommands {
+		return invalid("%s has %d commands; the limit is %d", field, len(cmds), MaxSetupCommands)
+	}
+	total := 0
+	for i, c := range cmds {
+		if c == "" {
+			return invalid("%s[%d] is empty", field, i)
+		}
+		total += len(c)
+	}
+	if total > MaxSetupBytes {
+		return invalid("%s is %d bytes in all; the limit is %d", field, total, MaxSetupBytes)
+	}
+	return nil
+}
+
+func checkOneOf(field, v string, allowed ...string) error {
+	if !slices.Contains(allowed, v) {
+		return invalid("%s must be one of %v, got %q", field, allowed, clip(v))
+	}
+	return nil
+}
+
+func checkCapabilities(field string, c *Capabilities) error {
+	if c == nil {
+		return nil
+	}
+	if c.MaxConcurrency != nil && (*c.MaxConcurrency < 1 || *c.MaxConcurrency > MaxConcurrency) {
+		return invalid("%s.max_concurrency must be 1-%d", field, MaxConcurrency)
+	}
+	if c.CurrentInvocations != nil && (*c.CurrentInvocations < 0 || *c.CurrentInvocations > MaxConcurrency) {
+		return invalid("%s.current_invocations must be 0-%d", field, MaxConcurrency)
+	}
+	return nil
+}
+
+// clip shortens a value quoted back in an error message.
+func clip(s string) string {
+	if len(s) <= 64 {
+		return s
+	}
+	return s[:64] + "…"
+}
+
+// Validate checks a hello.
+func (r *HelloRequest) Validate() error {
+	if err := checkText("machine_id", r.MachineID, MaxIDLen, true); err != nil {
+		return err
+	}
+	if err := checkText("boot_id", r.BootID, MaxIDLen, true); err != nil {
+		return err
+	}
+	if err := checkText("label", r.Label, MaxLabelLen, false); err != nil {
+		return err
+	}
+	if len(r.Tags) > MaxTags {
+		return invalid("tags has %d entries; the limit is %d", len(r.Tags), MaxTags)
+	}
+	for k, v := range r.Tags {
+		if k == "" || len(k) > MaxTagBytes || len(v) > MaxTagBytes {
+			return invalid("tag %q: keys must be 1-%d bytes and values at most %d", clip(k), MaxTagBytes, MaxTagBytes)
+		}
+	}
+	if len(r.Lanes) > MaxLanes {
+		return invalid("lanes has %d entries; the limit is %d", len(r.Lanes), MaxLanes)
+	}
+	for _, l := range r.Lanes {
+		if err := checkQueue(l); err != nil {
+			return invalid("lanes: %s", err.(*Error).Message)
+		}
+	}
+	if len(r.Versions) > MaxTags {
+		return invalid("versions has %d entries; the limit is %d", len(r.Versions), MaxTags)
+	}
+	if err := checkCapabilities("capabilities", &r.Capabilities); err != nil {
+		return err
+	}
+	return checkHostKey(r.HostKey)
+}
+
+func checkHostKey(k string) error {
+	if k == "" {
+		return nil
+	}
+	if len(k) != 4+64 || k[:4] != "hk1_" {
+		return invalid("host_key must be hk1_ followed by 64 hex digits, got %q", clip(k))
+	}
+	for _, c := range k[4:] {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return invalid("host_key must be hk1_ followed by 64 lower-case hex digits, got %q", clip(k))
+		}
+	}
+	return nil
+}
+
+// Validate checks a poll.
+func (r *PollRequest) Validate() error {
+	if err := checkID("worker_id", ids.Worker, r.WorkerID); err != nil {
+		return err
+	}
+	if r.Queue != "" {
+		if err := checkQueue(r.Queue); err != nil {
+			return err
+		}
+	}
+	if math.IsNaN(r.TimeoutS) || r.TimeoutS < 0 || r.TimeoutS > 3600 {
+		return invalid("timeout_s must be between 0 and 3600 (waits are capped at %d)", MaxPollTimeoutS)
+	}
+	if len(r.Invocations) > MaxInflightIDs {
+		return invalid("invocations has %d ids; the limit is %d", len(r.Invocations), MaxInflightIDs)
+	}
+	for _, id := range r.Invocations {
+		if err := checkID("invocations[]", ids.Invocation, id); err != nil {
+			return err
+		}
+	}
+	if r.Phase != "" {
+		if err := checkOneOf("phase", r.Phase, PhaseSetup, PhaseReady, PhaseDraining, PhaseTerminating); err != nil {
+			return err
+		}
+	}
+	if err := checkHostKey(r.HostKey); err != nil {
+		return err
+	}
+	if err := checkCapabilities("updated_capabilities", r.UpdatedCapabilities); err != nil {
+		return err
+	}
+	if len(r.SetupResults) > MaxSetupResults {
+		return invalid("setup_results has %d entries; the limit is %d", len(r.SetupResults), MaxSetupResults)
+	}
+	for _, s := range r.SetupResults {
+		if err := checkID("setup_results[].command_id", ids.Command, s.CommandID); err != nil {
+			return err
+		}
+		if err := checkOneOf("setup_results[].status", s.Status, SetupSucceeded, SetupFailed); err != nil {
+			return err
+		}
+		if err := checkText("setup_results[].output_tail", s.OutputTail, MaxTailBytes, false); err != nil {
+			return err
+		}
+		if s.DurationMS < 0 {
+			return invalid("setup_results[].duration_ms must not be negative")
+		}
+	}
+	return nil
+}
+
+// Validate checks an ack.
+func (r *AckRequest) Validate() error {
+	if err := checkID("worker_id", ids.Worker, r.WorkerID); err != nil {
+		return err
+	}
+	if err := checkID("invocation_id", ids.Invocation, r.InvocationID); err != nil {
+		return err
+	}
+	if r.Attempt < 1 || r.Attempt > MaxAttemptsLimit {
+		return invalid("attempt must be 1-%d", MaxAttemptsLimit)
+	}
+	if err := checkOneOf("state", r.State, StateSucceeded, StateFailed, StateCancelled); err != nil {
+		return err
+	}
+	if len(r.ResultBlob) > MaxResultBlobBytes {
+		return invalid("result_blob is %d bytes; the limit is %d", len(r.ResultBlob), MaxResultBlobBytes)
+	}
+	if r.Error != nil {
+		if err := checkText("error.type", r.Error.Type, 64, true); err != nil {
+			return err
+		}
+		if err := checkText("error.message", r.Error.Message, MaxMessageBytes, false); err != nil {
+			return err
+		}
+	}
+	if err := checkText("stdout_tail", r.StdoutTail, MaxTailBytes, false); err != nil {
+		return err
+	}
+	return checkText("stderr_tail", r.StderrTail, MaxTailBytes, false)
+}
+
+// Validate checks a bye.
+func (r *ByeRequest) Validate() error {
+	if err := checkID("worker_id", ids.Worker, r.WorkerID); err != nil {
+		return err
+	}
+	if err := checkOneOf("reason", r.Reason, ByeIdle, ByeSignal, ByeDrain, ByeHelloFailed, ByeSpotInterruption); err != nil {
+		return err
+	}
+	if r.InflightAbandoned < 0 || r.InflightAbandoned > MaxConcurrency {
+		return invalid("inflight_abandoned must be 0-%d", MaxConcurrency)
+	}
+	return nil
+}
+
+// Validate checks a submit and fills defaults.
+func (r *SubmitRequest) Validate() error {
+	if err := checkQueue(r.Queue); err != nil {
+		return err
+	}
+	if err := checkArgv("argv", r.Argv, true); err != nil {
+		return err
+	}
+	if err := checkEnv("env", r.Env); err != nil {
+		return err
+	}
+	if err := checkEnv("run_config.env", r.RunConfig.Env); err != nil {
+		return err
+	}
+	if err := checkCommands("run_config.host_setup", r.RunConfig.HostSetup); err != nil {
+		return err
+	}
+	if err := checkCommands("run_config.run_setup", r.RunConfig.RunSetup); err != nil {
+		return err
+	}
+	if err := checkText("run_config.workdir", r.RunConfig.Workdir, 1024, false); err != nil {
+		return err
+	}
+	if r.TimeoutS < 0 || r.TimeoutS > MaxTimeoutS {
+		return invalid("timeout_s must be 0 (none) to %d", MaxTimeoutS)
+	}
+	if r.MaxAttempts == 0 {
+		r.MaxAttempts = DefaultMaxAttempts
+	}
+	if r.MaxAttempts < 1 || r.MaxAttempts > MaxAttemptsLimit {
+		return invalid("max_attempts must be 1-%d", MaxAttemptsLimit)
+	}
+	return checkText("idempotency_key", r.IdempotencyKey, MaxIDLen, false)
+}
+
+// Validate checks a setup command.
+func (r *SetupRequest) Validate() error {
+	return checkArgv("argv", r.Argv, true)
+}

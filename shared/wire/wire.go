@@ -1,0 +1,297 @@
+// Package wire holds the JSON contract of the control plane (DESIGN §3):
+// every request and answer as a plain tagged struct, the validation each
+// request gets before any store call, and the error codes. Unknown fields are
+// ignored and every field added later is optional, so old daemons and old
+// control planes keep talking.
+package wire
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Invocation states.
+const (
+	StateQueued    = "queued"
+	StateRunning   = "running"
+	StateSucceeded = "succeeded"
+	StateFailed    = "failed"
+	StateCancelled = "cancelled"
+)
+
+// InvocationStates lists every invocation state, in lifecycle order.
+var InvocationStates = []string{StateQueued, StateRunning, StateSucceeded, StateFailed, StateCancelled}
+
+// Terminal reports whether an invocation state is final.
+func Terminal(state string) bool {
+	return state == StateSucceeded || state == StateFailed || state == StateCancelled
+}
+
+// Daemon phases (seeds/worker-lifecycle.md). Booting is never sent.
+const (
+	PhaseBooting     = "booting"
+	PhaseSetup       = "setup"
+	PhaseReady       = "ready"
+	PhaseDraining    = "draining"
+	PhaseTerminating = "terminating"
+)
+
+// Bye reasons.
+const (
+	ByeIdle             = "idle"
+	ByeSignal           = "signal"
+	ByeDrain            = "drain"
+	ByeHelloFailed      = "hello_failed"
+	ByeSpotInterruption = "spot_interruption"
+)
+
+// Command types in a poll answer.
+const (
+	CommandRun    = "run"
+	CommandSetup  = "setup"
+	CommandCancel = "cancel"
+	CommandDrain  = "drain"
+)
+
+// Setup command statuses. A command is pending until the daemon reports it.
+const (
+	SetupPending   = "pending"
+	SetupSucceeded = "succeeded"
+	SetupFailed    = "failed"
+)
+
+// Error types the control plane itself writes into an invocation's error.
+const (
+	ErrorTypeWorkerLost = "worker_lost"
+	ErrorTypeTimeout    = "timeout"
+)
+
+// Capabilities is what a daemon says it can do. Hello carries the whole set;
+// a poll's updated_capabilities carries what changed (current_invocations).
+type Capabilities struct {
+	MaxConcurrency     *int `json:"max_concurrency,omitempty"`
+	CurrentInvocations *int `json:"current_invocations,omitempty"`
+}
+
+// HelloRequest is the body of POST /v1/daemon/hello.
+type HelloRequest struct {
+	MachineID    string            `json:"machine_id"`
+	BootID       string            `json:"boot_id"`
+	Label        string            `json:"label,omitempty"`
+	Tags         map[string]string `json:"tags,omitempty"`
+	Lanes        []string          `json:"lanes,omitempty"`
+	Capabilities Capabilities      `json:"capabilities"`
+	Versions     map[string]string `json:"versions,omitempty"`
+	HostKey      string            `json:"host_key,omitempty"`
+}
+
+// HelloResponse answers a hello.
+type HelloResponse struct {
+	WorkerID      string  `json:"worker_id"`
+	Token         string  `json:"token"`
+	StaleAfterS   float64 `json:"stale_after_s"`
+	PollIntervalS float64 `json:"poll_interval_s"`
+}
+
+// SetupResult reports one finished setup command.
+type SetupResult struct {
+	CommandID  string `json:"command_id" dynamodbav:"command_id"`
+	Status     string `json:"status" dynamodbav:"status"`
+	ExitCode   int    `json:"exit_code" dynamodbav:"exit_code"`
+	DurationMS int64  `json:"duration_ms" dynamodbav:"duration_ms"`
+	OutputTail string `json:"output_tail,omitempty" dynamodbav:"output_tail,omitempty"`
+}
+
+// PollRequest is the body of POST /v1/daemon/poll: the heartbeat.
+type PollRequest struct {
+	WorkerID            string        `json:"worker_id"`
+	Queue               string        `json:"queue,omitempty"`
+	TimeoutS            float64       `json:"timeout_s,omitempty"`
+	Invocations         []string      `json:"invocations,omitempty"`
+	Phase               string        `json:"phase,omitempty"`
+	HostKey             string        `json:"host_key,omitempty"`
+	UpdatedCapabilities *Capabilities `json:"updated_capabilities,omitempty"`
+	SetupResults        []SetupResult `json:"setup_results,omitempty"`
+}
+
+// RunConfig is how an invocation is run: host setup selects the host (by its
+// key), run setup runs before the body in its workdir.
+type RunConfig struct {
+	HostSetup []string          `json:"host_setup,omitempty" dynamodbav:"host_setup,omitempty"`
+	RunSetup  []string          `json:"run_setup,omitempty" dynamodbav:"run_setup,omitempty"`
+	Env       map[string]string `json:"env,omitempty" dynamodbav:"env,omitempty"`
+	Workdir   string            `json:"workdir,omitempty" dynamodbav:"workdir,omitempty"`
+}
+
+// RunInvocation is the payload of a run command.
+type RunInvocation struct {
+	InvocationID string            `json:"invocation_id"`
+	Attempt      int               `json:"attempt"`
+	Argv         []string          `json:"argv"`
+	Env          map[string]string `json:"env,omitempty"`
+	RunConfig    RunConfig         `json:"run_config"`
+	TimeoutS     int               `json:"timeout_s,omitempty"`
+	HostKey      string            `json:"host_key,omitempty"`
+}
+
+// Command is one instruction in a poll answer; Type says which fields are set.
+type Command struct {
+	Type         string         `json:"type"`
+	Invocation   *RunInvocation `json:"invocation,omitempty"`
+	CommandID    string         `json:"command_id,omitempty"`
+	Argv         []string       `json:"argv,omitempty"`
+	InvocationID string         `json:"invocation_id,omitempty"`
+}
+
+// PollResponse answers a poll.
+type PollResponse struct {
+	Commands []Command `json:"commands"`
+}
+
+// ErrorInfo is an invocation's error: a type an operator can group by and a
+// human message.
+type ErrorInfo struct {
+	Type    string `json:"type" dynamodbav:"type"`
+	Message string `json:"message,omitempty" dynamodbav:"message,omitempty"`
+}
+
+// AckRequest is the body of POST /v1/daemon/ack.
+type AckRequest struct {
+	WorkerID     string          `json:"worker_id"`
+	InvocationID string          `json:"invocation_id"`
+	Attempt      int             `json:"attempt"`
+	State        string          `json:"state"`
+	ExitCode     *int            `json:"exit_code,omitempty"`
+	ResultBlob   json.RawMessage `json:"result_blob,omitempty"`
+	Error        *ErrorInfo      `json:"error,omitempty"`
+	StdoutTail   string          `json:"stdout_tail,omitempty"`
+	StderrTail   string          `json:"stderr_tail,omitempty"`
+}
+
+// AckResponse answers an ack. Recorded is false when an earlier outcome had
+// already won; State is the invocation's state either way.
+type AckResponse struct {
+	Recorded bool   `json:"recorded"`
+	State    string `json:"state"`
+}
+
+// ByeRequest is the body of POST /v1/daemon/bye.
+type ByeRequest struct {
+	WorkerID          string `json:"worker_id"`
+	Reason            string `json:"reason"`
+	InflightAbandoned int    `json:"inflight_abandoned"`
+}
+
+// SubmitRequest is the body of POST /v1/invocations.
+type SubmitRequest struct {
+	Queue          string            `json:"queue"`
+	Argv           []string          `json:"argv"`
+	Env            map[string]string `json:"env,omitempty"`
+	RunConfig      RunConfig         `json:"run_config"`
+	TimeoutS       int               `json:"timeout_s,omitempty"`
+	MaxAttempts    int               `json:"max_attempts,omitempty"`
+	IdempotencyKey string            `json:"idempotency_key,omitempty"`
+}
+
+// Invocation is the operator's view of one invocation.
+type Invocation struct {
+	InvocationID    string            `json:"invocation_id"`
+	Queue           string            `json:"queue"`
+	State           string            `json:"state"`
+	Attempt         int               `json:"attempt"`
+	MaxAttempts     int               `json:"max_attempts"`
+	WorkerID        string            `json:"worker_id,omitempty"`
+	Argv            []string          `json:"argv"`
+	Env             map[string]string `json:"env,omitempty"`
+	RunConfig       RunConfig         `json:"run_config"`
+	TimeoutS        int               `json:"timeout_s,omitempty"`
+	ExitCode        *int              `json:"exit_code,omitempty"`
+	ResultBlob      json.RawMessage   `json:"result_blob,omitempty"`
+	Error           *ErrorInfo        `json:"error,omitempty"`
+	StdoutTail      string            `json:"stdout_tail,omitempty"`
+	StderrTail      string            `json:"stderr_tail,omitempty"`
+	HostKey         string            `json:"host_key,omitempty"`
+	CancelRequested bool              `json:"cancel_requested,omitempty"`
+	IdempotencyKey  string            `json:"idempotency_key,omitempty"`
+	CreatedAt       time.Time         `json:"created_at"`
+	StartedAt       *time.Time        `json:"started_at,omitempty"`
+	FinishedAt      *time.Time        `json:"finished_at,omitempty"`
+}
+
+// InvocationList answers GET /v1/invocations.
+type InvocationList struct {
+	Invocations []Invocation `json:"invocations"`
+	NextCursor  string       `json:"next_cursor,omitempty"`
+}
+
+// Worker is the operator's view of one worker. State is computed on read.
+type Worker struct {
+	WorkerID           string            `json:"worker_id"`
+	MachineID          string            `json:"machine_id"`
+	Label              string            `json:"label,omitempty"`
+	State              string            `json:"state"`
+	StoredState        string            `json:"stored_state"`
+	HostStatus         string            `json:"host_status,omitempty"`
+	Phase              string            `json:"phase,omitempty"`
+	HostKey            string            `json:"host_key,omitempty"`
+	Tags               map[string]string `json:"tags,omitempty"`
+	Lanes              []string          `json:"lanes,omitempty"`
+	MaxConcurrency     int               `json:"max_concurrency"`
+	CurrentInvocations int               `json:"current_invocations"`
+	LastSeenAt         *time.Time        `json:"last_seen_at,omitempty"`
+	CreatedAt          time.Time         `json:"created_at"`
+	ByeReason          string            `json:"bye_reason,omitempty"`
+	LastSetupResult    *SetupResult      `json:"last_setup_result,omitempty"`
+}
+
+// WorkerList answers GET /v1/workers.
+type WorkerList struct {
+	Workers    []Worker `json:"workers"`
+	NextCursor string   `json:"next_cursor,omitempty"`
+}
+
+// SetupRequest is the body of POST /v1/workers/{id}/setup.
+type SetupRequest struct {
+	Argv []string `json:"argv"`
+}
+
+// SetupAccepted answers POST /v1/workers/{id}/setup.
+type SetupAccepted struct {
+	CommandID string `json:"command_id"`
+}
+
+// SetupCommand is one entry of a worker's setup history.
+type SetupCommand struct {
+	CommandID  string     `json:"command_id"`
+	Argv       []string   `json:"argv"`
+	Status     string     `json:"status"`
+	ExitCode   *int       `json:"exit_code,omitempty"`
+	DurationMS int64      `json:"duration_ms,omitempty"`
+	OutputTail string     `json:"output_tail,omitempty"`
+	CreatedAt  time.Time  `json:"created_at"`
+	FinishedAt *time.Time `json:"finished_at,omitempty"`
+}
+
+// SetupResults answers GET /v1/workers/{id}/setup-results.
+type SetupResults struct {
+	WorkerID     string         `json:"worker_id"`
+	SetupResults []SetupCommand `json:"setup_results"`
+}
+
+// DrainAccepted answers POST /v1/workers/{id}/drain.
+type DrainAccepted struct {
+	WorkerID string `json:"worker_id"`
+	State    string `json:"state"`
+}
+
+// QueueStats answers GET /v1/queues/{queue}.
+type QueueStats struct {
+	Queue     string         `json:"queue"`
+	Counts    map[string]int `json:"counts"`
+	DoneCount int            `json:"done_count"`
+}
+
+// Health answers GET /v1/healthz.
+type Health struct {
+	Status string `json:"status"`
+}

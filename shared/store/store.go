@@ -134,11 +134,36 @@ func versionedPut(table, hashKey string, item map[string]types.AttributeValue, p
 	cond, names, values := versionCondition(hashKey, prev)
 	return &types.Put{
 		TableName:                 aws.String(table),
-		Item:                      item,
+		Item:                      dropEmpty(item),
 		ConditionExpression:       aws.String(cond),
 		ExpressionAttributeNames:  names,
 		ExpressionAttributeValues: values,
 	}
+}
+
+// dropEmpty removes empty maps and lists, at any depth, from item. minidyn
+// v0.8.2 drops an empty M or L from a stored item and garbles it in an index
+// projection; leaving them out reads back the same (zero) value everywhere.
+func dropEmpty(item map[string]types.AttributeValue) map[string]types.AttributeValue {
+	for k, v := range item {
+		switch v := v.(type) {
+		case *types.AttributeValueMemberM:
+			dropEmpty(v.Value)
+			if len(v.Value) == 0 {
+				delete(item, k)
+			}
+		case *types.AttributeValueMemberL:
+			if len(v.Value) == 0 {
+				delete(item, k)
+			}
+			for _, e := range v.Value {
+				if m, ok := e.(*types.AttributeValueMemberM); ok {
+					dropEmpty(m.Value)
+				}
+			}
+		}
+	}
+	return item
 }
 
 // put runs one versioned put, mapping a failed condition to errVersion.

@@ -1,0 +1,145 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/spf13/cobra"
+
+	"github.com/dreamlake/lakeshore/shared/api"
+	"github.com/dreamlake/lakeshore/shared/auth"
+	"github.com/dreamlake/lakeshore/shared/domain"
+	"github.com/dreamlake/lakeshore/shared/store"
+)
+
+type devOptions struct {
+	addr          string
+	storeKind     string
+	tablePrefix   string
+	enrollToken   string
+	operatorToken string
+	staleAfter    time.Duration
+	logLevel      string
+}
+
+func newDevCmd() *cobra.Command {
+	var o devOptions
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "Run the whole control plane locally: every route, on an embedded store or AWS",
+		Long: `Run the whole control plane on one local port: every daemon and operator
+route, over the embedded DynamoDB (default, in memory, gone on exit) or over
+DynamoDB through the standard SDK configuration (--store aws; set
+AWS_ENDPOINT_URL to use moto_server or LocalStack). Missing tables are created
+from template.yaml. Tokens not given are generated and printed.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runDev(cmd.Context(), o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.addr, "addr", "127.0.0.1:3000", "listen address")
+	f.StringVar(&o.storeKind, "store", "embedded", "state store: embedded (in memory) or aws (SDK config, AWS_ENDPOINT_URL)")
+	f.StringVar(&o.tablePrefix, "table-prefix", "lakeshore-dev-", "DynamoDB table name prefix")
+	f.StringVar(&o.enrollToken, "enroll-token", os.Getenv("LAKESHORE_ENROLL_TOKEN"), "enrollment token daemons send to hello (default: random)")
+	f.StringVar(&o.operatorToken, "operator-token", os.Getenv("LAKESHORE_OPERATOR_TOKEN"), "operator token for the operator routes (default: random)")
+	f.DurationVar(&o.staleAfter, "stale-after", domain.DefaultStaleAfter, "silence after which a worker reads stale")
+	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	return cmd
+}
+
+func runDev(ctx context.Context, o devOptions) error {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
+		return fmt.Errorf("--log-level: %w", err)
+	}
+	if o.staleAfter < time.Second {
+		return fmt.Errorf("--stale-after must be at least 1s, got %s", o.staleAfter)
+	}
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+
+	db, stopStore, err := openStore(ctx, o.storeKind)
+	if err != nil {
+		return err
+	}
+	defer stopStore()
+	if err := store.EnsureTables(ctx, db, o.tablePrefix); err != nil {
+		return fmt.Errorf("create tables: %w", err)
+	}
+
+	for _, tok := range []*string{&o.enrollToken, &o.operatorToken} {
+		if *tok == "" {
+			if *tok, err = auth.Random(24); err != nil {
+				return fmt.Errorf("generate token: %w", err)
+			}
+		}
+	}
+	srv, err := api.New(api.Config{
+		Store:         store.New(db, o.tablePrefix),
+		EnrollToken:   o.enrollToken,
+		OperatorToken: o.operatorToken,
+		StaleAfter:    o.staleAfter,
+		Logger:        log,
+	})
+	if err != nil {
+		return err
+	}
+
+	ln, err := net.Listen("tcp", o.addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", o.addr, err)
+	}
+	url := "http://" + ln.Addr().String()
+	// These lines are the interface scripts and tests read: keep their shape.
+	fmt.Printf("lakeshore dev: listening on %s (store %s, tables %s*)\n", url, o.storeKind, o.tablePrefix)
+	fmt.Printf("LAKESHORE_URL=%s\n", url)
+	fmt.Printf("LAKESHORE_ENROLL_TOKEN=%s\n", o.enrollToken)
+	fmt.Printf("LAKESHORE_TOKEN=%s\n", o.operatorToken)
+
+	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	log.Info("shutting down")
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := hs.Shutdown(shutdownCtx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	return nil
+}
+
+// openStore returns a DynamoDB client for the chosen store and a function
+// that releases it.
+func openStore(ctx context.Context, kind string) (*dynamodb.Client, func(), error) {
+	switch kind {
+	case "embedded":
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, nil, fmt.Errorf("embedded store: %w", err)
+		}
+		hs := &http.Server{Handler: store.EmbeddedHandler(), ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = hs.Serve(ln) }()
+		return store.EndpointClient("http://" + ln.Addr().String()), func() { _ = hs.Close() }, nil
+	case "aws":
+		cfg, err := config.LoadDefaultConfig(ctx)
+		if err != nil {
+			return nil, nil, fmt.Errorf("load AWS config: %w", err)
+		}
+		return dynamodb.NewFromConfig(cfg), func() {}, nil
+	default:
+		return nil, nil, fmt.Errorf("--store must be embedded or aws, got %q", kind)
+	}
+}

@@ -35,6 +35,8 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-lambda-go/lambda"
+
+	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
 // Start serves h as the Lambda function's handler; like lambda.Start it
@@ -62,7 +64,7 @@ func Handler(h http.Handler) func(ctx context.Context, req events.APIGatewayV2HT
 	return func(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
 		r, err := newRequest(ctx, ev)
 		if err != nil {
-			return errorResponse(http.StatusBadRequest, "bad_request", err.Error()), nil
+			return errorResponse(wire.Errorf(wire.CodeInvalid, "%s", err.Error())), nil
 		}
 		w := newResponseWriter(r.Method)
 		if p := serve(h, w, r); p != nil {
@@ -72,7 +74,7 @@ func Handler(h http.Handler) func(ctx context.Context, req events.APIGatewayV2HT
 				"request_id", ev.RequestContext.RequestID,
 				"panic", fmt.Sprint(p.value),
 				"stack", string(p.stack))
-			return errorResponse(http.StatusInternalServerError, "internal", "internal server error"), nil
+			return errorResponse(wire.Errorf(wire.CodeInternal, "internal server error")), nil
 		}
 		return w.response(), nil
 	}
@@ -189,21 +191,11 @@ func serve(h http.Handler, w http.ResponseWriter, r *http.Request) (p *panicked)
 	return nil
 }
 
-// errorResponse answers with the wire API's error body.
-func errorResponse(status int, code, message string) events.APIGatewayV2HTTPResponse {
-	type errorBody struct {
-		Code    string `json:"code"`
-		Message string `json:"message"`
-	}
-	b, err := json.Marshal(struct {
-		Error errorBody `json:"error"`
-	}{errorBody{Code: code, Message: message}})
-	if err != nil {
-		// Marshalling two strings cannot fail.
-		panic(err)
-	}
+// errorResponse answers with the wire API's error body for err.
+func errorResponse(err *wire.Error) events.APIGatewayV2HTTPResponse {
+	b, _ := json.Marshal(wire.BodyFor(err)) // two strings: cannot fail
 	return events.APIGatewayV2HTTPResponse{
-		StatusCode: status,
+		StatusCode: wire.Status(err.Code),
 		Headers:    map[string]string{"Content-Type": "application/json"},
 		Body:       string(b),
 	}

@@ -614,7 +614,7 @@ func TestMalformedEventIsBadRequest(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Handler returned error %v, want a 400 response", err)
 			}
-			body := checkJSONError(t, res, http.StatusBadRequest, "bad_request")
+			body := checkJSONError(t, res, http.StatusBadRequest, "invalid")
 			if !strings.Contains(body.Error.Message, tt.wantMessage) {
 				t.Errorf("message %q does not mention %q", body.Error.Message, tt.wantMessage)
 			}

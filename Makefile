@@ -1,0 +1,52 @@
+# Lakeshore build, test and check targets. Names are pinned (DESIGN §8).
+GO        ?= go
+BIN       := bin
+DIST      := dist
+FUNCTIONS := hello poll ack bye api
+# Lambda binaries: arm64 for deploy (template.yaml); LAMBDA_ARCH=amd64 for
+# local runs under the runtime emulator on this machine.
+LAMBDA_ARCH ?= arm64
+STATIC    := CGO_ENABLED=0
+LDFLAGS   := -s -w
+
+.PHONY: all build lambdas test test-race lint check bench clean
+
+all: build
+
+## build: static binaries in bin/ (lakeshore; nymph arrives with the agent)
+build:
+	$(STATIC) $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/lakeshore ./cli/lakeshore
+
+## lambdas: one static bootstrap per function for provided.al2023
+lambdas:
+	@for f in $(FUNCTIONS); do \
+		echo "lambda $$f ($(LAMBDA_ARCH))"; \
+		$(STATIC) GOOS=linux GOARCH=$(LAMBDA_ARCH) $(GO) build -trimpath -tags lambda.norpc \
+			-ldflags '$(LDFLAGS)' -o $(DIST)/$$f/bootstrap ./functions/$$f || exit 1; \
+	done
+
+## test: every check and every test (starts moto_server itself)
+test: lint check
+	$(GO) test -race -count=1 -timeout 12m ./...
+
+## lint: gofmt, go vet, go mod tidy, cfn-lint
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+		if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) mod tidy -diff
+	@if command -v cfn-lint >/dev/null 2>&1; then cfn-lint template.yaml && echo "cfn-lint: ok"; \
+	elif [ "$${CI:-}" = "true" ]; then echo "cfn-lint is missing (pip install cfn-lint)"; exit 1; \
+	else echo "cfn-lint not installed; skipping template check"; fi
+
+## check: shared/ must never import agent/, functions/ or cli/
+check:
+	@bad=$$($(GO) list -deps ./shared/... | grep -E 'lakeshore/(agent|functions|cli)(/|$$)' || true); \
+		if [ -n "$$bad" ]; then echo "shared/ imports: $$bad"; exit 1; fi; echo "layering: ok"
+
+## bench: store benchmarks (claims/s, conflicts/claim, requests/lifecycle)
+bench:
+	$(GO) test -run '^$$' -bench . -benchtime 2000x ./shared/store/
+
+clean:
+	rm -rf $(BIN) $(DIST)

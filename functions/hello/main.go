@@ -1,0 +1,8 @@
+// Command hello is the Lambda behind the hello route group. It only wires: the
+// routes and rules live in shared/, so the same code runs under Lambda,
+// under `lakeshore dev` and in tests.
+package main
+
+import "github.com/dreamlake/lakeshore/shared/config"
+
+func main() { config.RunLambda("hello") }

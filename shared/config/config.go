@@ -1,0 +1,128 @@
+// Package config reads the control plane's configuration in Lambda mode
+// (DESIGN §8): table prefix, tokens (from the environment or from SSM
+// SecureString parameters) and the stale window. It refuses to start without
+// tokens: a control plane never runs open.
+package config
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/ssm"
+
+	"github.com/dreamlake/lakeshore/shared/api"
+	"github.com/dreamlake/lakeshore/shared/domain"
+	"github.com/dreamlake/lakeshore/shared/lambdahttp"
+	"github.com/dreamlake/lakeshore/shared/store"
+)
+
+// Environment variable names.
+const (
+	EnvTablePrefix   = "LAKESHORE_TABLE_PREFIX"
+	EnvEnrollToken   = "LAKESHORE_ENROLL_TOKEN"
+	EnvOperatorToken = "LAKESHORE_OPERATOR_TOKEN"
+	EnvStaleAfter    = "LAKESHORE_STALE_AFTER"
+	paramSuffix      = "_PARAM" // names an SSM SecureString holding the value
+	DefaultPrefix    = "lakeshore-"
+)
+
+// Config is the control plane's configuration.
+type Config struct {
+	TablePrefix   string
+	EnrollToken   string
+	OperatorToken string
+	StaleAfter    time.Duration
+}
+
+// ParameterGetter is the SSM call the loader makes.
+type ParameterGetter interface {
+	GetParameter(context.Context, *ssm.GetParameterInput, ...func(*ssm.Options)) (*ssm.GetParameterOutput, error)
+}
+
+// Load reads the configuration from getenv, fetching <NAME>_PARAM values
+// through params (which may be nil when no parameter is named).
+func Load(ctx context.Context, getenv func(string) string, params ParameterGetter) (Config, error) {
+	c := Config{TablePrefix: getenv(EnvTablePrefix), StaleAfter: domain.DefaultStaleAfter}
+	if c.TablePrefix == "" {
+		c.TablePrefix = DefaultPrefix
+	}
+	if v := getenv(EnvStaleAfter); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < time.Second {
+			return Config{}, fmt.Errorf("%s must be a duration of at least 1s, like 60s; got %q", EnvStaleAfter, v)
+		}
+		c.StaleAfter = d
+	}
+	for _, s := range []struct {
+		name string
+		dst  *string
+	}{{EnvEnrollToken, &c.EnrollToken}, {EnvOperatorToken, &c.OperatorToken}} {
+		v, err := secret(ctx, getenv, params, s.name)
+		if err != nil {
+			return Config{}, err
+		}
+		*s.dst = v
+	}
+	return c, nil
+}
+
+func secret(ctx context.Context, getenv func(string) string, params ParameterGetter, name string) (string, error) {
+	if v := getenv(name); v != "" {
+		return v, nil
+	}
+	param := getenv(name + paramSuffix)
+	if param == "" {
+		return "", fmt.Errorf("%s or %s%s must be set: the control plane refuses to run without it", name, name, paramSuffix)
+	}
+	if params == nil {
+		return "", fmt.Errorf("%s%s is set but no SSM client is available", name, paramSuffix)
+	}
+	out, err := params.GetParameter(ctx, &ssm.GetParameterInput{Name: aws.String(param), WithDecryption: aws.Bool(true)})
+	if err != nil {
+		return "", fmt.Errorf("read SSM parameter %s (%s%s): %w", param, name, paramSuffix, err)
+	}
+	if out.Parameter == nil || aws.ToString(out.Parameter.Value) == "" {
+		return "", fmt.Errorf("SSM parameter %s (%s%s) is empty", param, name, paramSuffix)
+	}
+	return aws.ToString(out.Parameter.Value), nil
+}
+
+// Router builds the control plane's HTTP router from the process
+// environment and the standard AWS SDK configuration: what every Lambda
+// main runs.
+func Router(ctx context.Context) (*api.Server, error) {
+	awsCfg, err := awsconfig.LoadDefaultConfig(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("load AWS config: %w", err)
+	}
+	c, err := Load(ctx, os.Getenv, ssm.NewFromConfig(awsCfg))
+	if err != nil {
+		return nil, err
+	}
+	log := slog.New(slog.NewJSONHandler(os.Stdout, nil))
+	return api.New(api.Config{
+		Store:         store.New(dynamodb.NewFromConfig(awsCfg), c.TablePrefix),
+		EnrollToken:   c.EnrollToken,
+		OperatorToken: c.OperatorToken,
+		StaleAfter:    c.StaleAfter,
+		Logger:        log,
+	})
+}
+
+// RunLambda is the whole main of a route-group Lambda: build the router from
+// the environment and serve API Gateway events with it. It exits 1 when the
+// configuration is incomplete, so a misconfigured deploy fails its INIT.
+func RunLambda(name string) {
+	router, err := Router(context.Background())
+	if err != nil {
+		slog.Error(name+": start", "error", err.Error())
+		os.Exit(1)
+	}
+	lambdahttp.Start(router)
+}

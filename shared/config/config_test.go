@@ -1,0 +1,62 @@
+package config
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/ssm"
+	"github.com/aws/aws-sdk-go-v2/service/ssm/types"
+)
+
+type fakeSSM map[string]string
+
+func (f fakeSSM) GetParameter(_ context.Context, in *ssm.GetParameterInput, _ ...func(*ssm.Options)) (*ssm.GetParameterOutput, error) {
+	if !aws.ToBool(in.WithDecryption) {
+		return nil, errors.New("asked without decryption")
+	}
+	v, ok := f[aws.ToString(in.Name)]
+	if !ok {
+		return nil, errors.New("ParameterNotFound")
+	}
+	return &ssm.GetParameterOutput{Parameter: &types.Parameter{Value: aws.String(v)}}, nil
+}
+
+func TestLoad(t *testing.T) {
+	params := fakeSSM{"/ls/enroll": "from-ssm"}
+	cases := []struct {
+		name    string
+		env     map[string]string
+		want    Config
+		wantErr string
+	}{
+		{"tokens from env, defaults", map[string]string{EnvEnrollToken: "e", EnvOperatorToken: "o"},
+			Config{TablePrefix: DefaultPrefix, EnrollToken: "e", OperatorToken: "o", StaleAfter: 60 * time.Second}, ""},
+		{"token from SSM", map[string]string{EnvEnrollToken + "_PARAM": "/ls/enroll", EnvOperatorToken: "o", EnvTablePrefix: "p-", EnvStaleAfter: "3s"},
+			Config{TablePrefix: "p-", EnrollToken: "from-ssm", OperatorToken: "o", StaleAfter: 3 * time.Second}, ""},
+		{"missing token refuses", map[string]string{EnvEnrollToken: "e"}, Config{}, "LAKESHORE_OPERATOR_TOKEN or LAKESHORE_OPERATOR_TOKEN_PARAM must be set"},
+		{"missing parameter", map[string]string{EnvEnrollToken + "_PARAM": "/nope", EnvOperatorToken: "o"}, Config{}, "read SSM parameter /nope"},
+		{"bad stale", map[string]string{EnvEnrollToken: "e", EnvOperatorToken: "o", EnvStaleAfter: "soon"}, Config{}, "LAKESHORE_STALE_AFTER must be a duration"},
+		{"stale too short", map[string]string{EnvEnrollToken: "e", EnvOperatorToken: "o", EnvStaleAfter: "10ms"}, Config{}, "at least 1s"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := Load(context.Background(), func(k string) string { return c.env[k] }, params)
+			if c.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), c.wantErr) {
+					t.Fatalf("err = %v, want one containing %q", err, c.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != c.want {
+				t.Fatalf("got %+v, want %+v", got, c.want)
+			}
+		})
+	}
+}

@@ -1,7 +1,433 @@
 package main
 
-import "github.com/spf13/cobra"
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/dreamlake/lakeshore/shared/client"
+	"github.com/dreamlake/lakeshore/shared/wire"
+)
+
+// Defaults and environment of the client commands (DESIGN §8).
+const (
+	defaultURL = "http://127.0.0.1:3000"
+	envURL     = "LAKESHORE_URL"
+	envToken   = "LAKESHORE_TOKEN"
+)
+
+// Output formats of --output.
+const (
+	outputText = "text"
+	outputJSON = "json"
+)
+
+// clientOptions are the flags every client command shares.
+type clientOptions struct {
+	url    string
+	token  string
+	output string
+}
+
+// register adds the shared flags to cmd as persistent flags, so a parent
+// such as `ls` hands them to its subcommands. The environment is read when
+// the command runs, not here, so the token never shows up as a default in
+// --help.
+func (o *clientOptions) register(cmd *cobra.Command) {
+	f := cmd.PersistentFlags()
+	f.StringVar(&o.url, "url", "", "control plane URL (env "+envURL+", default "+defaultURL+")")
+	f.StringVar(&o.token, "token", "", "operator token (env "+envToken+"; lakeshore dev prints one)")
+	f.StringVarP(&o.output, "output", "o", outputText, "output format: text or json")
+}
+
+// client checks the shared flags and returns a client for them.
+func (o *clientOptions) client() (*client.Client, error) {
+	if o.output != outputText && o.output != outputJSON {
+		return nil, fmt.Errorf("--output must be text or json, got %q", o.output)
+	}
+	url := o.url
+	if url == "" {
+		url = os.Getenv(envURL)
+	}
+	if url == "" {
+		url = defaultURL
+	}
+	if !strings.HasPrefix(url, "http://") && !strings.HasPrefix(url, "https://") {
+		return nil, fmt.Errorf("--url must start with http:// or https://, got %q", url)
+	}
+	token := o.token
+	if token == "" {
+		token = os.Getenv(envToken)
+	}
+	if token == "" {
+		return nil, fmt.Errorf("no operator token: pass --token or set %s (`lakeshore dev` prints it)", envToken)
+	}
+	return client.New(url, token, client.WithUserAgent("lakeshore-cli/1")), nil
+}
+
+func (o *clientOptions) json() bool { return o.output == outputJSON }
 
 // addClientCommands adds the operator API client commands (submit, get, ls,
-// drain, watch).
-func addClientCommands(root *cobra.Command) {}
+// cancel, drain, setup, watch).
+func addClientCommands(root *cobra.Command) {
+	o := &clientOptions{}
+	for _, cmd := range []*cobra.Command{
+		newSubmitCmd(o),
+		newGetCmd(o),
+		newLsCmd(o),
+		newCancelCmd(o),
+		newDrainCmd(o),
+		newSetupCmd(o),
+		newWatchCmd(o),
+	} {
+		o.register(cmd)
+		root.AddCommand(cmd)
+	}
+}
+
+type submitOptions struct {
+	queue          string
+	hostSetup      []string
+	runSetup       []string
+	env            []string
+	workdir        string
+	timeout        time.Duration
+	maxAttempts    int
+	idempotencyKey string
+	wait           bool
+	waitTimeout    time.Duration
+}
+
+func newSubmitCmd(o *clientOptions) *cobra.Command {
+	var s submitOptions
+	cmd := &cobra.Command{
+		Use:   "submit [flags] -- ARGV...",
+		Short: "Queue an invocation: a command and its run config",
+		Long: `Queue an invocation of ARGV on a queue and print its id. Flags end at the
+first argument (or at --), so the command's own flags need no quoting:
+
+  lakeshore submit --queue gpu --env SEED=1 -- python train.py --epochs 3
+
+--host-setup commands select the host: only a worker started with the same
+--host-setup list (the same host key) runs the invocation. --run-setup
+commands run in the invocation's workdir before ARGV.
+
+With --wait, follow the invocation until it finishes (progress on stderr) and
+exit non-zero unless it succeeded.`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runSubmit(cmd, o, s, args)
+		},
+	}
+	cmd.Flags().SetInterspersed(false)
+	f := cmd.Flags()
+	f.StringVarP(&s.queue, "queue", "q", "default", "queue to submit to")
+	f.StringArrayVar(&s.hostSetup, "host-setup", nil, "host setup shell command (repeatable, ordered; selects the host key)")
+	f.StringArrayVar(&s.runSetup, "run-setup", nil, "shell command run before ARGV in its workdir (repeatable, ordered)")
+	f.StringArrayVarP(&s.env, "env", "e", nil, "environment variable K=V for the command (repeatable)")
+	f.StringVar(&s.workdir, "workdir", "", "working directory on the worker (default: a fresh one per attempt)")
+	f.DurationVar(&s.timeout, "timeout", 0, "kill the command after this long (0: no limit; rounded up to seconds)")
+	f.IntVar(&s.maxAttempts, "max-attempts", 0, "attempts before a lost worker fails it (default 3)")
+	f.StringVar(&s.idempotencyKey, "idempotency-key", "", "submitting the same key again returns the first invocation")
+	f.BoolVarP(&s.wait, "wait", "w", false, "wait until the invocation finishes; exit 1 unless it succeeded")
+	f.DurationVar(&s.waitTimeout, "wait-timeout", 0, "give up waiting after this long (0: wait until interrupted)")
+	return cmd
+}
+
+func runSubmit(cmd *cobra.Command, o *clientOptions, s submitOptions, argv []string) error {
+	c, err := o.client()
+	if err != nil {
+		return err
+	}
+	if s.timeout < 0 || s.waitTimeout < 0 {
+		return errors.New("--timeout and --wait-timeout must not be negative")
+	}
+	env, err := parseEnv(s.env)
+	if err != nil {
+		return err
+	}
+	req := wire.SubmitRequest{
+		Queue: s.queue,
+		Argv:  argv,
+		Env:   env,
+		RunConfig: wire.RunConfig{
+			HostSetup: s.hostSetup,
+			RunSetup:  s.runSetup,
+			Workdir:   s.workdir,
+		},
+		TimeoutS:       int((s.timeout + time.Second - 1) / time.Second),
+		MaxAttempts:    s.maxAttempts,
+		IdempotencyKey: s.idempotencyKey,
+	}
+	ctx := cmd.Context()
+	inv, created, err := c.Submit(ctx, req)
+	if err != nil {
+		return err
+	}
+	stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
+	if !created {
+		fmt.Fprintf(stderr, "idempotency key %q was used before: this is %s, already %s\n",
+			s.idempotencyKey, inv.InvocationID, inv.State)
+	}
+	if !s.wait {
+		if o.json() {
+			return printJSON(stdout, inv)
+		}
+		_, err := fmt.Fprintln(stdout, inv.InvocationID)
+		return err
+	}
+	if !o.json() {
+		fmt.Fprintln(stdout, inv.InvocationID)
+	}
+	final, err := waitInvocation(ctx, c, inv, stderr, s.waitTimeout)
+	if err != nil {
+		return err
+	}
+	if o.json() {
+		if err := printJSON(stdout, final); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintln(stdout, summary(final))
+	}
+	if final.State != wire.StateSucceeded {
+		return errors.New(outcome(final))
+	}
+	return nil
+}
+
+// parseEnv turns K=V flags into a map.
+func parseEnv(kvs []string) (map[string]string, error) {
+	if len(kvs) == 0 {
+		return nil, nil
+	}
+	env := make(map[string]string, len(kvs))
+	for _, kv := range kvs {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("--env wants K=V, got %q", kv)
+		}
+		env[k] = v
+	}
+	return env, nil
+}
+
+// Bounds of the --wait backoff. The first checks come quickly because short
+// invocations are common; a long one is checked every few seconds.
+var (
+	waitMinInterval = 200 * time.Millisecond
+	waitMaxInterval = 5 * time.Second
+)
+
+// waitInvocation follows inv until it is terminal, printing a progress line
+// to progress whenever its state, attempt or worker changes. Transport
+// failures and 5xx answers are retried (the control plane may be
+// restarting); any other error answer ends the wait. timeout 0 waits until
+// ctx ends.
+func waitInvocation(ctx context.Context, c *client.Client, inv wire.Invocation, progress io.Writer, timeout time.Duration) (wire.Invocation, error) {
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, timeout, fmt.Errorf("--wait-timeout %s passed", timeout))
+		defer cancel()
+	}
+	last := ""
+	delay := waitMinInterval
+	for {
+		if key := inv.State + "/" + fmt.Sprint(inv.Attempt) + "/" + inv.WorkerID + "/" + fmt.Sprint(inv.CancelRequested); key != last {
+			last = key
+			delay = waitMinInterval
+			fmt.Fprintf(progress, "%s %s\n", time.Now().Format(time.TimeOnly), progressLine(inv))
+		}
+		if wire.Terminal(inv.State) {
+			return inv, nil
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return inv, fmt.Errorf("stopped waiting for %s, still %s: %w", inv.InvocationID, inv.State, context.Cause(ctx))
+		case <-t.C:
+		}
+		delay = min(delay*3/2, waitMaxInterval)
+		next, err := c.GetInvocation(ctx, inv.InvocationID)
+		switch {
+		case err == nil:
+			inv = next
+		case ctx.Err() != nil:
+			return inv, fmt.Errorf("stopped waiting for %s, still %s: %w", inv.InvocationID, inv.State, context.Cause(ctx))
+		case client.Retryable(err):
+			fmt.Fprintf(progress, "%s %v (still waiting)\n", time.Now().Format(time.TimeOnly), err)
+		default:
+			return inv, err
+		}
+	}
+}
+
+// progressLine describes where an invocation is, for --wait.
+func progressLine(inv wire.Invocation) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s", inv.InvocationID, inv.State)
+	if inv.Attempt > 0 {
+		fmt.Fprintf(&b, " attempt %d/%d", inv.Attempt, inv.MaxAttempts)
+	}
+	if inv.WorkerID != "" {
+		fmt.Fprintf(&b, " on %s", inv.WorkerID)
+	}
+	if inv.CancelRequested && !wire.Terminal(inv.State) {
+		b.WriteString(" (cancel requested)")
+	}
+	return b.String()
+}
+
+// summary is the one line --wait prints for a finished invocation.
+func summary(inv wire.Invocation) string {
+	s := fmt.Sprintf("%s %s exit_code=%s attempt=%d/%d", inv.InvocationID, inv.State, exitCode(inv.ExitCode), inv.Attempt, inv.MaxAttempts)
+	if inv.WorkerID != "" {
+		s += " worker=" + inv.WorkerID
+	}
+	return s
+}
+
+// outcome is the error a --wait returns for an invocation that did not
+// succeed: its state, exit code and error.
+func outcome(inv wire.Invocation) string {
+	s := fmt.Sprintf("invocation %s %s", inv.InvocationID, inv.State)
+	if inv.ExitCode != nil {
+		s += fmt.Sprintf(" with exit code %d", *inv.ExitCode)
+	}
+	if inv.Error != nil {
+		s += ": " + errorText(inv.Error)
+	}
+	return s
+}
+
+func newGetCmd(o *clientOptions) *cobra.Command {
+	return &cobra.Command{
+		Use:   "get ID",
+		Short: "Show one invocation (inv_…) or worker (wrk_…)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := o.client()
+			if err != nil {
+				return err
+			}
+			id, out := args[0], cmd.OutOrStdout()
+			switch {
+			case strings.HasPrefix(id, "inv_"):
+				inv, err := c.GetInvocation(cmd.Context(), id)
+				if err != nil {
+					return err
+				}
+				if o.json() {
+					return printJSON(out, inv)
+				}
+				return describeInvocation(out, inv, time.Now())
+			case strings.HasPrefix(id, "wrk_"):
+				w, err := c.GetWorker(cmd.Context(), id)
+				if err != nil {
+					return err
+				}
+				if o.json() {
+					return printJSON(out, w)
+				}
+				return describeWorker(out, w, time.Now())
+			default:
+				return fmt.Errorf("%q is neither an invocation id (inv_…) nor a worker id (wrk_…)", id)
+			}
+		},
+	}
+}
+
+func newCancelCmd(o *clientOptions) *cobra.Command {
+	return &cobra.Command{
+		Use:   "cancel INVOCATION_ID",
+		Short: "Cancel an invocation: a queued one at once, a running one on its worker's next poll",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := o.client()
+			if err != nil {
+				return err
+			}
+			inv, err := c.CancelInvocation(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if o.json() {
+				return printJSON(out, inv)
+			}
+			if inv.State == wire.StateRunning {
+				_, err = fmt.Fprintf(out, "%s cancel requested; %s stops it on its next poll\n", inv.InvocationID, inv.WorkerID)
+				return err
+			}
+			_, err = fmt.Fprintf(out, "%s %s\n", inv.InvocationID, inv.State)
+			return err
+		},
+	}
+}
+
+func newDrainCmd(o *clientOptions) *cobra.Command {
+	return &cobra.Command{
+		Use:   "drain WORKER_ID",
+		Short: "Drain a worker: it claims nothing more, finishes what it runs and leaves",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := o.client()
+			if err != nil {
+				return err
+			}
+			d, err := c.DrainWorker(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if o.json() {
+				return printJSON(cmd.OutOrStdout(), d)
+			}
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s %s\n", d.WorkerID, d.State)
+			return err
+		},
+	}
+}
+
+func newSetupCmd(o *clientOptions) *cobra.Command {
+	return &cobra.Command{
+		Use:   "setup WORKER_ID [-- ARGV...]",
+		Short: "Queue a setup command on a worker, or list its setup commands",
+		Long: `With ARGV, append a setup command to the worker's setup FIFO and print its
+command id; the worker runs it before it claims more work. Without ARGV, list
+the worker's setup commands and their outcomes.`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := o.client()
+			if err != nil {
+				return err
+			}
+			id, argv, out := args[0], args[1:], cmd.OutOrStdout()
+			if len(argv) > 0 {
+				acc, err := c.AddSetup(cmd.Context(), id, argv)
+				if err != nil {
+					return err
+				}
+				if o.json() {
+					return printJSON(out, acc)
+				}
+				_, err = fmt.Fprintln(out, acc.CommandID)
+				return err
+			}
+			res, err := c.SetupResults(cmd.Context(), id)
+			if err != nil {
+				return err
+			}
+			if o.json() {
+				return printJSON(out, res)
+			}
+			return setupTable(out, res, time.Now())
+		},
+	}
+}

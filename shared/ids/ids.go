@@ -25,7 +25,8 @@ type Generator struct {
 	Now     func() time.Time
 	Entropy io.Reader
 
-	mu sync.Mutex
+	mu        sync.Mutex
+	monotonic io.Reader
 }
 
 // New returns prefix_ULID. ULIDs sort by creation time, which is what makes
@@ -37,10 +38,16 @@ func (g *Generator) New(prefix string) string {
 	if g.Now != nil {
 		now = g.Now
 	}
-	entropy := g.Entropy
-	if entropy == nil {
-		entropy = rand.Reader
+	// Monotonic entropy: ids made in the same millisecond still increase,
+	// so the claim index hands out a burst of submits in order.
+	if g.monotonic == nil {
+		src := g.Entropy
+		if src == nil {
+			src = rand.Reader
+		}
+		g.monotonic = ulid.Monotonic(src, 0)
 	}
+	entropy := g.monotonic
 	id, err := ulid.New(ulid.Timestamp(now()), entropy)
 	if err != nil {
 		// Only a failing entropy source gets here; fall back to crypto/rand,

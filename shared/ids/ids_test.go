@@ -43,3 +43,18 @@ func TestValid(t *testing.T) {
 		})
 	}
 }
+
+// TestNewIsMonotonicWithinAMillisecond: ids made in the same millisecond
+// still sort in creation order, so the claim index stays FIFO under bursts.
+func TestNewIsMonotonicWithinAMillisecond(t *testing.T) {
+	clock := time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC)
+	g := &Generator{Now: func() time.Time { return clock }}
+	prev := g.New(Invocation)
+	for range 1000 {
+		next := g.New(Invocation)
+		if next <= prev {
+			t.Fatalf("id %q not after %q within one millisecond", next, prev)
+		}
+		prev = next
+	}
+}

@@ -469,11 +469,20 @@ func (s *Store) RequeueHeld(ctx context.Context, workerID, why string) (int, err
 	return len(held), errors.Join(errs...)
 }
 
-// ListInvocations pages through invocations, newest last, optionally of one
-// queue and one state. Without a queue it scans (an operator view, not a hot
-// path).
+// ListInvocations pages through invocations, optionally of one queue and
+// one state. Of a queue they come oldest first (ids are ULIDs); without a
+// queue it scans (an operator view, not a hot path) in no particular order.
 func (s *Store) ListInvocations(ctx context.Context, queue, state string, limit int, cursor string) ([]domain.Invocation, string, error) {
-	start, err := decodeCursor(cursor)
+	var start map[string]types.AttributeValue
+	var err error
+	switch {
+	case queue != "" && state != "":
+		start, err = decodeCursor(cursor, map[string]string{"queue_state": queue + "#" + state}, "queue_state", "invocation_id")
+	case queue != "":
+		start, err = decodeCursor(cursor, map[string]string{"queue": queue}, "queue", "invocation_id")
+	default:
+		start, err = decodeCursor(cursor, nil, "invocation_id")
+	}
 	if err != nil {
 		return nil, "", err
 	}

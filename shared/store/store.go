@@ -250,20 +250,32 @@ func encodeCursor(k map[string]types.AttributeValue) string {
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-func decodeCursor(c string) (map[string]types.AttributeValue, error) {
+// decodeCursor accepts only a cursor of the listing it is given back to: it
+// must hold exactly the key attributes of that table or index, and the
+// partition values fixed by the query. DynamoDB refuses a foreign start key
+// with a ValidationException (a 500 here); this answers 400 instead.
+func decodeCursor(c string, fixed map[string]string, keys ...string) (map[string]types.AttributeValue, error) {
 	if c == "" {
 		return nil, nil
 	}
+	bad := wire.Errorf(wire.CodeInvalid, "cursor is not one this listing returned")
 	b, err := base64.RawURLEncoding.DecodeString(c)
 	if err != nil {
-		return nil, wire.Errorf(wire.CodeInvalid, "cursor is not one this API returned")
+		return nil, bad
 	}
 	var m map[string]string
-	if err := json.Unmarshal(b, &m); err != nil || len(m) == 0 || len(m) > 4 {
-		return nil, wire.Errorf(wire.CodeInvalid, "cursor is not one this API returned")
+	if err := json.Unmarshal(b, &m); err != nil || len(m) != len(keys) {
+		return nil, bad
 	}
 	out := map[string]types.AttributeValue{}
-	for k, v := range m {
+	for _, k := range keys {
+		v, ok := m[k]
+		if !ok || v == "" {
+			return nil, bad
+		}
+		if want, ok := fixed[k]; ok && v != want {
+			return nil, bad
+		}
 		out[k] = str(v)
 	}
 	return out, nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
@@ -237,6 +238,9 @@ func (s *Store) Heartbeat(ctx context.Context, req wire.PollRequest, auth Author
 		if err != nil {
 			return err
 		}
+		if req.Queue != "" && len(w.Lanes) > 0 && !slices.Contains(w.Lanes, req.Queue) {
+			return wire.Errorf(wire.CodeInvalid, "queue %q is not one of the lanes %v this worker said hello with", req.Queue, w.Lanes)
+		}
 		w.State = state
 		w.Phase = req.Phase
 		w.LastSeenAt = now
@@ -281,6 +285,7 @@ func (s *Store) MarkGone(ctx context.Context, id string, auth Authorize, why str
 			return nil
 		}
 		w.State = domain.WorkerGone
+		w.CurrentInvocations = 0 // what it held is handed back by RequeueHeld
 		w.ByeReason = why
 		w.GoneAt = now
 		w.LastSeenAt = now
@@ -307,7 +312,7 @@ func (s *Store) RequestDrain(ctx context.Context, id string) (domain.Worker, err
 
 // ListWorkers pages through every worker row (a scan: an operator view).
 func (s *Store) ListWorkers(ctx context.Context, limit int, cursor string) ([]domain.Worker, string, error) {
-	start, err := decodeCursor(cursor)
+	start, err := decodeCursor(cursor, nil, "worker_id")
 	if err != nil {
 		return nil, "", err
 	}

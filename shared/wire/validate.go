@@ -42,7 +42,9 @@ const (
 	MaxPollTimeoutS    = 20
 )
 
-var queueName = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
+// queueName starts with a letter or digit: a name of dots only ("." or "..")
+// would be eaten as a path segment in GET /v1/queues/{queue}.
+var queueName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
 
 // ValidQueue reports whether q is a well-formed queue name.
 func ValidQueue(q string) bool { return queueName.MatchString(q) }
@@ -121,7 +123,7 @@ func checkQueue(q string) error {
 		return invalid("queue is required")
 	}
 	if !ValidQueue(q) {
-		return invalid("queue must be 1-%d characters of A-Z a-z 0-9 _ . -, got %q", MaxQueueLen, clip(q))
+		return invalid("queue must be 1-%d characters of A-Z a-z 0-9 _ . -, starting with a letter or digit; got %q", MaxQueueLen, clip(q))
 	}
 	return nil
 }

@@ -1,0 +1,437 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dreamlake/lakeshore/shared/api"
+	"github.com/dreamlake/lakeshore/shared/client"
+	"github.com/dreamlake/lakeshore/shared/store"
+	"github.com/dreamlake/lakeshore/shared/store/storetest"
+	"github.com/dreamlake/lakeshore/shared/wire"
+)
+
+const (
+	testEnrollToken   = "cli-test-enroll-token"
+	testOperatorToken = "cli-test-operator-token"
+)
+
+// testPlane is a real control plane (router over a fresh embedded store) on
+// 127.0.0.1, with a client for its operator routes.
+type testPlane struct {
+	url string
+	op  *client.Client
+}
+
+func newTestPlane(t *testing.T) testPlane {
+	t.Helper()
+	// The commands fall back to these; a developer's shell must not leak in.
+	t.Setenv(envURL, "")
+	t.Setenv(envToken, "")
+	db := storetest.Embedded(t)
+	prefix := storetest.Prefix(t)
+	if err := store.EnsureTables(t.Context(), db, prefix); err != nil {
+		t.Fatalf("create tables: %v", err)
+	}
+	srv, err := api.New(api.Config{
+		Store:         store.New(db, prefix),
+		EnrollToken:   testEnrollToken,
+		OperatorToken: testOperatorToken,
+		Logger:        slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatalf("api.New: %v", err)
+	}
+	hs := httptest.NewServer(srv)
+	t.Cleanup(hs.Close)
+	return testPlane{url: hs.URL, op: client.New(hs.URL, testOperatorToken)}
+}
+
+// run executes the CLI in-process with the plane's URL and operator token
+// and returns what it printed.
+func (p testPlane) run(t *testing.T, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	return runCLI(t.Context(), append([]string{args[0], "--url", p.url, "--token", testOperatorToken}, args[1:]...)...)
+}
+
+func runCLI(ctx context.Context, args ...string) (stdout, stderr string, err error) {
+	root := newRootCmd()
+	var out, errOut bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&errOut)
+	root.SetArgs(args)
+	err = root.ExecuteContext(ctx)
+	return out.String(), errOut.String(), err
+}
+
+// mustRun is run that fails the test on an error.
+func (p testPlane) mustRun(t *testing.T, args ...string) string {
+	t.Helper()
+	out, errOut, err := p.run(t, args...)
+	if err != nil {
+		t.Fatalf("lakeshore %s: %v\nstderr: %s", strings.Join(args, " "), err, errOut)
+	}
+	return out
+}
+
+// worker enrolls a fake daemon serving queue "default".
+func (p testPlane) worker(t *testing.T, machine string) (*client.Client, string) {
+	t.Helper()
+	enroll := client.New(p.url, testEnrollToken)
+	one := 1
+	res, err := enroll.Hello(t.Context(), wire.HelloRequest{MachineID: machine, BootID: "b1", Label: machine,
+		Lanes: []string{"default"}, Capabilities: wire.Capabilities{MaxConcurrency: &one}})
+	if err != nil {
+		t.Fatalf("hello: %v", err)
+	}
+	return enroll.WithToken(res.Token), res.WorkerID
+}
+
+// runOne polls until the worker is handed a run command, then acks it with
+// state and exit code. It reports what it ran, or an error.
+func runOne(ctx context.Context, c *client.Client, workerID, state string, exit int) (string, error) {
+	for ctx.Err() == nil {
+		res, err := c.Poll(ctx, wire.PollRequest{WorkerID: workerID, Queue: "default", Phase: wire.PhaseReady, TimeoutS: 1})
+		if err != nil {
+			return "", err
+		}
+		for _, cmd := range res.Commands {
+			if cmd.Type != wire.CommandRun {
+				continue
+			}
+			ack := wire.AckRequest{WorkerID: workerID, InvocationID: cmd.Invocation.InvocationID,
+				Attempt: cmd.Invocation.Attempt, State: state, ExitCode: &exit}
+			if state == wire.StateFailed {
+				ack.Error = &wire.ErrorInfo{Type: "exit_code", Message: "boom"}
+			}
+			if _, err := c.Ack(ctx, ack); err != nil {
+				return "", err
+			}
+			return cmd.Invocation.InvocationID, nil
+		}
+	}
+	return "", ctx.Err()
+}
+
+func TestSubmitAndGet(t *testing.T) {
+	p := newTestPlane(t)
+	submit := []string{"submit", "--queue", "batch", "--env", "A=1", "--env", "B=x=y", "--host-setup", "apt-get install -y jq",
+		"--run-setup", "make deps", "--timeout", "90s", "--max-attempts", "2", "--idempotency-key", "k-1", "--",
+		"python", "-c", "print('hi')"}
+	out := p.mustRun(t, submit...)
+	id := strings.TrimSpace(out)
+	if !strings.HasPrefix(id, "inv_") || strings.Contains(id, "\n") {
+		t.Fatalf("submit printed %q, want one invocation id", out)
+	}
+	inv, err := p.op.GetInvocation(t.Context(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inv.Queue != "batch" || strings.Join(inv.Argv, "|") != "python|-c|print('hi')" || inv.Env["A"] != "1" ||
+		inv.Env["B"] != "x=y" || inv.TimeoutS != 90 || inv.MaxAttempts != 2 || inv.IdempotencyKey != "k-1" ||
+		len(inv.RunConfig.HostSetup) != 1 || len(inv.RunConfig.RunSetup) != 1 || !strings.HasPrefix(inv.HostKey, "hk1_") {
+		t.Fatalf("submitted invocation = %+v", inv)
+	}
+
+	// The same key again: the same invocation, said so on stderr.
+	out, errOut, err := p.run(t, submit...)
+	if err != nil || strings.TrimSpace(out) != id || !strings.Contains(errOut, "used before") {
+		t.Fatalf("replay: out %q, stderr %q, err %v", out, errOut, err)
+	}
+
+	_, _, err = p.run(t, "submit", "--queue", "batch", "--idempotency-key", "k-1", "--", "other")
+	if !errors.Is(err, wire.ErrConflict) {
+		t.Errorf("same key, other request: err = %v, want conflict", err)
+	}
+
+	// Flags end at the first argument, so ARGV's own flags need no "--".
+	out = p.mustRun(t, "submit", "-o", "json", "echo", "-n", "--queue")
+	var js wire.Invocation
+	if err := json.Unmarshal([]byte(out), &js); err != nil || js.Queue != "default" || strings.Join(js.Argv, " ") != "echo -n --queue" {
+		t.Fatalf("submit -o json: %q (%v)", out, err)
+	}
+	if !strings.Contains(out, "\n  \"invocation_id\"") {
+		t.Errorf("json output is not indented: %q", out)
+	}
+
+	text := p.mustRun(t, "get", id)
+	for _, want := range []string{"ID:", id, "State:", "queued", "Attempt:", "0/2", "python -c 'print('\\''hi'\\'')'", "Host key:"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("get text lacks %q:\n%s", want, text)
+		}
+	}
+	out = p.mustRun(t, "get", id, "--output", "json")
+	js = wire.Invocation{}
+	if err := json.Unmarshal([]byte(out), &js); err != nil || js.InvocationID != id || js.State != wire.StateQueued {
+		t.Fatalf("get -o json: %q (%v)", out, err)
+	}
+
+	_, _, err = p.run(t, "get", "cmd_01J00000000000000000000000")
+	if err == nil || !strings.Contains(err.Error(), "neither") {
+		t.Errorf("get cmd_…: err = %v", err)
+	}
+	_, _, err = p.run(t, "get", "inv_01J00000000000000000000000")
+	if !errors.Is(err, wire.ErrNotFound) {
+		t.Errorf("get unknown: err = %v, want not_found", err)
+	}
+	_, _, err = p.run(t, "submit", "--env", "novalue", "--", "true")
+	if err == nil || !strings.Contains(err.Error(), "K=V") {
+		t.Errorf("submit --env novalue: err = %v", err)
+	}
+	_, _, err = p.run(t, "submit", "--output", "yaml", "--", "true")
+	if err == nil || !strings.Contains(err.Error(), "--output") {
+		t.Errorf("--output yaml: err = %v", err)
+	}
+}
+
+func TestSubmitWait(t *testing.T) {
+	p := newTestPlane(t)
+	daemon, workerID := p.worker(t, "m1")
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+
+	type result struct {
+		id  string
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		id, err := runOne(ctx, daemon, workerID, wire.StateSucceeded, 0)
+		done <- result{id, err}
+	}()
+	out, errOut, err := runCLI(ctx, "submit", "--url", p.url, "--token", testOperatorToken, "--wait", "--", "echo", "hi")
+	if err != nil {
+		t.Fatalf("submit --wait: %v\nstderr: %s", err, errOut)
+	}
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("worker: %v", r.err)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 2 || lines[0] != r.id || !strings.HasPrefix(lines[1], r.id+" succeeded exit_code=0 attempt=1/3 worker="+workerID) {
+		t.Fatalf("stdout = %q", out)
+	}
+	if !strings.Contains(errOut, r.id+" succeeded") {
+		t.Errorf("stderr progress lacks the final state: %q", errOut)
+	}
+
+	// A failure: exit non-zero, with state, exit code and error.
+	go func() {
+		id, err := runOne(ctx, daemon, workerID, wire.StateFailed, 3)
+		done <- result{id, err}
+	}()
+	out, _, err = runCLI(ctx, "submit", "--url", p.url, "--token", testOperatorToken, "--wait", "-o", "json", "--", "false")
+	r = <-done
+	if r.err != nil {
+		t.Fatalf("worker: %v", r.err)
+	}
+	if err == nil {
+		t.Fatal("submit --wait of a failing invocation returned no error")
+	}
+	for _, want := range []string{r.id, "failed", "exit code 3", "exit_code: boom"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q lacks %q", err, want)
+		}
+	}
+	var final wire.Invocation
+	if jerr := json.Unmarshal([]byte(out), &final); jerr != nil || final.State != wire.StateFailed {
+		t.Errorf("json output = %q (%v)", out, jerr)
+	}
+
+	// Nobody runs this one: --wait-timeout gives up.
+	_, _, err = p.run(t, "submit", "--wait", "--wait-timeout", "300ms", "--queue", "nobody", "--", "true")
+	if err == nil || !strings.Contains(err.Error(), "still queued") || !strings.Contains(err.Error(), "--wait-timeout") {
+		t.Errorf("wait timeout: err = %v", err)
+	}
+}
+
+func TestLsAndWatch(t *testing.T) {
+	p := newTestPlane(t)
+	daemon, workerID := p.worker(t, "m-ls")
+	var ids []string
+	for range 3 {
+		ids = append(ids, strings.TrimSpace(p.mustRun(t, "submit", "--", "true")))
+	}
+	ranID, err := runOne(t.Context(), daemon, workerID, wire.StateSucceeded, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	text := p.mustRun(t, "ls", "invocations")
+	lines := strings.Split(strings.TrimSpace(text), "\n")
+	if len(lines) != 4 || strings.Join(strings.Fields(lines[0]), " ") != "ID QUEUE STATE ATTEMPT WORKER EXIT AGE" {
+		t.Fatalf("ls invocations:\n%s", text)
+	}
+	// Columns are aligned: every row's STATE starts where the header's does.
+	col := strings.Index(lines[0], "STATE")
+	for i, id := range ids {
+		row := lines[i+1]
+		if !strings.HasPrefix(row, id) {
+			t.Errorf("row %d = %q, want %s first (oldest first)", i, row, id)
+		}
+		if id == ranID && !strings.Contains(row[col:], "succeeded  1/3") {
+			t.Errorf("row of the run invocation = %q", row)
+		}
+		if id != ranID && !strings.HasPrefix(row[col:], "queued") {
+			t.Errorf("row %q: STATE not aligned at column %d", row, col)
+		}
+	}
+
+	out := p.mustRun(t, "ls", "invocations", "--state", "queued", "-o", "json")
+	var list wire.InvocationList
+	if err := json.Unmarshal([]byte(out), &list); err != nil || len(list.Invocations) != 2 {
+		t.Fatalf("ls --state queued -o json: %q (%v)", out, err)
+	}
+
+	out, errOut, err := p.run(t, "ls", "invocations", "--limit", "1")
+	if err != nil || strings.Count(out, "inv_") != 1 || !strings.Contains(errOut, "--cursor") {
+		t.Fatalf("ls --limit 1: out %q, stderr %q, err %v", out, errOut, err)
+	}
+	out = p.mustRun(t, "ls", "invocations", "--limit", "1", "--all", "--queue", "default", "-o", "json")
+	list = wire.InvocationList{}
+	if err := json.Unmarshal([]byte(out), &list); err != nil || len(list.Invocations) != 3 || list.NextCursor != "" {
+		t.Fatalf("ls --all: %q (%v)", out, err)
+	}
+
+	text = p.mustRun(t, "ls", "workers")
+	lines = strings.Split(strings.TrimSpace(text), "\n")
+	if len(lines) != 2 || strings.Join(strings.Fields(lines[0]), " ") != "ID LABEL STATE PHASE HOST RUNNING/MAX LAST SEEN" {
+		t.Fatalf("ls workers:\n%s", text)
+	}
+	if f := strings.Fields(lines[1]); len(f) < 7 || f[0] != workerID || f[1] != "m-ls" || f[2] != "active" || f[3] != "ready" || f[5] != "0/1" {
+		t.Fatalf("worker row = %q", lines[1])
+	}
+	out = p.mustRun(t, "ls", "workers", "-o", "json")
+	var wl wire.WorkerList
+	if err := json.Unmarshal([]byte(out), &wl); err != nil || len(wl.Workers) != 1 || wl.Workers[0].WorkerID != workerID {
+		t.Fatalf("ls workers -o json: %q (%v)", out, err)
+	}
+	if text := p.mustRun(t, "get", workerID); !strings.Contains(text, "m-ls") || !strings.Contains(text, "Running/max:") {
+		t.Errorf("get worker:\n%s", text)
+	}
+
+	// Cancel what is left, and watch sees the queue done.
+	for _, id := range ids {
+		if id == ranID {
+			continue
+		}
+		if out := p.mustRun(t, "cancel", id); strings.TrimSpace(out) != id+" cancelled" {
+			t.Errorf("cancel printed %q", out)
+		}
+	}
+	out = p.mustRun(t, "watch", "--interval", "10ms", "--until-done")
+	want := "queue=default queued=0 running=0 succeeded=1 failed=0 cancelled=2 done=3 | " + workerID + "(m-ls) active 0/1"
+	if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 1 || !strings.HasSuffix(lines[0], want) {
+		t.Fatalf("watch --until-done printed %q, want a line ending %q", out, want)
+	}
+	out = p.mustRun(t, "watch", "--until-done", "-o", "json")
+	var snap watchSnapshot
+	if err := json.Unmarshal([]byte(out), &snap); err != nil || snap.Queue.DoneCount != 3 || len(snap.Workers) != 1 {
+		t.Fatalf("watch -o json: %q (%v)", out, err)
+	}
+}
+
+func TestWatchStops(t *testing.T) {
+	p := newTestPlane(t)
+	p.mustRun(t, "submit", "--", "true")
+	args := []string{"watch", "--url", p.url, "--token", testOperatorToken, "--interval", "20ms"}
+
+	// A plain watch ends quietly when interrupted.
+	ctx, cancel := context.WithTimeout(t.Context(), 150*time.Millisecond)
+	defer cancel()
+	out, _, err := runCLI(ctx, args...)
+	if err != nil || !strings.Contains(out, "queue=default queued=1 running=0") || !strings.Contains(out, "| no workers") {
+		t.Fatalf("watch: out %q, err %v", out, err)
+	}
+	if n := strings.Count(out, "\n"); n < 2 {
+		t.Errorf("watch printed %d lines in 150ms at 20ms; want a line per tick", n)
+	}
+
+	// --until-done interrupted before the queue is done is a failure, so a
+	// script's timeout is not mistaken for success.
+	ctx, cancel = context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	_, _, err = runCLI(ctx, append(args, "--until-done")...)
+	if err == nil || !strings.Contains(err.Error(), "before queue default was done") {
+		t.Fatalf("watch --until-done interrupted: err = %v", err)
+	}
+}
+
+func TestDrainAndSetup(t *testing.T) {
+	p := newTestPlane(t)
+	daemon, workerID := p.worker(t, "m-drain")
+
+	cmdID := strings.TrimSpace(p.mustRun(t, "setup", workerID, "--", "apt-get", "install", "-y", "jq"))
+	if !strings.HasPrefix(cmdID, "cmd_") {
+		t.Fatalf("setup printed %q", cmdID)
+	}
+	text := p.mustRun(t, "setup", workerID)
+	if !strings.Contains(text, cmdID) || !strings.Contains(text, "pending") || !strings.Contains(text, "apt-get install -y jq") {
+		t.Errorf("setup list:\n%s", text)
+	}
+
+	out := p.mustRun(t, "drain", workerID)
+	if strings.TrimSpace(out) != workerID+" draining" {
+		t.Fatalf("drain printed %q", out)
+	}
+	w, err := p.op.GetWorker(t.Context(), workerID)
+	if err != nil || w.State != "draining" {
+		t.Fatalf("worker after drain = %+v, %v", w, err)
+	}
+	res, err := daemon.Poll(t.Context(), wire.PollRequest{WorkerID: workerID, Phase: wire.PhaseReady})
+	if err != nil || len(res.Commands) == 0 || res.Commands[0].Type != wire.CommandDrain {
+		t.Fatalf("poll after drain = %+v, %v", res, err)
+	}
+	out = p.mustRun(t, "drain", workerID, "-o", "json")
+	var d wire.DrainAccepted
+	if err := json.Unmarshal([]byte(out), &d); err != nil || d.WorkerID != workerID {
+		t.Fatalf("drain -o json: %q (%v)", out, err)
+	}
+	_, _, err = p.run(t, "drain", "wrk_01J00000000000000000000000")
+	if !errors.Is(err, wire.ErrNotFound) {
+		t.Errorf("drain unknown worker: err = %v", err)
+	}
+}
+
+func TestAuthAndConfig(t *testing.T) {
+	p := newTestPlane(t)
+
+	_, _, err := runCLI(t.Context(), "ls", "workers", "--url", p.url, "--token", "not-the-token")
+	if !errors.Is(err, wire.ErrUnauthorized) {
+		t.Fatalf("bad token: err = %v, want unauthorized", err)
+	}
+	if strings.Contains(err.Error(), "not-the-token") {
+		t.Errorf("error quotes the token: %v", err)
+	}
+
+	_, _, err = runCLI(t.Context(), "ls", "workers", "--url", p.url)
+	if err == nil || !strings.Contains(err.Error(), envToken) {
+		t.Fatalf("no token: err = %v", err)
+	}
+
+	// The environment stands in for --url and --token.
+	t.Setenv(envURL, p.url)
+	t.Setenv(envToken, testOperatorToken)
+	out, _, err := runCLI(t.Context(), "ls", "invocations")
+	if err != nil || !strings.HasPrefix(out, "ID") {
+		t.Fatalf("env config: out %q, err %v", out, err)
+	}
+	// A flag beats the environment.
+	_, _, err = runCLI(t.Context(), "ls", "invocations", "--token", "other")
+	if !errors.Is(err, wire.ErrUnauthorized) {
+		t.Fatalf("--token over env: err = %v", err)
+	}
+
+	// Nothing listens there: a transport error naming the call.
+	_, _, err = runCLI(t.Context(), "get", "inv_01J00000000000000000000000", "--url", "http://127.0.0.1:1")
+	if err == nil || !strings.HasPrefix(err.Error(), "get invocation: ") {
+		t.Fatalf("unreachable: err = %v", err)
+	}
+}

@@ -1,0 +1,245 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/dreamlake/lakeshore/shared/wire"
+)
+
+// printJSON writes v as indented JSON: the API's answer, re-encoded from the
+// wire types the control plane itself encodes with.
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	return enc.Encode(v)
+}
+
+// newTable returns the tabwriter every table is written through.
+func newTable(w io.Writer) *tabwriter.Writer {
+	return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+}
+
+// dash stands in for an empty cell so columns stay aligned and parseable.
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func exitCode(c *int) string {
+	if c == nil {
+		return "-"
+	}
+	return strconv.Itoa(*c)
+}
+
+func errorText(e *wire.ErrorInfo) string {
+	if e == nil {
+		return ""
+	}
+	if e.Message == "" {
+		return e.Type
+	}
+	return e.Type + ": " + e.Message
+}
+
+// age reports how long before now t was, in the largest whole unit (42s,
+// 5m, 3h, 2d); "-" for an unset time.
+func age(now, t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	d := max(now.Sub(t), 0)
+	switch {
+	case d < time.Minute:
+		return strconv.Itoa(int(d/time.Second)) + "s"
+	case d < time.Hour:
+		return strconv.Itoa(int(d/time.Minute)) + "m"
+	case d < 48*time.Hour:
+		return strconv.Itoa(int(d/time.Hour)) + "h"
+	default:
+		return strconv.Itoa(int(d/(24*time.Hour))) + "d"
+	}
+}
+
+// ago is age with " ago", for a last-seen column.
+func ago(now time.Time, t *time.Time) string {
+	if t == nil || t.IsZero() {
+		return "-"
+	}
+	return age(now, *t) + " ago"
+}
+
+// timestamp shows an RFC 3339 time and how long ago it was.
+func timestamp(now time.Time, t *time.Time) string {
+	if t == nil || t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339) + " (" + age(now, *t) + " ago)"
+}
+
+var shellSafe = regexp.MustCompile(`^[A-Za-z0-9_@%+=:,./-]+$`)
+
+// shellJoin renders argv as a shell would need it typed.
+func shellJoin(argv []string) string {
+	parts := make([]string, len(argv))
+	for i, a := range argv {
+		if shellSafe.MatchString(a) {
+			parts[i] = a
+		} else {
+			parts[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+	}
+	return strings.Join(parts, " ")
+}
+
+func sortedPairs(m map[string]string) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for i, k := range keys {
+		keys[i] = k + "=" + m[k]
+	}
+	return strings.Join(keys, " ")
+}
+
+// describeInvocation writes one invocation as aligned fields, then its
+// output tails.
+func describeInvocation(w io.Writer, inv wire.Invocation, now time.Time) error {
+	tw := newTable(w)
+	row := func(k, v string) { fmt.Fprintf(tw, "%s:\t%s\n", k, dash(v)) }
+	row("ID", inv.InvocationID)
+	row("Queue", inv.Queue)
+	state := inv.State
+	if inv.CancelRequested && !wire.Terminal(inv.State) {
+		state += " (cancel requested)"
+	}
+	row("State", state)
+	row("Attempt", fmt.Sprintf("%d/%d", inv.Attempt, inv.MaxAttempts))
+	row("Worker", inv.WorkerID)
+	row("Argv", shellJoin(inv.Argv))
+	if len(inv.Env) > 0 {
+		row("Env", sortedPairs(inv.Env))
+	}
+	for _, c := range inv.RunConfig.HostSetup {
+		row("Host setup", c)
+	}
+	for _, c := range inv.RunConfig.RunSetup {
+		row("Run setup", c)
+	}
+	if len(inv.RunConfig.Env) > 0 {
+		row("Run env", sortedPairs(inv.RunConfig.Env))
+	}
+	if inv.RunConfig.Workdir != "" {
+		row("Workdir", inv.RunConfig.Workdir)
+	}
+	row("Host key", inv.HostKey)
+	if inv.TimeoutS > 0 {
+		row("Timeout", (time.Duration(inv.TimeoutS) * time.Second).String())
+	}
+	if inv.IdempotencyKey != "" {
+		row("Idempotency key", inv.IdempotencyKey)
+	}
+	row("Exit code", exitCode(inv.ExitCode))
+	row("Error", errorText(inv.Error))
+	row("Created", timestamp(now, &inv.CreatedAt))
+	row("Started", timestamp(now, inv.StartedAt))
+	row("Finished", timestamp(now, inv.FinishedAt))
+	if len(inv.ResultBlob) > 0 {
+		row("Result", string(inv.ResultBlob))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, tail := range []struct{ name, text string }{{"stdout", inv.StdoutTail}, {"stderr", inv.StderrTail}} {
+		if tail.text == "" {
+			continue
+		}
+		fmt.Fprintf(w, "--- %s (tail) ---\n%s", tail.name, tail.text)
+		if !strings.HasSuffix(tail.text, "\n") {
+			fmt.Fprintln(w)
+		}
+	}
+	return nil
+}
+
+// describeWorker writes one worker as aligned fields.
+func describeWorker(w io.Writer, wk wire.Worker, now time.Time) error {
+	tw := newTable(w)
+	row := func(k, v string) { fmt.Fprintf(tw, "%s:\t%s\n", k, dash(v)) }
+	row("ID", wk.WorkerID)
+	row("Label", wk.Label)
+	row("Machine", wk.MachineID)
+	state := wk.State
+	if wk.StoredState != "" && wk.StoredState != wk.State {
+		state += " (stored " + wk.StoredState + ")"
+	}
+	row("State", state)
+	row("Phase", wk.Phase)
+	row("Host status", wk.HostStatus)
+	row("Host key", wk.HostKey)
+	row("Lanes", strings.Join(wk.Lanes, ","))
+	if len(wk.Tags) > 0 {
+		row("Tags", sortedPairs(wk.Tags))
+	}
+	row("Running/max", fmt.Sprintf("%d/%d", wk.CurrentInvocations, wk.MaxConcurrency))
+	row("Last seen", timestamp(now, wk.LastSeenAt))
+	row("Created", timestamp(now, &wk.CreatedAt))
+	if wk.ByeReason != "" {
+		row("Gone because", wk.ByeReason)
+	}
+	if r := wk.LastSetupResult; r != nil {
+		row("Last setup", fmt.Sprintf("%s %s exit %d in %s", r.CommandID, r.Status, r.ExitCode,
+			time.Duration(r.DurationMS)*time.Millisecond))
+	}
+	return tw.Flush()
+}
+
+// invocationTable writes invocations as the `ls invocations` table.
+func invocationTable(w io.Writer, invs []wire.Invocation, now time.Time) error {
+	tw := newTable(w)
+	fmt.Fprintln(tw, "ID\tQUEUE\tSTATE\tATTEMPT\tWORKER\tEXIT\tAGE")
+	for _, inv := range invs {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\n", inv.InvocationID, inv.Queue, inv.State,
+			inv.Attempt, inv.MaxAttempts, dash(inv.WorkerID), exitCode(inv.ExitCode), age(now, inv.CreatedAt))
+	}
+	return tw.Flush()
+}
+
+// workerTable writes workers as the `ls workers` table.
+func workerTable(w io.Writer, ws []wire.Worker, now time.Time) error {
+	tw := newTable(w)
+	fmt.Fprintln(tw, "ID\tLABEL\tSTATE\tPHASE\tHOST\tRUNNING/MAX\tLAST SEEN")
+	for _, wk := range ws {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\n", wk.WorkerID, dash(wk.Label), wk.State, dash(wk.Phase),
+			dash(wk.HostStatus), wk.CurrentInvocations, wk.MaxConcurrency, ago(now, wk.LastSeenAt))
+	}
+	return tw.Flush()
+}
+
+// setupTable writes a worker's setup commands.
+func setupTable(w io.Writer, res wire.SetupResults, now time.Time) error {
+	tw := newTable(w)
+	fmt.Fprintln(tw, "COMMAND\tSTATUS\tEXIT\tDURATION\tAGE\tARGV")
+	for _, c := range res.SetupResults {
+		dur := "-"
+		if c.FinishedAt != nil {
+			dur = (time.Duration(c.DurationMS) * time.Millisecond).String()
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", c.CommandID, c.Status, exitCode(c.ExitCode), dur,
+			age(now, c.CreatedAt), shellJoin(c.Argv))
+	}
+	return tw.Flush()
+}

@@ -1,0 +1,396 @@
+package api_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/dreamlake/lakeshore/shared/api"
+	"github.com/dreamlake/lakeshore/shared/ids"
+	"github.com/dreamlake/lakeshore/shared/store"
+	"github.com/dreamlake/lakeshore/shared/store/storetest"
+	"github.com/dreamlake/lakeshore/shared/wire"
+)
+
+const (
+	enrollToken   = "enroll-0123456789abcdef"
+	operatorToken = "operator-fedcba9876543210"
+)
+
+// harness is an api.Server over a fresh embedded store, served on
+// 127.0.0.1, driven with plain net/http.
+type harness struct {
+	t      *testing.T
+	srv    *httptest.Server
+	db     *dynamodb.Client
+	prefix string
+	store  *store.Store
+}
+
+// option adjusts the router config (and the store) before New.
+type option func(*api.Config)
+
+func newHarness(t *testing.T, opts ...option) *harness {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	db := storetest.Embedded(t)
+	prefix := storetest.Prefix(t)
+	if err := store.EnsureTables(ctx, db, prefix); err != nil {
+		t.Fatalf("EnsureTables: %v", err)
+	}
+	st := store.New(db, prefix)
+	cfg := api.Config{
+		Store:         st,
+		EnrollToken:   enrollToken,
+		OperatorToken: operatorToken,
+		Logger:        slog.New(slog.DiscardHandler),
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	s, err := api.New(cfg)
+	if err != nil {
+		t.Fatalf("api.New: %v", err)
+	}
+	srv := httptest.NewServer(s)
+	t.Cleanup(srv.Close)
+	if !strings.HasPrefix(srv.URL, "http://127.0.0.1:") {
+		t.Fatalf("test server on %s, want loopback", srv.URL)
+	}
+	return &harness{t: t, srv: srv, db: db, prefix: prefix, store: st}
+}
+
+// response is one raw HTTP answer.
+type response struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+// bodyOf renders a request body: nil for none, string and []byte as is,
+// anything else as JSON.
+func bodyOf(v any) io.Reader {
+	switch b := v.(type) {
+	case nil:
+		return nil
+	case string:
+		return strings.NewReader(b)
+	case []byte:
+		return bytes.NewReader(b)
+	default:
+		raw, err := json.Marshal(b)
+		if err != nil {
+			panic(err)
+		}
+		return bytes.NewReader(raw)
+	}
+}
+
+// doAuth sends a request with the raw Authorization header auth ("" for none).
+func (h *harness) doAuth(method, path, auth string, body any) response {
+	h.t.Helper()
+	req, err := http.NewRequest(method, h.srv.URL+path, bodyOf(body))
+	if err != nil {
+		h.t.Fatalf("new request: %v", err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
+	}
+	resp, err := h.srv.Client().Do(req)
+	if err != nil {
+		h.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		h.t.Fatalf("%s %s: read body: %v", method, path, err)
+	}
+	return response{status: resp.StatusCode, header: resp.Header, body: b}
+}
+
+// do sends a request with a bearer token ("" for no Authorization header).
+func (h *harness) do(method, path, token string, body any) response {
+	h.t.Helper()
+	auth := ""
+	if token != "" {
+		auth = "Bearer " + token
+	}
+	return h.doAuth(method, path, auth, body)
+}
+
+// want asserts the status and decodes the JSON body into out (if non-nil).
+func (r response) want(t *testing.T, status int, out any) {
+	t.Helper()
+	if r.status != status {
+		t.Fatalf("status %d, want %d; body %s", r.status, status, r.body)
+	}
+	if out != nil {
+		if ct := r.header.Get("Content-Type"); ct != "application/json" {
+			t.Errorf("Content-Type %q, want application/json", ct)
+		}
+		if err := json.Unmarshal(r.body, out); err != nil {
+			t.Fatalf("decode %s: %v", r.body, err)
+		}
+	}
+}
+
+// wantError asserts an error answer: status, the JSON error shape and code.
+func (r response) wantError(t *testing.T, status int, code wire.Code) wire.ErrorDetail {
+	t.Helper()
+	if r.status != status {
+		t.Errorf("status %d, want %d; body %s", r.status, status, r.body)
+	}
+	if ct := r.header.Get("Content-Type"); ct != "application/json" {
+		t.Errorf("Content-Type %q, want application/json", ct)
+	}
+	var body wire.ErrorBody
+	if err := json.Unmarshal(r.body, &body); err != nil {
+		t.Fatalf("error body %q is not JSON: %v", r.body, err)
+	}
+	if body.Error.Code != code {
+		t.Errorf("error code %q, want %q; body %s", body.Error.Code, code, r.body)
+	}
+	if body.Error.Message == "" {
+		t.Errorf("error without message: %s", r.body)
+	}
+	return body.Error
+}
+
+// --- daemon helpers ---
+
+// worker is a daemon that said hello.
+type worker struct {
+	id, token string
+	hello     wire.HelloResponse
+}
+
+func (h *harness) helloReq(req wire.HelloRequest) worker {
+	h.t.Helper()
+	var resp wire.HelloResponse
+	h.do("POST", "/v1/daemon/hello", enrollToken, req).want(h.t, 200, &resp)
+	if !ids.Valid(ids.Worker, resp.WorkerID) || resp.Token == "" {
+		h.t.Fatalf("hello answered %+v", resp)
+	}
+	return worker{id: resp.WorkerID, token: resp.Token, hello: resp}
+}
+
+// hello registers a daemon serving the "default" lane.
+func (h *harness) hello(machine, boot string) worker {
+	h.t.Helper()
+	return h.helloReq(wire.HelloRequest{MachineID: machine, BootID: boot, Lanes: []string{"default"}})
+}
+
+func (h *harness) pollResp(w worker, req wire.PollRequest) response {
+	h.t.Helper()
+	if req.WorkerID == "" {
+		req.WorkerID = w.id
+	}
+	return h.do("POST", "/v1/daemon/poll", w.token, req)
+}
+
+func (h *harness) poll(w worker, req wire.PollRequest) []wire.Command {
+	h.t.Helper()
+	var resp wire.PollResponse
+	h.pollResp(w, req).want(h.t, 200, &resp)
+	if resp.Commands == nil {
+		h.t.Errorf("poll answered commands: null, want a list")
+	}
+	return resp.Commands
+}
+
+func (h *harness) ack(w worker, req wire.AckRequest) wire.AckResponse {
+	h.t.Helper()
+	if req.WorkerID == "" {
+		req.WorkerID = w.id
+	}
+	var resp wire.AckResponse
+	h.do("POST", "/v1/daemon/ack", w.token, req).want(h.t, 200, &resp)
+	return resp
+}
+
+func (h *harness) bye(w worker, reason string) {
+	h.t.Helper()
+	r := h.do("POST", "/v1/daemon/bye", w.token, wire.ByeRequest{WorkerID: w.id, Reason: reason})
+	r.want(h.t, 204, nil)
+	if len(r.body) != 0 {
+		h.t.Errorf("bye 204 with body %q", r.body)
+	}
+}
+
+// --- operator helpers ---
+
+func (h *harness) submitReq(req wire.SubmitRequest) wire.Invocation {
+	h.t.Helper()
+	var inv wire.Invocation
+	h.do("POST", "/v1/invocations", operatorToken, req).want(h.t, 201, &inv)
+	return inv
+}
+
+// submit queues argv on the default queue.
+func (h *harness) submit(argv ...string) wire.Invocation {
+	h.t.Helper()
+	return h.submitReq(wire.SubmitRequest{Queue: "default", Argv: argv})
+}
+
+func (h *harness) invocation(id string) wire.Invocation {
+	h.t.Helper()
+	var inv wire.Invocation
+	h.do("GET", "/v1/invocations/"+id, operatorToken, nil).want(h.t, 200, &inv)
+	return inv
+}
+
+func (h *harness) worker(id string) wire.Worker {
+	h.t.Helper()
+	var w wire.Worker
+	h.do("GET", "/v1/workers/"+id, operatorToken, nil).want(h.t, 200, &w)
+	return w
+}
+
+func (h *harness) queue(name string) wire.QueueStats {
+	h.t.Helper()
+	var q wire.QueueStats
+	h.do("GET", "/v1/queues/"+name, operatorToken, nil).want(h.t, 200, &q)
+	return q
+}
+
+// --- commands ---
+
+// ofType filters commands by type.
+func ofType(cmds []wire.Command, typ string) []wire.Command {
+	var out []wire.Command
+	for _, c := range cmds {
+		if c.Type == typ {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func runIDs(cmds []wire.Command) []string {
+	var out []string
+	for _, c := range ofType(cmds, wire.CommandRun) {
+		out = append(out, c.Invocation.InvocationID)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// --- snapshots ---
+
+// snapshot is every item of every table, normalised to sorted JSON lines.
+type snapshot map[string][]string
+
+func (h *harness) snapshot() snapshot {
+	h.t.Helper()
+	names := store.NamesFor(h.prefix)
+	snap := snapshot{}
+	for _, table := range []string{names.Workers, names.Machines, names.Invocations, names.Commands, names.Queues, names.Idempotency} {
+		var rows []string
+		in := &dynamodb.ScanInput{TableName: aws.String(table), ConsistentRead: aws.Bool(true)}
+		for {
+			out, err := h.db.Scan(context.Background(), in)
+			if err != nil {
+				h.t.Fatalf("scan %s: %v", table, err)
+			}
+			for _, item := range out.Items {
+				var m map[string]any
+				if err := attributevalue.UnmarshalMap(item, &m); err != nil {
+					h.t.Fatalf("decode %s item: %v", table, err)
+				}
+				b, err := json.Marshal(m) // map keys marshal sorted
+				if err != nil {
+					h.t.Fatalf("encode %s item: %v", table, err)
+				}
+				rows = append(rows, string(b))
+			}
+			if out.LastEvaluatedKey == nil {
+				break
+			}
+			in.ExclusiveStartKey = out.LastEvaluatedKey
+		}
+		slices.Sort(rows)
+		snap[strings.TrimPrefix(table, h.prefix)] = rows
+	}
+	return snap
+}
+
+// diff reports how two snapshots differ, or "".
+func (a snapshot) diff(b snapshot) string {
+	var out strings.Builder
+	for table, rows := range a {
+		other := b[table]
+		for _, r := range rows {
+			if !slices.Contains(other, r) {
+				fmt.Fprintf(&out, "%s: gone or changed: %s\n", table, r)
+			}
+		}
+		for _, r := range other {
+			if !slices.Contains(rows, r) {
+				fmt.Fprintf(&out, "%s: new or changed: %s\n", table, r)
+			}
+		}
+	}
+	return out.String()
+}
+
+// unchanged runs fn and fails if any table changed.
+func (h *harness) unchanged(t *testing.T, fn func()) {
+	t.Helper()
+	before := h.snapshot()
+	fn()
+	if d := before.diff(h.snapshot()); d != "" {
+		t.Errorf("a refused request changed the store:\n%s", d)
+	}
+}
+
+// --- clocks and sleeps ---
+
+// clock is a settable clock shared by the store and the router.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newClock() *clock {
+	return &clock{now: time.Date(2026, 5, 6, 7, 8, 9, 0, time.UTC)}
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// withClock drives both the router and its store from c.
+func withClock(c *clock) option {
+	return func(cfg *api.Config) {
+		cfg.Now = c.Now
+		cfg.Store.Now = c.Now
+	}
+}
+
+func newID(prefix string) string { return (&ids.Generator{}).New(prefix) }

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/dreamlake/lakeshore/shared/auth"
@@ -118,16 +119,21 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) noRoute(w http.ResponseWriter, r *http.Request) {
+	var allow []string
 	for _, m := range []string{http.MethodGet, http.MethodPost} {
 		probe := r.Clone(r.Context())
 		probe.Method = m
 		if _, pattern := s.mux.Handler(probe); pattern != "" {
-			w.Header().Set("Allow", m)
-			writeError(w, wire.Errorf(wire.CodeNotAllowed, "%s %s is not allowed; use %s", r.Method, r.URL.Path, m))
-			return
+			allow = append(allow, m)
 		}
 	}
-	writeError(w, wire.Errorf(wire.CodeNoRoute, "no route %s %s", r.Method, r.URL.Path))
+	if len(allow) == 0 {
+		writeError(w, wire.Errorf(wire.CodeNoRoute, "no route %s %s", r.Method, r.URL.Path))
+		return
+	}
+	methods := strings.Join(allow, ", ")
+	w.Header().Set("Allow", methods)
+	writeError(w, wire.Errorf(wire.CodeNotAllowed, "%s %s is not allowed; use %s", r.Method, r.URL.Path, methods))
 }
 
 // handlerFunc answers with a status and a JSON body, or an error.
@@ -178,16 +184,24 @@ func (s *Server) operator(h handlerFunc) handlerFunc {
 	}
 }
 
-// workerToken checks that the bearer is a worker token issued for
-// workerID (403 when it is another worker's) and returns it.
-func workerToken(r *http.Request, workerID string) (string, error) {
+// workerRequest reads a daemon route's bearer and body: the token must be
+// shaped like a worker token (401, checked before the body is read), and the
+// body's worker_id must be the token's worker (403). The secret itself is
+// checked against the stored hash by the store call that follows.
+func workerRequest(r *http.Request, body interface {
+	wire.Validator
+	Worker() string
+}) (string, error) {
 	tok := auth.Bearer(r)
 	owner, ok := auth.WorkerOf(tok)
 	if !ok {
 		return "", wire.Errorf(wire.CodeUnauthorized, "daemon routes need Authorization: Bearer <worker token from hello>")
 	}
-	if owner != workerID {
-		return "", wire.Errorf(wire.CodeForbidden, "the token belongs to another worker than %s", workerID)
+	if err := wire.Decode(r.Body, body); err != nil {
+		return "", err
+	}
+	if owner != body.Worker() {
+		return "", wire.Errorf(wire.CodeForbidden, "the token belongs to another worker than %s", body.Worker())
 	}
 	return tok, nil
 }
@@ -196,7 +210,7 @@ func workerToken(r *http.Request, workerID string) (string, error) {
 func authorizeRow(tok string) store.Authorize {
 	return func(w domain.Worker) error {
 		if !auth.HashMatches(tok, w.TokenHash) {
-			return wire.Errorf(wire.CodeUnauthorized, "worker token is not valid (revoked by a newer hello?)")
+			return wire.Errorf(wire.CodeUnauthorized, "worker token is not valid (wrong secret, or revoked by a newer hello)")
 		}
 		return nil
 	}

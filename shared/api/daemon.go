@@ -49,10 +49,7 @@ func (s *Server) hello(r *http.Request) (int, any, error) {
 
 func (s *Server) poll(r *http.Request) (int, any, error) {
 	var req wire.PollRequest
-	if err := wire.Decode(r.Body, &req); err != nil {
-		return 0, nil, err
-	}
-	tok, err := workerToken(r, req.WorkerID)
+	tok, err := workerRequest(r, &req)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -62,7 +59,7 @@ func (s *Server) poll(r *http.Request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	if err := st.RecordSetupResults(ctx, w.ID, req.SetupResults); err != nil {
+	if w, err = st.RecordSetupResults(ctx, w, req.SetupResults); err != nil {
 		return 0, nil, err
 	}
 
@@ -79,7 +76,7 @@ func (s *Server) poll(r *http.Request) (int, any, error) {
 	for _, c := range pending {
 		cmds = append(cmds, wire.Command{Type: wire.CommandSetup, CommandID: c.CommandID, Argv: c.Argv})
 	}
-	cancels, err := s.cancels(ctx, w, req.Invocations)
+	cancels, err := s.reconcile(ctx, w, req.Invocations)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -100,17 +97,32 @@ func (s *Server) poll(r *http.Request) (int, any, error) {
 	return http.StatusOK, wire.PollResponse{Commands: append(cmds, runs...)}, nil
 }
 
-// cancels reports a cancel command for each invocation the daemon says it
-// runs that it should stop: an operator cancelled it, or it is no longer
-// this worker's running attempt (an earlier attempt's ack won, or it was
-// handed to another worker).
-func (s *Server) cancels(ctx context.Context, w domain.Worker, inflight []string) ([]wire.Command, error) {
-	if len(inflight) == 0 {
-		return nil, nil
+// reconcile compares what the daemon says it runs with what the control
+// plane thinks it holds. An invocation the daemon runs but should stop (an
+// operator cancelled it, an earlier attempt's ack won, it was handed to
+// another worker) gets a cancel command. An invocation the worker holds but
+// the daemon's (present) list omits was never received — its run command was
+// lost — and is handed out again.
+func (s *Server) reconcile(ctx context.Context, w domain.Worker, inflight []string) ([]wire.Command, error) {
+	if inflight == nil {
+		return nil, nil // an old daemon that sends no list: nothing to compare
 	}
-	held, err := s.cfg.Store.Held(ctx, w.ID)
+	st := s.cfg.Store
+	held, err := st.Held(ctx, w.ID)
 	if err != nil {
 		return nil, err
+	}
+	for _, inv := range held {
+		if !slices.Contains(inflight, inv.ID) {
+			// Requeue re-reads the invocation and does nothing unless it still
+			// runs this worker's attempt (the holder index may lag on AWS).
+			got, err := st.Requeue(ctx, inv.ID, w.ID, "omitted from its worker's poll")
+			if err != nil {
+				return nil, err
+			}
+			s.log.Warn("redelivered an invocation its worker does not know", "worker_id", w.ID,
+				"invocation_id", inv.ID, "attempt", inv.Attempt, "state", got.State)
+		}
 	}
 	var out []wire.Command
 	for _, id := range inflight {
@@ -121,7 +133,7 @@ func (s *Server) cancels(ctx context.Context, w domain.Worker, inflight []string
 		} else {
 			// The holder index is eventually consistent on AWS: confirm on
 			// the table before telling a worker to stop.
-			inv, err = s.cfg.Store.GetInvocation(ctx, id)
+			inv, err = st.GetInvocation(ctx, id)
 			if errors.Is(err, wire.ErrNotFound) {
 				out = append(out, wire.Command{Type: wire.CommandCancel, InvocationID: id})
 				continue
@@ -138,38 +150,68 @@ func (s *Server) cancels(ctx context.Context, w domain.Worker, inflight []string
 }
 
 // claim takes up to the worker's free capacity of queued work, waiting up to
-// the poll's timeout (capped) for some to arrive when wait is set.
+// the poll's timeout (capped) for some to arrive when wait is set. Any change
+// to the worker's row during the wait (a drain, a setup command, a newer
+// hello, a retirement) ends the wait without a claim: the next poll sees it.
 func (s *Server) claim(ctx context.Context, w domain.Worker, queue string, wait bool, timeoutS float64) ([]wire.Command, error) {
+	st := s.cfg.Store
 	free := w.MaxConcurrency - w.CurrentInvocations
-	limit := min(s.cfg.MaxPollWait, s.cfg.StaleAfter/3)
-	waitFor := min(time.Duration(timeoutS*float64(time.Second)), limit)
+	waitFor := min(time.Duration(timeoutS*float64(time.Second)), s.cfg.MaxPollWait, s.cfg.StaleAfter/3)
 	if !wait {
 		waitFor = 0
 	}
-	deadline := time.Now().Add(waitFor)
+	var waited time.Duration
 	backoff := pollBackoffMin
 	for {
-		res, err := s.cfg.Store.Claim(ctx, w, queue, free)
+		res, err := st.Claim(ctx, w, queue, free)
 		if err != nil {
 			return nil, err
 		}
 		if len(res.Claimed) > 0 {
-			out := make([]wire.Command, 0, len(res.Claimed))
-			for _, inv := range res.Claimed {
-				s.log.Info("claimed", "worker_id", w.ID, "invocation_id", inv.ID, "attempt", inv.Attempt)
-				out = append(out, wire.Command{Type: wire.CommandRun, Invocation: runPayload(inv)})
-			}
-			return out, nil
+			return s.handOut(ctx, w, res.Claimed)
 		}
-		left := time.Until(deadline)
-		if left <= 0 {
+		if waited >= waitFor {
 			return nil, nil
 		}
-		if err := s.cfg.Sleep(ctx, min(backoff, left)); err != nil {
+		d := min(backoff, waitFor-waited)
+		if err := s.cfg.Sleep(ctx, d); err != nil {
 			return nil, nil // the client went away; nothing was claimed
 		}
+		waited += d
 		backoff = min(backoff*2, pollBackoffMax)
+		cur, err := st.GetWorker(ctx, w.ID)
+		if err != nil {
+			return nil, err
+		}
+		if cur.Version != w.Version {
+			return nil, nil
+		}
 	}
+}
+
+// handOut turns claimed invocations into run commands, unless the worker
+// was retired while they were claimed: then they go straight back to the
+// queue, since nobody will run them.
+func (s *Server) handOut(ctx context.Context, w domain.Worker, claimed []domain.Invocation) ([]wire.Command, error) {
+	st := s.cfg.Store
+	cur, err := st.GetWorker(ctx, w.ID)
+	if err != nil {
+		return nil, err
+	}
+	if cur.State == domain.WorkerGone {
+		for _, inv := range claimed {
+			if _, err := st.Requeue(ctx, inv.ID, w.ID, "its worker was retired as it claimed"); err != nil {
+				return nil, err
+			}
+		}
+		return nil, wire.Errorf(wire.CodeWorkerGone, "worker is gone; say hello again")
+	}
+	out := make([]wire.Command, 0, len(claimed))
+	for _, inv := range claimed {
+		s.log.Info("claimed", "worker_id", w.ID, "invocation_id", inv.ID, "attempt", inv.Attempt)
+		out = append(out, wire.Command{Type: wire.CommandRun, Invocation: runPayload(inv)})
+	}
+	return out, nil
 }
 
 func runPayload(inv domain.Invocation) *wire.RunInvocation {
@@ -186,14 +228,11 @@ func runPayload(inv domain.Invocation) *wire.RunInvocation {
 
 func (s *Server) ack(r *http.Request) (int, any, error) {
 	var req wire.AckRequest
-	if err := wire.Decode(r.Body, &req); err != nil {
-		return 0, nil, err
-	}
-	tok, err := workerToken(r, req.WorkerID)
+	tok, err := workerRequest(r, &req)
 	if err != nil {
 		return 0, nil, err
 	}
-	resp, err := s.cfg.Store.Ack(r.Context(), auth.Hash(tok), req)
+	resp, err := s.cfg.Store.Ack(r.Context(), req, authorizeRow(tok), auth.Hash(tok))
 	if err != nil {
 		return 0, nil, err
 	}
@@ -204,10 +243,7 @@ func (s *Server) ack(r *http.Request) (int, any, error) {
 
 func (s *Server) bye(r *http.Request) (int, any, error) {
 	var req wire.ByeRequest
-	if err := wire.Decode(r.Body, &req); err != nil {
-		return 0, nil, err
-	}
-	tok, err := workerToken(r, req.WorkerID)
+	tok, err := workerRequest(r, &req)
 	if err != nil {
 		return 0, nil, err
 	}

@@ -280,17 +280,60 @@ func (s *Store) terminalWrite(ctx context.Context, next domain.Invocation, extra
 // (not the invocation's version) failed.
 var errExtraCondition = errors.New("transaction condition failed")
 
+// readForAck reads an invocation and the acking worker's row in one
+// strongly consistent request, so the token is checked before anything about
+// the invocation is revealed, without a second round trip.
+func (s *Store) readForAck(ctx context.Context, invocationID, workerID string) (*domain.Invocation, *domain.Worker, error) {
+	out, err := s.db.TransactGetItems(ctx, &dynamodb.TransactGetItemsInput{TransactItems: []types.TransactGetItem{
+		{Get: &types.Get{TableName: aws.String(s.tables.Invocations), Key: key("invocation_id", invocationID)}},
+		{Get: &types.Get{TableName: aws.String(s.tables.Workers), Key: key("worker_id", workerID)}},
+	}})
+	if err != nil {
+		return nil, nil, storeErr("ack: read "+invocationID, err)
+	}
+	if len(out.Responses) != 2 {
+		return nil, nil, storeErr("ack: read "+invocationID, fmt.Errorf("%d responses to 2 gets", len(out.Responses)))
+	}
+	var inv *domain.Invocation
+	var w *domain.Worker
+	if item := out.Responses[0].Item; len(item) > 0 {
+		inv = &domain.Invocation{}
+		if err := unmarshal(item, inv); err != nil {
+			return nil, nil, err
+		}
+	}
+	if item := out.Responses[1].Item; len(item) > 0 {
+		w = &domain.Worker{}
+		if err := unmarshal(item, w); err != nil {
+			return nil, nil, err
+		}
+	}
+	return inv, w, nil
+}
+
 // Ack records a worker's outcome for one attempt. The first terminal outcome
-// of any attempt wins; a later one is a no-op (recorded false). Only the
-// worker that ran that attempt may ack it, and its token hash must still be
-// the worker's (checked inside the same transaction).
-func (s *Store) Ack(ctx context.Context, tokenHash string, req wire.AckRequest) (wire.AckResponse, error) {
+// of any attempt wins; a later one is a no-op (recorded false). The worker's
+// token is checked first (auth, against the row read with the invocation),
+// and again inside the recording transaction (its hash must still be
+// tokenHash) so a token revoked meanwhile cannot record. Only the worker that
+// ran that attempt may ack it.
+func (s *Store) Ack(ctx context.Context, req wire.AckRequest, auth Authorize, tokenHash string) (wire.AckResponse, error) {
 	var resp wire.AckResponse
 	err := retryVersion("ack "+req.InvocationID, func() error {
-		inv, err := s.GetInvocation(ctx, req.InvocationID)
+		found, w, err := s.readForAck(ctx, req.InvocationID, req.WorkerID)
 		if err != nil {
 			return err
 		}
+		if w == nil {
+			return errUnknownWorker
+		}
+		if err := auth(*w); err != nil {
+			return err
+		}
+		if found == nil {
+			return wire.Errorf(wire.CodeNotFound, "invocation %s not found", req.InvocationID)
+		}
+		inv := *found
 		if !inv.HeldBy(req.WorkerID, req.Attempt) {
 			return wire.Errorf(wire.CodeForbidden, "attempt %d of %s was not run by %s", req.Attempt, inv.ID, req.WorkerID)
 		}
@@ -319,7 +362,7 @@ func (s *Store) Ack(ctx context.Context, tokenHash string, req wire.AckRequest) 
 		}}
 		switch err := s.terminalWrite(ctx, next, check); {
 		case errors.Is(err, errExtraCondition):
-			return wire.Errorf(wire.CodeUnauthorized, "worker token is not valid (revoked by a newer hello?)")
+			return errRevoked
 		case err != nil:
 			return err
 		}

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -16,14 +17,12 @@ import (
 )
 
 // AddSetup appends a command to worker id's setup FIFO. The worker claims
-// nothing until the daemon has reported a result for it.
+// nothing until the daemon has reported a result for it. The same
+// transaction bumps the worker row's version, which ends a long poll waiting
+// for that worker, and refuses a gone worker.
 func (s *Store) AddSetup(ctx context.Context, id string, argv []string) (domain.SetupCommand, error) {
-	w, err := s.GetWorker(ctx, id)
-	if err != nil {
+	if _, err := s.GetWorker(ctx, id); err != nil {
 		return domain.SetupCommand{}, err
-	}
-	if w.State == domain.WorkerGone {
-		return domain.SetupCommand{}, wire.Errorf(wire.CodeConflict, "worker %s is gone", id)
 	}
 	cmd := domain.SetupCommand{
 		WorkerID:  id,
@@ -36,7 +35,21 @@ func (s *Store) AddSetup(ctx context.Context, id string, argv []string) (domain.
 	if err != nil {
 		return domain.SetupCommand{}, fmt.Errorf("encode setup command: %w", err)
 	}
-	if err := s.put(ctx, versionedPut(s.tables.Commands, "command_id", item, 0)); err != nil {
+	_, err = s.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
+		{Put: versionedPut(s.tables.Commands, "command_id", item, 0)},
+		{Update: &types.Update{
+			TableName:                 aws.String(s.tables.Workers),
+			Key:                       key("worker_id", id),
+			UpdateExpression:          aws.String("ADD version :one"),
+			ConditionExpression:       aws.String("attribute_exists(worker_id) AND #s <> :gone"),
+			ExpressionAttributeNames:  map[string]string{"#s": "state"},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":one": num(1), ":gone": str(domain.WorkerGone)},
+		}},
+	}})
+	if failed, ok := cancelledBy(err); ok && slices.Contains(failed, 1) {
+		return domain.SetupCommand{}, wire.Errorf(wire.CodeConflict, "worker %s is gone", id)
+	}
+	if err != nil {
 		return domain.SetupCommand{}, storeErr("add setup", err)
 	}
 	return cmd, nil
@@ -78,14 +91,16 @@ func (s *Store) SetupCommands(ctx context.Context, id string, pendingOnly bool) 
 
 // RecordSetupResults stores the daemon's reports. Each moves a pending
 // command of this worker to its result once; a repeat or an id that is not
-// this worker's pending command changes nothing.
-func (s *Store) RecordSetupResults(ctx context.Context, workerID string, results []wire.SetupResult) error {
+// this worker's pending command changes nothing. The last result recorded
+// becomes the worker row's last_setup_result, which is returned.
+func (s *Store) RecordSetupResults(ctx context.Context, w domain.Worker, results []wire.SetupResult) (domain.Worker, error) {
 	now := s.now()
+	var last *wire.SetupResult
 	for _, r := range results {
 		_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 			TableName: aws.String(s.tables.Commands),
 			Key: map[string]types.AttributeValue{
-				"worker_id":  str(workerID),
+				"worker_id":  str(w.ID),
 				"command_id": str(r.CommandID),
 			},
 			UpdateExpression:         aws.String("SET #s = :s, exit_code = :e, duration_ms = :d, output_tail = :o, finished_at = :f"),
@@ -97,9 +112,21 @@ func (s *Store) RecordSetupResults(ctx context.Context, workerID string, results
 				":p": str(wire.SetupPending),
 			},
 		})
-		if err != nil && !isConditionFailed(err) {
-			return storeErr("record setup result "+r.CommandID, err)
+		switch {
+		case isConditionFailed(err):
+			continue
+		case err != nil:
+			return w, storeErr("record setup result "+r.CommandID, err)
 		}
+		recorded := r
+		last = &recorded
 	}
-	return nil
+	if last == nil {
+		return w, nil
+	}
+	return s.updateWorker(ctx, "record setup result", w.ID, nil, func(next *domain.Worker) error {
+		next.LastSetupResult = last
+		next.Version++
+		return nil
+	})
 }

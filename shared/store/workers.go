@@ -193,12 +193,23 @@ func applyHello(w *domain.Worker, req wire.HelloRequest) {
 // the store so the check is repeated on every re-read of a racing update.
 type Authorize func(domain.Worker) error
 
+// Answers to a worker token that names no worker, or a revoked one. Both are
+// 401, the same as a wrong secret: a daemon route never tells a bad token
+// whether a worker exists.
+var (
+	errUnknownWorker = wire.Errorf(wire.CodeUnauthorized, "worker token is not valid (no such worker)")
+	errRevoked       = wire.Errorf(wire.CodeUnauthorized, "worker token is not valid (revoked by a newer hello?)")
+)
+
 // updateWorker reads worker id, checks it with auth, lets change compute the
 // next row, and puts it guarded by version, retrying lost races.
 func (s *Store) updateWorker(ctx context.Context, op, id string, auth Authorize, change func(w *domain.Worker) error) (domain.Worker, error) {
 	var result domain.Worker
 	err := retryVersion(op+" "+id, func() error {
 		w, err := s.GetWorker(ctx, id)
+		if auth != nil && errors.Is(err, wire.ErrNotFound) {
+			return errUnknownWorker
+		}
 		if err != nil {
 			return err
 		}
@@ -257,10 +268,6 @@ func (s *Store) Heartbeat(ctx context.Context, req wire.PollRequest, auth Author
 		} else {
 			// An old daemon sends no count: what it lists is what it runs.
 			w.CurrentInvocations = len(req.Invocations)
-		}
-		if n := len(req.SetupResults); n > 0 {
-			last := req.SetupResults[n-1]
-			w.LastSetupResult = &last
 		}
 		w.Version++
 		return nil

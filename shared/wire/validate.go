@@ -9,6 +9,7 @@ import (
 	"math"
 	"regexp"
 	"slices"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/dreamlake/lakeshore/shared/ids"
@@ -139,7 +140,10 @@ func checkArgv(field string, argv []string, required bool) error {
 		return invalid("%s has %d elements; the limit is %d", field, len(argv), MaxArgvItems)
 	}
 	total := 0
-	for _, a := range argv {
+	for i, a := range argv {
+		if strings.IndexByte(a, 0) >= 0 {
+			return invalid("%s[%d] holds a NUL byte, which no program can be passed", field, i)
+		}
 		total += len(a)
 	}
 	if total > MaxArgvBytes {
@@ -157,8 +161,11 @@ func checkEnv(field string, env map[string]string) error {
 	}
 	total := 0
 	for k, v := range env {
-		if k == "" || bytes.ContainsAny([]byte(k), "=\x00") {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
 			return invalid("%s key %q must be non-empty and hold no '=' or NUL", field, clip(k))
+		}
+		if strings.IndexByte(v, 0) >= 0 {
+			return invalid("%s value of %q holds a NUL byte", field, clip(k))
 		}
 		total += len(k) + len(v)
 	}
@@ -176,6 +183,9 @@ func checkCommands(field string, cmds []string) error {
 	for i, c := range cmds {
 		if c == "" {
 			return invalid("%s[%d] is empty", field, i)
+		}
+		if strings.IndexByte(c, 0) >= 0 {
+			return invalid("%s[%d] holds a NUL byte", field, i)
 		}
 		total += len(c)
 	}

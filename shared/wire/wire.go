@@ -103,11 +103,17 @@ type SetupResult struct {
 }
 
 // PollRequest is the body of POST /v1/daemon/poll: the heartbeat.
+//
+// Invocations lists every invocation the daemon runs or has not yet had an
+// ack answered for. A list that is present (even empty) is authoritative: a
+// running invocation the control plane thinks this worker holds and that the
+// list omits is handed out again (its run command was lost on the way). An
+// absent (null) list is an old daemon's: nothing is inferred from it.
 type PollRequest struct {
 	WorkerID            string        `json:"worker_id"`
 	Queue               string        `json:"queue,omitempty"`
 	TimeoutS            float64       `json:"timeout_s,omitempty"`
-	Invocations         []string      `json:"invocations,omitempty"`
+	Invocations         []string      `json:"invocations,omitzero"`
 	Phase               string        `json:"phase,omitempty"`
 	HostKey             string        `json:"host_key,omitempty"`
 	UpdatedCapabilities *Capabilities `json:"updated_capabilities,omitempty"`
@@ -295,3 +301,12 @@ type QueueStats struct {
 type Health struct {
 	Status string `json:"status"`
 }
+
+// Worker reports the worker a daemon request acts for.
+func (r *PollRequest) Worker() string { return r.WorkerID }
+
+// Worker reports the worker a daemon request acts for.
+func (r *AckRequest) Worker() string { return r.WorkerID }
+
+// Worker reports the worker a daemon request acts for.
+func (r *ByeRequest) Worker() string { return r.WorkerID }

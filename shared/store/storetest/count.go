@@ -1,0 +1,96 @@
+package storetest
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"sync"
+
+	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/smithy-go/middleware"
+)
+
+// Counter counts DynamoDB requests by operation name ("PutItem", "Query",
+// …). Emulators report no real consumed capacity (moto answers zeros,
+// minidyn nothing), so the number of requests is what tests and benchmarks
+// measure a store operation's cost by. The zero value is ready to use, and a
+// Counter is safe for concurrent use.
+type Counter struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+// Add counts one request of operation op.
+func (c *Counter) Add(op string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n == nil {
+		c.n = map[string]int{}
+	}
+	c.n[op]++
+}
+
+// Get reports how many requests of operation op were counted.
+func (c *Counter) Get(op string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[op]
+}
+
+// Snapshot reports the counts so far, by operation name. The map is a copy
+// the caller owns.
+func (c *Counter) Snapshot() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[string]int, len(c.n))
+	maps.Copy(out, c.n)
+	return out
+}
+
+// Total reports how many requests were counted, over every operation.
+func (c *Counter) Total() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	total := 0
+	for _, n := range c.n {
+		total += n
+	}
+	return total
+}
+
+// Reset sets every count back to zero.
+func (c *Counter) Reset() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	clear(c.n)
+}
+
+// CountRequests returns a DynamoDB client option that counts every request
+// the client sends in counter. Give it to dynamodb.New / NewFromConfig, or
+// to a single call.
+//
+// The middleware sits at the end of the finalize step, inside the SDK's
+// retry loop, so it counts HTTP requests: a call the SDK retries counts once
+// per attempt, and a request the server refuses (a failed condition, a
+// cancelled transaction) counts like any other, because it cost a round
+// trip all the same. Its id names the counter, so one client may carry
+// several counters but not the same one twice.
+func CountRequests(counter *Counter) func(*dynamodb.Options) {
+	id := fmt.Sprintf("storetest.CountRequests(%p)", counter)
+	return func(o *dynamodb.Options) {
+		o.APIOptions = append(o.APIOptions, func(stack *middleware.Stack) error {
+			return stack.Finalize.Add(middleware.FinalizeMiddlewareFunc(id,
+				func(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (middleware.FinalizeOutput, middleware.Metadata, error) {
+					counter.Add(awsmiddleware.GetOperationName(ctx))
+					return next.HandleFinalize(ctx, in)
+				}), middleware.After)
+		})
+	}
+}
+
+// CountingClient returns a copy of db whose requests are also counted in
+// counter; db itself is left as it was.
+func CountingClient(db *dynamodb.Client, counter *Counter) *dynamodb.Client {
+	return dynamodb.New(db.Options(), CountRequests(counter))
+}

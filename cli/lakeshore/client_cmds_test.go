@@ -14,6 +14,7 @@ import (
 	"github.com/dreamlake/lakeshore/shared/api"
 	"github.com/dreamlake/lakeshore/shared/client"
 	"github.com/dreamlake/lakeshore/shared/store"
+	"github.com/dreamlake/lakeshore/shared/store/schema"
 	"github.com/dreamlake/lakeshore/shared/store/storetest"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
@@ -37,7 +38,7 @@ func newTestPlane(t *testing.T) testPlane {
 	t.Setenv(envToken, "")
 	db := storetest.Embedded(t)
 	prefix := storetest.Prefix(t)
-	if err := store.EnsureTables(t.Context(), db, prefix); err != nil {
+	if err := schema.EnsureTables(t.Context(), db, prefix); err != nil {
 		t.Fatalf("create tables: %v", err)
 	}
 	srv, err := api.New(api.Config{

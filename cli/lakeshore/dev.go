@@ -18,6 +18,8 @@ import (
 	"github.com/dreamlake/lakeshore/shared/auth"
 	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/store"
+	"github.com/dreamlake/lakeshore/shared/store/embedded"
+	"github.com/dreamlake/lakeshore/shared/store/schema"
 )
 
 type devOptions struct {
@@ -71,7 +73,7 @@ func runDev(ctx context.Context, o devOptions) error {
 		return err
 	}
 	defer stopStore()
-	if err := store.EnsureTables(ctx, db, o.tablePrefix); err != nil {
+	if err := schema.EnsureTables(ctx, db, o.tablePrefix); err != nil {
 		return fmt.Errorf("create tables: %w", err)
 	}
 
@@ -130,7 +132,7 @@ func openStore(ctx context.Context, kind string) (*dynamodb.Client, func(), erro
 		if err != nil {
 			return nil, nil, fmt.Errorf("embedded store: %w", err)
 		}
-		hs := &http.Server{Handler: store.EmbeddedHandler(), ReadHeaderTimeout: 10 * time.Second}
+		hs := &http.Server{Handler: embedded.Handler(), ReadHeaderTimeout: 10 * time.Second}
 		go func() { _ = hs.Serve(ln) }()
 		return store.EndpointClient("http://" + ln.Addr().String()), func() { _ = hs.Close() }, nil
 	case "aws":

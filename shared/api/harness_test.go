@@ -22,6 +22,7 @@ import (
 	"github.com/dreamlake/lakeshore/shared/api"
 	"github.com/dreamlake/lakeshore/shared/ids"
 	"github.com/dreamlake/lakeshore/shared/store"
+	"github.com/dreamlake/lakeshore/shared/store/schema"
 	"github.com/dreamlake/lakeshore/shared/store/storetest"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
@@ -50,7 +51,7 @@ func newHarness(t *testing.T, opts ...option) *harness {
 	defer cancel()
 	db := storetest.Embedded(t)
 	prefix := storetest.Prefix(t)
-	if err := store.EnsureTables(ctx, db, prefix); err != nil {
+	if err := schema.EnsureTables(ctx, db, prefix); err != nil {
 		t.Fatalf("EnsureTables: %v", err)
 	}
 	st := store.New(db, prefix)

@@ -82,6 +82,11 @@ func PollTransition(cur, phase string) (string, error) {
 	if cur == WorkerGone {
 		return "", wire.Errorf(wire.CodeWorkerGone, "worker is gone; say hello again")
 	}
+	switch phase {
+	case "", wire.PhaseSetup, wire.PhaseReady, wire.PhaseDraining, wire.PhaseTerminating:
+	default:
+		return "", wire.Errorf(wire.CodeInvalid, "unknown phase %q", phase)
+	}
 	if cur == WorkerDraining {
 		return WorkerDraining, nil
 	}
@@ -95,10 +100,8 @@ func PollTransition(cur, phase string) (string, error) {
 		return WorkerSettingUp, nil
 	case wire.PhaseReady:
 		return WorkerActive, nil
-	case wire.PhaseDraining, wire.PhaseTerminating:
+	default: // draining, terminating
 		return WorkerDraining, nil
-	default:
-		return "", wire.Errorf(wire.CodeInvalid, "unknown phase %q", phase)
 	}
 }
 

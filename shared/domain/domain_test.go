@@ -49,8 +49,10 @@ func TestPollTransitionNeverRevivesGone(t *testing.T) {
 			t.Fatalf("phase %q revived a gone worker: err = %v", phase, err)
 		}
 	}
-	if _, err := PollTransition(WorkerActive, "booting"); !errors.Is(err, wire.ErrInvalid) {
-		t.Fatalf("phase booting accepted: %v", err)
+	for _, cur := range []string{WorkerActive, WorkerDraining} {
+		if _, err := PollTransition(cur, "booting"); !errors.Is(err, wire.ErrInvalid) {
+			t.Fatalf("phase booting accepted on %s: %v", cur, err)
+		}
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/hostkey"
 	"github.com/dreamlake/lakeshore/shared/store"
+	"github.com/dreamlake/lakeshore/shared/store/schema"
 	"github.com/dreamlake/lakeshore/shared/store/storetest"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
@@ -22,7 +23,7 @@ func benchStore(b *testing.B) (*store.Store, *storetest.Counter) {
 	ctx := context.Background()
 	plain := storetest.Embedded(b)
 	prefix := storetest.Prefix(b)
-	if err := store.EnsureTables(ctx, plain, prefix); err != nil {
+	if err := schema.EnsureTables(ctx, plain, prefix); err != nil {
 		b.Fatalf("EnsureTables: %v", err)
 	}
 	counter := &storetest.Counter{}

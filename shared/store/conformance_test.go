@@ -19,6 +19,7 @@ import (
 	"github.com/dreamlake/lakeshore/shared/hostkey"
 	"github.com/dreamlake/lakeshore/shared/ids"
 	"github.com/dreamlake/lakeshore/shared/store"
+	"github.com/dreamlake/lakeshore/shared/store/schema"
 	"github.com/dreamlake/lakeshore/shared/store/storetest"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
@@ -149,7 +150,7 @@ func newFixture(t *testing.T, b backend, db *dynamodb.Client) *fixture {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
 	prefix := storetest.Prefix(t)
-	if err := store.EnsureTables(ctx, db, prefix); err != nil {
+	if err := schema.EnsureTables(ctx, db, prefix); err != nil {
 		t.Fatalf("EnsureTables: %v", err)
 	}
 	c := &clock{now: t0}
@@ -1513,7 +1514,7 @@ func TestSetupFIFOOrderWithinOneMillisecond(t *testing.T) {
 	defer cancel()
 	db := storetest.Embedded(t)
 	prefix := storetest.Prefix(t)
-	if err := store.EnsureTables(ctx, db, prefix); err != nil {
+	if err := schema.EnsureTables(ctx, db, prefix); err != nil {
 		t.Fatalf("EnsureTables: %v", err)
 	}
 	s := store.New(db, prefix)

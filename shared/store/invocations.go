@@ -172,15 +172,19 @@ func (s *Store) Claim(ctx context.Context, w domain.Worker, queue string, max in
 		partitions = []string{claimKey(queue, w.HostKey), claimKey(queue, "")}
 	}
 	for _, part := range partitions {
-		// A few rounds: a full window lost entirely to racers is re-read.
-		for round := 0; round < 3 && len(res.Claimed) < max; round++ {
-			got, full, err := s.claimRound(ctx, w, part, max-len(res.Claimed), &res)
+		// A few rounds: a window lost to racers is read again, twice as wide,
+		// so contention spreads pollers over more of the queue while a quiet
+		// queue pays only for the small read.
+		window := s.ClaimWindow
+		for round := 0; round < claimRounds && len(res.Claimed) < max; round++ {
+			_, more, err := s.claimRound(ctx, w, part, window, max-len(res.Claimed), &res)
 			if err != nil {
 				return res, err
 			}
-			if !full || got > 0 {
+			if !more {
 				break
 			}
+			window = min(window*2, maxClaimWindow)
 		}
 		if len(res.Claimed) >= max {
 			break
@@ -190,9 +194,10 @@ func (s *Store) Claim(ctx context.Context, w domain.Worker, queue string, max in
 }
 
 // claimRound reads one window of candidates and tries them in shuffled
-// order. full reports whether the window was full (more may be queued).
-func (s *Store) claimRound(ctx context.Context, w domain.Worker, part string, want int, res *ClaimResult) (got int, full bool, err error) {
-	window := max(s.ClaimWindow, want)
+// order. more reports whether another round may find work: the window was
+// full, or the round stopped early because racers were taking the window.
+func (s *Store) claimRound(ctx context.Context, w domain.Worker, part string, window, want int, res *ClaimResult) (got int, more bool, err error) {
+	window = max(window, want)
 	out, err := s.db.Query(ctx, &dynamodb.QueryInput{
 		TableName:                 aws.String(s.tables.Invocations),
 		IndexName:                 aws.String(indexClaim),
@@ -206,9 +211,16 @@ func (s *Store) claimRound(ctx context.Context, w domain.Worker, part string, wa
 	cands := out.Items
 	s.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
 	now := s.now()
+	lost := 0
 	for _, item := range cands {
 		if got >= want {
 			break
+		}
+		// Each lost race means the window we read is going stale under other
+		// pollers: after as many losses as claims wanted, a fresh read (cheap)
+		// beats more failed conditional writes (each one a billed write).
+		if lost >= want {
+			return got, true, nil
 		}
 		var inv domain.Invocation
 		if err := unmarshal(item, &inv); err != nil {
@@ -231,6 +243,7 @@ func (s *Store) claimRound(ctx context.Context, w domain.Worker, part string, wa
 		switch err := s.put(ctx, put); {
 		case errors.Is(err, errVersion):
 			res.Conflicts++
+			lost++
 		case err != nil:
 			return got, false, storeErr("claim "+inv.ID, err)
 		default:
@@ -327,8 +340,10 @@ func (s *Store) Ack(ctx context.Context, req wire.AckRequest, auth Authorize, to
 		if w == nil {
 			return errUnknownWorker
 		}
-		if err := auth(*w); err != nil {
-			return err
+		if auth != nil {
+			if err := auth(*w); err != nil {
+				return err
+			}
 		}
 		if found == nil {
 			return wire.Errorf(wire.CodeNotFound, "invocation %s not found", req.InvocationID)

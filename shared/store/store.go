@@ -55,6 +55,8 @@ const (
 // Defaults of the knobs on Store.
 const (
 	defaultClaimWindow = 32
+	claimRounds        = 4
+	maxClaimWindow     = 256
 	defaultTerminalTTL = 30 * 24 * time.Hour
 	maxVersionRetries  = 10
 )
@@ -154,17 +156,33 @@ func dropEmpty(item map[string]types.AttributeValue) map[string]types.AttributeV
 				delete(item, k)
 			}
 		case *types.AttributeValueMemberL:
+			v.Value = dropEmptyElems(v.Value)
 			if len(v.Value) == 0 {
 				delete(item, k)
-			}
-			for _, e := range v.Value {
-				if m, ok := e.(*types.AttributeValueMemberM); ok {
-					dropEmpty(m.Value)
-				}
 			}
 		}
 	}
 	return item
+}
+
+// dropEmptyElems does dropEmpty for the elements of a list: empty maps and
+// lists in it are removed, and the rest cleaned.
+func dropEmptyElems(list []types.AttributeValue) []types.AttributeValue {
+	out := list[:0]
+	for _, e := range list {
+		switch e := e.(type) {
+		case *types.AttributeValueMemberM:
+			if len(dropEmpty(e.Value)) == 0 {
+				continue
+			}
+		case *types.AttributeValueMemberL:
+			if e.Value = dropEmptyElems(e.Value); len(e.Value) == 0 {
+				continue
+			}
+		}
+		out = append(out, e)
+	}
+	return out
 }
 
 // put runs one versioned put, mapping a failed condition to errVersion.
@@ -176,7 +194,7 @@ func (s *Store) put(ctx context.Context, p *types.Put) error {
 		ExpressionAttributeNames:  p.ExpressionAttributeNames,
 		ExpressionAttributeValues: p.ExpressionAttributeValues,
 	})
-	if isConditionFailed(err) {
+	if isConditionFailed(err) || isTransactionConflict(err) {
 		return errVersion
 	}
 	return err
@@ -192,16 +210,30 @@ func isConditionFailed(err error) bool {
 	return errors.As(err, &api) && api.ErrorCode() == "ConditionalCheckFailedException"
 }
 
+// isTransactionConflict reports whether a write lost to a concurrent
+// transaction on the same item (AWS, never the emulators): a race like a
+// failed version check, retried the same way.
+func isTransactionConflict(err error) bool {
+	var tc *types.TransactionConflictException
+	return errors.As(err, &tc)
+}
+
 // cancelledBy reports, for a cancelled transaction, the index of each item
-// whose condition failed.
+// whose condition failed. A transaction cancelled only because it collided
+// with another (reason TransactionConflict, AWS only) reports every item as
+// failed at index 0, the invocation's version: the caller re-reads and
+// retries, as for a lost version race.
 func cancelledBy(err error) (failed []int, ok bool) {
 	var tce *types.TransactionCanceledException
 	if !errors.As(err, &tce) {
 		return nil, false
 	}
 	for i, r := range tce.CancellationReasons {
-		if aws.ToString(r.Code) == "ConditionalCheckFailed" {
+		switch aws.ToString(r.Code) {
+		case "ConditionalCheckFailed":
 			failed = append(failed, i)
+		case "TransactionConflict":
+			return []int{0}, true
 		}
 	}
 	return failed, true

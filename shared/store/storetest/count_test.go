@@ -17,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/dreamlake/lakeshore/shared/store"
+	"github.com/dreamlake/lakeshore/shared/store/schema"
 	"github.com/dreamlake/lakeshore/shared/store/storetest"
 )
 
@@ -25,7 +26,7 @@ func TestCountRequestsByOperation(t *testing.T) {
 	defer cancel()
 	plain := storetest.Embedded(t)
 	prefix := storetest.Prefix(t)
-	if err := store.EnsureTables(ctx, plain, prefix); err != nil {
+	if err := schema.EnsureTables(ctx, plain, prefix); err != nil {
 		t.Fatalf("EnsureTables: %v", err)
 	}
 	table := aws.String(store.NamesFor(prefix).Queues)

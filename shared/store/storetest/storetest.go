@@ -35,6 +35,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/dreamlake/lakeshore/shared/store"
+	"github.com/dreamlake/lakeshore/shared/store/embedded"
 )
 
 // Region is the AWS region every test client uses.
@@ -72,7 +73,7 @@ func Embedded(t testing.TB) *dynamodb.Client {
 // another process (or AWS_ENDPOINT_URL) at the embedded store.
 func EmbeddedEndpoint(t testing.TB) string {
 	t.Helper()
-	srv := httptest.NewServer(store.EmbeddedHandler())
+	srv := httptest.NewServer(embedded.Handler())
 	t.Cleanup(srv.Close)
 	return srv.URL
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/dreamlake/lakeshore/shared/store"
+	"github.com/dreamlake/lakeshore/shared/store/schema"
 	"github.com/dreamlake/lakeshore/shared/store/storetest"
 )
 
@@ -39,11 +40,11 @@ func TestBackends(t *testing.T) {
 			prefix := storetest.Prefix(t)
 			names := store.NamesFor(prefix)
 
-			if err := store.EnsureTables(ctx, db, prefix); err != nil {
+			if err := schema.EnsureTables(ctx, db, prefix); err != nil {
 				t.Fatalf("EnsureTables: %v", err)
 			}
 			// Idempotent: a second run finds every table and TTL in place.
-			if err := store.EnsureTables(ctx, db, prefix); err != nil {
+			if err := schema.EnsureTables(ctx, db, prefix); err != nil {
 				t.Fatalf("second EnsureTables: %v", err)
 			}
 
@@ -133,7 +134,7 @@ func TestEmbeddedConcurrentSchema(t *testing.T) {
 	for range 4 {
 		wg.Go(func() {
 			prefix := storetest.Prefix(t)
-			if err := store.EnsureTables(ctx, db, prefix); err != nil {
+			if err := schema.EnsureTables(ctx, db, prefix); err != nil {
 				errs <- err
 				return
 			}

@@ -1,4 +1,7 @@
-package store
+// Package schema creates the control plane's DynamoDB tables from
+// template.yaml, the one schema source. It is used by `lakeshore dev` and the
+// tests; the Lambdas never create tables (and never link the template parser).
+package schema
 
 import (
 	"bytes"
@@ -22,40 +25,6 @@ import (
 
 	"github.com/dreamlake/lakeshore"
 )
-
-// Table name suffixes. A table's name is the deployment's table prefix
-// (LAKESHORE_TABLE_PREFIX) followed by one of these. They must match the
-// TableName of the tables in template.yaml; schema_test.go checks that.
-const (
-	WorkersSuffix     = "workers"
-	MachinesSuffix    = "machines"
-	InvocationsSuffix = "invocations"
-	CommandsSuffix    = "commands"
-	QueuesSuffix      = "queues"
-	IdempotencySuffix = "idempotency"
-)
-
-// TableNames holds the full DynamoDB table names of one deployment.
-type TableNames struct {
-	Workers     string
-	Machines    string
-	Invocations string
-	Commands    string
-	Queues      string
-	Idempotency string
-}
-
-// NamesFor returns the table names for a table prefix, e.g. "lakeshore-".
-func NamesFor(prefix string) TableNames {
-	return TableNames{
-		Workers:     prefix + WorkersSuffix,
-		Machines:    prefix + MachinesSuffix,
-		Invocations: prefix + InvocationsSuffix,
-		Commands:    prefix + CommandsSuffix,
-		Queues:      prefix + QueuesSuffix,
-		Idempotency: prefix + IdempotencySuffix,
-	}
-}
 
 // prefixParameter is the template parameter every TableName is built from,
 // as !Sub "${TablePrefix}<suffix>".

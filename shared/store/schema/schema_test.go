@@ -1,8 +1,9 @@
-package store
+package schema
 
 import (
 	"context"
 	"errors"
+	"github.com/dreamlake/lakeshore/shared/store"
 	"reflect"
 	"slices"
 	"sort"
@@ -22,7 +23,7 @@ type wantTable struct {
 	ttl       string
 }
 
-func wantSchema(n TableNames) map[string]wantTable {
+func wantSchema(n store.TableNames) map[string]wantTable {
 	return map[string]wantTable{
 		n.Workers:  {hash: "worker_id"},
 		n.Machines: {hash: "machine_id"},
@@ -43,8 +44,8 @@ func wantSchema(n TableNames) map[string]wantTable {
 }
 
 func TestNamesFor(t *testing.T) {
-	got := NamesFor("lakeshore-")
-	want := TableNames{
+	got := store.NamesFor("lakeshore-")
+	want := store.TableNames{
 		Workers:     "lakeshore-workers",
 		Machines:    "lakeshore-machines",
 		Invocations: "lakeshore-invocations",
@@ -53,7 +54,7 @@ func TestNamesFor(t *testing.T) {
 		Idempotency: "lakeshore-idempotency",
 	}
 	if got != want {
-		t.Fatalf("NamesFor = %+v, want %+v", got, want)
+		t.Fatalf("store.NamesFor = %+v, want %+v", got, want)
 	}
 }
 
@@ -63,7 +64,7 @@ func TestTableDefinitionsMatchSchema(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := wantSchema(NamesFor(prefix))
+	want := wantSchema(store.NamesFor(prefix))
 
 	var gotNames, wantNames []string
 	for _, d := range defs {
@@ -142,7 +143,7 @@ func TestTemplateTTL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := wantSchema(NamesFor(""))
+	want := wantSchema(store.NamesFor(""))
 	for _, s := range all {
 		if got := ttlAttribute(s.table); got != want[s.suffix].ttl {
 			t.Errorf("table %s: TTL attribute %q, want %q", s.suffix, got, want[s.suffix].ttl)
@@ -238,7 +239,7 @@ func newFake() *fakeSchemaAPI {
 
 func TestEnsureTablesWithFake(t *testing.T) {
 	ctx := context.Background()
-	n := NamesFor("p-")
+	n := store.NamesFor("p-")
 	f := newFake()
 	f.existing[n.Workers] = true // ResourceInUse is fine
 	f.creating = 1               // wait through CREATING

@@ -46,7 +46,7 @@ check:
 
 ## bench: store benchmarks (claims/s, conflicts/claim, requests/lifecycle)
 bench:
-	$(GO) test -run '^$$' -bench . -benchtime 2000x ./shared/store/
+	$(GO) test -run '^$$' -bench . -benchtime 200x ./shared/store/
 
 clean:
 	rm -rf $(BIN) $(DIST)

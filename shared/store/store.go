@@ -54,7 +54,7 @@ const (
 
 // Defaults of the knobs on Store.
 const (
-	defaultClaimWindow = 32
+	defaultClaimWindow = 64
 	claimRounds        = 4
 	maxClaimWindow     = 256
 	defaultTerminalTTL = 30 * 24 * time.Hour

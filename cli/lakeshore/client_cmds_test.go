@@ -5,23 +5,18 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"log/slog"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/dreamlake/lakeshore/shared/api"
+	"github.com/dreamlake/lakeshore/shared/api/apitest"
 	"github.com/dreamlake/lakeshore/shared/client"
-	"github.com/dreamlake/lakeshore/shared/store"
-	"github.com/dreamlake/lakeshore/shared/store/schema"
-	"github.com/dreamlake/lakeshore/shared/store/storetest"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
 const (
-	testEnrollToken   = "cli-test-enroll-token"
-	testOperatorToken = "cli-test-operator-token"
+	testEnrollToken   = apitest.EnrollToken
+	testOperatorToken = apitest.OperatorToken
 )
 
 // testPlane is a real control plane (router over a fresh embedded store) on
@@ -36,23 +31,8 @@ func newTestPlane(t *testing.T) testPlane {
 	// The commands fall back to these; a developer's shell must not leak in.
 	t.Setenv(envURL, "")
 	t.Setenv(envToken, "")
-	db := storetest.Embedded(t)
-	prefix := storetest.Prefix(t)
-	if err := schema.EnsureTables(t.Context(), db, prefix); err != nil {
-		t.Fatalf("create tables: %v", err)
-	}
-	srv, err := api.New(api.Config{
-		Store:         store.New(db, prefix),
-		EnrollToken:   testEnrollToken,
-		OperatorToken: testOperatorToken,
-		Logger:        slog.New(slog.DiscardHandler),
-	})
-	if err != nil {
-		t.Fatalf("api.New: %v", err)
-	}
-	hs := httptest.NewServer(srv)
-	t.Cleanup(hs.Close)
-	return testPlane{url: hs.URL, op: client.New(hs.URL, testOperatorToken)}
+	url := apitest.New(t).URL
+	return testPlane{url: url, op: client.New(url, testOperatorToken)}
 }
 
 // run executes the CLI in-process with the plane's URL and operator token

@@ -838,7 +838,7 @@ func TestStoreDownIsUnavailable(t *testing.T) {
 	}
 	srv := httptest.NewServer(s)
 	t.Cleanup(srv.Close)
-	h := &harness{t: t, srv: srv}
+	h := &harness{t: t, url: srv.URL}
 	for _, r := range []struct {
 		name, method, path, token string
 		body                      any

@@ -6,12 +6,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,60 +17,38 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/dreamlake/lakeshore/shared/api"
+	"github.com/dreamlake/lakeshore/shared/api/apitest"
+	"github.com/dreamlake/lakeshore/shared/clock"
 	"github.com/dreamlake/lakeshore/shared/ids"
 	"github.com/dreamlake/lakeshore/shared/store"
-	"github.com/dreamlake/lakeshore/shared/store/schema"
-	"github.com/dreamlake/lakeshore/shared/store/storetest"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
 const (
-	enrollToken   = "enroll-0123456789abcdef"
-	operatorToken = "operator-fedcba9876543210"
+	enrollToken   = apitest.EnrollToken
+	operatorToken = apitest.OperatorToken
 )
 
 // harness is an api.Server over a fresh embedded store, served on
 // 127.0.0.1, driven with plain net/http.
 type harness struct {
 	t      *testing.T
-	srv    *httptest.Server
+	url    string
 	db     *dynamodb.Client
 	prefix string
 	store  *store.Store
 }
 
 // option adjusts the router config (and the store) before New.
-type option func(*api.Config)
+type option = func(*api.Config)
 
 func newHarness(t *testing.T, opts ...option) *harness {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	db := storetest.Embedded(t)
-	prefix := storetest.Prefix(t)
-	if err := schema.EnsureTables(ctx, db, prefix); err != nil {
-		t.Fatalf("EnsureTables: %v", err)
+	p := apitest.New(t, opts...)
+	if !strings.HasPrefix(p.URL, "http://127.0.0.1:") {
+		t.Fatalf("test server on %s, want loopback", p.URL)
 	}
-	st := store.New(db, prefix)
-	cfg := api.Config{
-		Store:         st,
-		EnrollToken:   enrollToken,
-		OperatorToken: operatorToken,
-		Logger:        slog.New(slog.DiscardHandler),
-	}
-	for _, o := range opts {
-		o(&cfg)
-	}
-	s, err := api.New(cfg)
-	if err != nil {
-		t.Fatalf("api.New: %v", err)
-	}
-	srv := httptest.NewServer(s)
-	t.Cleanup(srv.Close)
-	if !strings.HasPrefix(srv.URL, "http://127.0.0.1:") {
-		t.Fatalf("test server on %s, want loopback", srv.URL)
-	}
-	return &harness{t: t, srv: srv, db: db, prefix: prefix, store: st}
+	return &harness{t: t, url: p.URL, db: p.DB, prefix: p.Prefix, store: p.Store}
 }
 
 // response is one raw HTTP answer.
@@ -105,7 +80,7 @@ func bodyOf(v any) io.Reader {
 // doAuth sends a request with the raw Authorization header auth ("" for none).
 func (h *harness) doAuth(method, path, auth string, body any) response {
 	h.t.Helper()
-	req, err := http.NewRequest(method, h.srv.URL+path, bodyOf(body))
+	req, err := http.NewRequest(method, h.url+path, bodyOf(body))
 	if err != nil {
 		h.t.Fatalf("new request: %v", err)
 	}
@@ -115,7 +90,7 @@ func (h *harness) doAuth(method, path, auth string, body any) response {
 	if auth != "" {
 		req.Header.Set("Authorization", auth)
 	}
-	resp, err := h.srv.Client().Do(req)
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		h.t.Fatalf("%s %s: %v", method, path, err)
 	}
@@ -364,30 +339,12 @@ func (h *harness) unchanged(t *testing.T, fn func()) {
 
 // --- clocks and sleeps ---
 
-// clock is a settable clock shared by the store and the router.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newClock() *clock {
-	return &clock{now: time.Date(2026, 5, 6, 7, 8, 9, 0, time.UTC)}
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
+func newClock() *clock.Fake {
+	return clock.NewFake(time.Date(2026, 5, 6, 7, 8, 9, 0, time.UTC))
 }
 
 // withClock drives both the router and its store from c.
-func withClock(c *clock) option {
+func withClock(c *clock.Fake) option {
 	return func(cfg *api.Config) {
 		cfg.Now = c.Now
 		cfg.Store.Now = c.Now

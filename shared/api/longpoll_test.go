@@ -127,13 +127,13 @@ func (h *harness) pollNoFatal(w worker, req wire.PollRequest) (r struct {
 }) {
 	req.WorkerID = w.id
 	body, _ := json.Marshal(req)
-	hreq, err := http.NewRequest("POST", h.srv.URL+"/v1/daemon/poll", bytes.NewReader(body))
+	hreq, err := http.NewRequest("POST", h.url+"/v1/daemon/poll", bytes.NewReader(body))
 	if err != nil {
 		r.err = err
 		return r
 	}
 	hreq.Header.Set("Authorization", "Bearer "+w.token)
-	resp, err := h.srv.Client().Do(hreq)
+	resp, err := http.DefaultClient.Do(hreq)
 	if err != nil {
 		r.err = err
 		return r

@@ -4,47 +4,27 @@ import (
 	"context"
 	"errors"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/dreamlake/lakeshore/shared/api"
+	"github.com/dreamlake/lakeshore/shared/api/apitest"
 	"github.com/dreamlake/lakeshore/shared/client"
-	"github.com/dreamlake/lakeshore/shared/store"
-	"github.com/dreamlake/lakeshore/shared/store/schema"
-	"github.com/dreamlake/lakeshore/shared/store/storetest"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
 const (
-	enrollToken   = "enroll-secret-for-tests"
-	operatorToken = "operator-secret-for-tests"
+	enrollToken   = apitest.EnrollToken
+	operatorToken = apitest.OperatorToken
 )
 
 // controlPlane serves the real router over a fresh embedded store on
 // 127.0.0.1 and returns its URL.
 func controlPlane(t *testing.T) string {
 	t.Helper()
-	db := storetest.Embedded(t)
-	prefix := storetest.Prefix(t)
-	if err := schema.EnsureTables(t.Context(), db, prefix); err != nil {
-		t.Fatalf("create tables: %v", err)
-	}
-	srv, err := api.New(api.Config{
-		Store:         store.New(db, prefix),
-		EnrollToken:   enrollToken,
-		OperatorToken: operatorToken,
-		Logger:        slog.New(slog.DiscardHandler),
-	})
-	if err != nil {
-		t.Fatalf("api.New: %v", err)
-	}
-	hs := httptest.NewServer(srv)
-	t.Cleanup(hs.Close)
-	return hs.URL
+	return apitest.New(t).URL
 }
 
 func ptr[T any](v T) *T { return &v }

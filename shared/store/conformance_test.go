@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/dreamlake/lakeshore/shared/clock"
 	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/hostkey"
 	"github.com/dreamlake/lakeshore/shared/ids"
@@ -109,26 +110,6 @@ var conformanceCases = []conformanceCase{
 // t0 is where every fixture's clock starts.
 var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 
-// clock is an injected time source; tests move it with Advance.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-// Now reports the clock's time.
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-// Advance moves the clock forward by d.
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
 // fixture is one case's store on fresh tables, with an injected clock and a
 // token issuer that remembers the hash it gave each worker.
 type fixture struct {
@@ -138,7 +119,7 @@ type fixture struct {
 	db      *dynamodb.Client
 	tables  store.TableNames
 	s       *store.Store
-	clock   *clock
+	clock   *clock.Fake
 
 	mu     sync.Mutex
 	issued int
@@ -153,7 +134,7 @@ func newFixture(t *testing.T, b backend, db *dynamodb.Client) *fixture {
 	if err := schema.EnsureTables(ctx, db, prefix); err != nil {
 		t.Fatalf("EnsureTables: %v", err)
 	}
-	c := &clock{now: t0}
+	c := clock.NewFake(t0)
 	s := store.New(db, prefix)
 	s.Now = c.Now
 	// Ids from the same clock (ULIDs: they sort by it, and by creation

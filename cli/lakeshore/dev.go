@@ -84,8 +84,9 @@ func runDev(ctx context.Context, o devOptions) error {
 			}
 		}
 	}
+	st := store.New(db, o.tablePrefix)
 	srv, err := api.New(api.Config{
-		Store:         store.New(db, o.tablePrefix),
+		Store:         st,
 		EnrollToken:   o.enrollToken,
 		OperatorToken: o.operatorToken,
 		StaleAfter:    o.staleAfter,
@@ -105,6 +106,8 @@ func runDev(ctx context.Context, o devOptions) error {
 	fmt.Printf("LAKESHORE_URL=%s\n", url)
 	fmt.Printf("LAKESHORE_ENROLL_TOKEN=%s\n", o.enrollToken)
 	fmt.Printf("LAKESHORE_TOKEN=%s\n", o.operatorToken)
+
+	go sweep(ctx, st, o.staleAfter, log)
 
 	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
@@ -143,5 +146,27 @@ func openStore(ctx context.Context, kind string) (*dynamodb.Client, func(), erro
 		return dynamodb.NewFromConfig(cfg), func() {}, nil
 	default:
 		return nil, nil, fmt.Errorf("--store must be embedded or aws, got %q", kind)
+	}
+}
+
+// sweep runs the reaper's sweep on a ticker, a quarter of the stale window
+// apart, so a crashed worker's work is handed out again within about
+// stale_after × 1.25 of its last poll.
+func sweep(ctx context.Context, st *store.Store, staleAfter time.Duration, log *slog.Logger) {
+	t := time.NewTicker(max(staleAfter/4, 250*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		res, err := st.Sweep(ctx, staleAfter)
+		if err != nil && ctx.Err() == nil {
+			log.Error("sweep", "error", err.Error())
+		}
+		if res.Requeued > 0 {
+			log.Info("sweep: handed back the work of lost workers", "lost_workers", res.Lost, "requeued", res.Requeued)
+		}
 	}
 }

@@ -1,0 +1,93 @@
+package store_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/dreamlake/lakeshore/shared/clock"
+	"github.com/dreamlake/lakeshore/shared/store"
+	"github.com/dreamlake/lakeshore/shared/store/schema"
+	"github.com/dreamlake/lakeshore/shared/store/storetest"
+	"github.com/dreamlake/lakeshore/shared/wire"
+)
+
+// TestSweep: a worker silent past the stale window loses its running work
+// to the queue (attempt + 1 at the next claim); a live worker keeps its own;
+// past max_attempts the invocation fails as worker_lost, counted once.
+func TestSweep(t *testing.T) {
+	ctx := context.Background()
+	db := storetest.Embedded(t)
+	prefix := storetest.Prefix(t)
+	if err := schema.EnsureTables(ctx, db, prefix); err != nil {
+		t.Fatal(err)
+	}
+	c := clock.NewFake(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC))
+	s := store.New(db, prefix)
+	s.Now = c.Now
+	issue := func(string) (string, error) { return "h", nil }
+	hello := func(m string) store.HelloResult {
+		res, err := s.Hello(ctx, wire.HelloRequest{MachineID: m, BootID: "b", Capabilities: wire.Capabilities{MaxConcurrency: ptrInt(4)}}, issue)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	dead, live := hello("dead").Worker, hello("live").Worker
+	for _, arg := range []string{"x", "y"} {
+		if _, _, err := s.Submit(ctx, wire.SubmitRequest{Queue: "q", Argv: []string{arg}, MaxAttempts: 2}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Claims shuffle their window: a is whichever the dead worker took.
+	ra, err := s.Claim(ctx, dead, "q", 1)
+	if err != nil || len(ra.Claimed) != 1 {
+		t.Fatalf("claim a: %+v %v", ra, err)
+	}
+	rb, err := s.Claim(ctx, live, "q", 1)
+	if err != nil || len(rb.Claimed) != 1 {
+		t.Fatalf("claim b: %+v %v", rb, err)
+	}
+	a, b := ra.Claimed[0], rb.Claimed[0]
+
+	c.Advance(30 * time.Second)
+	if _, err := s.Heartbeat(ctx, wire.PollRequest{WorkerID: live.ID}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := s.Sweep(ctx, time.Minute); err != nil || res.Requeued != 0 {
+		t.Fatalf("sweep inside the stale window: %+v %v", res, err)
+	}
+	c.Advance(31 * time.Second) // dead: silent 61 s; live: 31 s
+	res, err := s.Sweep(ctx, time.Minute)
+	if err != nil || res.Lost != 1 || res.Requeued != 1 {
+		t.Fatalf("sweep: %+v %v; want one lost worker, one invocation handed back", res, err)
+	}
+	if got, _ := s.GetInvocation(ctx, a.ID); got.State != wire.StateQueued || got.Attempt != 1 {
+		t.Fatalf("a after sweep: %s attempt %d", got.State, got.Attempt)
+	}
+	if got, _ := s.GetInvocation(ctx, b.ID); got.State != wire.StateRunning || got.WorkerID != live.ID {
+		t.Fatalf("b (live worker's) after sweep: %+v", got)
+	}
+	// Attempt 2 is lost too: max_attempts 2 is spent → failed, worker_lost.
+	if r, err := s.Claim(ctx, live, "q", 1); err != nil || len(r.Claimed) != 1 || r.Claimed[0].Attempt != 2 {
+		t.Fatalf("re-claim a: %+v %v", r, err)
+	}
+	c.Advance(2 * time.Minute)
+	if _, err := s.Sweep(ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := s.GetInvocation(ctx, a.ID)
+	if got.State != wire.StateFailed || got.Error == nil || got.Error.Type != wire.ErrorTypeWorkerLost {
+		t.Fatalf("a after its second worker was lost: %+v", got)
+	}
+	if _, err := s.Sweep(ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	// b's worker went silent too, on b's first of two attempts: queued again.
+	st, _ := s.QueueStats(ctx, "q")
+	if st.DoneCount != 1 || st.Counts[wire.StateFailed] != 1 || st.Counts[wire.StateQueued] != 1 {
+		t.Fatalf("stats %+v; want a failed (counted once) and b queued again", st)
+	}
+}
+
+func ptrInt(n int) *int { return &n }

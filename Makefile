@@ -8,14 +8,20 @@ FUNCTIONS := hello poll ack bye api
 LAMBDA_ARCH ?= arm64
 STATIC    := CGO_ENABLED=0
 LDFLAGS   := -s -w
+VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: all build lambdas test test-race lint check bench clean
+.PHONY: all build demo lambdas test lint check bench clean
 
 all: build
 
-## build: static binaries in bin/ (lakeshore; nymph arrives with the agent)
+## build: static binaries bin/lakeshore and bin/nymph
 build:
 	$(STATIC) $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/lakeshore ./cli/lakeshore
+	$(STATIC) $(GO) build -trimpath -ldflags '$(LDFLAGS) -X main.version=$(VERSION)' -o $(BIN)/nymph ./agent/cmd/nymph
+
+## demo: the main job on the embedded store (lakeshore dev, three nymphs, a killed worker)
+demo: build
+	bash scripts/demo.sh
 
 ## lambdas: one static bootstrap per function for provided.al2023
 lambdas:

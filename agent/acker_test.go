@@ -1,0 +1,662 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dreamlake/lakeshore/shared/api/apitest"
+	"github.com/dreamlake/lakeshore/shared/client"
+	"github.com/dreamlake/lakeshore/shared/wire"
+)
+
+// ackerTestWorker is a daemon that said hello to a test control plane and
+// claimed invocations.
+type ackerTestWorker struct {
+	plane    *apitest.Plane
+	workerID string
+	token    string
+	claimed  []*wire.RunInvocation
+}
+
+// ackerTestClaim says hello as machine on plane, submits n invocations and
+// claims them with a ready poll.
+func ackerTestClaim(t *testing.T, plane *apitest.Plane, machine string, n int) ackerTestWorker {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	enroll := client.New(plane.URL, apitest.EnrollToken)
+	capacity := 10
+	h, err := enroll.Hello(ctx, wire.HelloRequest{
+		MachineID: machine, BootID: "boot-1", Lanes: []string{"default"},
+		Capabilities: wire.Capabilities{MaxConcurrency: &capacity},
+	})
+	if err != nil {
+		t.Fatalf("hello: %v", err)
+	}
+	op := client.New(plane.URL, apitest.OperatorToken)
+	for range n {
+		if _, _, err := op.Submit(ctx, wire.SubmitRequest{Queue: "default", Argv: []string{"true"}}); err != nil {
+			t.Fatalf("submit: %v", err)
+		}
+	}
+	w := ackerTestWorker{plane: plane, workerID: h.WorkerID, token: h.Token}
+	wc := enroll.WithToken(h.Token)
+	for len(w.claimed) < n {
+		resp, err := wc.Poll(ctx, wire.PollRequest{WorkerID: h.WorkerID, Queue: "default", Phase: wire.PhaseReady})
+		if err != nil {
+			t.Fatalf("poll: %v", err)
+		}
+		for _, c := range resp.Commands {
+			if c.Type == wire.CommandRun {
+				w.claimed = append(w.claimed, c.Invocation)
+			}
+		}
+	}
+	return w
+}
+
+// ack reports the spooled ack of the i-th claimed invocation, sent to url.
+func (w ackerTestWorker) ack(i int, url string) SpooledAck {
+	code := 0
+	run := w.claimed[i]
+	return SpooledAck{
+		ControlPlane: url,
+		WorkerID:     w.workerID,
+		Token:        w.token,
+		Ack: Outcome{State: wire.StateSucceeded, ExitCode: &code, StdoutTail: "done\n"}.
+			Ack(w.workerID, run.InvocationID, run.Attempt),
+	}
+}
+
+// invocation reads an invocation as the operator sees it.
+func ackerTestInvocation(t *testing.T, plane *apitest.Plane, id string) wire.Invocation {
+	t.Helper()
+	inv, err := client.New(plane.URL, apitest.OperatorToken).GetInvocation(context.Background(), id)
+	if err != nil {
+		t.Fatalf("get %s: %v", id, err)
+	}
+	return inv
+}
+
+// ackerTestAnswer is one OnAnswered call.
+type ackerTestAnswer struct {
+	ack  SpooledAck
+	resp wire.AckResponse
+	err  error
+}
+
+// ackerTestRecorder collects OnAnswered calls and instant sleeps.
+type ackerTestRecorder struct {
+	mu      sync.Mutex
+	answers []ackerTestAnswer
+	sleeps  []time.Duration
+}
+
+func (r *ackerTestRecorder) onAnswered(a SpooledAck, resp wire.AckResponse, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.answers = append(r.answers, ackerTestAnswer{a, resp, err})
+}
+
+func (r *ackerTestRecorder) sleep(ctx context.Context, d time.Duration) error {
+	r.mu.Lock()
+	r.sleeps = append(r.sleeps, d)
+	r.mu.Unlock()
+	return ctx.Err()
+}
+
+func (r *ackerTestRecorder) got() ([]ackerTestAnswer, []time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.answers), slices.Clone(r.sleeps)
+}
+
+// ackerTestNew returns an Acker over a fresh spool with instant sleeps,
+// jitter fixed at one half, and its recorder and log.
+func ackerTestNew(t *testing.T, stateDir string) (*Acker, *Spool, *ackerTestRecorder, *spoolTestLog) {
+	t.Helper()
+	var log spoolTestLog
+	rec := &ackerTestRecorder{}
+	s := spoolTestOpen(t, stateDir, WithSpoolLogger(log.logger()))
+	k := NewAcker(s, AckerOptions{
+		Logger:     log.logger(),
+		Sleep:      rec.sleep,
+		Rand:       func() float64 { return 0.5 },
+		OnAnswered: rec.onAnswered,
+	})
+	return k, s, rec, &log
+}
+
+func ackerTestFlush(t *testing.T, k *Acker) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if left := k.Flush(ctx); left != 0 {
+		t.Fatalf("Flush left %d acks pending (%v)", left, k.Pending())
+	}
+}
+
+func ackerTestSpoolLen(t *testing.T, s *Spool) int {
+	t.Helper()
+	acks, err := s.List()
+	if err != nil {
+		t.Fatalf("List: %v", err)
+	}
+	return len(acks)
+}
+
+// ackerTestFlaky fronts target and answers the first fail acks with
+// status (a wire error body when wireBody) instead of passing them on.
+type ackerTestFlaky struct {
+	acks atomic.Int32
+}
+
+func ackerTestFlakyServer(t *testing.T, target string, fail int, status int, wireBody bool) (*httptest.Server, *ackerTestFlaky) {
+	t.Helper()
+	u, err := url.Parse(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := httputil.NewSingleHostReverseProxy(u)
+	f := &ackerTestFlaky{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/daemon/ack" && int(f.acks.Add(1)) <= fail {
+			if wireBody {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(status)
+				_ = json.NewEncoder(w).Encode(wire.ErrorBody{Error: wire.ErrorDetail{Code: wire.CodeUnavailable, Message: "store did not answer"}})
+				return
+			}
+			http.Error(w, "<html>upstream trouble</html>", status)
+			return
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv, f
+}
+
+func TestAckerSubmitRecorded(t *testing.T) {
+	plane := apitest.New(t)
+	w := ackerTestClaim(t, plane, "machine-1", 1)
+	k, s, rec, log := ackerTestNew(t, t.TempDir())
+
+	a := w.ack(0, plane.URL)
+	if err := k.Submit(context.Background(), a); err != nil {
+		t.Fatalf("Submit: %v", err)
+	}
+	ackerTestFlush(t, k)
+
+	answers, sleeps := rec.got()
+	if len(answers) != 1 || answers[0].err != nil || !answers[0].resp.Recorded || answers[0].resp.State != wire.StateSucceeded {
+		t.Fatalf("answers %+v, want one recorded succeeded", answers)
+	}
+	if len(sleeps) != 0 {
+		t.Errorf("slept %v with the control plane up", sleeps)
+	}
+	if answers[0].ack.SpooledAt.IsZero() {
+		t.Error("Submit did not stamp SpooledAt")
+	}
+	inv := ackerTestInvocation(t, plane, a.Ack.InvocationID)
+	if inv.State != wire.StateSucceeded || inv.StdoutTail != "done\n" {
+		t.Errorf("invocation reads %+v, want succeeded", inv)
+	}
+	if n := ackerTestSpoolLen(t, s); n != 0 {
+		t.Errorf("spool holds %d acks after the answer", n)
+	}
+	if p := k.Pending(); len(p) != 0 {
+		t.Errorf("Pending = %v after the answer", p)
+	}
+
+	var answered map[string]any
+	for _, l := range log.lines(t) {
+		if l["msg"] == "ack answered" {
+			answered = l
+		}
+	}
+	if answered == nil {
+		t.Fatalf("no 'ack answered' line:\n%s", log)
+	}
+	for key, want := range map[string]any{
+		"worker_id": w.workerID, "invocation_id": a.Ack.InvocationID, "attempt": float64(a.Ack.Attempt), "recorded": true,
+	} {
+		if answered[key] != want {
+			t.Errorf("log %s = %v, want %v", key, answered[key], want)
+		}
+	}
+	if strings.Contains(log.String(), w.token) {
+		t.Errorf("log holds the worker token:\n%s", log)
+	}
+
+	// The same attempt again (a retried Submit) is answered recorded:false
+	// by the control plane and counts once.
+	if err := k.Submit(context.Background(), a); err != nil {
+		t.Fatal(err)
+	}
+	ackerTestFlush(t, k)
+	answers, _ = rec.got()
+	if len(answers) != 2 || answers[1].resp.Recorded {
+		t.Errorf("second ack answered %+v, want recorded:false", answers[len(answers)-1])
+	}
+}
+
+func TestAckerResendAfterRestart(t *testing.T) {
+	plane := apitest.New(t)
+	w := ackerTestClaim(t, plane, "machine-1", 2)
+	state := t.TempDir()
+
+	// The first process spooled two acks and died before sending them.
+	first := spoolTestOpen(t, state)
+	for i := range 2 {
+		a := w.ack(i, plane.URL)
+		a.SpooledAt = time.Now().UTC()
+		if err := first.Put(a); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// A new process: new Spool over the same dir, new Acker.
+	k, s, rec, _ := ackerTestNew(t, state)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := k.Resend(ctx); err != nil {
+		t.Fatalf("Resend: %v", err)
+	}
+	answers, _ := rec.got()
+	if len(answers) != 2 {
+		t.Fatalf("Resend returned with %d answers, want 2", len(answers))
+	}
+	for _, a := range answers {
+		if a.err != nil || !a.resp.Recorded {
+			t.Errorf("resent ack answered %+v, want recorded", a)
+		}
+	}
+	for _, run := range w.claimed {
+		if inv := ackerTestInvocation(t, plane, run.InvocationID); inv.State != wire.StateSucceeded {
+			t.Errorf("%s reads %s after Resend, want succeeded", run.InvocationID, inv.State)
+		}
+	}
+	if n := ackerTestSpoolLen(t, s); n != 0 {
+		t.Errorf("spool holds %d acks after Resend", n)
+	}
+	if p := k.Pending(); len(p) != 0 {
+		t.Errorf("Pending = %v after Resend", p)
+	}
+	// Nothing left: a second Resend is a no-op.
+	if err := k.Resend(ctx); err != nil {
+		t.Errorf("empty Resend: %v", err)
+	}
+}
+
+func TestAckerRetriesUntilAnswered(t *testing.T) {
+	cases := []struct {
+		name     string
+		status   int
+		wireBody bool
+	}{
+		{"503 from the control plane", http.StatusServiceUnavailable, true},
+		{"502 from a proxy", http.StatusBadGateway, false},
+		{"429 throttled", http.StatusTooManyRequests, false},
+		{"500 internal", http.StatusInternalServerError, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			plane := apitest.New(t)
+			w := ackerTestClaim(t, plane, "machine-1", 1)
+			front, flaky := ackerTestFlakyServer(t, plane.URL, 2, tc.status, tc.wireBody)
+			k, s, rec, log := ackerTestNew(t, t.TempDir())
+
+			if err := k.Submit(context.Background(), w.ack(0, front.URL)); err != nil {
+				t.Fatal(err)
+			}
+			ackerTestFlush(t, k)
+
+			answers, sleeps := rec.got()
+			if len(answers) != 1 || answers[0].err != nil || !answers[0].resp.Recorded {
+				t.Fatalf("answers %+v, want one recorded", answers)
+			}
+			if got := flaky.acks.Load(); got != 3 {
+				t.Errorf("%d ack requests, want 3 (two failures, one answer)", got)
+			}
+			// Full jitter at rand 0.5 over caps of 200 ms, then 400 ms.
+			if want := []time.Duration{100 * time.Millisecond, 200 * time.Millisecond}; !slices.Equal(sleeps, want) {
+				t.Errorf("slept %v, want %v", sleeps, want)
+			}
+			if n := ackerTestSpoolLen(t, s); n != 0 {
+				t.Errorf("spool holds %d acks", n)
+			}
+			if strings.Contains(log.String(), w.token) {
+				t.Errorf("log holds the worker token:\n%s", log)
+			}
+		})
+	}
+}
+
+func TestAckerRetriesAHungTry(t *testing.T) {
+	var tries atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if tries.Add(1) == 1 {
+			<-r.Context().Done() // hang until the acker gives this try up
+			return
+		}
+		_ = json.NewEncoder(w).Encode(wire.AckResponse{Recorded: true, State: wire.StateSucceeded})
+	}))
+	t.Cleanup(srv.Close)
+	rec := &ackerTestRecorder{}
+	s := spoolTestOpen(t, t.TempDir())
+	k := NewAcker(s, AckerOptions{
+		AttemptTimeout: 50 * time.Millisecond, Sleep: rec.sleep, OnAnswered: rec.onAnswered,
+		Logger: (&spoolTestLog{}).logger(),
+	})
+	if err := k.Submit(context.Background(), ackerTestAt(spoolTestAck("inv_01HUNG", 1, time.Time{}), srv.URL)); err != nil {
+		t.Fatal(err)
+	}
+	ackerTestFlush(t, k)
+	answers, _ := rec.got()
+	if len(answers) != 1 || answers[0].err != nil || !answers[0].resp.Recorded {
+		t.Fatalf("answers %+v, want recorded after a timed-out try", answers)
+	}
+	if tries.Load() != 2 {
+		t.Errorf("%d tries, want 2", tries.Load())
+	}
+}
+
+// ackerTestAt reports a sent to url.
+func ackerTestAt(a SpooledAck, url string) SpooledAck {
+	a.ControlPlane = url
+	return a
+}
+
+func TestAckerForbiddenIsDropped(t *testing.T) {
+	plane := apitest.New(t)
+	owner := ackerTestClaim(t, plane, "machine-1", 1)
+	other := ackerTestClaim(t, plane, "machine-2", 0)
+	k, s, rec, log := ackerTestNew(t, t.TempDir())
+
+	// The other worker's token acking the owner's invocation: 403.
+	a := owner.ack(0, plane.URL)
+	a.Token = other.token
+	if err := k.Submit(context.Background(), a); err != nil {
+		t.Fatal(err)
+	}
+	ackerTestFlush(t, k)
+
+	answers, sleeps := rec.got()
+	if len(answers) != 1 || !errors.Is(answers[0].err, wire.ErrForbidden) {
+		t.Fatalf("answers %+v, want one forbidden", answers)
+	}
+	if len(sleeps) != 0 {
+		t.Errorf("a 403 was retried (slept %v)", sleeps)
+	}
+	if n := ackerTestSpoolLen(t, s); n != 0 {
+		t.Errorf("spool holds %d acks after a 403", n)
+	}
+	if inv := ackerTestInvocation(t, plane, a.Ack.InvocationID); inv.State != wire.StateRunning {
+		t.Errorf("invocation reads %s after a refused ack, want running", inv.State)
+	}
+	warned := false
+	for _, l := range log.lines(t) {
+		if l["level"] == "WARN" && l["code"] == string(wire.CodeForbidden) && l["status"] == float64(403) &&
+			l["invocation_id"] == a.Ack.InvocationID {
+			warned = true
+		}
+	}
+	if !warned {
+		t.Errorf("no warning with code forbidden:\n%s", log)
+	}
+	for _, tok := range []string{owner.token, other.token} {
+		if strings.Contains(log.String(), tok) {
+			t.Errorf("log holds a worker token:\n%s", log)
+		}
+	}
+}
+
+func TestAckerFinalAnswersAreDropped(t *testing.T) {
+	for _, status := range []int{400, 401, 403, 404, 409, 410, 413} {
+		t.Run(fmt.Sprint(status), func(t *testing.T) {
+			var tries atomic.Int32
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				tries.Add(1)
+				http.Error(w, "no", status)
+			}))
+			t.Cleanup(srv.Close)
+			k, s, rec, log := ackerTestNew(t, t.TempDir())
+			if err := k.Submit(context.Background(), ackerTestAt(spoolTestAck("inv_01FINAL", 1, time.Time{}), srv.URL)); err != nil {
+				t.Fatal(err)
+			}
+			ackerTestFlush(t, k)
+			answers, sleeps := rec.got()
+			if len(answers) != 1 || answers[0].err == nil || wire.Status(wire.CodeOf(answers[0].err)) != status {
+				t.Fatalf("answers %+v, want one error with status %d", answers, status)
+			}
+			if tries.Load() != 1 || len(sleeps) != 0 {
+				t.Errorf("%d tries and sleeps %v, want one try", tries.Load(), sleeps)
+			}
+			if n := ackerTestSpoolLen(t, s); n != 0 {
+				t.Errorf("spool holds %d acks", n)
+			}
+			if strings.Contains(log.String(), "secret-worker-token") {
+				t.Errorf("log holds the token:\n%s", log)
+			}
+		})
+	}
+}
+
+func TestAckerPendingAndFlush(t *testing.T) {
+	arrived := make(chan string, 4)
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req wire.AckRequest
+		_ = json.NewDecoder(r.Body).Decode(&req)
+		arrived <- req.InvocationID
+		select {
+		case <-release:
+		case <-r.Context().Done():
+			return
+		}
+		_ = json.NewEncoder(w).Encode(wire.AckResponse{Recorded: true, State: req.State})
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	})
+	k, s, rec, _ := ackerTestNew(t, t.TempDir())
+
+	if got := k.Flush(context.Background()); got != 0 {
+		t.Errorf("Flush with nothing pending = %d", got)
+	}
+	for _, id := range []string{"inv_01B", "inv_01A"} {
+		if err := k.Submit(context.Background(), ackerTestAt(spoolTestAck(id, 1, time.Time{}), srv.URL)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A duplicate of a pending attempt changes nothing.
+	dup := ackerTestAt(spoolTestAck("inv_01A", 1, time.Time{}), srv.URL)
+	dup.Ack.State = wire.StateCancelled
+	if err := k.Submit(context.Background(), dup); err != nil {
+		t.Fatal(err)
+	}
+	// Submit returned: both are on disk before any answer.
+	if n := ackerTestSpoolLen(t, s); n != 2 {
+		t.Errorf("spool holds %d acks right after Submit, want 2", n)
+	}
+	for range 2 {
+		<-arrived
+	}
+	if got, want := k.Pending(), []string{"inv_01A", "inv_01B"}; !slices.Equal(got, want) {
+		t.Errorf("Pending = %v, want %v", got, want)
+	}
+	short, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if got := k.Flush(short); got != 2 {
+		t.Errorf("Flush with both held = %d, want 2", got)
+	}
+
+	close(release)
+	ackerTestFlush(t, k)
+	if p := k.Pending(); len(p) != 0 {
+		t.Errorf("Pending = %v after Flush", p)
+	}
+	answers, _ := rec.got()
+	if len(answers) != 2 {
+		t.Fatalf("answers %+v, want 2", answers)
+	}
+	for _, a := range answers {
+		if a.ack.Ack.InvocationID == "inv_01A" && a.resp.State != wire.StateFailed {
+			t.Errorf("inv_01A answered %+v: the duplicate Submit replaced the first outcome", a.resp)
+		}
+	}
+	if n := ackerTestSpoolLen(t, s); n != 0 {
+		t.Errorf("spool holds %d acks after Flush", n)
+	}
+}
+
+func TestAckerContextEndLeavesSpoolForResend(t *testing.T) {
+	var up atomic.Bool
+	tried := make(chan struct{}, 100)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case tried <- struct{}{}:
+		default:
+		}
+		if !up.Load() {
+			http.Error(w, "down", http.StatusServiceUnavailable)
+			return
+		}
+		_ = json.NewEncoder(w).Encode(wire.AckResponse{Recorded: true, State: wire.StateFailed})
+	}))
+	t.Cleanup(srv.Close)
+	state := t.TempDir()
+	var log spoolTestLog
+	rec := &ackerTestRecorder{}
+	var fast atomic.Bool
+	s := spoolTestOpen(t, state)
+	k := NewAcker(s, AckerOptions{
+		Logger:     log.logger(),
+		OnAnswered: rec.onAnswered,
+		// Until fast is set a wait between tries lasts until ctx ends, so
+		// only ctx stops the sender.
+		Sleep: func(ctx context.Context, d time.Duration) error {
+			if fast.Load() {
+				return ctx.Err()
+			}
+			<-ctx.Done()
+			return ctx.Err()
+		},
+	})
+
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := k.Submit(ctx, ackerTestAt(spoolTestAck("inv_01LATE", 1, time.Time{}), srv.URL)); err != nil {
+		t.Fatal(err)
+	}
+	<-tried
+	cancel()
+	ackerTestFlush(t, k) // the sender gives up; nothing is being sent
+	if answers, _ := rec.got(); len(answers) != 0 {
+		t.Errorf("answers %+v after ctx ended unanswered", answers)
+	}
+	if n := ackerTestSpoolLen(t, s); n != 1 {
+		t.Fatalf("spool holds %d acks, want the unanswered one", n)
+	}
+
+	// A bounded Resend while the control plane is still down gives up and
+	// says so; the ack stays spooled.
+	shortCtx, shortCancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer shortCancel()
+	if err := k.Resend(shortCtx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Resend against a down control plane = %v, want deadline exceeded", err)
+	}
+
+	// The next Resend (here on the same Acker, possibly while the first
+	// one's sender is still stopping) delivers it once the plane is back.
+	up.Store(true)
+	fast.Store(true)
+	long, longCancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer longCancel()
+	if err := k.Resend(long); err != nil {
+		t.Fatalf("Resend: %v", err)
+	}
+	if answers, _ := rec.got(); len(answers) != 1 || !answers[0].resp.Recorded {
+		t.Errorf("answers %+v, want one recorded", answers)
+	}
+	if n := ackerTestSpoolLen(t, s); n != 0 {
+		t.Errorf("spool holds %d acks after Resend", n)
+	}
+}
+
+func TestAckerSubmitValidates(t *testing.T) {
+	k, s, _, _ := ackerTestNew(t, t.TempDir())
+	mismatch := spoolTestAck("inv_01X", 1, time.Time{})
+	mismatch.Ack.WorkerID = "wrk_01SOMEONEELSE"
+	noToken := spoolTestAck("inv_01X", 1, time.Time{})
+	noToken.Token = ""
+	for name, a := range map[string]SpooledAck{"worker ids differ": mismatch, "no token": noToken} {
+		if err := k.Submit(context.Background(), a); err == nil {
+			t.Errorf("%s: Submit accepted it", name)
+		}
+	}
+	if n := ackerTestSpoolLen(t, s); n != 0 || len(k.Pending()) != 0 {
+		t.Errorf("refused Submits left %d spooled, %v pending", n, k.Pending())
+	}
+
+	// Only one of the worker ids given: the other is filled in.
+	var got wire.AckRequest
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_ = json.NewDecoder(r.Body).Decode(&got)
+		_ = json.NewEncoder(w).Encode(wire.AckResponse{Recorded: true})
+	}))
+	t.Cleanup(srv.Close)
+	a := ackerTestAt(spoolTestAck("inv_01Y", 1, time.Time{}), srv.URL)
+	a.Ack.WorkerID = ""
+	if err := k.Submit(context.Background(), a); err != nil {
+		t.Fatal(err)
+	}
+	ackerTestFlush(t, k)
+	if got.WorkerID != a.WorkerID {
+		t.Errorf("sent worker_id %q, want %q", got.WorkerID, a.WorkerID)
+	}
+}
+
+func TestAckerBackoff(t *testing.T) {
+	k := NewAcker(nil, AckerOptions{Rand: func() float64 { return 1 }})
+	cases := []struct {
+		try  int
+		want time.Duration
+	}{
+		{0, 200 * time.Millisecond},
+		{1, 400 * time.Millisecond},
+		{2, 800 * time.Millisecond},
+		{7, 25600 * time.Millisecond},
+		{8, 30 * time.Second},
+		{1000, 30 * time.Second},
+	}
+	for _, tc := range cases {
+		if got := k.backoff(tc.try); got != tc.want {
+			t.Errorf("backoff(%d) at rand 1 = %v, want %v", tc.try, got, tc.want)
+		}
+	}
+	k.rand = func() float64 { return 0 }
+	if got := k.backoff(5); got != 0 {
+		t.Errorf("backoff at rand 0 = %v, want 0 (full jitter)", got)
+	}
+	k.rand = func() float64 { return 0.25 }
+	if got := k.backoff(3); got != 400*time.Millisecond {
+		t.Errorf("backoff(3) at rand 0.25 = %v, want 400ms", got)
+	}
+}

@@ -1,0 +1,127 @@
+// Command nymph is the on-host agent: it enrolls with the control plane,
+// heartbeats, runs queued invocations and exits cleanly on a signal, an idle
+// timeout or a drain command. Every flag may also be set as NYMPH_<FLAG> in
+// upper snake case (NYMPH_CONTROL_PLANE, NYMPH_ENROLL_TOKEN, …).
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/pflag"
+
+	"github.com/dreamlake/lakeshore/agent"
+)
+
+// version is set at build time with -ldflags "-X main.version=…".
+var version = "dev"
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Getenv))
+}
+
+func run(args []string, getenv func(string) string) int {
+	cfg, logLevel, err := parseFlags(args, getenv)
+	if errors.Is(err, pflag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "nymph:", err)
+		return 2
+	}
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: logLevel}))
+	cfg.Logger = log
+	cfg.Version = version
+	a, err := agent.New(cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "nymph:", err)
+		return 2
+	}
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	go func() {
+		for range sigs {
+			a.Stop() // first: drain; second: skip the grace
+		}
+	}()
+	if err := a.Run(context.Background()); err != nil {
+		log.Error("nymph stopped", "error", err.Error())
+		return 1
+	}
+	return 0
+}
+
+// parseFlags reads the pinned flags (DESIGN §6), each also from NYMPH_<FLAG>.
+func parseFlags(args []string, getenv func(string) string) (agent.Config, slog.Level, error) {
+	var c agent.Config
+	var tags []string
+	var level string
+	fs := pflag.NewFlagSet("nymph", pflag.ContinueOnError)
+	fs.StringVar(&c.ControlPlane, "control-plane", "", "control plane URL (required)")
+	fs.StringVar(&c.EnrollToken, "enroll-token", "", "enrollment token (required)")
+	fs.StringVar(&c.Queue, "queue", "", "queue to serve (required)")
+	fs.StringVar(&c.Label, "label", "", "human label for this worker")
+	fs.StringArrayVar(&tags, "tag", nil, "tag k=v (repeatable)")
+	fs.IntVar(&c.Capacity, "capacity", 1, "invocations run at once")
+	fs.StringVar(&c.Workdir, "workdir", "/var/lib/nymph/work", "root of the invocations' working directories")
+	fs.StringVar(&c.StateDir, "state-dir", "/var/lib/nymph/state", "where acks are spooled across restarts")
+	fs.DurationVar(&c.KeepAlive, "keep-alive", 0, "exit after this long idle (0: never)")
+	fs.DurationVar(&c.Grace, "grace", agent.DefaultGrace, "how long in-flight work may finish after a drain starts")
+	fs.DurationVar(&c.KillAfter, "kill-after", agent.DefaultKillAfter, "wait between SIGTERM and SIGKILL of a body")
+	fs.StringArrayVar(&c.HostSetup, "host-setup", nil, "shell command run once at boot before taking work (repeatable)")
+	fs.StringVar(&c.IntrospectAddr, "introspect-addr", "127.0.0.1:7788", "loopback address for /status, /readyz, /livez (\"off\" disables)")
+	fs.StringVar(&c.MachineID, "machine-id", "", "machine id (default: EC2 instance id, /etc/machine-id, hostname)")
+	fs.DurationVar(&c.PollInterval, "poll-interval", 0, "poll interval (default: what the control plane answers)")
+	fs.StringVar(&level, "log-level", "info", "debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return c, 0, err
+	}
+	// NYMPH_<FLAG> fills every flag the command line left unset.
+	var envErr error
+	fs.VisitAll(func(f *pflag.Flag) {
+		env := "NYMPH_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		v := getenv(env)
+		if f.Changed || v == "" || envErr != nil {
+			return
+		}
+		for _, part := range splitEnvList(f, v) {
+			if err := f.Value.Set(part); err != nil {
+				envErr = fmt.Errorf("%s: %w", env, err)
+				return
+			}
+		}
+	})
+	if envErr != nil {
+		return c, 0, envErr
+	}
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(level)); err != nil {
+		return c, 0, fmt.Errorf("--log-level: %w", err)
+	}
+	if len(tags) > 0 {
+		c.Tags = map[string]string{}
+		for _, t := range tags {
+			k, v, ok := strings.Cut(t, "=")
+			if !ok || k == "" {
+				return c, 0, fmt.Errorf("--tag must be k=v, got %q", t)
+			}
+			c.Tags[k] = v
+		}
+	}
+	return c, lvl, nil
+}
+
+// splitEnvList splits a repeatable flag's env value on newlines (a shell
+// command may hold commas); other flags take the value whole.
+func splitEnvList(f *pflag.Flag, v string) []string {
+	if f.Value.Type() == "stringArray" {
+		return strings.Split(v, "\n")
+	}
+	return []string{v}
+}

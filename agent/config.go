@@ -1,0 +1,92 @@
+package agent
+
+import (
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/dreamlake/lakeshore/shared/wire"
+)
+
+// Config is everything nymph is told at start (DESIGN §6 flags).
+type Config struct {
+	ControlPlane   string
+	EnrollToken    string
+	Queue          string
+	Label          string
+	Tags           map[string]string
+	Capacity       int
+	Workdir        string
+	StateDir       string
+	KeepAlive      time.Duration // 0: never exit for idleness
+	Grace          time.Duration // how long in-flight work may finish once draining
+	KillAfter      time.Duration // SIGTERM → this long → SIGKILL
+	HostSetup      []string
+	IntrospectAddr string
+	MachineID      string
+	PollInterval   time.Duration // 0: what hello answers
+	Version        string
+
+	Logger *slog.Logger
+	HTTP   *http.Client
+	// HelloAttempts bounds hello's retries (default 8, backoff 0.5 s doubling
+	// to 10 s, jittered).
+	HelloAttempts int
+	// IMDSEndpoint overrides the EC2 metadata endpoint (tests).
+	IMDSEndpoint string
+}
+
+// Defaults for durations the flags leave at zero.
+const (
+	DefaultGrace     = 30 * time.Second
+	DefaultKillAfter = 10 * time.Second
+	byeTimeout       = 2 * time.Second
+	requestTimeout   = 15 * time.Second
+)
+
+// withDefaults fills zero values and checks the rest.
+func (c Config) withDefaults() (Config, error) {
+	u, err := url.Parse(c.ControlPlane)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return c, fmt.Errorf("--control-plane must be an http(s) URL, got %q", c.ControlPlane)
+	}
+	if c.EnrollToken == "" {
+		return c, fmt.Errorf("--enroll-token is required")
+	}
+	if !wire.ValidQueue(c.Queue) {
+		return c, fmt.Errorf("--queue must be a queue name (1-64 of A-Z a-z 0-9 _ . -), got %q", c.Queue)
+	}
+	if c.Capacity == 0 {
+		c.Capacity = 1
+	}
+	if c.Capacity < 1 || c.Capacity > wire.MaxConcurrency {
+		return c, fmt.Errorf("--capacity must be 1-%d, got %d", wire.MaxConcurrency, c.Capacity)
+	}
+	if c.Workdir == "" {
+		return c, fmt.Errorf("--workdir is required")
+	}
+	if c.StateDir == "" {
+		return c, fmt.Errorf("--state-dir is required")
+	}
+	if c.Grace == 0 {
+		c.Grace = DefaultGrace
+	}
+	if c.KillAfter == 0 {
+		c.KillAfter = DefaultKillAfter
+	}
+	if c.Grace < 0 || c.KillAfter < 0 || c.KeepAlive < 0 || c.PollInterval < 0 {
+		return c, fmt.Errorf("durations must not be negative")
+	}
+	if c.HelloAttempts == 0 {
+		c.HelloAttempts = 8
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.HTTP == nil {
+		c.HTTP = &http.Client{Timeout: requestTimeout}
+	}
+	return c, nil
+}

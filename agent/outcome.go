@@ -1,0 +1,38 @@
+package agent
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/dreamlake/lakeshore/shared/wire"
+)
+
+// Outcome is how one run of an invocation ended.
+type Outcome struct {
+	// State is succeeded, failed or cancelled. Abandoned runs (killed because
+	// the daemon is shutting down) are never acked: the control plane hands
+	// them out again when the daemon says bye.
+	State      string
+	Abandoned  bool
+	ExitCode   *int
+	ResultBlob json.RawMessage
+	Error      *wire.ErrorInfo
+	StdoutTail string
+	StderrTail string
+	Duration   time.Duration
+}
+
+// Ack renders an outcome as the ack of attempt of invocation for worker.
+func (o Outcome) Ack(workerID, invocationID string, attempt int) wire.AckRequest {
+	return wire.AckRequest{
+		WorkerID:     workerID,
+		InvocationID: invocationID,
+		Attempt:      attempt,
+		State:        o.State,
+		ExitCode:     o.ExitCode,
+		ResultBlob:   o.ResultBlob,
+		Error:        o.Error,
+		StdoutTail:   o.StdoutTail,
+		StderrTail:   o.StderrTail,
+	}
+}

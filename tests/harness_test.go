@@ -33,23 +33,25 @@ func TestMain(m *testing.M) {
 	storetest.Main(m)
 }
 
-var buildOnce = sync.OnceValues(func() (string, error) {
-	out, err := exec.Command("go", "build", "-o", binDir, "../cli/lakeshore").CombinedOutput()
+var buildOnce = sync.OnceValue(func() error {
+	out, err := exec.Command("go", "build", "-o", binDir, "../cli/lakeshore", "../agent/cmd/nymph").CombinedOutput()
 	if err != nil {
-		return "", fmt.Errorf("go build: %v\n%s", err, out)
+		return fmt.Errorf("go build: %v\n%s", err, out)
 	}
-	return filepath.Join(binDir, "lakeshore"), nil
+	return nil
 })
 
-// lakeshoreBin builds bin/lakeshore once per test binary and returns its path.
-func lakeshoreBin(t testing.TB) string {
+// bin builds bin/lakeshore and bin/nymph once per test binary and returns
+// the path of name.
+func bin(t testing.TB, name string) string {
 	t.Helper()
-	path, err := buildOnce()
-	if err != nil {
+	if err := buildOnce(); err != nil {
 		t.Fatal(err)
 	}
-	return path
+	return filepath.Join(binDir, name)
 }
+
+func lakeshoreBin(t testing.TB) string { return bin(t, "lakeshore") }
 
 // devServer is a running `lakeshore dev` process.
 type devServer struct {

@@ -1,0 +1,232 @@
+package tests
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dreamlake/lakeshore/shared/client"
+	"github.com/dreamlake/lakeshore/shared/wire"
+)
+
+// nymphProc is a running bin/nymph.
+type nymphProc struct {
+	cmd  *exec.Cmd
+	logs *syncBuffer
+	done chan struct{}
+	err  error
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// startNymph runs bin/nymph against d with its own workdir and state dir.
+func startNymph(t *testing.T, d *devServer, machine string, extra ...string) *nymphProc {
+	t.Helper()
+	dir := t.TempDir()
+	args := append([]string{
+		"--control-plane", d.URL, "--enroll-token", d.EnrollToken, "--queue", "q",
+		"--label", machine, "--machine-id", machine, "--workdir", filepath.Join(dir, "work"),
+		"--state-dir", filepath.Join(dir, "state"), "--introspect-addr", "off",
+		"--grace", "5s", "--kill-after", "1s", "--log-level", "debug",
+	}, extra...)
+	cmd := exec.Command(bin(t, "nymph"), args...)
+	cmd.Env = append(os.Environ(), "NYMPH_TEST_SECRET_IN_DAEMON_ENV=leak")
+	p := &nymphProc{cmd: cmd, logs: &syncBuffer{}, done: make(chan struct{})}
+	cmd.Stderr = p.logs
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start nymph: %v", err)
+	}
+	go func() { p.err = cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGKILL)
+		<-p.done
+		if t.Failed() {
+			t.Logf("nymph %s log:\n%s", machine, p.logs.String())
+		}
+	})
+	return p
+}
+
+// wait waits up to limit for the process to exit and reports its exit code.
+func (p *nymphProc) wait(t *testing.T, limit time.Duration) int {
+	t.Helper()
+	select {
+	case <-p.done:
+	case <-time.After(limit):
+		t.Fatalf("nymph did not exit within %s", limit)
+	}
+	var ee *exec.ExitError
+	if errors.As(p.err, &ee) {
+		return ee.ExitCode()
+	}
+	return 0
+}
+
+// eventually polls cond every 100 ms until it holds or limit passes.
+func eventually(t *testing.T, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %s: %s", limit, what)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func workerNamed(ctx context.Context, op *client.Client, label string) (wire.Worker, bool) {
+	ws, err := op.ListWorkers(ctx, 100, "")
+	if err != nil {
+		return wire.Worker{}, false
+	}
+	var found wire.Worker
+	ok := false
+	for _, w := range ws.Workers {
+		if w.Label == label && (!ok || w.CreatedAt.After(found.CreatedAt)) {
+			found, ok = w, true
+		}
+	}
+	return found, ok
+}
+
+func submitSh(t *testing.T, op *client.Client, script string, timeoutS int, setup ...string) wire.Invocation {
+	t.Helper()
+	inv, _, err := op.Submit(context.Background(), wire.SubmitRequest{
+		Queue: "q", Argv: []string{"/bin/sh", "-c", script}, TimeoutS: timeoutS,
+		RunConfig: wire.RunConfig{HostSetup: setup},
+	})
+	if err != nil {
+		t.Fatalf("submit: %v", err)
+	}
+	return inv
+}
+
+func waitTerminal(t *testing.T, op *client.Client, id string, limit time.Duration) wire.Invocation {
+	t.Helper()
+	var inv wire.Invocation
+	eventually(t, limit, "invocation "+id+" terminal", func() bool {
+		var err error
+		inv, err = op.GetInvocation(context.Background(), id)
+		return err == nil && wire.Terminal(inv.State)
+	})
+	return inv
+}
+
+// TestAgentRunsWork: several nymph processes run successes, failures and
+// timeouts, report results, and keep secrets out of bodies.
+func TestAgentRunsWork(t *testing.T) {
+	d := startDev(t, backends[0], "--stale-after", "3s")
+	op := d.Operator()
+	for i := range 3 {
+		startNymph(t, d, fmt.Sprintf("m%d", i), "--capacity", "2")
+	}
+	ok := submitSh(t, op, `echo "hello $NYMPH_ATTEMPT"; echo '{"answer": 42}' > "$NYMPH_RESULT_FILE"`, 0)
+	fail := submitSh(t, op, `echo oops >&2; exit 3`, 0)
+	slow := submitSh(t, op, `sleep 30`, 1)
+	env := submitSh(t, op, `env | grep -c -E 'ENROLL|TOKEN|NYMPH_TEST_SECRET' || true; [ -n "$NYMPH_WORKER_ID" ] && [ -n "$NYMPH_INVOCATION_ID" ]`, 0)
+
+	got := waitTerminal(t, op, ok.InvocationID, 30*time.Second)
+	if got.State != wire.StateSucceeded || string(got.ResultBlob) != `{"answer":42}` || !strings.Contains(got.StdoutTail, "hello 1") {
+		t.Errorf("success: %+v", got)
+	}
+	got = waitTerminal(t, op, fail.InvocationID, 30*time.Second)
+	if got.State != wire.StateFailed || got.ExitCode == nil || *got.ExitCode != 3 || !strings.Contains(got.StderrTail, "oops") {
+		t.Errorf("failure: %+v", got)
+	}
+	got = waitTerminal(t, op, slow.InvocationID, 30*time.Second)
+	if got.State != wire.StateFailed || got.Error == nil || got.Error.Type != wire.ErrorTypeTimeout {
+		t.Errorf("timeout: %+v", got)
+	}
+	got = waitTerminal(t, op, env.InvocationID, 30*time.Second)
+	if got.State != wire.StateSucceeded || strings.TrimSpace(got.StdoutTail) != "0" {
+		t.Errorf("body environment: %+v (stdout %q: want no token or daemon secret visible)", got, got.StdoutTail)
+	}
+	if st, _ := op.QueueStats(context.Background(), "q"); st.DoneCount != 4 {
+		t.Errorf("done_count %d, want 4", st.DoneCount)
+	}
+}
+
+// TestAgentExits: keep-alive idle expiry and SIGTERM both end with bye, so
+// the worker reads gone at once (no stale wait), and exit 0.
+func TestAgentExits(t *testing.T) {
+	d := startDev(t, backends[0], "--stale-after", "60s")
+	op := d.Operator()
+	ctx := context.Background()
+
+	idle := startNymph(t, d, "idle", "--keep-alive", "1s")
+	if code := idle.wait(t, 30*time.Second); code != 0 {
+		t.Fatalf("keep-alive exit code %d", code)
+	}
+	if w, ok := workerNamed(ctx, op, "idle"); !ok || w.State != "gone" || w.ByeReason != "bye: idle" {
+		t.Fatalf("after keep-alive: %+v", w)
+	}
+
+	busy := startNymph(t, d, "busy")
+	eventually(t, 20*time.Second, "busy worker active", func() bool {
+		w, ok := workerNamed(ctx, op, "busy")
+		return ok && w.State == "active" && w.Phase == wire.PhaseReady
+	})
+	inv := submitSh(t, op, `sleep 60`, 0)
+	eventually(t, 20*time.Second, "claimed", func() bool {
+		got, _ := op.GetInvocation(ctx, inv.InvocationID)
+		return got.State == wire.StateRunning
+	})
+	if err := busy.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	// --grace 5s, --kill-after 1s: the body is killed and handed back.
+	if code := busy.wait(t, 30*time.Second); code != 0 {
+		t.Fatalf("SIGTERM exit code %d", code)
+	}
+	w, _ := workerNamed(ctx, op, "busy")
+	if w.State != "gone" || w.ByeReason != "bye: signal" {
+		t.Fatalf("after SIGTERM: state %q bye %q, want gone at once (60 s stale window not waited)", w.State, w.ByeReason)
+	}
+	if got, _ := op.GetInvocation(ctx, inv.InvocationID); got.State != wire.StateQueued || got.Attempt != 1 {
+		t.Fatalf("abandoned invocation: %s attempt %d, want queued again", got.State, got.Attempt)
+	}
+}
+
+// TestAgentHostSetupGates: a worker with --host-setup claims only work
+// whose host key matches, and only after its setup ran.
+func TestAgentHostSetupGates(t *testing.T) {
+	d := startDev(t, backends[0], "--stale-after", "3s")
+	op := d.Operator()
+	setup := "echo prepared > /tmp/.lakeshore-test-host-setup-$$; sleep 1"
+	keyed := submitSh(t, op, `echo keyed`, 0, setup)
+	plain := submitSh(t, op, `echo plain`, 0, "something-else")
+
+	startNymph(t, d, "setup-host", "--host-setup", setup)
+	got := waitTerminal(t, op, keyed.InvocationID, 30*time.Second)
+	if got.State != wire.StateSucceeded {
+		t.Fatalf("keyed work: %+v", got)
+	}
+	time.Sleep(2 * time.Second) // several polls: a mismatched key must stay queued
+	if got, _ := op.GetInvocation(context.Background(), plain.InvocationID); got.State != wire.StateQueued {
+		t.Fatalf("work for another host key was claimed: %+v", got)
+	}
+}

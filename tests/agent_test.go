@@ -45,7 +45,13 @@ func (s *syncBuffer) String() string {
 // startNymph runs bin/nymph against d with its own workdir and state dir.
 func startNymph(t *testing.T, d *devServer, machine string, extra ...string) *nymphProc {
 	t.Helper()
-	dir := t.TempDir()
+	return startNymphIn(t, d, machine, t.TempDir(), extra...)
+}
+
+// startNymphIn runs bin/nymph with its workdir and state dir under dir, so
+// a second process can take over the first one's spool.
+func startNymphIn(t *testing.T, d *devServer, machine, dir string, extra ...string) *nymphProc {
+	t.Helper()
 	args := append([]string{
 		"--control-plane", d.URL, "--enroll-token", d.EnrollToken, "--queue", "q",
 		"--label", machine, "--machine-id", machine, "--workdir", filepath.Join(dir, "work"),

@@ -60,6 +60,18 @@ type devServer struct {
 	OperatorToken string
 	cmd           *exec.Cmd
 	logs          *strings.Builder
+	exited        chan struct{}
+}
+
+// stop ends the process (SIGTERM, then SIGKILL after 10 s) and waits for it.
+func (d *devServer) stop(t *testing.T) {
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-d.exited:
+	case <-time.After(10 * time.Second):
+		_ = syscall.Kill(-d.cmd.Process.Pid, syscall.SIGKILL)
+		<-d.exited
+	}
 }
 
 // Operator returns a client holding the operator token.
@@ -106,16 +118,10 @@ func startDev(t *testing.T, b backend, extra ...string) *devServer {
 		t.Fatalf("start lakeshore dev: %v", err)
 	}
 	d := &devServer{cmd: cmd, logs: logs}
+	d.exited = make(chan struct{})
+	go func() { _ = cmd.Wait(); close(d.exited) }()
 	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-done
-		}
+		d.stop(t)
 		if t.Failed() {
 			mu.Lock()
 			t.Logf("lakeshore dev log:\n%s", logs.String())

@@ -50,9 +50,10 @@ check:
 	@bad=$$($(GO) list -deps ./shared/... | grep -E 'lakeshore/(agent|functions|cli)(/|$$)' || true); \
 		if [ -n "$$bad" ]; then echo "shared/ imports: $$bad"; exit 1; fi; echo "layering: ok"
 
-## bench: store benchmarks (claims/s, conflicts/claim, requests/lifecycle)
-bench:
+## bench: store benchmarks (claims/s, conflicts/claim, requests/lifecycle) and the daemon's footprint
+bench: build
 	$(GO) test -run '^$$' -bench . -benchtime 200x ./shared/store/
+	bash scripts/footprint.sh
 
 clean:
 	rm -rf $(BIN) $(DIST)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -346,14 +347,22 @@ func TestAckerRetriesUntilAnswered(t *testing.T) {
 
 func TestAckerRetriesAHungTry(t *testing.T) {
 	var tries atomic.Int32
+	done := make(chan struct{})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Read the body: only then does the server notice the client
+		// hanging up and cancel r.Context.
+		_, _ = io.Copy(io.Discard, r.Body)
 		if tries.Add(1) == 1 {
-			<-r.Context().Done() // hang until the acker gives this try up
+			select { // hang until the acker gives this try up
+			case <-r.Context().Done():
+			case <-done:
+			}
 			return
 		}
 		_ = json.NewEncoder(w).Encode(wire.AckResponse{Recorded: true, State: wire.StateSucceeded})
 	}))
 	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(done) })
 	rec := &ackerTestRecorder{}
 	s := spoolTestOpen(t, t.TempDir())
 	k := NewAcker(s, AckerOptions{
@@ -459,7 +468,8 @@ func TestAckerPendingAndFlush(t *testing.T) {
 	release := make(chan struct{})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var req wire.AckRequest
-		_ = json.NewDecoder(r.Body).Decode(&req)
+		b, _ := io.ReadAll(r.Body)
+		_ = json.Unmarshal(b, &req)
 		arrived <- req.InvocationID
 		select {
 		case <-release:

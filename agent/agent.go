@@ -43,6 +43,9 @@ type Agent struct {
 	mu     sync.Mutex
 
 	setupc chan setupDone // setup results to the loop
+
+	ackMu   sync.Mutex
+	ackDone map[string]func(ok bool) // health bookkeeping of acks in flight
 }
 
 // New returns an agent for cfg; Run starts it.
@@ -141,7 +144,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("state dir: %w", err)
 	}
-	a.acker = NewAcker(spool, AckerOptions{Logger: a.log, HTTP: cfg.HTTP})
+	a.ackDone = map[string]func(bool){}
+	a.acker = NewAcker(spool, AckerOptions{Logger: a.log, HTTP: cfg.HTTP, OnAnswered: a.ackAnswered})
 	machineID, source, err := MachineID(ctx, cfg.MachineID, MachineIDOptions{IMDSEndpoint: cfg.IMDSEndpoint})
 	if err != nil {
 		return fmt.Errorf("machine id: %w", err)
@@ -575,6 +579,19 @@ func (a *Agent) runFinished(ctx context.Context, st *state, r *running) {
 	a.submitAck(ctx, r, o)
 }
 
+// ackAnswered records an ack's final answer in the health record: any
+// answer, even a refusal, shows the control plane reachable.
+func (a *Agent) ackAnswered(sa SpooledAck, _ wire.AckResponse, err error) {
+	key := fmt.Sprintf("%s/%d", sa.Ack.InvocationID, sa.Ack.Attempt)
+	a.ackMu.Lock()
+	done := a.ackDone[key]
+	delete(a.ackDone, key)
+	a.ackMu.Unlock()
+	if done != nil {
+		done(err == nil || !client.Retryable(err))
+	}
+}
+
 func (a *Agent) submitAck(ctx context.Context, r *running, o Outcome) {
 	ack := SpooledAck{
 		ControlPlane: a.cfg.ControlPlane,
@@ -583,6 +600,9 @@ func (a *Agent) submitAck(ctx context.Context, r *running, o Outcome) {
 		Ack:          o.Ack(r.session.workerID, r.run.InvocationID(), r.run.Attempt()),
 		SpooledAt:    time.Now().UTC(),
 	}
+	a.ackMu.Lock()
+	a.ackDone[fmt.Sprintf("%s/%d", ack.Ack.InvocationID, ack.Ack.Attempt)] = a.health.RequestStarted("ack")
+	a.ackMu.Unlock()
 	if err := a.acker.Submit(context.WithoutCancel(ctx), ack); err != nil {
 		a.log.Error("could not spool an ack; sending it unspooled", "invocation_id", ack.Ack.InvocationID, "error", err.Error())
 	}

@@ -380,6 +380,9 @@ func (a *Agent) finish(st *state) error {
 	a.health.PollerRunning(false)
 	a.health.Stopped()
 	a.log.Info("exit", "reason", st.byeReason, "inflight_abandoned", abandoned)
+	if st.byeReason == wire.ByeHelloFailed {
+		return ErrHelloFailed
+	}
 	return nil
 }
 
@@ -435,11 +438,18 @@ func (a *Agent) poll(ctx context.Context, st *state, hello wire.HelloRequest, ru
 	cancel()
 	done(err == nil)
 	switch {
-	case errors.Is(err, wire.ErrWorkerGone):
-		if st.phase == wire.PhaseTerminating || st.draining {
+	case errors.Is(err, wire.ErrWorkerGone) || errors.Is(err, wire.ErrUnauthorized):
+		// 410: the control plane retired this worker (its work is already
+		// handed out again). 401: it no longer knows this worker's token (a
+		// newer hello, or a control plane that lost its state). Either way
+		// this worker is over: a draining daemon just finishes; any other
+		// says hello again and carries on as a new worker.
+		if st.draining {
+			a.log.Warn("the control plane let go of this worker while it drained", "worker_id", st.sess.workerID, "error", err.Error())
+			a.terminate(st)
 			return 0
 		}
-		a.log.Warn("the control plane says this worker is gone; saying hello again", "worker_id", st.sess.workerID)
+		a.log.Warn("the control plane let go of this worker; saying hello again", "worker_id", st.sess.workerID, "error", err.Error())
 		a.health.Unregistered()
 		sess, herr := a.hello(ctx, hello)
 		if herr != nil {

@@ -129,3 +129,54 @@ func freePort(t *testing.T) int {
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
 }
+
+// TestAgentRunsSetupCommands: an operator's setup command moves the daemon
+// to phase setup (no claims), runs, is reported with its output, and the
+// daemon returns to ready and takes work.
+func TestAgentRunsSetupCommands(t *testing.T) {
+	d := startDev(t, backends[0], "--stale-after", "3s")
+	op := d.Operator()
+	ctx := context.Background()
+	startNymph(t, d, "setup-cmd")
+	var w wire.Worker
+	eventually(t, 20*time.Second, "ready", func() bool {
+		w, _ = workerNamed(ctx, op, "setup-cmd")
+		return w.Phase == wire.PhaseReady
+	})
+	cmd, err := op.AddSetup(ctx, w.WorkerID, []string{"/bin/sh", "-c", "sleep 1; echo installed; exit 0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv := submitSh(t, op, `echo after-setup`, 0)
+	eventually(t, 20*time.Second, "setup result reported", func() bool {
+		r, err := op.SetupResults(ctx, w.WorkerID)
+		return err == nil && len(r.SetupResults) == 1 && r.SetupResults[0].Status == wire.SetupSucceeded
+	})
+	r, _ := op.SetupResults(ctx, w.WorkerID)
+	if got := r.SetupResults[0]; got.CommandID != cmd.CommandID || !strings.Contains(got.OutputTail, "installed") || got.DurationMS < 900 {
+		t.Fatalf("setup result: %+v", got)
+	}
+	got := waitTerminal(t, op, inv.InvocationID, 20*time.Second)
+	if got.State != wire.StateSucceeded || got.StartedAt == nil || r.SetupResults[0].FinishedAt == nil || got.StartedAt.Before(*r.SetupResults[0].FinishedAt) {
+		t.Fatalf("work started before its worker's setup finished: %+v", got)
+	}
+}
+
+// TestAgentSurvivesControlPlaneRestart: an embedded `lakeshore dev` that
+// restarts forgets every worker; the daemon's next poll is refused (401) and
+// it says hello again as a new worker and takes work.
+func TestAgentSurvivesControlPlaneRestart(t *testing.T) {
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	d := startDev(t, backends[0], "--stale-after", "3s", "--addr", addr)
+	startNymph(t, d, "phoenix")
+	eventually(t, 20*time.Second, "ready", func() bool {
+		w, ok := workerNamed(context.Background(), d.Operator(), "phoenix")
+		return ok && w.Phase == wire.PhaseReady
+	})
+	d.stop(t)
+	d2 := startDev(t, backends[0], "--stale-after", "3s", "--addr", addr, "--enroll-token", d.EnrollToken, "--operator-token", d.OperatorToken)
+	inv := submitSh(t, d2.Operator(), `echo back`, 0)
+	if got := waitTerminal(t, d2.Operator(), inv.InvocationID, 30*time.Second); got.State != wire.StateSucceeded {
+		t.Fatalf("after the control plane restarted: %+v", got)
+	}
+}

@@ -180,3 +180,30 @@ func TestAgentSurvivesControlPlaneRestart(t *testing.T) {
 		t.Fatalf("after the control plane restarted: %+v", got)
 	}
 }
+
+// TestAgentGraceExpiry: one SIGTERM, a body that ignores SIGTERM and
+// outlives --grace: at grace expiry the daemon terminates it (SIGTERM to its
+// group, --kill-after, SIGKILL), says bye with it abandoned, exits 0, and
+// the invocation is queued again.
+func TestAgentGraceExpiry(t *testing.T) {
+	d := startDev(t, backends[0], "--stale-after", "60s")
+	op := d.Operator()
+	ctx := context.Background()
+	n := startNymph(t, d, "stubborn", "--grace", "1s", "--kill-after", "500ms")
+	inv := submitSh(t, op, `trap '' TERM; sleep 120`, 0)
+	eventually(t, 20*time.Second, "claimed", func() bool {
+		got, _ := op.GetInvocation(ctx, inv.InvocationID)
+		return got.State == wire.StateRunning
+	})
+	time.Sleep(300 * time.Millisecond) // let the body set its trap
+	_ = n.cmd.Process.Signal(syscall.SIGTERM)
+	if code := n.wait(t, 60*time.Second); code != 0 {
+		t.Fatalf("exit code %d", code)
+	}
+	if !strings.Contains(n.logs.String(), "grace expired") || !strings.Contains(n.logs.String(), `"inflight_abandoned":1`) {
+		t.Fatalf("log does not show the grace expiring with one body abandoned:\n%s", n.logs.String())
+	}
+	if got, _ := op.GetInvocation(ctx, inv.InvocationID); got.State != wire.StateQueued {
+		t.Fatalf("abandoned invocation: %s, want queued again", got.State)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dreamlake/lakeshore/shared/client"
 	"github.com/dreamlake/lakeshore/shared/store/storetest"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
@@ -63,13 +64,7 @@ func TestAgentSecondSignalSkipsGrace(t *testing.T) {
 	op := d.Operator()
 	ctx := context.Background()
 	n := startNymph(t, d, "impatient", "--grace", "10m", "--kill-after", "500ms")
-	inv := submitSh(t, op, `trap '' TERM; sleep 120`, 0)
-	eventually(t, 20*time.Second, "claimed", func() bool {
-		got, _ := op.GetInvocation(ctx, inv.InvocationID)
-		return got.State == wire.StateRunning
-	})
-	time.Sleep(300 * time.Millisecond) // let the body set its trap
-	_ = n.cmd.Process.Signal(syscall.SIGTERM)
+	inv := signalWithStubbornBody(t, op, n)
 	eventually(t, 10*time.Second, "draining", func() bool {
 		w, _ := workerNamed(ctx, op, "impatient")
 		return w.State == "draining"
@@ -190,13 +185,7 @@ func TestAgentGraceExpiry(t *testing.T) {
 	op := d.Operator()
 	ctx := context.Background()
 	n := startNymph(t, d, "stubborn", "--grace", "1s", "--kill-after", "500ms")
-	inv := submitSh(t, op, `trap '' TERM; sleep 120`, 0)
-	eventually(t, 20*time.Second, "claimed", func() bool {
-		got, _ := op.GetInvocation(ctx, inv.InvocationID)
-		return got.State == wire.StateRunning
-	})
-	time.Sleep(300 * time.Millisecond) // let the body set its trap
-	_ = n.cmd.Process.Signal(syscall.SIGTERM)
+	inv := signalWithStubbornBody(t, op, n)
 	if code := n.wait(t, 60*time.Second); code != 0 {
 		t.Fatalf("exit code %d", code)
 	}
@@ -206,4 +195,19 @@ func TestAgentGraceExpiry(t *testing.T) {
 	if got, _ := op.GetInvocation(ctx, inv.InvocationID); got.State != wire.StateQueued {
 		t.Fatalf("abandoned invocation: %s, want queued again", got.State)
 	}
+}
+
+// signalWithStubbornBody submits a body that ignores SIGTERM, waits until n
+// runs it, and sends n one SIGTERM.
+func signalWithStubbornBody(t *testing.T, op *client.Client, n *nymphProc) wire.Invocation {
+	t.Helper()
+	ctx := context.Background()
+	inv := submitSh(t, op, `trap '' TERM; sleep 120`, 0)
+	eventually(t, 20*time.Second, "claimed", func() bool {
+		got, _ := op.GetInvocation(ctx, inv.InvocationID)
+		return got.State == wire.StateRunning
+	})
+	time.Sleep(300 * time.Millisecond) // let the body set its trap
+	_ = n.cmd.Process.Signal(syscall.SIGTERM)
+	return inv
 }

@@ -122,6 +122,17 @@ type setupDone struct {
 // failed (ErrHelloFailed), or start-up failed.
 func (a *Agent) Run(ctx context.Context) error {
 	cfg := a.cfg
+	// A stop before the loop runs (during boot or hello's retries) cancels
+	// what is under way; inside the loop it starts the drain.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-a.stopc:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	a.health.SetPhase(wire.PhaseBooting)
 	a.health.SetRunState(RunStarting)
 
@@ -177,6 +188,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	st := &state{runs: map[string]*running{}, setupSeen: map[string]bool{}, idleSince: time.Now()}
 	st.sess, err = a.hello(ctx, hello)
 	if err != nil {
+		if ctx.Err() != nil {
+			a.log.Info("stopped before hello was answered; no worker to say bye for")
+			a.health.Stopped()
+			return nil
+		}
 		a.health.Failed("failed:registration")
 		return err
 	}

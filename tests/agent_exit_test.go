@@ -211,3 +211,17 @@ func signalWithStubbornBody(t *testing.T, op *client.Client, n *nymphProc) wire.
 	_ = n.cmd.Process.Signal(syscall.SIGTERM)
 	return inv
 }
+
+// TestAgentSignalDuringHello: a daemon whose control plane does not answer
+// stops promptly on SIGTERM instead of finishing hello's retries.
+func TestAgentSignalDuringHello(t *testing.T) {
+	d := &devServer{URL: fmt.Sprintf("http://127.0.0.1:%d", freePort(t)), EnrollToken: "x"} // nothing listens
+	n := startNymph(t, d, "unheard")
+	eventually(t, 10*time.Second, "hello retrying", func() bool {
+		return strings.Contains(n.logs.String(), "hello failed; retrying")
+	})
+	_ = n.cmd.Process.Signal(syscall.SIGTERM)
+	if code := n.wait(t, 10*time.Second); code != 0 { // 8 retries would take ~40 s
+		t.Fatalf("exit code %d", code)
+	}
+}

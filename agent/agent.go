@@ -46,6 +46,10 @@ type Agent struct {
 
 	ackMu   sync.Mutex
 	ackDone map[string]func(ok bool) // health bookkeeping of acks in flight
+
+	// testHookRunStarted, when set, is called on the loop's goroutine as
+	// each body starts (tests synchronise on it instead of sleeping).
+	testHookRunStarted func(invocationID string)
 }
 
 // New returns an agent for cfg; Run starts it.
@@ -581,6 +585,9 @@ func (a *Agent) startRun(ctx context.Context, st *state, c wire.Command, runDone
 	st.runs[inv.InvocationID] = r
 	a.health.SetInflight(len(st.runs))
 	a.log.Info("run", "invocation_id", inv.InvocationID, "attempt", inv.Attempt, "worker_id", st.sess.workerID)
+	if a.testHookRunStarted != nil {
+		a.testHookRunStarted(inv.InvocationID)
+	}
 	go func() {
 		<-r.run.Done()
 		runDone <- r

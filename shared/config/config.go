@@ -11,6 +11,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -19,6 +20,7 @@ import (
 	"github.com/dreamlake/lakeshore/shared/api"
 	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/lambdahttp"
+	"github.com/dreamlake/lakeshore/shared/reaper"
 	"github.com/dreamlake/lakeshore/shared/store"
 )
 
@@ -48,16 +50,9 @@ type ParameterGetter interface {
 // Load reads the configuration from getenv, fetching <NAME>_PARAM values
 // through params (which may be nil when no parameter is named).
 func Load(ctx context.Context, getenv func(string) string, params ParameterGetter) (Config, error) {
-	c := Config{TablePrefix: getenv(EnvTablePrefix), StaleAfter: domain.DefaultStaleAfter}
-	if c.TablePrefix == "" {
-		c.TablePrefix = DefaultPrefix
-	}
-	if v := getenv(EnvStaleAfter); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil || d < time.Second {
-			return Config{}, fmt.Errorf("%s must be a duration of at least 1s, like 60s; got %q", EnvStaleAfter, v)
-		}
-		c.StaleAfter = d
+	c, err := LoadStore(getenv)
+	if err != nil {
+		return Config{}, err
 	}
 	for _, s := range []struct {
 		name string
@@ -68,6 +63,23 @@ func Load(ctx context.Context, getenv func(string) string, params ParameterGette
 			return Config{}, err
 		}
 		*s.dst = v
+	}
+	return c, nil
+}
+
+// LoadStore reads what a function that serves no routes needs (the reaper,
+// the host poller): the table prefix and the stale window. Tokens stay unset.
+func LoadStore(getenv func(string) string) (Config, error) {
+	c := Config{TablePrefix: getenv(EnvTablePrefix), StaleAfter: domain.DefaultStaleAfter}
+	if c.TablePrefix == "" {
+		c.TablePrefix = DefaultPrefix
+	}
+	if v := getenv(EnvStaleAfter); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < time.Second {
+			return Config{}, fmt.Errorf("%s must be a duration of at least 1s, like 60s; got %q", EnvStaleAfter, v)
+		}
+		c.StaleAfter = d
 	}
 	return c, nil
 }
@@ -125,4 +137,22 @@ func RunLambda(name string) {
 		os.Exit(1)
 	}
 	lambdahttp.Start(router)
+}
+
+// RunReaper is the whole main of the reaper Lambda: read the table prefix
+// and stale window, and run one sweep per scheduled event.
+func RunReaper() {
+	log := slog.New(slog.NewJSONHandler(os.Stdout, nil))
+	c, err := LoadStore(os.Getenv)
+	if err != nil {
+		log.Error("reaper: start", "error", err.Error())
+		os.Exit(1)
+	}
+	awsCfg, err := awsconfig.LoadDefaultConfig(context.Background())
+	if err != nil {
+		log.Error("reaper: load AWS config", "error", err.Error())
+		os.Exit(1)
+	}
+	st := store.New(dynamodb.NewFromConfig(awsCfg), c.TablePrefix)
+	lambda.Start(reaper.Handler(st, c.StaleAfter, log))
 }

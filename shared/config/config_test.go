@@ -60,3 +60,14 @@ func TestLoad(t *testing.T) {
 		})
 	}
 }
+
+// TestLoadStoreNeedsNoTokens: the reaper and the host poller serve no routes
+// and must start without the tokens the route Lambdas refuse to run without.
+func TestLoadStoreNeedsNoTokens(t *testing.T) {
+	c, err := LoadStore(func(k string) string {
+		return map[string]string{EnvTablePrefix: "p-", EnvStaleAfter: "90s"}[k]
+	})
+	if err != nil || c.TablePrefix != "p-" || c.StaleAfter != 90*time.Second || c.EnrollToken != "" {
+		t.Fatalf("LoadStore = %+v, %v", c, err)
+	}
+}

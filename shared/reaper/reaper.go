@@ -1,0 +1,40 @@
+// Package reaper is the scheduled redelivery sweep (DESIGN §5): every run
+// hands back the running work of each worker that reads stale or gone. The
+// Lambda in functions/reaper runs it on a schedule; `lakeshore dev` runs the
+// same store sweep on a ticker.
+package reaper
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/dreamlake/lakeshore/shared/store"
+)
+
+// Sweeper is the store call the reaper makes.
+type Sweeper interface {
+	Sweep(ctx context.Context, staleAfter time.Duration) (store.SweepResult, error)
+}
+
+var _ Sweeper = (*store.Store)(nil)
+
+// Handler returns the Lambda handler: any event (a schedule's, or a manual
+// invoke) runs one sweep. A failed sweep is returned as an error so the
+// invocation is retried; what it did is logged either way.
+func Handler(s Sweeper, staleAfter time.Duration, log *slog.Logger) func(context.Context, json.RawMessage) (store.SweepResult, error) {
+	return func(ctx context.Context, _ json.RawMessage) (store.SweepResult, error) {
+		start := time.Now()
+		res, err := s.Sweep(ctx, staleAfter)
+		attrs := []any{"workers", res.Workers, "lost_workers", res.Lost, "requeued", res.Requeued,
+			"duration_ms", time.Since(start).Milliseconds()}
+		if err != nil {
+			log.Error("sweep failed", append(attrs, "error", err.Error())...)
+			return res, fmt.Errorf("sweep: %w", err)
+		}
+		log.Info("sweep", attrs...)
+		return res, nil
+	}
+}

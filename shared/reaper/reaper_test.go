@@ -1,0 +1,80 @@
+package reaper_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dreamlake/lakeshore/shared/clock"
+	"github.com/dreamlake/lakeshore/shared/reaper"
+	"github.com/dreamlake/lakeshore/shared/store"
+	"github.com/dreamlake/lakeshore/shared/store/schema"
+	"github.com/dreamlake/lakeshore/shared/store/storetest"
+	"github.com/dreamlake/lakeshore/shared/wire"
+)
+
+// TestHandlerSweeps: a scheduled event runs one sweep over the real store:
+// a worker silent past the window loses its running invocation to the queue.
+func TestHandlerSweeps(t *testing.T) {
+	ctx := context.Background()
+	db := storetest.Embedded(t)
+	prefix := storetest.Prefix(t)
+	if err := schema.EnsureTables(ctx, db, prefix); err != nil {
+		t.Fatal(err)
+	}
+	c := clock.NewFake(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC))
+	s := store.New(db, prefix)
+	s.Now = c.Now
+	res, err := s.Hello(ctx, wire.HelloRequest{MachineID: "m", BootID: "b"}, func(string) (string, error) { return "h", nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv, _, err := s.Submit(ctx, wire.SubmitRequest{Queue: "q", Argv: []string{"x"}, MaxAttempts: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := s.Claim(ctx, res.Worker, "q", 1); err != nil || len(r.Claimed) != 1 {
+		t.Fatalf("claim: %+v %v", r, err)
+	}
+	var logs bytes.Buffer
+	h := reaper.Handler(s, time.Minute, slog.New(slog.NewJSONHandler(&logs, nil)))
+	scheduled := json.RawMessage(`{"source":"aws.scheduler","detail-type":"Scheduled Event","detail":{}}`)
+
+	if got, err := h(ctx, scheduled); err != nil || got.Requeued != 0 {
+		t.Fatalf("sweep inside the window: %+v %v", got, err)
+	}
+	c.Advance(61 * time.Second)
+	got, err := h(ctx, scheduled)
+	if err != nil || got.Lost != 1 || got.Requeued != 1 {
+		t.Fatalf("sweep past the window: %+v %v", got, err)
+	}
+	if after, _ := s.GetInvocation(ctx, inv.ID); after.State != wire.StateQueued {
+		t.Fatalf("invocation after the sweep: %s, want queued", after.State)
+	}
+	if !strings.Contains(logs.String(), `"requeued":1`) {
+		t.Fatalf("sweep not logged: %s", logs.String())
+	}
+}
+
+type failingSweeper struct{}
+
+func (failingSweeper) Sweep(context.Context, time.Duration) (store.SweepResult, error) {
+	return store.SweepResult{Workers: 3}, context.DeadlineExceeded
+}
+
+// TestHandlerReportsFailure: a failed sweep is an error, so the scheduled
+// invocation is retried, and it is logged.
+func TestHandlerReportsFailure(t *testing.T) {
+	var logs bytes.Buffer
+	h := reaper.Handler(failingSweeper{}, time.Minute, slog.New(slog.NewJSONHandler(&logs, nil)))
+	if _, err := h(context.Background(), nil); err == nil {
+		t.Fatal("a failed sweep returned no error")
+	}
+	if !strings.Contains(logs.String(), "sweep failed") {
+		t.Fatalf("failure not logged: %s", logs.String())
+	}
+}

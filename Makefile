@@ -33,7 +33,9 @@ lambdas:
 
 ## test: every check and every test (starts moto_server itself)
 test: lint check
-	$(GO) test -race -count=1 -timeout 12m ./...
+	@mkdir -p $(BIN)
+	LAKESHORE_FAULT_REPORT=$(CURDIR)/$(BIN)/fault-report.txt $(GO) test -race -count=1 -timeout 12m ./...
+	@echo "fault suite (tests/faults_test.go; stale_after 3s, 3 agents):"; cat $(BIN)/fault-report.txt
 
 ## lint: gofmt, go vet, go mod tidy, cfn-lint
 lint:

@@ -50,6 +50,10 @@ type Agent struct {
 	// testHookRunStarted, when set, is called on the loop's goroutine as
 	// each body starts (tests synchronise on it instead of sleeping).
 	testHookRunStarted func(invocationID string)
+
+	// spot: EC2 spot notices for the loop (spot.go); nil when not watching.
+	spotc        <-chan SpotNotice
+	spotInterval time.Duration // tests; zero: DefaultSpotInterval
 }
 
 // New returns an agent for cfg; Run starts it.
@@ -114,6 +118,7 @@ type state struct {
 	byeReason    string
 	idleSince    time.Time
 	pollFailures int
+	spotReclaim  time.Time // spot: when EC2 reclaims the instance (zero: no notice)
 }
 
 type setupDone struct {
@@ -168,6 +173,14 @@ func (a *Agent) Run(ctx context.Context) error {
 	bootID := BootID()
 	hk := hostkey.Of(cfg.HostSetup)
 	a.log.Info("booting", "machine_id", machineID, "machine_id_source", source, "host_key", hk, "queue", cfg.Queue)
+	// spot: watch for interruption notices on EC2 or at an explicit endpoint,
+	// until Run returns (a signal's drain must still see a reclaim coming).
+	if endpoint, ok := spotEndpoint(cfg.IMDSEndpoint, source, os.Getenv); ok {
+		spotCtx, stopSpot := context.WithCancel(context.WithoutCancel(ctx))
+		defer stopSpot()
+		a.spotc = WatchSpot(spotCtx, SpotOptions{Endpoint: endpoint, Interval: a.spotInterval, Logger: a.log})
+		a.log.Info("watching for spot interruption notices", "imds", endpoint)
+	}
 
 	// Acks a previous process spooled go first: its outcomes must land before
 	// this hello retires that process's worker and hands its work out again.
@@ -280,8 +293,9 @@ func (a *Agent) loop(ctx context.Context, st *state, hello wire.HelloRequest) er
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	var graceTimer <-chan time.Time
+	var graceEnd time.Time
 	graceStarted := false
-	stopc, hurryc, ctxDone := a.stopc, a.hurryc, ctx.Done()
+	stopc, hurryc, ctxDone, spotc := a.stopc, a.hurryc, ctx.Done(), a.spotc
 	for {
 		select {
 		case <-timer.C:
@@ -331,16 +345,29 @@ func (a *Agent) loop(ctx context.Context, st *state, hello wire.HelloRequest) er
 			a.log.Info("second signal: skipping the grace period")
 			a.terminate(st)
 			kick()
+		case n, ok := <-spotc: // spot
+			if !ok {
+				spotc = nil
+				break
+			}
+			a.spotNotice(st, n)
+			kick()
 		case <-graceTimer:
 			graceTimer = nil
 			a.log.Warn("grace expired with work still running; terminating", "inflight", len(st.runs))
 			a.terminate(st)
 			kick()
 		}
-		// One grace period, whatever started the drain (signal, idle, command).
+		// One grace period, whatever started the drain (signal, idle, command,
+		// spot notice); a spot reclaim sooner than its end shortens it.
 		if st.draining && !graceStarted {
 			graceStarted = true
-			graceTimer = time.After(cfg.Grace)
+			grace := spotGrace(cfg.Grace, cfg.KillAfter, st.spotReclaim, time.Now())
+			graceEnd, graceTimer = time.Now().Add(grace), time.After(grace)
+		} else if graceStarted && st.phase == wire.PhaseDraining && !st.spotReclaim.IsZero() {
+			if grace := spotGrace(cfg.Grace, cfg.KillAfter, st.spotReclaim, time.Now()); time.Now().Add(grace).Before(graceEnd) {
+				graceEnd, graceTimer = time.Now().Add(grace), time.After(grace)
+			}
 		}
 		if st.draining && st.phase == wire.PhaseDraining && len(st.runs) == 0 {
 			a.terminate(st)

@@ -1,0 +1,416 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dreamlake/lakeshore/shared/api/apitest"
+	"github.com/dreamlake/lakeshore/shared/wire"
+)
+
+// spotIMDS is an IMDSv2 fake on loopback: PUT /latest/api/token issues a
+// token that lives for the TTL asked; the notice paths answer only a GET
+// carrying a live token (401 otherwise), 404 while there is no notice.
+type spotIMDS struct {
+	*httptest.Server
+	mu        sync.Mutex
+	tokens    map[string]time.Time // token → expiry
+	action    string               // "" : no interruption notice
+	at        time.Time
+	rebalance time.Time // zero: no recommendation
+	fail      bool      // every request answers 500
+
+	tokenPUTs  atomic.Int32
+	gets       atomic.Int32
+	tokenless  atomic.Int32 // GETs refused for a missing, unknown or expired token
+	nextTokenN atomic.Int32
+}
+
+func newSpotIMDS(t *testing.T) *spotIMDS {
+	t.Helper()
+	f := &spotIMDS{tokens: map[string]time.Time{}}
+	mux := http.NewServeMux()
+	mux.HandleFunc("PUT /latest/api/token", func(w http.ResponseWriter, r *http.Request) {
+		f.tokenPUTs.Add(1)
+		if f.failing() {
+			http.Error(w, "down", http.StatusInternalServerError)
+			return
+		}
+		ttl, err := strconv.Atoi(r.Header.Get("X-aws-ec2-metadata-token-ttl-seconds"))
+		if err != nil || ttl < 1 || ttl > 21600 {
+			http.Error(w, "bad TTL", http.StatusBadRequest)
+			return
+		}
+		tok := fmt.Sprintf("token-%d", f.nextTokenN.Add(1))
+		f.mu.Lock()
+		f.tokens[tok] = time.Now().Add(time.Duration(ttl) * time.Second)
+		f.mu.Unlock()
+		fmt.Fprint(w, tok)
+	})
+	mux.HandleFunc("GET /latest/meta-data/", func(w http.ResponseWriter, r *http.Request) {
+		f.gets.Add(1)
+		if f.failing() {
+			http.Error(w, "down", http.StatusInternalServerError)
+			return
+		}
+		f.mu.Lock()
+		exp, ok := f.tokens[r.Header.Get("X-aws-ec2-metadata-token")]
+		action, at, rebalance := f.action, f.at, f.rebalance
+		f.mu.Unlock()
+		if !ok || time.Now().After(exp) {
+			f.tokenless.Add(1)
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
+			return
+		}
+		switch r.URL.Path {
+		case "/latest/meta-data/spot/instance-action":
+			if action == "" {
+				http.NotFound(w, r)
+				return
+			}
+			json.NewEncoder(w).Encode(map[string]string{"action": action, "time": at.UTC().Format(time.RFC3339)})
+		case "/latest/meta-data/events/recommendations/rebalance":
+			if rebalance.IsZero() {
+				http.NotFound(w, r)
+				return
+			}
+			json.NewEncoder(w).Encode(map[string]string{"noticeTime": rebalance.UTC().Format(time.RFC3339)})
+		default:
+			http.NotFound(w, r)
+		}
+	})
+	f.Server = httptest.NewServer(mux)
+	t.Cleanup(f.Close)
+	return f
+}
+
+func (f *spotIMDS) failing() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.fail
+}
+
+func (f *spotIMDS) set(mod func(f *spotIMDS)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	mod(f)
+}
+
+// revokeTokens forgets every token issued, as a restarted IMDS would.
+func (f *spotIMDS) revokeTokens() { f.set(func(f *spotIMDS) { clear(f.tokens) }) }
+
+const spotTestInterval = 20 * time.Millisecond
+
+func watchSpotTest(t *testing.T, endpoint string, mod func(*SpotOptions)) <-chan SpotNotice {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	opts := SpotOptions{Endpoint: endpoint, Interval: spotTestInterval, Logger: slog.New(slog.DiscardHandler)}
+	if mod != nil {
+		mod(&opts)
+	}
+	ch := WatchSpot(ctx, opts)
+	t.Cleanup(func() {
+		cancel()
+		for range ch { // closed once the watcher stops
+		}
+	})
+	return ch
+}
+
+// waitGets waits until the fake has answered n more metadata GETs.
+func waitGets(t *testing.T, f *spotIMDS, n int32) {
+	t.Helper()
+	want := f.gets.Load() + n
+	deadline := time.Now().Add(5 * time.Second)
+	for f.gets.Load() < want {
+		if time.Now().After(deadline) {
+			t.Fatalf("the watcher stopped polling: %d GETs, want %d", f.gets.Load(), want)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func expectNotice(t *testing.T, ch <-chan SpotNotice) SpotNotice {
+	t.Helper()
+	select {
+	case n := <-ch:
+		return n
+	case <-time.After(5 * time.Second):
+		t.Fatal("no spot notice")
+		return SpotNotice{}
+	}
+}
+
+func expectNoNotice(t *testing.T, f *spotIMDS, ch <-chan SpotNotice) {
+	t.Helper()
+	waitGets(t, f, 10) // five more polls of both paths
+	select {
+	case n := <-ch:
+		t.Fatalf("unexpected spot notice %+v", n)
+	default:
+	}
+}
+
+func TestSpotNoNotice(t *testing.T) {
+	f := newSpotIMDS(t)
+	ch := watchSpotTest(t, f.URL, nil)
+	expectNoNotice(t, f, ch)
+	if f.tokenless.Load() != 0 {
+		t.Fatalf("%d GETs without a valid token; IMDSv2 needs one on each", f.tokenless.Load())
+	}
+	if f.tokenPUTs.Load() != 1 {
+		t.Fatalf("%d token PUTs; one token should serve every poll within its TTL", f.tokenPUTs.Load())
+	}
+}
+
+func TestSpotInterruptionSentOnce(t *testing.T) {
+	f := newSpotIMDS(t)
+	ch := watchSpotTest(t, f.URL, nil)
+	expectNoNotice(t, f, ch)
+	at := time.Now().Add(2 * time.Minute).Truncate(time.Second)
+	f.set(func(f *spotIMDS) { f.action, f.at = "terminate", at })
+	n := expectNotice(t, ch)
+	if n.Kind != SpotInterruption || n.Action != "terminate" || !n.Time.Equal(at) {
+		t.Fatalf("notice %+v; want an interruption, terminate at %s", n, at)
+	}
+	expectNoNotice(t, f, ch) // the same notice, still served, is not sent again
+	// A changed notice is news.
+	f.set(func(f *spotIMDS) { f.action = "stop" })
+	if n := expectNotice(t, ch); n.Kind != SpotInterruption || n.Action != "stop" {
+		t.Fatalf("changed notice %+v", n)
+	}
+}
+
+func TestSpotRebalance(t *testing.T) {
+	f := newSpotIMDS(t)
+	ch := watchSpotTest(t, f.URL, nil)
+	at := time.Now().Truncate(time.Second)
+	f.set(func(f *spotIMDS) { f.rebalance = at })
+	n := expectNotice(t, ch)
+	if n.Kind != SpotRebalance || n.Action != "" || !n.Time.Equal(at) {
+		t.Fatalf("notice %+v; want a rebalance recommendation at %s", n, at)
+	}
+	expectNoNotice(t, f, ch)
+}
+
+// TestSpotTokenRefresh: with a 1 s TTL the watcher asks for a new token
+// before the old one expires (no GET is refused for an expired token), and
+// a token IMDS forgot (401) is replaced at once.
+func TestSpotTokenRefresh(t *testing.T) {
+	f := newSpotIMDS(t)
+	ch := watchSpotTest(t, f.URL, func(o *SpotOptions) { o.TokenTTL = time.Second })
+	time.Sleep(2500 * time.Millisecond)
+	if puts := f.tokenPUTs.Load(); puts < 3 {
+		t.Fatalf("%d token PUTs in 2.5 s with a 1 s TTL; want the token refreshed before it expires", puts)
+	}
+	if n := f.tokenless.Load(); n != 0 {
+		t.Fatalf("%d GETs refused: the token was used past its expiry", n)
+	}
+	f.revokeTokens()
+	at := time.Now().Add(time.Minute).Truncate(time.Second)
+	f.set(func(f *spotIMDS) { f.action, f.at = "hibernate", at })
+	if n := expectNotice(t, ch); n.Action != "hibernate" {
+		t.Fatalf("notice after the token was revoked %+v", n)
+	}
+}
+
+// TestSpotEndpointDown: nothing listens, or IMDS answers 500: no notice, no
+// panic, and the watcher keeps trying until IMDS answers again.
+func TestSpotEndpointDown(t *testing.T) {
+	dead := httptest.NewServer(http.NotFoundHandler())
+	dead.Close()
+	ch := watchSpotTest(t, dead.URL, nil)
+	time.Sleep(10 * spotTestInterval)
+	select {
+	case n, ok := <-ch:
+		t.Fatalf("notice from a dead endpoint: %+v %v", n, ok)
+	default:
+	}
+
+	f := newSpotIMDS(t)
+	f.set(func(f *spotIMDS) { f.fail = true; f.action, f.at = "terminate", time.Now().Add(time.Minute) })
+	ch = watchSpotTest(t, f.URL, nil)
+	for f.tokenPUTs.Load() < 5 {
+		time.Sleep(spotTestInterval)
+	}
+	select {
+	case n := <-ch:
+		t.Fatalf("notice while IMDS fails: %+v", n)
+	default:
+	}
+	f.set(func(f *spotIMDS) { f.fail = false })
+	if n := expectNotice(t, ch); n.Action != "terminate" {
+		t.Fatalf("notice after IMDS recovered: %+v", n)
+	}
+}
+
+func TestSpotEndpointSelection(t *testing.T) {
+	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+	for _, tc := range []struct {
+		name, configured, source string
+		env                      map[string]string
+		want                     string
+		ok                       bool
+	}{
+		{"off EC2", "", MachineIDSourceFile, nil, "", false},
+		{"machine id flag", "", MachineIDSourceFlag, nil, "", false},
+		{"on EC2", "", MachineIDSourceIMDS, nil, DefaultIMDSEndpoint, true},
+		{"config", "http://127.0.0.1:1", MachineIDSourceHostname, nil, "http://127.0.0.1:1", true},
+		{"env", "", MachineIDSourceHostname, map[string]string{"AWS_EC2_METADATA_SERVICE_ENDPOINT": "http://127.0.0.1:2"}, "http://127.0.0.1:2", true},
+		{"config over env", "http://127.0.0.1:1", MachineIDSourceIMDS, map[string]string{"AWS_EC2_METADATA_SERVICE_ENDPOINT": "http://127.0.0.1:2"}, "http://127.0.0.1:1", true},
+		{"disabled", "", MachineIDSourceIMDS, map[string]string{"AWS_EC2_METADATA_DISABLED": "true"}, "", false},
+	} {
+		got, ok := spotEndpoint(tc.configured, tc.source, env(tc.env))
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("%s: spotEndpoint = %q %v; want %q %v", tc.name, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+func TestSpotGrace(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		reclaim time.Time
+		want    time.Duration
+	}{
+		{time.Time{}, 30 * time.Second},                                // no notice: the configured grace
+		{now.Add(2 * time.Minute), 30 * time.Second},                   // reclaim far off: the configured grace
+		{now.Add(30 * time.Second), 15 * time.Second},                  // 30 s − kill-after 10 s − 5 s
+		{now.Add(12 * time.Second), 0},                                 // too close: terminate at once
+		{now.Add(-time.Minute), 0},                                     // already past
+		{now.Add(45*time.Second + time.Millisecond), 30 * time.Second}, // exactly enough
+	} {
+		if got := spotGrace(30*time.Second, 10*time.Second, tc.reclaim, now); got != tc.want {
+			t.Errorf("spotGrace(reclaim %v) = %s; want %s", tc.reclaim.Sub(now), got, tc.want)
+		}
+	}
+}
+
+// newSpotAgent builds a real-time agent whose spot watcher polls the fake.
+func newSpotAgent(t *testing.T, p *apitest.Plane, f *spotIMDS, machine string, grace time.Duration) *Agent {
+	t.Helper()
+	a := newFakeTimeAgent(t, p, machine, func(c *Config) {
+		c.IMDSEndpoint = f.URL
+		c.Grace = grace
+		c.PollInterval = 100 * time.Millisecond
+	})
+	a.spotInterval = 50 * time.Millisecond
+	return a
+}
+
+// TestSpotAgentHandsBackBeforeReclaim: a body runs for a minute; the
+// interruption notice says the reclaim is 3 s away, less than kill-after +
+// 5 s, so the 20 s grace shrinks to nothing: the body is terminated at
+// once and handed back (queued again) by bye{spot_interruption}, all before
+// the reclaim.
+func TestSpotAgentHandsBackBeforeReclaim(t *testing.T) {
+	p := apitest.New(t)
+	f := newSpotIMDS(t)
+	op := operator(p)
+	inv, _, err := op.Submit(context.Background(), wire.SubmitRequest{Queue: "q", Argv: []string{"sleep", "60"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newSpotAgent(t, p, f, "spot-reclaim", 20*time.Second)
+	var reclaim time.Time
+	a.testHookRunStarted = func(string) {
+		reclaim = time.Now().Add(3 * time.Second)
+		f.set(func(f *spotIMDS) { f.action, f.at = "terminate", reclaim })
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := a.Run(ctx); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	exited := time.Now()
+	if reclaim.IsZero() {
+		t.Fatal("the body never started")
+	}
+	// The notice's time has whole seconds; the reclaim is its truncation.
+	if exited.After(reclaim.Truncate(time.Second)) {
+		t.Fatalf("exited %s after the reclaim", exited.Sub(reclaim.Truncate(time.Second)))
+	}
+	if w := workerOf(t, p, "spot-reclaim"); w.State != "gone" || w.ByeReason != "bye: spot_interruption" {
+		t.Fatalf("worker after the interruption: %+v", w)
+	}
+	got, err := op.GetInvocation(context.Background(), inv.InvocationID)
+	if err != nil || got.State != wire.StateQueued {
+		t.Fatalf("invocation after the interruption: %+v %v; want it handed back (queued)", got, err)
+	}
+}
+
+// TestSpotAgentFinishesWithinGrace: the reclaim is two minutes away, so a
+// short body finishes (and is acked) within the grace before the daemon
+// says bye{spot_interruption}.
+func TestSpotAgentFinishesWithinGrace(t *testing.T) {
+	p := apitest.New(t)
+	f := newSpotIMDS(t)
+	op := operator(p)
+	inv, _, err := op.Submit(context.Background(), wire.SubmitRequest{Queue: "q", Argv: []string{"sleep", "1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newSpotAgent(t, p, f, "spot-finish", 10*time.Minute)
+	var reclaim time.Time
+	a.testHookRunStarted = func(string) {
+		reclaim = time.Now().Add(2 * time.Minute)
+		f.set(func(f *spotIMDS) { f.action, f.at = "stop", reclaim })
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := a.Run(ctx); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if reclaim.IsZero() || time.Now().After(reclaim.Truncate(time.Second)) {
+		t.Fatalf("exited after the reclaim (or the body never started)")
+	}
+	if w := workerOf(t, p, "spot-finish"); w.State != "gone" || w.ByeReason != "bye: spot_interruption" {
+		t.Fatalf("worker after the interruption: %+v", w)
+	}
+	got, err := op.GetInvocation(context.Background(), inv.InvocationID)
+	if err != nil || got.State != wire.StateSucceeded {
+		t.Fatalf("invocation after a drain within the shortened grace: %+v %v", got, err)
+	}
+}
+
+// TestSpotAgentShortensSignalGrace: a signal starts the drain (20 s grace)
+// and an interruption notice with the reclaim 3 s away then shortens that
+// same grace: the body is handed back at once; the bye keeps the signal's
+// reason.
+func TestSpotAgentShortensSignalGrace(t *testing.T) {
+	p := apitest.New(t)
+	f := newSpotIMDS(t)
+	op := operator(p)
+	inv, _, err := op.Submit(context.Background(), wire.SubmitRequest{Queue: "q", Argv: []string{"sleep", "60"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newSpotAgent(t, p, f, "spot-signal", 20*time.Second)
+	var reclaim time.Time
+	a.testHookRunStarted = func(string) {
+		a.Stop()
+		reclaim = time.Now().Add(3 * time.Second)
+		f.set(func(f *spotIMDS) { f.action, f.at = "terminate", reclaim })
+	}
+	if err := a.Run(context.Background()); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if reclaim.IsZero() || time.Now().After(reclaim.Truncate(time.Second)) {
+		t.Fatalf("exited after the reclaim (or the body never started)")
+	}
+	if w := workerOf(t, p, "spot-signal"); w.State != "gone" || w.ByeReason != "bye: signal" {
+		t.Fatalf("worker: %+v", w)
+	}
+	if got, err := op.GetInvocation(context.Background(), inv.InvocationID); err != nil || got.State != wire.StateQueued {
+		t.Fatalf("invocation: %+v %v; want it handed back (queued)", got, err)
+	}
+}

@@ -52,6 +52,12 @@ func startNymph(t *testing.T, d *devServer, machine string, extra ...string) *ny
 // a second process can take over the first one's spool.
 func startNymphIn(t *testing.T, d *devServer, machine, dir string, extra ...string) *nymphProc {
 	t.Helper()
+	return startNymphEnv(t, d, machine, dir, nil, extra...)
+}
+
+// startNymphEnv is startNymphIn with extra environment for the daemon.
+func startNymphEnv(t *testing.T, d *devServer, machine, dir string, env []string, extra ...string) *nymphProc {
+	t.Helper()
 	args := append([]string{
 		"--control-plane", d.URL, "--enroll-token", d.EnrollToken, "--queue", "q",
 		"--label", machine, "--machine-id", machine, "--workdir", filepath.Join(dir, "work"),
@@ -59,7 +65,7 @@ func startNymphIn(t *testing.T, d *devServer, machine, dir string, extra ...stri
 		"--grace", "5s", "--kill-after", "1s", "--log-level", "debug",
 	}, extra...)
 	cmd := exec.Command(bin(t, "nymph"), args...)
-	cmd.Env = append(os.Environ(), "NYMPH_TEST_SECRET_IN_DAEMON_ENV=leak")
+	cmd.Env = append(append(os.Environ(), "NYMPH_TEST_SECRET_IN_DAEMON_ENV=leak"), env...)
 	p := &nymphProc{cmd: cmd, logs: &syncBuffer{}, done: make(chan struct{})}
 	cmd.Stderr = p.logs
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

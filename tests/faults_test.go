@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -60,6 +62,11 @@ var (
 // that agent held then: the time until each is handed back (no longer
 // running on that worker) is the time to redelivery.
 func runFault(t *testing.T, name string, b backend, inject func(e *faultEnv) (time.Time, []wire.Invocation), devArgs ...string) faultResult {
+	return runFaultEnv(t, name, b, nil, inject, devArgs...)
+}
+
+// runFaultEnv is runFault with extra environment for agent f0.
+func runFaultEnv(t *testing.T, name string, b backend, agent0Env []string, inject func(e *faultEnv) (time.Time, []wire.Invocation), devArgs ...string) faultResult {
 	t.Helper()
 	e := &faultEnv{t: t, queue: "q", ledger: filepath.Join(t.TempDir(), "ledger")}
 	e.dev = startDev(t, b, append([]string{"--stale-after", faultStaleAfter.String()}, devArgs...)...)
@@ -67,7 +74,11 @@ func runFault(t *testing.T, name string, b backend, inject func(e *faultEnv) (ti
 	for i := range faultAgents {
 		dir := t.TempDir()
 		e.dirs = append(e.dirs, dir)
-		e.agents = append(e.agents, startNymphIn(t, e.dev, fmt.Sprintf("f%d", i), dir, "--capacity", "2", "--log-level", "info"))
+		var env []string
+		if i == 0 {
+			env = agent0Env
+		}
+		e.agents = append(e.agents, startNymphEnv(t, e.dev, fmt.Sprintf("f%d", i), dir, env, "--capacity", "2", "--log-level", "info"))
 	}
 	e.submitBatch()
 	e.waitDone(faultInvocations / 5)
@@ -312,6 +323,56 @@ func TestFaultControlPlaneRestart(t *testing.T) {
 		e.dev, e.op = d2, d2.Operator()
 		return at, nil
 	})
+}
+
+// imdsFake is an IMDSv2 endpoint whose spot notice a test can switch on.
+type imdsFake struct {
+	mu     sync.Mutex
+	notice string // the instance-action JSON, "" for none (404)
+}
+
+func (f *imdsFake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch {
+	case r.Method == http.MethodPut && r.URL.Path == "/latest/api/token":
+		_, _ = w.Write([]byte("token"))
+	case r.Header.Get("X-aws-ec2-metadata-token") != "token":
+		w.WriteHeader(http.StatusUnauthorized)
+	case r.URL.Path == "/latest/meta-data/spot/instance-action":
+		f.mu.Lock()
+		notice := f.notice
+		f.mu.Unlock()
+		if notice == "" {
+			http.NotFound(w, r)
+			return
+		}
+		_, _ = w.Write([]byte(notice))
+	default:
+		http.NotFound(w, r)
+	}
+}
+
+// TestFaultSpotNotice: agent f0 sees a spot interruption notice two minutes
+// before its (simulated) reclaim: it drains, says bye{spot_interruption},
+// and its work finishes or is handed back; nothing is lost.
+func TestFaultSpotNotice(t *testing.T) {
+	fake := &imdsFake{}
+	srv := httptest.NewServer(fake)
+	t.Cleanup(srv.Close)
+	runFaultEnv(t, "spot interruption notice", backends[0], []string{"AWS_EC2_METADATA_SERVICE_ENDPOINT=" + srv.URL},
+		func(e *faultEnv) (time.Time, []wire.Invocation) {
+			at := time.Now()
+			fake.mu.Lock()
+			fake.notice = fmt.Sprintf(`{"action":"terminate","time":%q}`, at.Add(2*time.Minute).UTC().Format(time.RFC3339))
+			fake.mu.Unlock()
+			code := e.agents[0].wait(t, time.Minute) // notices are read every 5 s
+			if code != 0 {
+				t.Fatalf("spot-drained agent exit code %d", code)
+			}
+			if w, _ := workerNamed(context.Background(), e.op, "f0"); w.State != "gone" || w.ByeReason != "bye: spot_interruption" {
+				t.Fatalf("spot-drained worker: %+v", w)
+			}
+			return at, nil
+		})
 }
 
 // TestMain-style report: written where LAKESHORE_FAULT_REPORT says (make

@@ -2,7 +2,7 @@
 GO        ?= go
 BIN       := bin
 DIST      := dist
-FUNCTIONS := hello poll ack bye api reaper
+FUNCTIONS := hello poll ack bye api reaper hoststatus
 # Lambda binaries: arm64 for deploy (template.yaml); LAMBDA_ARCH=amd64 for
 # local runs under the runtime emulator on this machine.
 LAMBDA_ARCH ?= arm64

@@ -12,11 +12,13 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	"github.com/spf13/cobra"
 
 	"github.com/dreamlake/lakeshore/shared/api"
 	"github.com/dreamlake/lakeshore/shared/auth"
 	"github.com/dreamlake/lakeshore/shared/domain"
+	"github.com/dreamlake/lakeshore/shared/hoststatus"
 	"github.com/dreamlake/lakeshore/shared/store"
 	"github.com/dreamlake/lakeshore/shared/store/embedded"
 	"github.com/dreamlake/lakeshore/shared/store/schema"
@@ -29,6 +31,7 @@ type devOptions struct {
 	enrollToken   string
 	operatorToken string
 	staleAfter    time.Duration
+	hostPoll      time.Duration
 	logLevel      string
 }
 
@@ -54,6 +57,7 @@ from template.yaml. Tokens not given are generated and printed.`,
 	f.StringVar(&o.enrollToken, "enroll-token", os.Getenv("LAKESHORE_ENROLL_TOKEN"), "enrollment token daemons send to hello (default: random)")
 	f.StringVar(&o.operatorToken, "operator-token", os.Getenv("LAKESHORE_OPERATOR_TOKEN"), "operator token for the operator routes (default: random)")
 	f.DurationVar(&o.staleAfter, "stale-after", domain.DefaultStaleAfter, "silence after which a worker reads stale")
+	f.DurationVar(&o.hostPoll, "host-poll-interval", 5*time.Second, "with --store aws, how often to poll EC2 for the host status of workers on instances (0: never); the embedded store has no EC2, so it is ignored there")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	return cmd
 }
@@ -108,6 +112,14 @@ func runDev(ctx context.Context, o devOptions) error {
 	fmt.Printf("LAKESHORE_TOKEN=%s\n", o.operatorToken)
 
 	go sweep(ctx, st, o.staleAfter, log)
+	if o.storeKind == "aws" && o.hostPoll > 0 {
+		cfg, err := config.LoadDefaultConfig(ctx)
+		if err != nil {
+			return fmt.Errorf("load AWS config: %w", err)
+		}
+		p := &hoststatus.Poller{Store: st, EC2: ec2.NewFromConfig(cfg), Logger: log}
+		go pollHosts(ctx, p, o.hostPoll, log)
+	}
 
 	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
@@ -167,6 +179,28 @@ func sweep(ctx context.Context, st *store.Store, staleAfter time.Duration, log *
 		}
 		if res.Requeued > 0 {
 			log.Info("sweep: handed back the work of lost workers", "lost_workers", res.Lost, "requeued", res.Requeued)
+		}
+	}
+}
+
+// pollHosts runs the hoststatus function's EC2 poll on a ticker (the
+// Lambda's schedule is a minute; locally a few seconds), so a stopped or
+// terminated instance's worker reads gone and its work is handed back.
+func pollHosts(ctx context.Context, p *hoststatus.Poller, every time.Duration, log *slog.Logger) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		res, err := p.Poll(ctx)
+		if err != nil && ctx.Err() == nil {
+			log.Error("host poll", "error", err.Error())
+		}
+		if res.Changed > 0 {
+			log.Info("host poll: host statuses changed", "workers", res.Workers, "changed", res.Changed)
 		}
 	}
 }

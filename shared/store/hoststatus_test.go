@@ -1,0 +1,138 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/dreamlake/lakeshore/shared/clock"
+	"github.com/dreamlake/lakeshore/shared/domain"
+	"github.com/dreamlake/lakeshore/shared/store"
+	"github.com/dreamlake/lakeshore/shared/store/schema"
+	"github.com/dreamlake/lakeshore/shared/store/storetest"
+	"github.com/dreamlake/lakeshore/shared/wire"
+)
+
+func TestHostStatusMoves(t *testing.T) {
+	for _, tc := range []struct {
+		from, to string
+		want     bool
+	}{
+		{"", "running", true},
+		{"", "pending", true},
+		{"pending", "running", true},
+		{"running", "pending", true},
+		{"running", "running", false},
+		{"running", "stopped", true},
+		{"running", "terminated", true},
+		{"stopped", "terminated", true},
+		{"stopped", "running", false},
+		{"stopped", "pending", false},
+		{"terminated", "stopped", false},
+		{"terminated", "running", false},
+		{"running", "", false},
+		{"running", "exploded", false},
+	} {
+		if got := store.HostStatusMoves(tc.from, tc.to); got != tc.want {
+			t.Errorf("HostStatusMoves(%q, %q) = %v, want %v", tc.from, tc.to, got, tc.want)
+		}
+	}
+}
+
+// TestHostStatus: a running host changes nothing but the column; a stopped
+// one makes the worker read gone and hands its running work back at once;
+// a host status never moves back; a worker stored gone is left alone.
+func TestHostStatus(t *testing.T) {
+	ctx := context.Background()
+	db := storetest.Embedded(t)
+	prefix := storetest.Prefix(t)
+	if err := schema.EnsureTables(ctx, db, prefix); err != nil {
+		t.Fatal(err)
+	}
+	c := clock.NewFake(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC))
+	s := store.New(db, prefix)
+	s.Now = c.Now
+	issue := func(string) (string, error) { return "h", nil }
+	hello := func(m string) domain.Worker {
+		res, err := s.Hello(ctx, wire.HelloRequest{MachineID: m, BootID: "b"}, issue)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Worker
+	}
+	w, other, bye := hello("i-0123456789abcdef0"), hello("i-0fedcba9876543210"), hello("laptop")
+	if _, err := s.Bye(ctx, wire.ByeRequest{WorkerID: bye.ID, Reason: "done"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.Submit(ctx, wire.SubmitRequest{Queue: "q", Argv: []string{"x"}, MaxAttempts: 3}); err != nil {
+		t.Fatal(err)
+	}
+	claim, err := s.Claim(ctx, w, "q", 1)
+	if err != nil || len(claim.Claimed) != 1 {
+		t.Fatalf("claim: %+v %v", claim, err)
+	}
+	inv := claim.Claimed[0]
+
+	live, err := s.LiveWorkersByMachine(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(live) != 2 || len(live[w.MachineID]) != 1 || live[w.MachineID][0].ID != w.ID || len(live[other.MachineID]) != 1 {
+		t.Fatalf("LiveWorkersByMachine = %+v, want the two workers on instances (not the one that said bye)", live)
+	}
+	if id, ok, err := s.MachineWorker(ctx, w.MachineID); err != nil || !ok || id != w.ID {
+		t.Fatalf("MachineWorker = %q %v %v, want %s", id, ok, err, w.ID)
+	}
+	if _, ok, err := s.MachineWorker(ctx, "i-00000000"); err != nil || ok {
+		t.Fatalf("MachineWorker(unknown) = %v %v, want not found", ok, err)
+	}
+
+	if _, err := s.SetHostStatus(ctx, w.ID, "exploded"); !errors.Is(err, wire.ErrInvalid) {
+		t.Fatalf("SetHostStatus(exploded): %v, want invalid", err)
+	}
+	got, err := s.SetHostStatus(ctx, w.ID, domain.HostRunning)
+	if err != nil || got.HostStatus != domain.HostRunning || got.Version != w.Version+1 {
+		t.Fatalf("running: %+v %v", got, err)
+	}
+	if again, err := s.SetHostStatus(ctx, w.ID, domain.HostRunning); err != nil || again.Version != got.Version {
+		t.Fatalf("running again wrote: version %d → %d, %v", got.Version, again.Version, err)
+	}
+	if i, _ := s.GetInvocation(ctx, inv.ID); i.State != wire.StateRunning {
+		t.Fatalf("invocation on a running host: %s", i.State)
+	}
+
+	c.Advance(time.Second)
+	got, err = s.SetHostStatus(ctx, w.ID, domain.HostStopped)
+	if err != nil || got.HostStatus != domain.HostStopped || !got.GoneAt.Equal(c.Now()) {
+		t.Fatalf("stopped: %+v %v", got, err)
+	}
+	if p := domain.Project(got, c.Now(), time.Minute); p != domain.WorkerGone {
+		t.Fatalf("worker on a stopped host reads %s, want gone", p)
+	}
+	if i, _ := s.GetInvocation(ctx, inv.ID); i.State != wire.StateQueued {
+		t.Fatalf("invocation of a stopped host's worker: %s, want queued at once", i.State)
+	}
+	if back, err := s.SetHostStatus(ctx, w.ID, domain.HostRunning); err != nil || back.HostStatus != domain.HostStopped || back.Version != got.Version {
+		t.Fatalf("stopped → running revived: %+v %v", back, err)
+	}
+	term, err := s.SetHostStatus(ctx, w.ID, domain.HostTerminated)
+	if err != nil || term.HostStatus != domain.HostTerminated || !term.GoneAt.Equal(got.GoneAt) {
+		t.Fatalf("terminated: %+v %v", term, err)
+	}
+	live, err = s.LiveWorkersByMachine(ctx)
+	if err != nil || len(live) != 1 || len(live[other.MachineID]) != 1 {
+		t.Fatalf("LiveWorkersByMachine after terminate = %+v %v, want only the other worker", live, err)
+	}
+
+	gone, err := s.GetWorker(ctx, bye.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after, err := s.SetHostStatus(ctx, bye.ID, domain.HostTerminated); err != nil || after.Version != gone.Version || after.HostStatus != "" {
+		t.Fatalf("SetHostStatus on a gone worker wrote: %+v %v", after, err)
+	}
+	if _, err := s.SetHostStatus(ctx, "w-nope", domain.HostRunning); !errors.Is(err, wire.ErrNotFound) {
+		t.Fatalf("SetHostStatus(unknown worker): %v, want not found", err)
+	}
+}

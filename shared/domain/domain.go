@@ -74,6 +74,14 @@ func Project(w Worker, now time.Time, staleAfter time.Duration) string {
 	}
 }
 
+// Retired reports whether w is over for good: stored gone, or its host
+// stopped or terminated (a stopped machine that starts again boots a new
+// daemon, which says hello as a new worker). A retired worker claims
+// nothing, its poll is refused (410) and a hello never returns it.
+func Retired(w Worker) bool {
+	return w.State == WorkerGone || w.HostStatus == HostStopped || w.HostStatus == HostTerminated
+}
+
 // PollTransition reports the stored state a poll carrying phase moves a
 // worker in stored state cur to (phase "" means an old daemon that sends
 // none). It never widens the allowed flips: draining never returns to
@@ -110,6 +118,8 @@ func PollTransition(cur, phase string) (string, error) {
 // commands.
 func AcceptsWork(w Worker, setupPending bool) (bool, string) {
 	switch {
+	case Retired(w):
+		return false, "retired"
 	case w.State != WorkerActive:
 		return false, "state " + w.State
 	case w.Phase == wire.PhaseSetup || w.Phase == wire.PhaseDraining || w.Phase == wire.PhaseTerminating:

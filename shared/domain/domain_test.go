@@ -127,3 +127,26 @@ func TestHeldBy(t *testing.T) {
 		t.Fatal("HeldBy wrong")
 	}
 }
+
+// TestRetiredHost: a worker whose host is stopped or terminated reads gone;
+// it must also be treated as gone where the rules act — no claims, and its
+// poll refused — not only where an operator reads it.
+func TestRetiredHost(t *testing.T) {
+	for _, host := range []string{HostStopped, HostTerminated} {
+		w := Worker{State: WorkerActive, Phase: wire.PhaseReady, HostStatus: host, MaxConcurrency: 1}
+		if !Retired(w) {
+			t.Errorf("host %s: not retired", host)
+		}
+		if ok, _ := AcceptsWork(w, false); ok {
+			t.Errorf("host %s: accepts work", host)
+		}
+	}
+	for _, w := range []Worker{{State: WorkerActive, HostStatus: HostRunning}, {State: WorkerActive}} {
+		if Retired(w) {
+			t.Errorf("%+v: retired", w)
+		}
+	}
+	if !Retired(Worker{State: WorkerGone}) {
+		t.Error("stored gone: not retired")
+	}
+}

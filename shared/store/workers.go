@@ -96,7 +96,7 @@ func (s *Store) Hello(ctx context.Context, req wire.HelloRequest, issue TokenIss
 		now := s.now()
 		if found && m.BootID == req.BootID {
 			w, err := s.GetWorker(ctx, m.WorkerID)
-			if err == nil && w.State != domain.WorkerGone {
+			if err == nil && !domain.Retired(w) {
 				hash, err := issue(w.ID)
 				if err != nil {
 					return fmt.Errorf("issue token: %w", err)
@@ -245,6 +245,9 @@ func (s *Store) updateWorker(ctx context.Context, op, id string, auth Authorize,
 func (s *Store) Heartbeat(ctx context.Context, req wire.PollRequest, auth Authorize) (domain.Worker, error) {
 	now := s.now()
 	return s.updateWorker(ctx, "poll", req.WorkerID, auth, func(w *domain.Worker) error {
+		if domain.Retired(*w) {
+			return wire.Errorf(wire.CodeWorkerGone, "worker is gone (host %s); say hello again", w.HostStatus)
+		}
 		state, err := domain.PollTransition(w.State, req.Phase)
 		if err != nil {
 			return err

@@ -1,0 +1,42 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/dreamlake/lakeshore/shared/domain"
+	"github.com/dreamlake/lakeshore/shared/store"
+	"github.com/dreamlake/lakeshore/shared/store/schema"
+	"github.com/dreamlake/lakeshore/shared/store/storetest"
+	"github.com/dreamlake/lakeshore/shared/wire"
+)
+
+// TestTerminatedHostIsRetired: once its host is terminated, a worker's poll
+// is refused with 410 (it reads gone), and a hello from the same process
+// (same machine and boot) makes a new worker instead of reviving it.
+func TestTerminatedHostIsRetired(t *testing.T) {
+	ctx := context.Background()
+	db := storetest.Embedded(t)
+	prefix := storetest.Prefix(t)
+	if err := schema.EnsureTables(ctx, db, prefix); err != nil {
+		t.Fatal(err)
+	}
+	s := store.New(db, prefix)
+	issue := func(string) (string, error) { return "h", nil }
+	hello := wire.HelloRequest{MachineID: "i-0123456789abcdef0", BootID: "b"}
+	first, err := s.Hello(ctx, hello, issue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.SetHostStatus(ctx, first.Worker.ID, domain.HostTerminated); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Heartbeat(ctx, wire.PollRequest{WorkerID: first.Worker.ID, Phase: wire.PhaseReady}, nil); !errors.Is(err, wire.ErrWorkerGone) {
+		t.Fatalf("poll of a worker on a terminated host: %v, want 410", err)
+	}
+	again, err := s.Hello(ctx, hello, issue)
+	if err != nil || again.Worker.ID == first.Worker.ID {
+		t.Fatalf("hello after the host was terminated: %+v %v; want a new worker", again.Worker.ID, err)
+	}
+}

@@ -15,7 +15,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
+
 	"github.com/dreamlake/lakeshore/shared/client"
+	"github.com/dreamlake/lakeshore/shared/store/storetest"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
@@ -67,6 +73,12 @@ func runFault(t *testing.T, name string, b backend, inject func(e *faultEnv) (ti
 
 // runFaultEnv is runFault with extra environment for agent f0.
 func runFaultEnv(t *testing.T, name string, b backend, agent0Env []string, inject func(e *faultEnv) (time.Time, []wire.Invocation), devArgs ...string) faultResult {
+	return runFaultMachines(t, name, b, agent0Env, nil, inject, devArgs...)
+}
+
+// runFaultMachines is runFaultEnv with given machine ids for the agents
+// (EC2 instance ids, say) instead of f0, f1, ….
+func runFaultMachines(t *testing.T, name string, b backend, agent0Env, machines []string, inject func(e *faultEnv) (time.Time, []wire.Invocation), devArgs ...string) faultResult {
 	t.Helper()
 	e := &faultEnv{t: t, queue: "q", ledger: filepath.Join(t.TempDir(), "ledger")}
 	e.dev = startDev(t, b, append([]string{"--stale-after", faultStaleAfter.String()}, devArgs...)...)
@@ -78,7 +90,11 @@ func runFaultEnv(t *testing.T, name string, b backend, agent0Env []string, injec
 		if i == 0 {
 			env = agent0Env
 		}
-		e.agents = append(e.agents, startNymphEnv(t, e.dev, fmt.Sprintf("f%d", i), dir, env, "--capacity", "2", "--log-level", "info"))
+		args := []string{"--capacity", "2", "--log-level", "info"}
+		if machines != nil {
+			args = append(args, "--machine-id", machines[i])
+		}
+		e.agents = append(e.agents, startNymphEnv(t, e.dev, fmt.Sprintf("f%d", i), dir, env, args...))
 	}
 	e.submitBatch()
 	e.waitDone(faultInvocations / 5)
@@ -323,6 +339,41 @@ func TestFaultControlPlaneRestart(t *testing.T) {
 		e.dev, e.op = d2, d2.Operator()
 		return at, nil
 	})
+}
+
+// TestFaultEC2Terminate: the agents run "on" moto EC2 instances (their
+// machine ids are instance ids). One instance is terminated (and its agent
+// dies with it): the host poller reads the instance's state and the work is
+// handed back within a host poll — the stale window is set long (30 s) so
+// only the host status can explain a fast hand-back.
+func TestFaultEC2Terminate(t *testing.T) {
+	endpoint := storetest.MotoEndpoint(t)
+	ec2c := ec2.NewFromConfig(aws.Config{Region: "us-east-1", Credentials: credentials.NewStaticCredentialsProvider("test", "test", "")},
+		func(o *ec2.Options) { o.BaseEndpoint = aws.String(endpoint) })
+	ctx := context.Background()
+	out, err := ec2c.RunInstances(ctx, &ec2.RunInstancesInput{ImageId: aws.String("ami-12c6146b"),
+		MinCount: aws.Int32(faultAgents), MaxCount: aws.Int32(faultAgents), InstanceType: ec2types.InstanceTypeT3Micro})
+	if err != nil {
+		t.Fatalf("moto RunInstances: %v", err)
+	}
+	var instances []string
+	for _, in := range out.Instances {
+		instances = append(instances, aws.ToString(in.InstanceId))
+	}
+	res := runFaultMachines(t, "EC2 instance terminated (moto)", backends[1], nil, instances,
+		func(e *faultEnv) (time.Time, []wire.Invocation) {
+			v := e.victim()
+			held := e.heldBy(v)
+			at := time.Now()
+			if _, err := ec2c.TerminateInstances(ctx, &ec2.TerminateInstancesInput{InstanceIds: []string{instances[v]}}); err != nil {
+				t.Fatalf("terminate: %v", err)
+			}
+			_ = e.agents[v].cmd.Process.Signal(syscall.SIGKILL) // the power is gone
+			return at, held
+		}, "--stale-after", "30s", "--host-poll-interval", "1s")
+	if res.worstRedelivery >= 10*time.Second {
+		t.Fatalf("work handed back %s after the terminate; the host poll (1 s) should beat the 30 s stale window", res.worstRedelivery)
+	}
 }
 
 // imdsFake is an IMDSv2 endpoint whose spot notice a test can switch on.

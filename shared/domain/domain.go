@@ -54,7 +54,10 @@ type Worker struct {
 	CreatedAt          time.Time         `dynamodbav:"created_at"`
 	LastSeenAt         time.Time         `dynamodbav:"last_seen_at"`
 	GoneAt             time.Time         `dynamodbav:"gone_at,omitempty"`
-	Version            int64             `dynamodbav:"version"`
+	// Reaped marks a gone worker the sweep no longer needs to look at: a
+	// sweep found it holding nothing after the holder index settled.
+	Reaped  bool  `dynamodbav:"reaped,omitempty"`
+	Version int64 `dynamodbav:"version"`
 }
 
 // Project reports the state an operator (and the redelivery sweep) sees for

@@ -84,6 +84,7 @@ type mWorker struct {
 	machine  string
 	gone     bool
 	goneAt   time.Time
+	reaped   bool
 	lastSeen time.Time
 	hash     string // token hash of its latest hello
 }
@@ -430,11 +431,16 @@ func (m *propModel) sweep(rt *rapid.T) {
 	for _, id := range m.wOrder {
 		w := m.workers[id]
 		switch {
-		case w.gone && now.Sub(w.goneAt) <= propGoneWindow,
-			!w.gone && now.Sub(w.lastSeen) > propStaleAfter:
+		case w.gone && !w.reaped, !w.gone && now.Sub(w.lastSeen) > propStaleAfter:
 			lost = append(lost, id)
 			want.Lost++
-			want.Requeued += m.requeueHeld(id)
+			n := m.requeueHeld(id)
+			want.Requeued += n
+			// Past the index-lag window, a gone worker found holding nothing is
+			// done with: later sweeps skip it.
+			if w.gone && n == 0 && now.Sub(w.goneAt) > propGoneWindow {
+				w.reaped = true
+			}
 		}
 	}
 	if res != want {

@@ -13,10 +13,12 @@ import (
 	"github.com/dreamlake/lakeshore/shared/domain"
 )
 
-// sweepGoneFor is how long after a worker went gone the sweep still looks
-// for work it held: long enough to catch a claim the holder index showed
-// late (AWS GSIs are eventually consistent), short enough that a sweep does
-// not query every worker that ever lived.
+// sweepGoneFor is how long after a worker went gone its holder index may
+// still show a late claim (AWS GSIs are eventually consistent). The sweep
+// keeps looking at a gone worker until a sweep after that finds it holding
+// nothing; then it marks the worker reaped and never queries it again. Work
+// is never stranded on a gone worker, and a sweep does not query every
+// worker that ever lived.
 const sweepGoneFor = 10 * time.Minute
 
 // SweepResult reports what one sweep did.
@@ -61,6 +63,14 @@ func (s *Store) Sweep(ctx context.Context, staleAfter time.Duration) (SweepResul
 			res.Requeued += n
 			if err != nil {
 				errs = append(errs, err)
+				continue
+			}
+			if n == 0 && domain.Retired(w) {
+				if now.Sub(goneSince(w)) > sweepGoneFor {
+					if err := s.markReaped(ctx, w.ID); err != nil {
+						errs = append(errs, err)
+					}
+				}
 			}
 		}
 		if page.LastEvaluatedKey == nil {
@@ -76,11 +86,7 @@ func lostWhy(w domain.Worker, now time.Time, staleAfter time.Duration) (string, 
 	case domain.WorkerStale:
 		return fmt.Sprintf("worker stale: silent for %s", now.Sub(w.LastSeenAt).Round(time.Second)), true
 	case domain.WorkerGone:
-		gone := w.GoneAt
-		if gone.IsZero() {
-			gone = w.LastSeenAt
-		}
-		if now.Sub(gone) > sweepGoneFor {
+		if w.Reaped {
 			return "", false
 		}
 		if w.HostStatus == domain.HostStopped || w.HostStatus == domain.HostTerminated {
@@ -90,4 +96,25 @@ func lostWhy(w domain.Worker, now time.Time, staleAfter time.Duration) (string, 
 	default:
 		return "", false
 	}
+}
+
+// goneSince reports when w went gone (its last sign of life if unrecorded).
+func goneSince(w domain.Worker) time.Time {
+	if w.GoneAt.IsZero() {
+		return w.LastSeenAt
+	}
+	return w.GoneAt
+}
+
+// markReaped records that the sweep is done with gone worker id.
+func (s *Store) markReaped(ctx context.Context, id string) error {
+	_, err := s.updateWorker(ctx, "mark reaped", id, nil, func(w *domain.Worker) error {
+		if w.Reaped {
+			return nil
+		}
+		w.Reaped = true
+		w.Version++
+		return nil
+	})
+	return err
 }

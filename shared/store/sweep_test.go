@@ -91,3 +91,43 @@ func TestSweep(t *testing.T) {
 }
 
 func ptrInt(n int) *int { return &n }
+
+// TestSweepNeverStrandsWorkOnAGoneWorker: a worker made gone without its
+// work being handed back (a failed requeue) is swept however long ago it
+// went gone; once a sweep past the index-lag window finds it holding
+// nothing, later sweeps skip it.
+func TestSweepNeverStrandsWorkOnAGoneWorker(t *testing.T) {
+	ctx := context.Background()
+	db := storetest.Embedded(t)
+	prefix := storetest.Prefix(t)
+	if err := schema.EnsureTables(ctx, db, prefix); err != nil {
+		t.Fatal(err)
+	}
+	c := clock.NewFake(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC))
+	s := store.New(db, prefix)
+	s.Now = c.Now
+	res, err := s.Hello(ctx, wire.HelloRequest{MachineID: "m", BootID: "b"}, func(string) (string, error) { return "h", nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv, _, _ := s.Submit(ctx, wire.SubmitRequest{Queue: "q", Argv: []string{"x"}, MaxAttempts: 3})
+	if r, err := s.Claim(ctx, res.Worker, "q", 1); err != nil || len(r.Claimed) != 1 {
+		t.Fatalf("claim: %+v %v", r, err)
+	}
+	if _, err := s.MarkGone(ctx, res.Worker.ID, nil, "lost without a requeue"); err != nil {
+		t.Fatal(err)
+	}
+	c.Advance(time.Hour)
+	if got, err := s.Sweep(ctx, time.Minute); err != nil || got.Requeued != 1 {
+		t.Fatalf("sweep an hour later: %+v %v; want the stranded invocation handed back", got, err)
+	}
+	if got, _ := s.GetInvocation(ctx, inv.ID); got.State != wire.StateQueued {
+		t.Fatalf("invocation: %s", got.State)
+	}
+	if got, err := s.Sweep(ctx, time.Minute); err != nil || got.Lost != 1 || got.Requeued != 0 {
+		t.Fatalf("second sweep: %+v %v; want the worker looked at once more and found empty", got, err)
+	}
+	if got, err := s.Sweep(ctx, time.Minute); err != nil || got.Lost != 0 {
+		t.Fatalf("third sweep: %+v %v; want the reaped worker skipped", got, err)
+	}
+}

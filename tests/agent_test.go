@@ -58,13 +58,21 @@ func startNymphIn(t *testing.T, d *devServer, machine, dir string, extra ...stri
 // startNymphEnv is startNymphIn with extra environment for the daemon.
 func startNymphEnv(t *testing.T, d *devServer, machine, dir string, env []string, extra ...string) *nymphProc {
 	t.Helper()
+	return startNymphCmd(t, d, machine, dir, env, nil, extra...)
+}
+
+// startNymphCmd is startNymphEnv with the daemon run under wrap (a command
+// prefix such as `ip netns exec NAME`; it must exec nymph in its place).
+func startNymphCmd(t *testing.T, d *devServer, machine, dir string, env, wrap []string, extra ...string) *nymphProc {
+	t.Helper()
 	args := append([]string{
 		"--control-plane", d.URL, "--enroll-token", d.EnrollToken, "--queue", "q",
 		"--label", machine, "--machine-id", machine, "--workdir", filepath.Join(dir, "work"),
 		"--state-dir", filepath.Join(dir, "state"), "--introspect-addr", "off",
 		"--grace", "5s", "--kill-after", "1s", "--log-level", "debug",
 	}, extra...)
-	cmd := exec.Command(bin(t, "nymph"), args...)
+	argv := append(append(append([]string(nil), wrap...), bin(t, "nymph")), args...)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(append(os.Environ(), "NYMPH_TEST_SECRET_IN_DAEMON_ENV=leak"), env...)
 	p := &nymphProc{cmd: cmd, logs: &syncBuffer{}, done: make(chan struct{})}
 	cmd.Stderr = p.logs

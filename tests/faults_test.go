@@ -3,10 +3,13 @@ package tests
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -62,53 +65,60 @@ var (
 	report   []faultResult
 )
 
-// runFault starts agents, submits the batch, waits until progress is under
-// way, injects the fault, drains and checks the invariants. inject returns
-// when the fault happened and, for a fault on one agent, the invocations
-// that agent held then: the time until each is handed back (no longer
-// running on that worker) is the time to redelivery.
+// faultSpec describes one fault run.
+type faultSpec struct {
+	name     string
+	backend  backend
+	devArgs  []string
+	machines []string // machine ids of the agents (default f0, f1, …)
+	// agent0Env and agent0Wrap adjust agent f0 alone: extra environment, and
+	// a command its nymph runs under (e.g. `ip netns exec NAME`).
+	agent0Env, agent0Wrap []string
+	// inject causes the fault. It returns when it happened and, for a fault
+	// on one agent, the invocations that agent held then: the time until
+	// each is handed back (no longer running on that worker) is the time to
+	// redelivery.
+	inject func(e *faultEnv) (time.Time, []wire.Invocation)
+}
+
+// runFault runs a fault on the default agents.
 func runFault(t *testing.T, name string, b backend, inject func(e *faultEnv) (time.Time, []wire.Invocation), devArgs ...string) faultResult {
-	return runFaultEnv(t, name, b, nil, inject, devArgs...)
+	return runFaultSpec(t, faultSpec{name: name, backend: b, devArgs: devArgs, inject: inject})
 }
 
-// runFaultEnv is runFault with extra environment for agent f0.
-func runFaultEnv(t *testing.T, name string, b backend, agent0Env []string, inject func(e *faultEnv) (time.Time, []wire.Invocation), devArgs ...string) faultResult {
-	return runFaultMachines(t, name, b, agent0Env, nil, inject, devArgs...)
-}
-
-// runFaultMachines is runFaultEnv with given machine ids for the agents
-// (EC2 instance ids, say) instead of f0, f1, ….
-func runFaultMachines(t *testing.T, name string, b backend, agent0Env, machines []string, inject func(e *faultEnv) (time.Time, []wire.Invocation), devArgs ...string) faultResult {
+// runFaultSpec starts the agents, submits the batch, waits until progress
+// is under way, injects the fault, drains and checks the invariants.
+func runFaultSpec(t *testing.T, f faultSpec) faultResult {
 	t.Helper()
 	e := &faultEnv{t: t, queue: "q", ledger: filepath.Join(t.TempDir(), "ledger")}
-	e.dev = startDev(t, b, append([]string{"--stale-after", faultStaleAfter.String()}, devArgs...)...)
+	e.dev = startDev(t, f.backend, append([]string{"--stale-after", faultStaleAfter.String()}, f.devArgs...)...)
 	e.op = e.dev.Operator()
 	for i := range faultAgents {
 		dir := t.TempDir()
 		e.dirs = append(e.dirs, dir)
-		var env []string
+		var env, wrap []string
 		if i == 0 {
-			env = agent0Env
+			env, wrap = f.agent0Env, f.agent0Wrap
 		}
 		args := []string{"--capacity", "2", "--log-level", "info"}
-		if machines != nil {
-			args = append(args, "--machine-id", machines[i])
+		if f.machines != nil {
+			args = append(args, "--machine-id", f.machines[i])
 		}
-		e.agents = append(e.agents, startNymphEnv(t, e.dev, fmt.Sprintf("f%d", i), dir, env, args...))
+		e.agents = append(e.agents, startNymphCmd(t, e.dev, fmt.Sprintf("f%d", i), dir, env, wrap, args...))
 	}
 	e.submitBatch()
 	e.waitDone(faultInvocations / 5)
-	faultAt, held := inject(e)
+	faultAt, held := f.inject(e)
 	handedBack := e.waitHandedBack(held, faultAt)
 	e.drain(3 * time.Minute)
-	res := e.measure(name, faultAt)
+	res := e.measure(f.name, faultAt)
 	res.worstRedelivery = handedBack
 	reportMu.Lock()
 	report = append(report, res)
 	reportMu.Unlock()
 	t.Logf("%+v", res)
 	if res.lost != 0 || res.doubleCounted != 0 {
-		t.Fatalf("%s: lost %d, double-counted %d; want 0 and 0", name, res.lost, res.doubleCounted)
+		t.Fatalf("%s: lost %d, double-counted %d; want 0 and 0", f.name, res.lost, res.doubleCounted)
 	}
 	return res
 }
@@ -360,8 +370,9 @@ func TestFaultEC2Terminate(t *testing.T) {
 	for _, in := range out.Instances {
 		instances = append(instances, aws.ToString(in.InstanceId))
 	}
-	res := runFaultMachines(t, "EC2 instance terminated (moto)", backends[1], nil, instances,
-		func(e *faultEnv) (time.Time, []wire.Invocation) {
+	res := runFaultSpec(t, faultSpec{name: "EC2 instance terminated (moto)", backend: backends[1], machines: instances,
+		devArgs: []string{"--stale-after", "30s", "--host-poll-interval", "1s"},
+		inject: func(e *faultEnv) (time.Time, []wire.Invocation) {
 			v := e.victim()
 			held := e.heldBy(v)
 			at := time.Now()
@@ -370,10 +381,75 @@ func TestFaultEC2Terminate(t *testing.T) {
 			}
 			_ = e.agents[v].cmd.Process.Signal(syscall.SIGKILL) // the power is gone
 			return at, held
-		}, "--stale-after", "30s", "--host-poll-interval", "1s")
+		}})
 	if res.worstRedelivery >= 10*time.Second {
 		t.Fatalf("work handed back %s after the terminate; the host poll (1 s) should beat the 30 s stale window", res.worstRedelivery)
 	}
+}
+
+// testNetns is a network namespace this test made, joined to the host by a
+// veth pair: the agent inside reaches the control plane only through it.
+type testNetns struct {
+	name, hostLink, hostIP string
+}
+
+// newTestNetns makes one (root only; skipped elsewhere) and removes it when
+// the test ends. Its addresses are the project's own test hosts: a /30 of
+// 10.231.0.0/16 on links that exist only for this test.
+func newTestNetns(t *testing.T) testNetns {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("a partition needs root to create network namespaces")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Skip("a partition needs iproute2 (ip)")
+	}
+	var b [2]byte
+	_, _ = rand.Read(b[:])
+	suffix := hex.EncodeToString(b[:])
+	n := testNetns{name: "lsf" + suffix, hostLink: "lsh" + suffix, hostIP: fmt.Sprintf("10.231.%d.%d", b[0], b[1]&0xfc|1)}
+	peerIP := fmt.Sprintf("10.231.%d.%d", b[0], b[1]&0xfc|2)
+	run := func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	run("netns", "add", n.name)
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", n.name).Run() })
+	run("link", "add", n.hostLink, "type", "veth", "peer", "name", "lsp"+suffix, "netns", n.name)
+	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", n.hostLink).Run() })
+	run("addr", "add", n.hostIP+"/30", "dev", n.hostLink)
+	run("link", "set", n.hostLink, "up")
+	run("netns", "exec", n.name, "ip", "addr", "add", peerIP+"/30", "dev", "lsp"+suffix)
+	run("netns", "exec", n.name, "ip", "link", "set", "lsp"+suffix, "up")
+	run("netns", "exec", n.name, "ip", "link", "set", "lo", "up")
+	return n
+}
+
+// setLink takes the host end of the namespace's link down or up.
+func (n testNetns) setLink(t *testing.T, state string) {
+	if out, err := exec.Command("ip", "link", "set", n.hostLink, state).CombinedOutput(); err != nil {
+		t.Errorf("ip link set %s %s: %v\n%s", n.hostLink, state, err, out)
+	}
+}
+
+// TestFaultPartition: agent f0 runs in its own network namespace. Its link
+// to the control plane is cut for two stale windows (its polls and acks time
+// out; its work is swept and handed out), then healed (its late acks are
+// no-ops or count if first; it is told to cancel what it no longer holds).
+func TestFaultPartition(t *testing.T) {
+	n := newTestNetns(t)
+	runFaultSpec(t, faultSpec{name: "network partition past stale_after, healed", backend: backends[0],
+		devArgs:    []string{"--addr", n.hostIP + ":0"},
+		agent0Wrap: []string{"ip", "netns", "exec", n.name},
+		inject: func(e *faultEnv) (time.Time, []wire.Invocation) {
+			held := e.heldBy(0)
+			at := time.Now()
+			n.setLink(t, "down")
+			time.AfterFunc(2*faultStaleAfter, func() { n.setLink(t, "up") })
+			return at, held
+		}})
 }
 
 // imdsFake is an IMDSv2 endpoint whose spot notice a test can switch on.
@@ -409,8 +485,9 @@ func TestFaultSpotNotice(t *testing.T) {
 	fake := &imdsFake{}
 	srv := httptest.NewServer(fake)
 	t.Cleanup(srv.Close)
-	runFaultEnv(t, "spot interruption notice", backends[0], []string{"AWS_EC2_METADATA_SERVICE_ENDPOINT=" + srv.URL},
-		func(e *faultEnv) (time.Time, []wire.Invocation) {
+	runFaultSpec(t, faultSpec{name: "spot interruption notice", backend: backends[0],
+		agent0Env: []string{"AWS_EC2_METADATA_SERVICE_ENDPOINT=" + srv.URL},
+		inject: func(e *faultEnv) (time.Time, []wire.Invocation) {
 			at := time.Now()
 			fake.mu.Lock()
 			fake.notice = fmt.Sprintf(`{"action":"terminate","time":%q}`, at.Add(2*time.Minute).UTC().Format(time.RFC3339))
@@ -423,7 +500,7 @@ func TestFaultSpotNotice(t *testing.T) {
 				t.Fatalf("spot-drained worker: %+v", w)
 			}
 			return at, nil
-		})
+		}})
 }
 
 // TestMain-style report: written where LAKESHORE_FAULT_REPORT says (make

@@ -79,6 +79,9 @@ type faultSpec struct {
 	// each is handed back (no longer running on that worker) is the time to
 	// redelivery.
 	inject func(e *faultEnv) (time.Time, []wire.Invocation)
+	// heal, if set, ends the fault once its work was handed back; it is
+	// given when the fault happened.
+	heal func(e *faultEnv, at time.Time)
 }
 
 // runFault runs a fault on the default agents.
@@ -110,6 +113,9 @@ func runFaultSpec(t *testing.T, f faultSpec) faultResult {
 	e.waitDone(faultInvocations / 5)
 	faultAt, held := f.inject(e)
 	handedBack := e.waitHandedBack(held, faultAt)
+	if f.heal != nil {
+		f.heal(e, faultAt)
+	}
 	e.drain(3 * time.Minute)
 	res := e.measure(f.name, faultAt)
 	res.worstRedelivery = handedBack
@@ -284,18 +290,22 @@ func TestFaultSIGKILL(t *testing.T) {
 }
 
 func TestFaultSIGSTOP(t *testing.T) {
-	runFault(t, "SIGSTOP past stale_after, then SIGCONT", backends[0], func(e *faultEnv) (time.Time, []wire.Invocation) {
-		v := e.victim()
-		held := e.heldBy(v)
-		at := time.Now()
-		p := e.agents[v].cmd.Process
-		_ = p.Signal(syscall.SIGSTOP)
+	victim := 0
+	runFaultSpec(t, faultSpec{name: "SIGSTOP past stale_after, then SIGCONT", backend: backends[0],
+		inject: func(e *faultEnv) (time.Time, []wire.Invocation) {
+			victim = e.victim()
+			held := e.heldBy(victim)
+			at := time.Now()
+			_ = e.agents[victim].cmd.Process.Signal(syscall.SIGSTOP)
+			return at, held
+		},
 		// Frozen for two stale windows: its work is swept and handed out
 		// meanwhile. Then it wakes: its late acks must be no-ops (or count,
 		// if first), and the bodies it still runs must get cancels.
-		time.AfterFunc(2*faultStaleAfter, func() { _ = p.Signal(syscall.SIGCONT) })
-		return at, held
-	})
+		heal: func(e *faultEnv, at time.Time) {
+			time.Sleep(time.Until(at.Add(2 * faultStaleAfter)))
+			_ = e.agents[victim].cmd.Process.Signal(syscall.SIGCONT)
+		}})
 }
 
 // TestFaultSIGTERM: one SIGTERM drains (in-flight work finishes inside the
@@ -447,8 +457,11 @@ func TestFaultPartition(t *testing.T) {
 			held := e.heldBy(0)
 			at := time.Now()
 			n.setLink(t, "down")
-			time.AfterFunc(2*faultStaleAfter, func() { n.setLink(t, "up") })
 			return at, held
+		},
+		heal: func(e *faultEnv, at time.Time) {
+			time.Sleep(time.Until(at.Add(2 * faultStaleAfter)))
+			n.setLink(t, "up")
 		}})
 }
 

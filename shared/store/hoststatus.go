@@ -2,11 +2,6 @@ package store
 
 import (
 	"context"
-	"errors"
-
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/wire"
@@ -96,32 +91,13 @@ func (s *Store) SetHostStatus(ctx context.Context, id, status string) (domain.Wo
 // it serves the host-status poller, once a minute, never a request path.
 func (s *Store) LiveWorkersByMachine(ctx context.Context) (map[string][]domain.Worker, error) {
 	out := map[string][]domain.Worker{}
-	var errs []error
-	var start map[string]types.AttributeValue
-	for {
-		page, err := s.db.Scan(ctx, &dynamodb.ScanInput{
-			TableName:         aws.String(s.tables.Workers),
-			ExclusiveStartKey: start,
-		})
-		if err != nil {
-			return nil, storeErr("live workers", err)
-		}
-		for _, item := range page.Items {
-			var w domain.Worker
-			if err := unmarshal(item, &w); err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			if w.State == domain.WorkerGone || w.HostStatus == domain.HostTerminated || w.MachineID == "" {
-				continue
-			}
+	err := s.eachWorker(ctx, "live workers", func(w domain.Worker) error {
+		if w.State != domain.WorkerGone && w.HostStatus != domain.HostTerminated && w.MachineID != "" {
 			out[w.MachineID] = append(out[w.MachineID], w)
 		}
-		if page.LastEvaluatedKey == nil {
-			return out, errors.Join(errs...)
-		}
-		start = page.LastEvaluatedKey
-	}
+		return nil
+	})
+	return out, err
 }
 
 // MachineWorker reports the worker of machine id's current boot, from the

@@ -36,8 +36,32 @@ type SweepResult struct {
 // an off-path sweep, never a claim.
 func (s *Store) Sweep(ctx context.Context, staleAfter time.Duration) (SweepResult, error) {
 	var res SweepResult
-	var errs []error
 	now := s.now()
+	err := s.eachWorker(ctx, "sweep", func(w domain.Worker) error {
+		res.Workers++
+		why, lost := lostWhy(w, now, staleAfter)
+		if !lost {
+			return nil
+		}
+		res.Lost++
+		n, err := s.RequeueHeld(ctx, w.ID, why)
+		res.Requeued += n
+		if err != nil {
+			return err
+		}
+		if n == 0 && domain.Retired(w) && now.Sub(goneSince(w)) > sweepGoneFor {
+			return s.markReaped(ctx, w.ID)
+		}
+		return nil
+	})
+	return res, err
+}
+
+// eachWorker scans the workers table and calls fn for every row. A row that
+// does not decode or an error from fn is collected and the scan goes on; a
+// failed scan page ends it. It is for off-path sweeps only, never requests.
+func (s *Store) eachWorker(ctx context.Context, op string, fn func(domain.Worker) error) error {
+	var errs []error
 	var start map[string]types.AttributeValue
 	for {
 		page, err := s.db.Scan(ctx, &dynamodb.ScanInput{
@@ -45,7 +69,7 @@ func (s *Store) Sweep(ctx context.Context, staleAfter time.Duration) (SweepResul
 			ExclusiveStartKey: start,
 		})
 		if err != nil {
-			return res, storeErr("sweep", err)
+			return errors.Join(append(errs, storeErr(op, err))...)
 		}
 		for _, item := range page.Items {
 			var w domain.Worker
@@ -53,28 +77,12 @@ func (s *Store) Sweep(ctx context.Context, staleAfter time.Duration) (SweepResul
 				errs = append(errs, err)
 				continue
 			}
-			res.Workers++
-			why, lost := lostWhy(w, now, staleAfter)
-			if !lost {
-				continue
-			}
-			res.Lost++
-			n, err := s.RequeueHeld(ctx, w.ID, why)
-			res.Requeued += n
-			if err != nil {
+			if err := fn(w); err != nil {
 				errs = append(errs, err)
-				continue
-			}
-			if n == 0 && domain.Retired(w) {
-				if now.Sub(goneSince(w)) > sweepGoneFor {
-					if err := s.markReaped(ctx, w.ID); err != nil {
-						errs = append(errs, err)
-					}
-				}
 			}
 		}
 		if page.LastEvaluatedKey == nil {
-			return res, errors.Join(errs...)
+			return errors.Join(errs...)
 		}
 		start = page.LastEvaluatedKey
 	}

@@ -9,10 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dreamlake/lakeshore/shared/clock"
 	"github.com/dreamlake/lakeshore/shared/reaper"
 	"github.com/dreamlake/lakeshore/shared/store"
-	"github.com/dreamlake/lakeshore/shared/store/schema"
 	"github.com/dreamlake/lakeshore/shared/store/storetest"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
@@ -21,14 +19,7 @@ import (
 // a worker silent past the window loses its running invocation to the queue.
 func TestHandlerSweeps(t *testing.T) {
 	ctx := context.Background()
-	db := storetest.Embedded(t)
-	prefix := storetest.Prefix(t)
-	if err := schema.EnsureTables(ctx, db, prefix); err != nil {
-		t.Fatal(err)
-	}
-	c := clock.NewFake(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC))
-	s := store.New(db, prefix)
-	s.Now = c.Now
+	s, c := storetest.Store(t)
 	res, err := s.Hello(ctx, wire.HelloRequest{MachineID: "m", BootID: "b"}, func(string) (string, error) { return "h", nil })
 	if err != nil {
 		t.Fatal(err)

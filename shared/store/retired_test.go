@@ -6,8 +6,6 @@ import (
 	"testing"
 
 	"github.com/dreamlake/lakeshore/shared/domain"
-	"github.com/dreamlake/lakeshore/shared/store"
-	"github.com/dreamlake/lakeshore/shared/store/schema"
 	"github.com/dreamlake/lakeshore/shared/store/storetest"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
@@ -17,12 +15,7 @@ import (
 // (same machine and boot) makes a new worker instead of reviving it.
 func TestTerminatedHostIsRetired(t *testing.T) {
 	ctx := context.Background()
-	db := storetest.Embedded(t)
-	prefix := storetest.Prefix(t)
-	if err := schema.EnsureTables(ctx, db, prefix); err != nil {
-		t.Fatal(err)
-	}
-	s := store.New(db, prefix)
+	s, _ := storetest.Store(t)
 	issue := func(string) (string, error) { return "h", nil }
 	hello := wire.HelloRequest{MachineID: "i-0123456789abcdef0", BootID: "b"}
 	first, err := s.Hello(ctx, hello, issue)

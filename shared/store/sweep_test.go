@@ -5,9 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dreamlake/lakeshore/shared/clock"
 	"github.com/dreamlake/lakeshore/shared/store"
-	"github.com/dreamlake/lakeshore/shared/store/schema"
 	"github.com/dreamlake/lakeshore/shared/store/storetest"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
@@ -17,14 +15,7 @@ import (
 // past max_attempts the invocation fails as worker_lost, counted once.
 func TestSweep(t *testing.T) {
 	ctx := context.Background()
-	db := storetest.Embedded(t)
-	prefix := storetest.Prefix(t)
-	if err := schema.EnsureTables(ctx, db, prefix); err != nil {
-		t.Fatal(err)
-	}
-	c := clock.NewFake(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC))
-	s := store.New(db, prefix)
-	s.Now = c.Now
+	s, c := storetest.Store(t)
 	issue := func(string) (string, error) { return "h", nil }
 	hello := func(m string) store.HelloResult {
 		res, err := s.Hello(ctx, wire.HelloRequest{MachineID: m, BootID: "b", Capabilities: wire.Capabilities{MaxConcurrency: ptrInt(4)}}, issue)
@@ -98,14 +89,7 @@ func ptrInt(n int) *int { return &n }
 // nothing, later sweeps skip it.
 func TestSweepNeverStrandsWorkOnAGoneWorker(t *testing.T) {
 	ctx := context.Background()
-	db := storetest.Embedded(t)
-	prefix := storetest.Prefix(t)
-	if err := schema.EnsureTables(ctx, db, prefix); err != nil {
-		t.Fatal(err)
-	}
-	c := clock.NewFake(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC))
-	s := store.New(db, prefix)
-	s.Now = c.Now
+	s, c := storetest.Store(t)
 	res, err := s.Hello(ctx, wire.HelloRequest{MachineID: "m", BootID: "b"}, func(string) (string, error) { return "h", nil })
 	if err != nil {
 		t.Fatal(err)

@@ -34,8 +34,10 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
+	"github.com/dreamlake/lakeshore/shared/clock"
 	"github.com/dreamlake/lakeshore/shared/store"
 	"github.com/dreamlake/lakeshore/shared/store/embedded"
+	"github.com/dreamlake/lakeshore/shared/store/schema"
 )
 
 // Region is the AWS region every test client uses.
@@ -366,4 +368,21 @@ func (b *tailBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// Store returns a store over fresh tables in a new embedded DynamoDB, with
+// its clock replaced by a fake one (2026-11-29 12:00 UTC) the test moves.
+func Store(t testing.TB) (*store.Store, *clock.Fake) {
+	t.Helper()
+	db := Embedded(t)
+	prefix := Prefix(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := schema.EnsureTables(ctx, db, prefix); err != nil {
+		t.Fatalf("storetest: create tables: %v", err)
+	}
+	c := clock.NewFake(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC))
+	s := store.New(db, prefix)
+	s.Now = c.Now
+	return s, c
 }

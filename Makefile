@@ -31,6 +31,19 @@ lambdas:
 			-ldflags '$(LDFLAGS)' -o $(DIST)/$$f/bootstrap ./functions/$$f || exit 1; \
 	done
 
+## build-<LogicalId>: what `sam build` runs for each function (Metadata:
+## BuildMethod: makefile); it sets ARTIFACTS_DIR.
+SAM_FUNCTIONS := hello:HelloFunction poll:PollFunction ack:AckFunction bye:ByeFunction \
+	api:ApiFunction reaper:ReaperFunction hoststatus:HostStatusFunction
+define sam_build
+.PHONY: build-$(2)
+build-$(2):
+	@test -n "$$(ARTIFACTS_DIR)" || { echo "ARTIFACTS_DIR is not set (sam build sets it)"; exit 1; }
+	$(STATIC) GOOS=linux GOARCH=$(LAMBDA_ARCH) $(GO) build -trimpath -tags lambda.norpc \
+		-ldflags '$(LDFLAGS)' -o $$(ARTIFACTS_DIR)/bootstrap ./functions/$(1)
+endef
+$(foreach p,$(SAM_FUNCTIONS),$(eval $(call sam_build,$(word 1,$(subst :, ,$(p))),$(word 2,$(subst :, ,$(p))))))
+
 ## test: every check and every test (starts moto_server itself)
 test: lint check
 	@mkdir -p $(BIN)

@@ -8,7 +8,9 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"maps"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -81,14 +83,17 @@ func New(cfg Config) (*Server, error) {
 	return s, nil
 }
 
-func (s *Server) routes() {
-	daemon := map[string]handlerFunc{
+// routeTable maps every route pattern ("METHOD /path") to its handler,
+// operator routes already behind the operator token.
+func (s *Server) routeTable() map[string]handlerFunc {
+	t := map[string]handlerFunc{
 		"POST /v1/daemon/hello": s.hello,
 		"POST /v1/daemon/poll":  s.poll,
 		"POST /v1/daemon/ack":   s.ack,
 		"POST /v1/daemon/bye":   s.bye,
+		"GET /v1/healthz":       s.healthz,
 	}
-	operator := map[string]handlerFunc{
+	for pattern, h := range map[string]handlerFunc{
 		"POST /v1/invocations":               s.submit,
 		"GET /v1/invocations":                s.listInvocations,
 		"GET /v1/invocations/{id}":           s.getInvocation,
@@ -99,14 +104,22 @@ func (s *Server) routes() {
 		"POST /v1/workers/{id}/setup":        s.addSetup,
 		"GET /v1/workers/{id}/setup-results": s.setupResults,
 		"GET /v1/queues/{queue}":             s.queueStats,
+	} {
+		t[pattern] = s.operator(h)
 	}
-	for pattern, h := range daemon {
+	return t
+}
+
+func (s *Server) routes() {
+	for pattern, h := range s.routeTable() {
 		s.mux.Handle(pattern, s.wrap(h))
 	}
-	for pattern, h := range operator {
-		s.mux.Handle(pattern, s.wrap(s.operator(h)))
-	}
-	s.mux.Handle("GET /v1/healthz", s.wrap(s.healthz))
+}
+
+// Routes lists every route the router serves ("METHOD /path", sorted): what
+// template.yaml's HttpApi must route to the functions.
+func Routes() []string {
+	return slices.Sorted(maps.Keys((&Server{}).routeTable()))
 }
 
 // ServeHTTP answers a request; unknown routes and methods get JSON errors.

@@ -10,7 +10,11 @@ STATIC    := CGO_ENABLED=0
 LDFLAGS   := -s -w
 VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: all build demo lambdas test lint check bench clean
+.PHONY: all build demo lambdas test tools lint check bench clean
+
+# The Lambda Runtime Interface Emulator (what `sam local` runs in its
+# container); tests run every bootstrap under it.
+RIE_VERSION := v0.0.0-20261030222936-bef5c4ba774d
 
 all: build
 
@@ -44,8 +48,12 @@ build-$(2):
 endef
 $(foreach p,$(SAM_FUNCTIONS),$(eval $(call sam_build,$(word 1,$(subst :, ,$(p))),$(word 2,$(subst :, ,$(p))))))
 
-## test: every check and every test (starts moto_server itself)
-test: lint check
+## tools: install what the tests run besides moto_server (into GOPATH/bin)
+tools:
+	$(GO) install github.com/aws/aws-lambda-runtime-interface-emulator/cmd/aws-lambda-rie@$(RIE_VERSION)
+
+## test: every check and every test (starts moto_server and the emulator itself)
+test: lint check tools
 	@mkdir -p $(BIN)
 	LAKESHORE_FAULT_REPORT=$(CURDIR)/$(BIN)/fault-report.txt $(GO) test -race -count=1 -timeout 12m ./...
 	@echo "fault suite (tests/faults_test.go; stale_after 3s, 3 agents):"; cat $(BIN)/fault-report.txt

@@ -1,0 +1,212 @@
+package tests
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/dreamlake/lakeshore/shared/store/schema"
+	"github.com/dreamlake/lakeshore/shared/store/storetest"
+	"github.com/dreamlake/lakeshore/shared/wire"
+)
+
+// rieBin finds the Lambda Runtime Interface Emulator (`make test` installs
+// it with go install). Missing: skip, or fail under CI=true.
+func rieBin(t *testing.T) string {
+	t.Helper()
+	candidates := []string{filepath.Join(goEnv(t, "GOPATH"), "bin", "aws-lambda-rie")}
+	if p, err := exec.LookPath("aws-lambda-rie"); err == nil {
+		candidates = append([]string{p}, candidates...)
+	}
+	for _, c := range candidates {
+		if _, err := os.Stat(c); err == nil {
+			return c
+		}
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal("aws-lambda-rie is not installed (make test installs it)")
+	}
+	t.Skip("aws-lambda-rie is not installed (make test installs it)")
+	return ""
+}
+
+func goEnv(t *testing.T, name string) string {
+	out, err := exec.Command("go", "env", name).Output()
+	if err != nil {
+		t.Fatalf("go env %s: %v", name, err)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// lambdaFn is one bootstrap running under the emulator.
+type lambdaFn struct {
+	url  string
+	logs *syncBuffer
+	size int64
+}
+
+// startLambda builds functions/<name> as a static bootstrap for this
+// machine and runs it under aws-lambda-rie on free loopback ports.
+func startLambda(t *testing.T, name string, env []string) *lambdaFn {
+	t.Helper()
+	dir := t.TempDir()
+	bootstrap := filepath.Join(dir, "bootstrap")
+	build := exec.Command("go", "build", "-tags", "lambda.norpc", "-trimpath", "-ldflags", "-s -w", "-o", bootstrap, "../functions/"+name)
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build %s: %v\n%s", name, err, out)
+	}
+	st, _ := os.Stat(bootstrap)
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	cmd := exec.Command(rieBin(t), "--runtime-interface-emulator-address", addr,
+		"--runtime-api-address", fmt.Sprintf("127.0.0.1:%d", freePort(t)), bootstrap)
+	cmd.Env = append(os.Environ(), env...)
+	fn := &lambdaFn{url: "http://" + addr + "/2015-03-31/functions/function/invocations", logs: &syncBuffer{}, size: st.Size()}
+	cmd.Stdout, cmd.Stderr = fn.logs, fn.logs
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start aws-lambda-rie: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		_ = cmd.Wait()
+		if t.Failed() {
+			t.Logf("%s under aws-lambda-rie:\n%s", name, fn.logs.String())
+		}
+	})
+	return fn
+}
+
+// invoke sends one event and returns the function's answer.
+func (fn *lambdaFn) invoke(t *testing.T, event any) []byte {
+	t.Helper()
+	body, _ := json.Marshal(event)
+	var resp *http.Response
+	var err error
+	eventually(t, 20*time.Second, "emulator answers", func() bool {
+		resp, err = http.Post(fn.url, "application/json", bytes.NewReader(body))
+		return err == nil
+	})
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		t.Fatalf("invoke: HTTP %d: %s", resp.StatusCode, out)
+	}
+	return out
+}
+
+// route sends an API Gateway v2 event and decodes the HTTP answer into v.
+func (fn *lambdaFn) route(t *testing.T, method, path, token string, body any, v any) int {
+	t.Helper()
+	ev := events.APIGatewayV2HTTPRequest{Version: "2.0", RawPath: path, Headers: map[string]string{"content-type": "application/json"}}
+	ev.RequestContext.HTTP.Method, ev.RequestContext.HTTP.Path, ev.RequestContext.HTTP.SourceIP = method, path, "127.0.0.1"
+	if token != "" {
+		ev.Headers["authorization"] = "Bearer " + token
+	}
+	if body != nil {
+		b, _ := json.Marshal(body)
+		ev.Body = string(b)
+	}
+	var resp events.APIGatewayV2HTTPResponse
+	if err := json.Unmarshal(fn.invoke(t, ev), &resp); err != nil {
+		t.Fatalf("%s %s: not an API Gateway answer: %v", method, path, err)
+	}
+	if v != nil && resp.Body != "" {
+		if err := json.Unmarshal([]byte(resp.Body), v); err != nil {
+			t.Fatalf("%s %s: body %q: %v", method, path, resp.Body, err)
+		}
+	}
+	return resp.StatusCode
+}
+
+var initReport = regexp.MustCompile(`INIT REPORT\(durationMs: ([0-9.]+)\)`)
+
+// initMS reports the INIT duration the emulator logged.
+func (fn *lambdaFn) initMS() string {
+	if m := initReport.FindStringSubmatch(fn.logs.String()); m != nil {
+		return m[1]
+	}
+	return "?"
+}
+
+// TestLambdasUnderTheRuntimeEmulator runs every real bootstrap under
+// aws-lambda-rie (what `sam local` runs in its container) against moto, with
+// tables created from template.yaml, and walks one agent's life through the
+// route functions: hello → submit → poll claims → ack → bye; then the
+// reaper and the host poller answer scheduled and EC2 events.
+func TestLambdasUnderTheRuntimeEmulator(t *testing.T) {
+	endpoint := storetest.MotoEndpoint(t)
+	prefix := storetest.Prefix(t)
+	if err := schema.EnsureTables(context.Background(), storetest.Client(endpoint), prefix); err != nil {
+		t.Fatal(err)
+	}
+	const enroll, operator = "lambda-enroll", "lambda-operator"
+	env := []string{"AWS_ENDPOINT_URL=" + endpoint, "AWS_REGION=us-east-1", "AWS_ACCESS_KEY_ID=test",
+		"AWS_SECRET_ACCESS_KEY=test", "LAKESHORE_TABLE_PREFIX=" + prefix, "LAKESHORE_STALE_AFTER=60s",
+		"LAKESHORE_ENROLL_TOKEN=" + enroll, "LAKESHORE_OPERATOR_TOKEN=" + operator}
+	fns := map[string]*lambdaFn{}
+	for _, name := range []string{"hello", "poll", "ack", "bye", "api", "reaper", "hoststatus"} {
+		fns[name] = startLambda(t, name, env)
+	}
+
+	var hello wire.HelloResponse
+	if code := fns["hello"].route(t, "POST", "/v1/daemon/hello", enroll, wire.HelloRequest{MachineID: "m", BootID: "b"}, &hello); code != 200 {
+		t.Fatalf("hello: %d", code)
+	}
+	var inv wire.Invocation
+	if code := fns["api"].route(t, "POST", "/v1/invocations", operator, wire.SubmitRequest{Queue: "q", Argv: []string{"true"}}, &inv); code != 201 {
+		t.Fatalf("submit: %d", code)
+	}
+	var poll wire.PollResponse
+	if code := fns["poll"].route(t, "POST", "/v1/daemon/poll", hello.Token,
+		wire.PollRequest{WorkerID: hello.WorkerID, Queue: "q", Phase: wire.PhaseReady, Invocations: []string{}}, &poll); code != 200 ||
+		len(poll.Commands) != 1 || poll.Commands[0].Invocation.InvocationID != inv.InvocationID {
+		t.Fatalf("poll: %d %+v", code, poll)
+	}
+	var ack wire.AckResponse
+	if code := fns["ack"].route(t, "POST", "/v1/daemon/ack", hello.Token, wire.AckRequest{WorkerID: hello.WorkerID,
+		InvocationID: inv.InvocationID, Attempt: 1, State: wire.StateSucceeded}, &ack); code != 200 || !ack.Recorded {
+		t.Fatalf("ack: %d %+v", code, ack)
+	}
+	if code := fns["bye"].route(t, "POST", "/v1/daemon/bye", hello.Token, wire.ByeRequest{WorkerID: hello.WorkerID, Reason: wire.ByeIdle}, nil); code != 204 {
+		t.Fatalf("bye: %d", code)
+	}
+	var stats wire.QueueStats
+	if code := fns["api"].route(t, "GET", "/v1/queues/q", operator, nil, &stats); code != 200 || stats.DoneCount != 1 {
+		t.Fatalf("queue stats: %d %+v", code, stats)
+	}
+	var errBody wire.ErrorBody
+	if code := fns["api"].route(t, "GET", "/v1/workers", "", nil, &errBody); code != 401 || errBody.Error.Code != wire.CodeUnauthorized {
+		t.Fatalf("operator route without a token: %d %+v", code, errBody)
+	}
+
+	var sweep struct{ Workers, Lost, Requeued int }
+	scheduled := map[string]any{"source": "aws.scheduler", "detail-type": "Scheduled Event", "detail": map[string]any{}}
+	if err := json.Unmarshal(fns["reaper"].invoke(t, scheduled), &sweep); err != nil || sweep.Workers != 1 {
+		t.Fatalf("reaper: %+v %v", sweep, err)
+	}
+	stateChange := map[string]any{"source": "aws.ec2", "detail-type": "EC2 Instance State-change Notification",
+		"detail": map[string]any{"instance-id": "i-0123456789abcdef0", "state": "terminated"}}
+	for _, ev := range []any{scheduled, stateChange} {
+		out := fns["hoststatus"].invoke(t, ev)
+		if strings.Contains(string(out), "errorMessage") {
+			t.Fatalf("hoststatus: %s", out)
+		}
+	}
+	for _, name := range []string{"hello", "poll", "ack", "bye", "api", "reaper", "hoststatus"} {
+		t.Logf("%-10s bootstrap %5.1f MB  INIT %s ms", name, float64(fns[name].size)/1e6, fns[name].initMS())
+	}
+}

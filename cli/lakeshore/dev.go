@@ -161,18 +161,11 @@ func openStore(ctx context.Context, kind string) (*dynamodb.Client, func(), erro
 	}
 }
 
-// sweep runs the reaper's sweep on a ticker, a quarter of the stale window
-// apart, so a crashed worker's work is handed out again within about
-// stale_after × 1.25 of its last poll.
+// sweep runs the reaper's sweep a quarter of the stale window apart, so a
+// crashed worker's work is handed out again within about stale_after × 1.25
+// of its last poll.
 func sweep(ctx context.Context, st *store.Store, staleAfter time.Duration, log *slog.Logger) {
-	t := time.NewTicker(max(staleAfter/4, 250*time.Millisecond))
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	every(ctx, max(staleAfter/4, 250*time.Millisecond), func() {
 		res, err := st.Sweep(ctx, staleAfter)
 		if err != nil && ctx.Err() == nil {
 			log.Error("sweep", "error", err.Error())
@@ -180,27 +173,34 @@ func sweep(ctx context.Context, st *store.Store, staleAfter time.Duration, log *
 		if res.Requeued > 0 {
 			log.Info("sweep: handed back the work of lost workers", "lost_workers", res.Lost, "requeued", res.Requeued)
 		}
-	}
+	})
 }
 
 // pollHosts runs the hoststatus function's EC2 poll on a ticker (the
 // Lambda's schedule is a minute; locally a few seconds), so a stopped or
 // terminated instance's worker reads gone and its work is handed back.
-func pollHosts(ctx context.Context, p *hoststatus.Poller, every time.Duration, log *slog.Logger) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+func pollHosts(ctx context.Context, p *hoststatus.Poller, interval time.Duration, log *slog.Logger) {
+	every(ctx, interval, func() {
 		res, err := p.Poll(ctx)
 		if err != nil && ctx.Err() == nil {
 			log.Error("host poll", "error", err.Error())
 		}
 		if res.Changed > 0 {
 			log.Info("host poll: host statuses changed", "workers", res.Workers, "changed", res.Changed)
+		}
+	})
+}
+
+// every runs fn each interval until ctx ends.
+func every(ctx context.Context, interval time.Duration, fn func()) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			fn()
 		}
 	}
 }

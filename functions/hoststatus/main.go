@@ -5,34 +5,19 @@
 package main
 
 import (
-	"context"
 	"log/slog"
 	"os"
 
 	"github.com/aws/aws-lambda-go/lambda"
-	awsconfig "github.com/aws/aws-sdk-go-v2/config"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 
+	"github.com/dreamlake/lakeshore/shared/config"
 	"github.com/dreamlake/lakeshore/shared/hoststatus"
-	"github.com/dreamlake/lakeshore/shared/store"
 )
 
 func main() {
 	log := slog.New(slog.NewJSONHandler(os.Stdout, nil))
-	prefix := os.Getenv("LAKESHORE_TABLE_PREFIX")
-	if prefix == "" {
-		prefix = "lakeshore-"
-	}
-	cfg, err := awsconfig.LoadDefaultConfig(context.Background())
-	if err != nil {
-		log.Error("hoststatus: load AWS config", "error", err.Error())
-		os.Exit(1)
-	}
-	p := &hoststatus.Poller{
-		Store:  store.New(dynamodb.NewFromConfig(cfg), prefix),
-		EC2:    ec2.NewFromConfig(cfg),
-		Logger: log,
-	}
+	st, awsCfg, _ := config.OpenStore("hoststatus", log)
+	p := &hoststatus.Poller{Store: st, EC2: ec2.NewFromConfig(awsCfg), Logger: log}
 	lambda.Start(p.Handle)
 }

@@ -139,20 +139,28 @@ func RunLambda(name string) {
 	lambdahttp.Start(router)
 }
 
-// RunReaper is the whole main of the reaper Lambda: read the table prefix
-// and stale window, and run one sweep per scheduled event.
-func RunReaper() {
-	log := slog.New(slog.NewJSONHandler(os.Stdout, nil))
+// OpenStore is the start of every Lambda that serves no routes (the reaper,
+// the host poller): the table prefix and stale window from the environment,
+// the standard AWS configuration, and a store over it. It exits 1 on a bad
+// configuration, so a misconfigured deploy fails its INIT.
+func OpenStore(name string, log *slog.Logger) (*store.Store, aws.Config, Config) {
 	c, err := LoadStore(os.Getenv)
 	if err != nil {
-		log.Error("reaper: start", "error", err.Error())
+		log.Error(name+": start", "error", err.Error())
 		os.Exit(1)
 	}
 	awsCfg, err := awsconfig.LoadDefaultConfig(context.Background())
 	if err != nil {
-		log.Error("reaper: load AWS config", "error", err.Error())
+		log.Error(name+": load AWS config", "error", err.Error())
 		os.Exit(1)
 	}
-	st := store.New(dynamodb.NewFromConfig(awsCfg), c.TablePrefix)
+	return store.New(dynamodb.NewFromConfig(awsCfg), c.TablePrefix), awsCfg, c
+}
+
+// RunReaper is the whole main of the reaper Lambda: one sweep per scheduled
+// event.
+func RunReaper() {
+	log := slog.New(slog.NewJSONHandler(os.Stdout, nil))
+	st, _, c := OpenStore("reaper", log)
 	lambda.Start(reaper.Handler(st, c.StaleAfter, log))
 }

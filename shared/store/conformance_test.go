@@ -1503,13 +1503,10 @@ func TestSetupFIFOOrderWithinOneMillisecond(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Hello: %v", err)
 	}
-	var added []string
 	for i := range 20 {
-		c, err := s.AddSetup(ctx, w.Worker.ID, []string{"step", fmt.Sprint(i)})
-		if err != nil {
+		if _, err := s.AddSetup(ctx, w.Worker.ID, []string{"step", fmt.Sprint(i)}); err != nil {
 			t.Fatalf("AddSetup: %v", err)
 		}
-		added = append(added, c.CommandID)
 	}
 	cs, err := s.SetupCommands(ctx, w.Worker.ID, true)
 	if err != nil {

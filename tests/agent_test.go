@@ -159,94 +159,100 @@ func waitTerminal(t *testing.T, op *client.Client, id string, limit time.Duratio
 // TestAgentRunsWork: several nymph processes run successes, failures and
 // timeouts, report results, and keep secrets out of bodies.
 func TestAgentRunsWork(t *testing.T) {
-	d := startDev(t, backends[0], "--stale-after", "3s")
-	op := d.Operator()
-	for i := range 3 {
-		startNymph(t, d, fmt.Sprintf("m%d", i), "--capacity", "2")
-	}
-	ok := submitSh(t, op, `echo "hello $NYMPH_ATTEMPT"; echo '{"answer": 42}' > "$NYMPH_RESULT_FILE"`, 0)
-	fail := submitSh(t, op, `echo oops >&2; exit 3`, 0)
-	slow := submitSh(t, op, `sleep 30`, 1)
-	env := submitSh(t, op, `env | grep -c -E 'ENROLL|TOKEN|NYMPH_TEST_SECRET' || true; [ -n "$NYMPH_WORKER_ID" ] && [ -n "$NYMPH_INVOCATION_ID" ]`, 0)
+	forEachPlane(t, func(t *testing.T, b backend) {
+		d := startDev(t, b, "--stale-after", "3s")
+		op := d.Operator()
+		for i := range 3 {
+			startNymph(t, d, fmt.Sprintf("m%d", i), "--capacity", "2")
+		}
+		ok := submitSh(t, op, `echo "hello $NYMPH_ATTEMPT"; echo '{"answer": 42}' > "$NYMPH_RESULT_FILE"`, 0)
+		fail := submitSh(t, op, `echo oops >&2; exit 3`, 0)
+		slow := submitSh(t, op, `sleep 30`, 1)
+		env := submitSh(t, op, `env | grep -c -E 'ENROLL|TOKEN|NYMPH_TEST_SECRET' || true; [ -n "$NYMPH_WORKER_ID" ] && [ -n "$NYMPH_INVOCATION_ID" ]`, 0)
 
-	got := waitTerminal(t, op, ok.InvocationID, 30*time.Second)
-	if got.State != wire.StateSucceeded || string(got.ResultBlob) != `{"answer":42}` || !strings.Contains(got.StdoutTail, "hello 1") {
-		t.Errorf("success: %+v", got)
-	}
-	got = waitTerminal(t, op, fail.InvocationID, 30*time.Second)
-	if got.State != wire.StateFailed || got.ExitCode == nil || *got.ExitCode != 3 || !strings.Contains(got.StderrTail, "oops") {
-		t.Errorf("failure: %+v", got)
-	}
-	got = waitTerminal(t, op, slow.InvocationID, 30*time.Second)
-	if got.State != wire.StateFailed || got.Error == nil || got.Error.Type != wire.ErrorTypeTimeout {
-		t.Errorf("timeout: %+v", got)
-	}
-	got = waitTerminal(t, op, env.InvocationID, 30*time.Second)
-	if got.State != wire.StateSucceeded || strings.TrimSpace(got.StdoutTail) != "0" {
-		t.Errorf("body environment: %+v (stdout %q: want no token or daemon secret visible)", got, got.StdoutTail)
-	}
-	if st, _ := op.QueueStats(context.Background(), "q"); st.DoneCount != 4 {
-		t.Errorf("done_count %d, want 4", st.DoneCount)
-	}
+		got := waitTerminal(t, op, ok.InvocationID, 30*time.Second)
+		if got.State != wire.StateSucceeded || string(got.ResultBlob) != `{"answer":42}` || !strings.Contains(got.StdoutTail, "hello 1") {
+			t.Errorf("success: %+v", got)
+		}
+		got = waitTerminal(t, op, fail.InvocationID, 30*time.Second)
+		if got.State != wire.StateFailed || got.ExitCode == nil || *got.ExitCode != 3 || !strings.Contains(got.StderrTail, "oops") {
+			t.Errorf("failure: %+v", got)
+		}
+		got = waitTerminal(t, op, slow.InvocationID, 30*time.Second)
+		if got.State != wire.StateFailed || got.Error == nil || got.Error.Type != wire.ErrorTypeTimeout {
+			t.Errorf("timeout: %+v", got)
+		}
+		got = waitTerminal(t, op, env.InvocationID, 30*time.Second)
+		if got.State != wire.StateSucceeded || strings.TrimSpace(got.StdoutTail) != "0" {
+			t.Errorf("body environment: %+v (stdout %q: want no token or daemon secret visible)", got, got.StdoutTail)
+		}
+		if st, _ := op.QueueStats(context.Background(), "q"); st.DoneCount != 4 {
+			t.Errorf("done_count %d, want 4", st.DoneCount)
+		}
+	})
 }
 
 // TestAgentExits: keep-alive idle expiry and SIGTERM both end with bye, so
 // the worker reads gone at once (no stale wait), and exit 0.
 func TestAgentExits(t *testing.T) {
-	d := startDev(t, backends[0], "--stale-after", "60s")
-	op := d.Operator()
-	ctx := context.Background()
+	forEachPlane(t, func(t *testing.T, b backend) {
+		d := startDev(t, b, "--stale-after", "60s")
+		op := d.Operator()
+		ctx := context.Background()
 
-	idle := startNymph(t, d, "idle", "--keep-alive", "1s")
-	if code := idle.wait(t, 30*time.Second); code != 0 {
-		t.Fatalf("keep-alive exit code %d", code)
-	}
-	if w, ok := workerNamed(ctx, op, "idle"); !ok || w.State != "gone" || w.ByeReason != "bye: idle" {
-		t.Fatalf("after keep-alive: %+v", w)
-	}
+		idle := startNymph(t, d, "idle", "--keep-alive", "1s")
+		if code := idle.wait(t, 30*time.Second); code != 0 {
+			t.Fatalf("keep-alive exit code %d", code)
+		}
+		if w, ok := workerNamed(ctx, op, "idle"); !ok || w.State != "gone" || w.ByeReason != "bye: idle" {
+			t.Fatalf("after keep-alive: %+v", w)
+		}
 
-	busy := startNymph(t, d, "busy")
-	eventually(t, 20*time.Second, "busy worker active", func() bool {
-		w, ok := workerNamed(ctx, op, "busy")
-		return ok && w.State == "active" && w.Phase == wire.PhaseReady
+		busy := startNymph(t, d, "busy")
+		eventually(t, 20*time.Second, "busy worker active", func() bool {
+			w, ok := workerNamed(ctx, op, "busy")
+			return ok && w.State == "active" && w.Phase == wire.PhaseReady
+		})
+		inv := submitSh(t, op, `sleep 60`, 0)
+		eventually(t, 20*time.Second, "claimed", func() bool {
+			got, _ := op.GetInvocation(ctx, inv.InvocationID)
+			return got.State == wire.StateRunning
+		})
+		if err := busy.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		// --grace 5s, --kill-after 1s: the body is killed and handed back.
+		if code := busy.wait(t, 30*time.Second); code != 0 {
+			t.Fatalf("SIGTERM exit code %d", code)
+		}
+		w, _ := workerNamed(ctx, op, "busy")
+		if w.State != "gone" || w.ByeReason != "bye: signal" {
+			t.Fatalf("after SIGTERM: state %q bye %q, want gone at once (60 s stale window not waited)", w.State, w.ByeReason)
+		}
+		if got, _ := op.GetInvocation(ctx, inv.InvocationID); got.State != wire.StateQueued || got.Attempt != 1 {
+			t.Fatalf("abandoned invocation: %s attempt %d, want queued again", got.State, got.Attempt)
+		}
 	})
-	inv := submitSh(t, op, `sleep 60`, 0)
-	eventually(t, 20*time.Second, "claimed", func() bool {
-		got, _ := op.GetInvocation(ctx, inv.InvocationID)
-		return got.State == wire.StateRunning
-	})
-	if err := busy.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	// --grace 5s, --kill-after 1s: the body is killed and handed back.
-	if code := busy.wait(t, 30*time.Second); code != 0 {
-		t.Fatalf("SIGTERM exit code %d", code)
-	}
-	w, _ := workerNamed(ctx, op, "busy")
-	if w.State != "gone" || w.ByeReason != "bye: signal" {
-		t.Fatalf("after SIGTERM: state %q bye %q, want gone at once (60 s stale window not waited)", w.State, w.ByeReason)
-	}
-	if got, _ := op.GetInvocation(ctx, inv.InvocationID); got.State != wire.StateQueued || got.Attempt != 1 {
-		t.Fatalf("abandoned invocation: %s attempt %d, want queued again", got.State, got.Attempt)
-	}
 }
 
 // TestAgentHostSetupGates: a worker with --host-setup claims only work
 // whose host key matches, and only after its setup ran.
 func TestAgentHostSetupGates(t *testing.T) {
-	d := startDev(t, backends[0], "--stale-after", "3s")
-	op := d.Operator()
-	setup := "echo prepared > /tmp/.lakeshore-test-host-setup-$$; sleep 1"
-	keyed := submitSh(t, op, `echo keyed`, 0, setup)
-	plain := submitSh(t, op, `echo plain`, 0, "something-else")
+	forEachPlane(t, func(t *testing.T, b backend) {
+		d := startDev(t, b, "--stale-after", "3s")
+		op := d.Operator()
+		setup := "echo prepared > /tmp/.lakeshore-test-host-setup-$$; sleep 1"
+		keyed := submitSh(t, op, `echo keyed`, 0, setup)
+		plain := submitSh(t, op, `echo plain`, 0, "something-else")
 
-	startNymph(t, d, "setup-host", "--host-setup", setup)
-	got := waitTerminal(t, op, keyed.InvocationID, 30*time.Second)
-	if got.State != wire.StateSucceeded {
-		t.Fatalf("keyed work: %+v", got)
-	}
-	time.Sleep(2 * time.Second) // several polls: a mismatched key must stay queued
-	if got, _ := op.GetInvocation(context.Background(), plain.InvocationID); got.State != wire.StateQueued {
-		t.Fatalf("work for another host key was claimed: %+v", got)
-	}
+		startNymph(t, d, "setup-host", "--host-setup", setup)
+		got := waitTerminal(t, op, keyed.InvocationID, 30*time.Second)
+		if got.State != wire.StateSucceeded {
+			t.Fatalf("keyed work: %+v", got)
+		}
+		time.Sleep(2 * time.Second) // several polls: a mismatched key must stay queued
+		if got, _ := op.GetInvocation(context.Background(), plain.InvocationID); got.State != wire.StateQueued {
+			t.Fatalf("work for another host key was claimed: %+v", got)
+		}
+	})
 }

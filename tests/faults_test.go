@@ -289,6 +289,18 @@ func TestFaultSIGKILL(t *testing.T) {
 	})
 }
 
+// TestFaultSIGKILLThroughLambdas is the capstone through the real Lambda
+// path: every poll, ack and sweep runs in a bootstrap under the emulator.
+func TestFaultSIGKILLThroughLambdas(t *testing.T) {
+	runFault(t, "SIGKILL an agent mid-run (Lambda bootstraps)", lambdasBackend, func(e *faultEnv) (time.Time, []wire.Invocation) {
+		v := e.victim()
+		held := e.heldBy(v)
+		at := time.Now()
+		_ = e.agents[v].cmd.Process.Signal(syscall.SIGKILL)
+		return at, held
+	})
+}
+
 func TestFaultSIGSTOP(t *testing.T) {
 	victim := 0
 	runFaultSpec(t, faultSpec{name: "SIGSTOP past stale_after, then SIGCONT", backend: backends[0],

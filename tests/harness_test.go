@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -118,6 +119,17 @@ func startDev(t *testing.T, b backend, extra ...string) *devServer {
 		t.Fatalf("start lakeshore dev: %v", err)
 	}
 	d := &devServer{cmd: cmd, logs: logs}
+	if slices.Contains(args, "--lambdas") {
+		// The Lambda path must really have been taken: each cold start
+		// logs the emulator's INIT REPORT, and the poll function ran.
+		t.Cleanup(func() {
+			mu.Lock()
+			defer mu.Unlock()
+			if !strings.Contains(logs.String(), "INIT REPORT") || !strings.Contains(logs.String(), "[poll#1]") {
+				t.Errorf("lakeshore dev --lambdas: no function ran under the emulator")
+			}
+		})
+	}
 	d.exited = make(chan struct{})
 	go func() { _ = cmd.Wait(); close(d.exited) }()
 	t.Cleanup(func() {

@@ -11,13 +11,16 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 
+	"github.com/dreamlake/lakeshore/shared/rie"
 	"github.com/dreamlake/lakeshore/shared/store/schema"
 	"github.com/dreamlake/lakeshore/shared/store/storetest"
 	"github.com/dreamlake/lakeshore/shared/wire"
@@ -58,17 +61,55 @@ type lambdaFn struct {
 	size int64
 }
 
-// startLambda builds functions/<name> as a static bootstrap for this
-// machine and runs it under aws-lambda-rie on free loopback ports.
+// lambdaFunctions are the functions/ directories, as `make lambdas` names them.
+var lambdaFunctions = []string{"hello", "poll", "ack", "bye", "api", "reaper", "hoststatus"}
+
+var buildLambdas = sync.OnceValue(func() error {
+	for _, name := range lambdaFunctions {
+		build := exec.Command("go", "build", "-tags", "lambda.norpc", "-trimpath", "-ldflags", "-s -w",
+			"-o", filepath.Join(binDir, "dist", name, "bootstrap"), "../functions/"+name)
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := build.CombinedOutput(); err != nil {
+			return fmt.Errorf("build %s: %v\n%s", name, err, out)
+		}
+	}
+	return nil
+})
+
+// lambdaDist builds every function as a static bootstrap for this machine,
+// once per test binary, in the layout `make lambdas` makes
+// (<dist>/<function>/bootstrap), and returns the directory.
+func lambdaDist(t testing.TB) string {
+	t.Helper()
+	if err := buildLambdas(); err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(binDir, "dist")
+}
+
+// lambdasBackend runs `lakeshore dev --lambdas`: every route through the
+// real bootstraps under the emulator, over the embedded store.
+var lambdasBackend = backend{"lambdas", func(t *testing.T) ([]string, []string) {
+	rieBin(t) // skip, or fail under CI, without the emulator
+	return []string{"--store", "embedded", "--lambdas", lambdaDist(t)}, nil
+}}
+
+// planes are the ways the agent suite reaches the control plane: the
+// router in process, and the real Lambda path (sam local start-api's).
+var planes = []backend{backends[0], lambdasBackend}
+
+// forEachPlane runs fn as a subtest on each plane.
+func forEachPlane(t *testing.T, fn func(t *testing.T, b backend)) {
+	for _, b := range planes {
+		t.Run(b.name, func(t *testing.T) { fn(t, b) })
+	}
+}
+
+// startLambda runs functions/<name>, built for this machine, under
+// aws-lambda-rie on free loopback ports.
 func startLambda(t *testing.T, name string, env []string) *lambdaFn {
 	t.Helper()
-	dir := t.TempDir()
-	bootstrap := filepath.Join(dir, "bootstrap")
-	build := exec.Command("go", "build", "-tags", "lambda.norpc", "-trimpath", "-ldflags", "-s -w", "-o", bootstrap, "../functions/"+name)
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build %s: %v\n%s", name, err, out)
-	}
+	bootstrap := filepath.Join(lambdaDist(t), name, "bootstrap")
 	st, _ := os.Stat(bootstrap)
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	cmd := exec.Command(rieBin(t), "--runtime-interface-emulator-address", addr,
@@ -158,7 +199,7 @@ func TestLambdasUnderTheRuntimeEmulator(t *testing.T) {
 		"AWS_SECRET_ACCESS_KEY=test", "LAKESHORE_TABLE_PREFIX=" + prefix, "LAKESHORE_STALE_AFTER=60s",
 		"LAKESHORE_ENROLL_TOKEN=" + enroll, "LAKESHORE_OPERATOR_TOKEN=" + operator}
 	fns := map[string]*lambdaFn{}
-	for _, name := range []string{"hello", "poll", "ack", "bye", "api", "reaper", "hoststatus"} {
+	for _, name := range lambdaFunctions {
 		fns[name] = startLambda(t, name, env)
 	}
 
@@ -206,7 +247,61 @@ func TestLambdasUnderTheRuntimeEmulator(t *testing.T) {
 			t.Fatalf("hoststatus: %s", out)
 		}
 	}
-	for _, name := range []string{"hello", "poll", "ack", "bye", "api", "reaper", "hoststatus"} {
+	for _, name := range lambdaFunctions {
 		t.Logf("%-10s bootstrap %5.1f MB  INIT %s ms", name, float64(fns[name].size)/1e6, fns[name].initMS())
+	}
+}
+
+// BenchmarkLambdaColdStart measures each bootstrap's cold start under the
+// emulator (the INIT duration of its INIT REPORT line) and its size, for
+// `make bench`; targets: ≤ 15 MB and INIT ≤ 60 ms. Each iteration starts a
+// fresh emulator and answers one event against the embedded store.
+func BenchmarkLambdaColdStart(b *testing.B) {
+	emulator, err := rie.Find()
+	if err != nil {
+		b.Skip(err)
+	}
+	endpoint := storetest.EmbeddedEndpoint(b)
+	prefix := storetest.Prefix(b)
+	if err := schema.EnsureTables(context.Background(), storetest.Client(endpoint), prefix); err != nil {
+		b.Fatal(err)
+	}
+	env := append(os.Environ(), "AWS_ENDPOINT_URL="+endpoint, "AWS_REGION="+storetest.Region, "AWS_ACCESS_KEY_ID=local",
+		"AWS_SECRET_ACCESS_KEY=local", "AWS_EC2_METADATA_DISABLED=true", "LAKESHORE_TABLE_PREFIX="+prefix,
+		"LAKESHORE_ENROLL_TOKEN=bench-enroll", "LAKESHORE_OPERATOR_TOKEN=bench-operator")
+	scheduled, _ := json.Marshal(map[string]any{"source": "aws.scheduler", "detail-type": "Scheduled Event", "detail": map[string]any{}})
+	healthz := events.APIGatewayV2HTTPRequest{Version: "2.0", RawPath: "/v1/healthz"}
+	healthz.RequestContext.HTTP.Method, healthz.RequestContext.HTTP.Path = "GET", "/v1/healthz"
+	route, _ := json.Marshal(healthz)
+	for _, name := range lambdaFunctions {
+		b.Run(name, func(b *testing.B) {
+			bootstrap := filepath.Join(lambdaDist(b), name, "bootstrap")
+			st, err := os.Stat(bootstrap)
+			if err != nil {
+				b.Fatal(err)
+			}
+			event := route
+			if name == "reaper" || name == "hoststatus" {
+				event = scheduled
+			}
+			var inits []float64
+			for b.Loop() {
+				pool, err := rie.NewPool(rie.Function{Name: name, Bootstrap: bootstrap, Emulator: emulator, Env: env, MaxConcurrency: 1})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := pool.Invoke(context.Background(), event); err != nil {
+					b.Fatalf("%s: %v", name, err)
+				}
+				inits = append(inits, pool.Stats().InitMS...)
+				pool.Close()
+			}
+			slices.Sort(inits)
+			if len(inits) > 0 {
+				b.ReportMetric(inits[len(inits)/2], "init-ms-p50")
+				b.ReportMetric(inits[len(inits)-1], "init-ms-max")
+			}
+			b.ReportMetric(float64(st.Size())/1e6, "MB")
+		})
 	}
 }

@@ -33,6 +33,7 @@ type devOptions struct {
 	staleAfter    time.Duration
 	hostPoll      time.Duration
 	logLevel      string
+	lambdas       string
 }
 
 func newDevCmd() *cobra.Command {
@@ -44,7 +45,14 @@ func newDevCmd() *cobra.Command {
 route, over the embedded DynamoDB (default, in memory, gone on exit) or over
 DynamoDB through the standard SDK configuration (--store aws; set
 AWS_ENDPOINT_URL to use moto_server or LocalStack). Missing tables are created
-from template.yaml. Tokens not given are generated and printed.`,
+from template.yaml. Tokens not given are generated and printed.
+
+With --lambdas DIR it is what "sam local start-api" is: every route of
+template.yaml's HttpApi is forwarded, as an API Gateway v2 event, to the real
+bootstrap in DIR/<function>/bootstrap (make lambdas LAMBDA_ARCH=<this
+machine's arch>) running under the Lambda runtime emulator (aws-lambda-rie,
+make tools); the sweep and the host poll invoke the reaper and hoststatus
+bootstraps with scheduled events.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runDev(cmd.Context(), o)
@@ -59,6 +67,7 @@ from template.yaml. Tokens not given are generated and printed.`,
 	f.DurationVar(&o.staleAfter, "stale-after", domain.DefaultStaleAfter, "silence after which a worker reads stale")
 	f.DurationVar(&o.hostPoll, "host-poll-interval", 5*time.Second, "with --store aws, how often to poll EC2 for the host status of workers on instances (0: never); the embedded store has no EC2, so it is ignored there")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	f.StringVar(&o.lambdas, "lambdas", "", "serve the routes through the real Lambda bootstraps in this directory (make lambdas) under aws-lambda-rie, as sam local start-api does")
 	return cmd
 }
 
@@ -72,7 +81,7 @@ func runDev(ctx context.Context, o devOptions) error {
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 
-	db, stopStore, err := openStore(ctx, o.storeKind)
+	db, endpoint, stopStore, err := openStore(ctx, o.storeKind)
 	if err != nil {
 		return err
 	}
@@ -89,15 +98,31 @@ func runDev(ctx context.Context, o devOptions) error {
 		}
 	}
 	st := store.New(db, o.tablePrefix)
-	srv, err := api.New(api.Config{
-		Store:         st,
-		EnrollToken:   o.enrollToken,
-		OperatorToken: o.operatorToken,
-		StaleAfter:    o.staleAfter,
-		Logger:        log,
-	})
-	if err != nil {
-		return err
+	var handler http.Handler
+	var sweepOnce, pollHostsOnce func(context.Context) error
+	if o.lambdas != "" {
+		gw, err := startLambdas(o, endpoint, log)
+		if err != nil {
+			return err
+		}
+		defer gw.close()
+		defer gw.logInits()
+		handler = gw
+		sweepOnce = func(ctx context.Context) error { return gw.invokeLogged(ctx, "reaper") }
+		pollHostsOnce = func(ctx context.Context) error { return gw.invokeLogged(ctx, "hoststatus") }
+	} else {
+		srv, err := api.New(api.Config{
+			Store:         st,
+			EnrollToken:   o.enrollToken,
+			OperatorToken: o.operatorToken,
+			StaleAfter:    o.staleAfter,
+			Logger:        log,
+		})
+		if err != nil {
+			return err
+		}
+		handler = srv
+		sweepOnce = func(ctx context.Context) error { return sweepStore(ctx, st, o.staleAfter, log) }
 	}
 
 	ln, err := net.Listen("tcp", o.addr)
@@ -106,22 +131,35 @@ func runDev(ctx context.Context, o devOptions) error {
 	}
 	url := "http://" + ln.Addr().String()
 	// These lines are the interface scripts and tests read: keep their shape.
-	fmt.Printf("lakeshore dev: listening on %s (store %s, tables %s*)\n", url, o.storeKind, o.tablePrefix)
+	via := "in process"
+	if o.lambdas != "" {
+		via = "through the Lambda bootstraps in " + o.lambdas
+	}
+	fmt.Printf("lakeshore dev: listening on %s (store %s, tables %s*, routes %s)\n", url, o.storeKind, o.tablePrefix, via)
 	fmt.Printf("LAKESHORE_URL=%s\n", url)
 	fmt.Printf("LAKESHORE_ENROLL_TOKEN=%s\n", o.enrollToken)
 	fmt.Printf("LAKESHORE_TOKEN=%s\n", o.operatorToken)
 
-	go sweep(ctx, st, o.staleAfter, log)
+	// The reaper sweeps a quarter of the stale window apart, so a crashed
+	// worker's work is handed out again within about stale_after × 1.25 of
+	// its last poll.
+	go every(ctx, max(o.staleAfter/4, 250*time.Millisecond), "sweep", sweepOnce, log)
 	if o.storeKind == "aws" && o.hostPoll > 0 {
-		cfg, err := config.LoadDefaultConfig(ctx)
-		if err != nil {
-			return fmt.Errorf("load AWS config: %w", err)
+		if pollHostsOnce == nil {
+			cfg, err := config.LoadDefaultConfig(ctx)
+			if err != nil {
+				return fmt.Errorf("load AWS config: %w", err)
+			}
+			p := &hoststatus.Poller{Store: st, EC2: ec2.NewFromConfig(cfg), Logger: log}
+			pollHostsOnce = func(ctx context.Context) error { return pollHostsStore(ctx, p, log) }
 		}
-		p := &hoststatus.Poller{Store: st, EC2: ec2.NewFromConfig(cfg), Logger: log}
-		go pollHosts(ctx, p, o.hostPoll, log)
+		// The hoststatus function's EC2 poll: the Lambda's schedule is a
+		// minute; locally a few seconds, so a stopped or terminated
+		// instance's worker reads gone and its work is handed back soon.
+		go every(ctx, o.hostPoll, "host poll", pollHostsOnce, log)
 	}
 
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
+	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	select {
@@ -138,61 +176,50 @@ func runDev(ctx context.Context, o devOptions) error {
 	return nil
 }
 
-// openStore returns a DynamoDB client for the chosen store and a function
-// that releases it.
-func openStore(ctx context.Context, kind string) (*dynamodb.Client, func(), error) {
+// openStore returns a DynamoDB client for the chosen store, the embedded
+// store's endpoint ("" for aws) and a function that releases it.
+func openStore(ctx context.Context, kind string) (*dynamodb.Client, string, func(), error) {
 	switch kind {
 	case "embedded":
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
-			return nil, nil, fmt.Errorf("embedded store: %w", err)
+			return nil, "", nil, fmt.Errorf("embedded store: %w", err)
 		}
 		hs := &http.Server{Handler: embedded.Handler(), ReadHeaderTimeout: 10 * time.Second}
 		go func() { _ = hs.Serve(ln) }()
-		return store.EndpointClient("http://" + ln.Addr().String()), func() { _ = hs.Close() }, nil
+		endpoint := "http://" + ln.Addr().String()
+		return store.EndpointClient(endpoint), endpoint, func() { _ = hs.Close() }, nil
 	case "aws":
 		cfg, err := config.LoadDefaultConfig(ctx)
 		if err != nil {
-			return nil, nil, fmt.Errorf("load AWS config: %w", err)
+			return nil, "", nil, fmt.Errorf("load AWS config: %w", err)
 		}
-		return dynamodb.NewFromConfig(cfg), func() {}, nil
+		return dynamodb.NewFromConfig(cfg), "", func() {}, nil
 	default:
-		return nil, nil, fmt.Errorf("--store must be embedded or aws, got %q", kind)
+		return nil, "", nil, fmt.Errorf("--store must be embedded or aws, got %q", kind)
 	}
 }
 
-// sweep runs the reaper's sweep a quarter of the stale window apart, so a
-// crashed worker's work is handed out again within about stale_after × 1.25
-// of its last poll.
-func sweep(ctx context.Context, st *store.Store, staleAfter time.Duration, log *slog.Logger) {
-	every(ctx, max(staleAfter/4, 250*time.Millisecond), func() {
-		res, err := st.Sweep(ctx, staleAfter)
-		if err != nil && ctx.Err() == nil {
-			log.Error("sweep", "error", err.Error())
-		}
-		if res.Requeued > 0 {
-			log.Info("sweep: handed back the work of lost workers", "lost_workers", res.Lost, "requeued", res.Requeued)
-		}
-	})
+// sweepStore runs the reaper's sweep in process.
+func sweepStore(ctx context.Context, st *store.Store, staleAfter time.Duration, log *slog.Logger) error {
+	res, err := st.Sweep(ctx, staleAfter)
+	if res.Requeued > 0 {
+		log.Info("sweep: handed back the work of lost workers", "lost_workers", res.Lost, "requeued", res.Requeued)
+	}
+	return err
 }
 
-// pollHosts runs the hoststatus function's EC2 poll on a ticker (the
-// Lambda's schedule is a minute; locally a few seconds), so a stopped or
-// terminated instance's worker reads gone and its work is handed back.
-func pollHosts(ctx context.Context, p *hoststatus.Poller, interval time.Duration, log *slog.Logger) {
-	every(ctx, interval, func() {
-		res, err := p.Poll(ctx)
-		if err != nil && ctx.Err() == nil {
-			log.Error("host poll", "error", err.Error())
-		}
-		if res.Changed > 0 {
-			log.Info("host poll: host statuses changed", "workers", res.Workers, "changed", res.Changed)
-		}
-	})
+// pollHostsStore runs the hoststatus function's EC2 poll in process.
+func pollHostsStore(ctx context.Context, p *hoststatus.Poller, log *slog.Logger) error {
+	res, err := p.Poll(ctx)
+	if res.Changed > 0 {
+		log.Info("host poll: host statuses changed", "workers", res.Workers, "changed", res.Changed)
+	}
+	return err
 }
 
-// every runs fn each interval until ctx ends.
-func every(ctx context.Context, interval time.Duration, fn func()) {
+// every runs fn each interval until ctx ends, logging its errors.
+func every(ctx context.Context, interval time.Duration, what string, fn func(context.Context) error, log *slog.Logger) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -200,7 +227,9 @@ func every(ctx context.Context, interval time.Duration, fn func()) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			fn()
+			if err := fn(ctx); err != nil && ctx.Err() == nil {
+				log.Error(what, "error", err.Error())
+			}
 		}
 	}
 }

@@ -3,7 +3,10 @@
 package embedded
 
 import (
+	"bytes"
+	"hash/crc32"
 	"net/http"
+	"strconv"
 	"sync"
 
 	"github.com/truora/minidyn/server"
@@ -23,6 +26,23 @@ func Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		defer mu.Unlock()
-		h.ServeHTTP(w, r)
+		// DynamoDB sends X-Amz-Crc32 with every answer and the SDK checks
+		// it; minidyn sends none, and the SDK then warns on every call.
+		rec := &recorder{header: w.Header(), code: http.StatusOK}
+		h.ServeHTTP(rec, r)
+		w.Header().Set("X-Amz-Crc32", strconv.FormatUint(uint64(crc32.ChecksumIEEE(rec.body.Bytes())), 10))
+		w.WriteHeader(rec.code)
+		_, _ = w.Write(rec.body.Bytes())
 	})
 }
+
+// recorder holds an answer back until its checksum is known.
+type recorder struct {
+	header http.Header
+	code   int
+	body   bytes.Buffer
+}
+
+func (r *recorder) Header() http.Header         { return r.header }
+func (r *recorder) WriteHeader(code int)        { r.code = code }
+func (r *recorder) Write(p []byte) (int, error) { return r.body.Write(p) }

@@ -1,0 +1,422 @@
+// Package rie runs built Lambda `bootstrap` binaries under the AWS Lambda
+// Runtime Interface Emulator (aws-lambda-rie, what `sam local` runs inside
+// its container) and invokes them, so `lakeshore dev --lambdas` and the tests
+// drive the real artifacts that `sam deploy` ships.
+//
+// One emulator runs one invocation at a time, as one Lambda execution
+// environment does. A Pool therefore starts emulators on demand, up to a
+// concurrency limit, and hands each invocation to an idle one: concurrent
+// long polls from several daemons scale out the way Lambda scales out
+// execution environments.
+package rie
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// invokePath is the emulator's invoke endpoint (the Lambda Invoke API path).
+const invokePath = "/2015-03-31/functions/function/invocations"
+
+// startTimeout bounds how long a new emulator may take to accept connections.
+const startTimeout = 10 * time.Second
+
+// ErrNotInstalled is returned by Find when no emulator binary is found.
+var ErrNotInstalled = errors.New("aws-lambda-rie is not installed (make tools installs it with go install)")
+
+// Find returns the path of aws-lambda-rie: on PATH, else in GOPATH/bin
+// (where `make tools` installs it).
+func Find() (string, error) {
+	if p, err := exec.LookPath("aws-lambda-rie"); err == nil {
+		return p, nil
+	}
+	gopath := os.Getenv("GOPATH")
+	if gopath == "" {
+		if out, err := exec.Command("go", "env", "GOPATH").Output(); err == nil {
+			gopath = strings.TrimSpace(string(out))
+		}
+	}
+	for _, dir := range filepath.SplitList(gopath) {
+		p := filepath.Join(dir, "bin", "aws-lambda-rie")
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	return "", ErrNotInstalled
+}
+
+// Function is one Lambda function to run under the emulator.
+type Function struct {
+	// Name labels log lines and errors ("hello", "poll", …).
+	Name string
+	// Bootstrap is the path of the built binary.
+	Bootstrap string
+	// Emulator is the path of aws-lambda-rie (see Find).
+	Emulator string
+	// Env is the function's whole environment (as configured on the
+	// deployed function); the emulator adds the AWS_LAMBDA_* variables.
+	Env []string
+	// Timeout is the function timeout (AWS_LAMBDA_FUNCTION_TIMEOUT); zero
+	// keeps the emulator's default.
+	Timeout time.Duration
+	// MaxConcurrency caps the emulators started at once (default 8): the
+	// function's reserved concurrency.
+	MaxConcurrency int
+	// Logs receives the emulator's and the function's output, each line
+	// prefixed with "[name#n] "; nil discards it.
+	Logs io.Writer
+}
+
+// FunctionError is a Lambda error answer: the handler returned an error or
+// panicked (the emulator's body carries errorType and errorMessage).
+type FunctionError struct {
+	Function string
+	Type     string
+	Message  string
+}
+
+func (e *FunctionError) Error() string {
+	return fmt.Sprintf("lambda %s: %s: %s", e.Function, e.Type, e.Message)
+}
+
+// Stats reports what a pool has done.
+type Stats struct {
+	// Instances is how many emulators have been started.
+	Instances int
+	// Invocations is how many invocations were answered.
+	Invocations int
+	// InitMS lists the INIT durations the emulators reported, in
+	// milliseconds, in the order they were logged.
+	InitMS []float64
+}
+
+// Pool runs up to MaxConcurrency emulators of one function.
+type Pool struct {
+	fn    Function
+	idle  chan *instance
+	slots chan struct{} // one token per emulator that may still be started
+
+	mu      sync.Mutex
+	all     []*instance
+	closed  bool
+	stats   Stats
+	started int
+}
+
+// NewPool returns a pool that starts emulators of fn on demand.
+func NewPool(fn Function) (*Pool, error) {
+	if fn.Emulator == "" {
+		return nil, fmt.Errorf("lambda %s: no emulator path", fn.Name)
+	}
+	if st, err := os.Stat(fn.Bootstrap); err != nil {
+		return nil, fmt.Errorf("lambda %s: %w", fn.Name, err)
+	} else if st.Mode()&0o111 == 0 {
+		return nil, fmt.Errorf("lambda %s: %s is not executable", fn.Name, fn.Bootstrap)
+	}
+	if fn.MaxConcurrency <= 0 {
+		fn.MaxConcurrency = 8
+	}
+	if fn.Logs == nil {
+		fn.Logs = io.Discard
+	}
+	p := &Pool{fn: fn, idle: make(chan *instance, fn.MaxConcurrency), slots: make(chan struct{}, fn.MaxConcurrency)}
+	for range fn.MaxConcurrency {
+		p.slots <- struct{}{}
+	}
+	return p, nil
+}
+
+// Invoke sends one event to an idle emulator, starting one if none is idle
+// and the limit allows, else waiting for one. It returns the function's
+// answer, or a *FunctionError when the function failed.
+func (p *Pool) Invoke(ctx context.Context, event []byte) ([]byte, error) {
+	in, err := p.acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out, err := in.invoke(ctx, event)
+	var fe *FunctionError
+	if errors.As(err, &fe) {
+		fe.Function = p.fn.Name
+	} else if err != nil {
+		// The emulator itself failed (it died, or the call was cut off):
+		// retire it, as Lambda retires a broken execution environment.
+		p.discard(in)
+		return nil, fmt.Errorf("lambda %s: %w", p.fn.Name, err)
+	}
+	p.mu.Lock()
+	p.stats.Invocations++
+	p.mu.Unlock()
+	p.release(in)
+	return out, err
+}
+
+func (p *Pool) acquire(ctx context.Context) (*instance, error) {
+	p.mu.Lock()
+	closed := p.closed
+	p.mu.Unlock()
+	if closed {
+		return nil, fmt.Errorf("lambda %s: pool closed", p.fn.Name)
+	}
+	// An idle emulator first: starting one costs a cold start.
+	select {
+	case in := <-p.idle:
+		return in, nil
+	default:
+	}
+	select {
+	case in := <-p.idle:
+		return in, nil
+	case <-p.slots:
+		in, err := p.start()
+		if err != nil {
+			p.slots <- struct{}{}
+			return nil, err
+		}
+		return in, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("lambda %s: waiting for a free instance: %w", p.fn.Name, ctx.Err())
+	}
+}
+
+func (p *Pool) release(in *instance) {
+	p.mu.Lock()
+	closed := p.closed
+	if !closed {
+		p.idle <- in // never blocks: it holds one place per emulator
+	}
+	p.mu.Unlock()
+	if closed {
+		in.kill()
+	}
+}
+
+func (p *Pool) discard(in *instance) {
+	in.kill()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i, x := range p.all {
+		if x == in {
+			p.all = append(p.all[:i], p.all[i+1:]...)
+			break
+		}
+	}
+	p.slots <- struct{}{}
+}
+
+// Stats reports the pool's counters.
+func (p *Pool) Stats() Stats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := p.stats
+	s.InitMS = append([]float64(nil), p.stats.InitMS...)
+	return s
+}
+
+// Close stops every emulator; invocations under way fail.
+func (p *Pool) Close() {
+	p.mu.Lock()
+	p.closed = true
+	all := p.all
+	p.all = nil
+	p.mu.Unlock()
+	for _, in := range all {
+		in.kill()
+	}
+}
+
+// instance is one emulator process and its function.
+type instance struct {
+	url  string
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+var initReport = regexp.MustCompile(`INIT REPORT\(durationMs: ([0-9.]+)\)`)
+
+func (p *Pool) start() (*instance, error) {
+	p.mu.Lock()
+	p.started++
+	n := p.started
+	p.mu.Unlock()
+
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, fmt.Errorf("lambda %s: %w", p.fn.Name, err)
+	}
+	apiAddr, err := freeAddr()
+	if err != nil {
+		return nil, fmt.Errorf("lambda %s: %w", p.fn.Name, err)
+	}
+	cmd := exec.Command(p.fn.Emulator, "--runtime-interface-emulator-address", addr,
+		"--runtime-api-address", apiAddr, p.fn.Bootstrap)
+	cmd.Env = append([]string{}, p.fn.Env...)
+	if p.fn.Timeout > 0 {
+		cmd.Env = append(cmd.Env, "AWS_LAMBDA_FUNCTION_TIMEOUT="+strconv.Itoa(int(p.fn.Timeout.Seconds())))
+	}
+	cmd.Env = append(cmd.Env, "AWS_LAMBDA_FUNCTION_NAME="+p.fn.Name)
+	out := &lineWriter{prefix: fmt.Sprintf("[%s#%d] ", p.fn.Name, n), w: p.fn.Logs, line: func(l string) {
+		if m := initReport.FindStringSubmatch(l); m != nil {
+			if ms, err := strconv.ParseFloat(m[1], 64); err == nil {
+				p.mu.Lock()
+				p.stats.InitMS = append(p.stats.InitMS, ms)
+				p.mu.Unlock()
+			}
+		}
+	}}
+	cmd.Stdout, cmd.Stderr = out, out
+	// Its own process group, so kill reaches the bootstrap too; and killed
+	// with its parent, so no emulator outlives `lakeshore dev` or a test.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("lambda %s: start aws-lambda-rie: %w", p.fn.Name, err)
+	}
+	in := &instance{url: "http://" + addr + invokePath, cmd: cmd, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); out.flush(); close(in.done) }()
+	if err := in.waitListening(addr); err != nil {
+		in.kill()
+		return nil, fmt.Errorf("lambda %s: %w", p.fn.Name, err)
+	}
+	p.mu.Lock()
+	closed := p.closed
+	if !closed {
+		p.all = append(p.all, in)
+		p.stats.Instances++
+	}
+	p.mu.Unlock()
+	if closed {
+		in.kill()
+		return nil, fmt.Errorf("lambda %s: pool closed", p.fn.Name)
+	}
+	return in, nil
+}
+
+func (in *instance) waitListening(addr string) error {
+	deadline := time.Now().Add(startTimeout)
+	for delay := 5 * time.Millisecond; ; delay = min(2*delay, 200*time.Millisecond) {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		select {
+		case <-in.done:
+			return fmt.Errorf("aws-lambda-rie exited at start-up (see its log lines)")
+		case <-time.After(delay):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("aws-lambda-rie did not listen on %s within %s", addr, startTimeout)
+		}
+	}
+}
+
+// invoke posts event to the emulator. The emulator answers 200 with the
+// handler's result, or with an error object when the handler failed.
+func (in *instance) invoke(ctx context.Context, event []byte) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, in.url, bytes.NewReader(event))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("invoke: %w", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("invoke: read answer: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("invoke: emulator answered HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(body))
+	}
+	if fe := functionError(body); fe != nil {
+		return nil, fe
+	}
+	return body, nil
+}
+
+// functionError recognises the emulator's error answer: a JSON object with
+// errorType/errorMessage and nothing a handler result would carry.
+func functionError(body []byte) *FunctionError {
+	var e struct {
+		Type    string `json:"errorType"`
+		Message string `json:"errorMessage"`
+	}
+	if json.Unmarshal(body, &e) != nil || (e.Type == "" && e.Message == "") {
+		return nil
+	}
+	return &FunctionError{Type: e.Type, Message: e.Message}
+}
+
+func (in *instance) kill() {
+	if in.cmd.Process != nil {
+		_ = syscall.Kill(-in.cmd.Process.Pid, syscall.SIGKILL)
+	}
+	<-in.done
+}
+
+// freeAddr returns a loopback address with a port that was free a moment ago.
+func freeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("find a free port: %w", err)
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+// lineWriter prefixes each line written to w and reports it to line.
+type lineWriter struct {
+	mu     sync.Mutex
+	prefix string
+	w      io.Writer
+	line   func(string)
+	buf    []byte
+}
+
+func (l *lineWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.buf = append(l.buf, p...)
+	for {
+		i := bytes.IndexByte(l.buf, '\n')
+		if i < 0 {
+			break
+		}
+		l.emit(string(l.buf[:i]))
+		l.buf = l.buf[i+1:]
+	}
+	return len(p), nil
+}
+
+func (l *lineWriter) flush() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.buf) > 0 {
+		l.emit(string(l.buf))
+		l.buf = nil
+	}
+}
+
+func (l *lineWriter) emit(s string) {
+	l.line(s)
+	_, _ = io.WriteString(l.w, l.prefix+s+"\n")
+}
+
+var _ io.Writer = (*lineWriter)(nil)

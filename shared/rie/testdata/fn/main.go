@@ -1,0 +1,36 @@
+// Command fn is a Lambda function for the rie package's tests: it echoes
+// its event, sleeps for {"sleep_ms": N}, and fails for {"fail": "why"}.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"time"
+
+	"github.com/aws/aws-lambda-go/lambda"
+)
+
+type event struct {
+	SleepMS int    `json:"sleep_ms"`
+	Fail    string `json:"fail"`
+	Exit    bool   `json:"exit"`
+}
+
+func main() {
+	lambda.Start(func(ctx context.Context, raw json.RawMessage) (map[string]any, error) {
+		var ev event
+		if err := json.Unmarshal(raw, &ev); err != nil {
+			return nil, err
+		}
+		if ev.Exit {
+			os.Exit(3)
+		}
+		time.Sleep(time.Duration(ev.SleepMS) * time.Millisecond)
+		if ev.Fail != "" {
+			return nil, errors.New(ev.Fail)
+		}
+		return map[string]any{"pid": os.Getpid(), "event": raw, "env": os.Getenv("RIE_TEST_VALUE")}, nil
+	})
+}

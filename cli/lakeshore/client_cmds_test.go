@@ -22,8 +22,9 @@ const (
 // testPlane is a real control plane (router over a fresh embedded store) on
 // 127.0.0.1, with a client for its operator routes.
 type testPlane struct {
-	url string
-	op  *client.Client
+	url   string
+	op    *client.Client
+	plane *apitest.Plane
 }
 
 func newTestPlane(t *testing.T) testPlane {
@@ -31,8 +32,8 @@ func newTestPlane(t *testing.T) testPlane {
 	// The commands fall back to these; a developer's shell must not leak in.
 	t.Setenv(envURL, "")
 	t.Setenv(envToken, "")
-	url := apitest.New(t).URL
-	return testPlane{url: url, op: client.New(url, testOperatorToken)}
+	plane := apitest.New(t)
+	return testPlane{url: plane.URL, op: client.New(plane.URL, testOperatorToken), plane: plane}
 }
 
 // run executes the CLI in-process with the plane's URL and operator token
@@ -115,8 +116,12 @@ func TestSubmitAndGet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if inv.Queue != "batch" || strings.Join(inv.Argv, "|") != "python|-c|print('hi')" || inv.Env["A"] != "1" ||
-		inv.Env["B"] != "x=y" || inv.TimeoutS != 90 || inv.MaxAttempts != 2 || inv.IdempotencyKey != "k-1" ||
+	stored, err := p.plane.Store.GetInvocation(t.Context(), id)
+	if err != nil || stored.Env["A"] != "1" || stored.Env["B"] != "x=y" {
+		t.Fatalf("stored env %v, %v: want A=1 B=x=y", stored.Env, err)
+	}
+	if inv.Queue != "batch" || strings.Join(inv.Argv, "|") != "python|-c|print('hi')" || inv.Env["A"] != wire.Redacted ||
+		inv.Env["B"] != wire.Redacted || inv.TimeoutS != 90 || inv.MaxAttempts != 2 || inv.IdempotencyKey != "k-1" ||
 		len(inv.RunConfig.HostSetup) != 1 || len(inv.RunConfig.RunSetup) != 1 || !strings.HasPrefix(inv.HostKey, "hk1_") {
 		t.Fatalf("submitted invocation = %+v", inv)
 	}

@@ -202,11 +202,17 @@ func timePtr(t time.Time) *time.Time {
 	return &t
 }
 
+// invocationView is the operator's view of inv. Environment values are
+// redacted: env is where callers put credentials, and an operator token
+// (shared by dashboards and scripts) should not read them back; only the
+// worker that runs the invocation receives them.
 func invocationView(inv domain.Invocation) wire.Invocation {
+	rc := inv.RunConfig
+	rc.Env = redacted(rc.Env)
 	v := wire.Invocation{
 		InvocationID: inv.ID, Queue: inv.Queue, State: inv.State, Attempt: inv.Attempt,
-		MaxAttempts: inv.MaxAttempts, WorkerID: inv.WorkerID, Argv: inv.Argv, Env: inv.Env,
-		RunConfig: inv.RunConfig, TimeoutS: inv.TimeoutS, ExitCode: inv.ExitCode, Error: inv.Error,
+		MaxAttempts: inv.MaxAttempts, WorkerID: inv.WorkerID, Argv: inv.Argv, Env: redacted(inv.Env),
+		RunConfig: rc, TimeoutS: inv.TimeoutS, ExitCode: inv.ExitCode, Error: inv.Error,
 		StdoutTail: inv.StdoutTail, StderrTail: inv.StderrTail, HostKey: inv.HostKey,
 		CancelRequested: inv.CancelRequested, IdempotencyKey: inv.IdempotencyKey,
 		CreatedAt: inv.CreatedAt, StartedAt: timePtr(inv.StartedAt), FinishedAt: timePtr(inv.FinishedAt),
@@ -219,6 +225,18 @@ func invocationView(inv domain.Invocation) wire.Invocation {
 		v.WorkerID = inv.Attempts[len(inv.Attempts)-1].WorkerID
 	}
 	return v
+}
+
+// redacted returns env with every value replaced by wire.Redacted.
+func redacted(env map[string]string) map[string]string {
+	if env == nil {
+		return nil
+	}
+	out := make(map[string]string, len(env))
+	for k := range env {
+		out[k] = wire.Redacted
+	}
+	return out
 }
 
 func (s *Server) workerView(w domain.Worker, now time.Time) wire.Worker {

@@ -72,7 +72,7 @@ func TestFullFlow(t *testing.T) {
 		t.Fatalf("replayed submit = %s, created %v, %v; want %s, false", again.InvocationID, created, err, inv.InvocationID)
 	}
 	got, err := op.GetInvocation(ctx, inv.InvocationID)
-	if err != nil || got.State != wire.StateQueued || got.MaxAttempts != wire.DefaultMaxAttempts || got.Env["A"] != "1" {
+	if err != nil || got.State != wire.StateQueued || got.MaxAttempts != wire.DefaultMaxAttempts || got.Env["A"] != wire.Redacted {
 		t.Fatalf("get = %+v, %v", got, err)
 	}
 	list, err := op.ListInvocations(ctx, client.ListInvocationsParams{Queue: "default", State: wire.StateQueued})
@@ -87,8 +87,9 @@ func TestFullFlow(t *testing.T) {
 		t.Fatalf("poll: %v", err)
 	}
 	if len(poll.Commands) != 1 || poll.Commands[0].Type != wire.CommandRun ||
-		poll.Commands[0].Invocation.InvocationID != inv.InvocationID || poll.Commands[0].Invocation.Attempt != 1 {
-		t.Fatalf("poll commands = %+v", poll.Commands)
+		poll.Commands[0].Invocation.InvocationID != inv.InvocationID || poll.Commands[0].Invocation.Attempt != 1 ||
+		poll.Commands[0].Invocation.Env["A"] != "1" {
+		t.Fatalf("poll commands = %+v (the worker gets the env values the operator view redacts)", poll.Commands)
 	}
 	w, err := op.GetWorker(ctx, workerID)
 	if err != nil || w.WorkerID != workerID || w.State != "active" || w.Label != "m1" {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -57,7 +58,9 @@ type Validator interface {
 
 // Decode reads one JSON value from r into v and validates it. The body may
 // be at most MaxBodyBytes (else CodeTooLarge); it must be valid UTF-8 JSON with
-// no trailing data; unknown fields are ignored.
+// no trailing data and no key repeated within an object (compared
+// case-insensitively, as field names are matched); unknown fields are
+// ignored.
 func Decode(r io.Reader, v Validator) error {
 	body, err := io.ReadAll(io.LimitReader(r, MaxBodyBytes+1))
 	if err != nil {
@@ -68,6 +71,9 @@ func Decode(r io.Reader, v Validator) error {
 	}
 	if !utf8.Valid(body) {
 		return Errorf(CodeInvalid, "body is not valid UTF-8")
+	}
+	if k := duplicateKey(body, reflect.TypeOf(v)); k != "" {
+		return Errorf(CodeInvalid, "body repeats the key %q (keys are matched case-insensitively; send each field once)", clip(k))
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if err := dec.Decode(v); err != nil {

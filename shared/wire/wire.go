@@ -199,6 +199,11 @@ type SubmitRequest struct {
 	IdempotencyKey string            `json:"idempotency_key,omitempty"`
 }
 
+// Redacted stands in for every environment value in an operator's view of
+// an invocation: the names show, the values (often credentials) go only to
+// the worker that runs it.
+const Redacted = "[redacted]"
+
 // Invocation is the operator's view of one invocation.
 type Invocation struct {
 	InvocationID    string            `json:"invocation_id"`

@@ -10,7 +10,7 @@ STATIC    := CGO_ENABLED=0
 LDFLAGS   := -s -w
 VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: all build demo lambdas test tools lint check bench clean
+.PHONY: all build demo lambdas test tools lint check bench clean localstack-test
 
 # The Lambda Runtime Interface Emulator (what `sam local` runs in its
 # container); tests run every bootstrap under it.
@@ -73,10 +73,43 @@ check:
 	@bad=$$($(GO) list -deps ./shared/... | grep -E 'lakeshore/(agent|functions|cli)(/|$$)' || true); \
 		if [ -n "$$bad" ]; then echo "shared/ imports: $$bad"; exit 1; fi; echo "layering: ok"
 
-## bench: store benchmarks (claims/s, conflicts/claim, requests/lifecycle) and the daemon's footprint
-bench: build
+## bench: store benchmarks (claims/s, conflicts/claim, requests/lifecycle), each
+## Lambda's cold start under the emulator and size, and the daemon's footprint
+bench: build tools lambdas
 	$(GO) test -run '^$$' -bench . -benchtime 200x ./shared/store/
+	$(GO) test -run '^$$' -bench LambdaColdStart -benchtime 5x ./tests/
+	@echo "deploy bootstraps ($(LAMBDA_ARCH), dist/; target <= 15 MB):"
+	@for f in $(FUNCTIONS); do stat -c '  %n %s bytes' $(DIST)/$$f/bootstrap; done
 	bash scripts/footprint.sh
+
+## localstack-test: the integration suite against a running LocalStack (docs/localstack.md)
+LOCALSTACK_URL ?= http://127.0.0.1:4566
+localstack-test:
+	@health=$$(curl -fsS --max-time 5 $(LOCALSTACK_URL)/_localstack/health 2>/dev/null) || { \
+		echo "LocalStack does not answer at $(LOCALSTACK_URL)/_localstack/health. Start it with:"; \
+		echo "  make build"; \
+		echo "  LOCALSTACK_AUTH_TOKEN=<your token> docker compose -f localstack/docker-compose.yml up -d --wait"; \
+		exit 1; }; \
+	if ! printf '%s' "$$health" | grep -Eq '"dynamodb": *"(available|running)"'; then \
+		echo "LocalStack at $(LOCALSTACK_URL) does not serve DynamoDB (start it with localstack/docker-compose.yml): $$health"; \
+		exit 1; \
+	fi
+	LAKESHORE_TEST_AWS_ENDPOINT=$(LOCALSTACK_URL) AWS_ENDPOINT_URL=$(LOCALSTACK_URL) \
+		$(GO) test -count=1 -timeout 15m ./tests/ ./shared/store/...
+
+## fuzz: every native fuzz target for FUZZTIME each (default 5m), one after
+## another; a failing input is saved under the package's testdata/fuzz/
+FUZZTIME     ?= 5m
+FUZZPARALLEL ?= 2
+FUZZ_TARGETS := shared/wire:FuzzDecode shared/api:FuzzHello shared/api:FuzzPoll shared/api:FuzzAck \
+	shared/api:FuzzBye shared/api:FuzzOperatorPost shared/api:FuzzOperatorGet
+.PHONY: fuzz
+fuzz:
+	@for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t##*:}; \
+		echo "fuzz $$name (./$$pkg, $(FUZZTIME))"; \
+		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) -parallel $(FUZZPARALLEL) ./$$pkg || exit 1; \
+	done
 
 clean:
 	rm -rf $(BIN) $(DIST)

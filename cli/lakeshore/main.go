@@ -30,6 +30,7 @@ func newRootCmd() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.AddCommand(newDevCmd())
+	root.AddCommand(newTablesCmd())
 	addClientCommands(root)
 	return root
 }

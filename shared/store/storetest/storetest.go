@@ -11,6 +11,21 @@
 //
 // Without it they are still killed when the test process exits (parent-death
 // signal), but Main also stops them cleanly.
+//
+// # Another emulator instead of moto
+//
+// When the environment variable LAKESHORE_TEST_AWS_ENDPOINT (EndpointEnv)
+// holds a URL such as http://127.0.0.1:4566, MotoEndpoint and Moto return that
+// endpoint instead of starting moto_server: `make localstack-test` runs the
+// integration suite this way against LocalStack. Sharing one endpoint is fine
+// because every test uses its own table prefix. The endpoint must answer (a
+// test fails, never skips, when it does not) and must serve what the test
+// calls on it: DynamoDB, and for some tests EC2 and SSM.
+//
+// MotoSingleThreaded ignores the variable and always starts its own
+// single-threaded moto: its promise, that every call is atomic, holds only for
+// the server it starts, and the race tests that use it are about the store,
+// not about the emulator.
 package storetest
 
 import (
@@ -23,10 +38,12 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -93,10 +110,21 @@ func Moto(t testing.TB) *dynamodb.Client {
 // DynamoDB backend: for tests of concurrent conditional writes use
 // MotoSingleThreaded or Embedded instead.
 //
+// If EndpointEnv is set, MotoEndpoint returns its URL instead and starts
+// nothing; the test fails if the URL is malformed or nothing answers there.
+//
 // If moto_server is not installed the test is skipped, or fails when the
 // environment has CI=true.
 func MotoEndpoint(t testing.TB) string {
 	t.Helper()
+	if endpoint, err := ExternalEndpoint(); err != nil {
+		t.Fatalf("storetest: %v", err)
+	} else if endpoint != "" {
+		if err := probeExternal(endpoint); err != nil {
+			t.Fatalf("storetest: %s=%s: %v", EndpointEnv, endpoint, err)
+		}
+		return endpoint
+	}
 	return motoShared.endpoint(t, func() ([]string, error) {
 		bin, err := exec.LookPath("moto_server")
 		if err != nil {
@@ -110,6 +138,7 @@ func MotoEndpoint(t testing.TB) string {
 // request at a time (tests/moto_single.py run by python3 from PATH), started
 // on first use and shared by the whole test binary. On it every DynamoDB call
 // is atomic, so races between conditional writes behave as on real DynamoDB.
+// It ignores EndpointEnv (see the package documentation).
 //
 // If python3 or moto is not installed the test is skipped, or fails when the
 // environment has CI=true.
@@ -130,6 +159,58 @@ func MotoSingleThreaded(t testing.TB) string {
 		}
 		return []string{py, script, "-H", "127.0.0.1", "-p"}, nil
 	})
+}
+
+// EndpointEnv names the environment variable that points MotoEndpoint at an
+// emulator that is already running, such as LocalStack, instead of moto.
+const EndpointEnv = "LAKESHORE_TEST_AWS_ENDPOINT"
+
+// externalProbeTimeout bounds the first check that the endpoint of
+// EndpointEnv answers.
+const externalProbeTimeout = 10 * time.Second
+
+// ExternalEndpoint reports the endpoint URL EndpointEnv holds, without a
+// trailing slash, or "" when the variable is unset or empty. It returns an
+// error for a value that is not an http:// or https:// URL with a host and no
+// path beyond "/".
+func ExternalEndpoint() (string, error) {
+	raw := strings.TrimSpace(os.Getenv(EndpointEnv))
+	if raw == "" {
+		return "", nil
+	}
+	u, err := url.Parse(raw)
+	if err == nil && ((u.Scheme != "http" && u.Scheme != "https") || u.Host == "" ||
+		(u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" || u.User != nil) {
+		err = errors.New("not an http:// or https:// URL of a host")
+	}
+	if err != nil {
+		return "", fmt.Errorf("%s=%q: want a URL such as http://127.0.0.1:4566 (%w)", EndpointEnv, raw, err)
+	}
+	return u.Scheme + "://" + u.Host, nil
+}
+
+// externalProbes remembers, per endpoint, whether it answered, so a test
+// binary probes each endpoint once.
+var externalProbes sync.Map // endpoint URL → func() error
+
+// probeExternal reports whether something answers HTTP at endpoint (any
+// status will do: emulators answer "/" differently).
+func probeExternal(endpoint string) error {
+	probe, _ := externalProbes.LoadOrStore(endpoint, sync.OnceValue(func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), externalProbeTimeout)
+		defer cancel()
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, endpoint+"/", nil)
+		if err != nil {
+			return err
+		}
+		resp, err := (&http.Client{Timeout: externalProbeTimeout}).Do(req)
+		if err != nil {
+			return fmt.Errorf("no answer (is the emulator running?): %w", err)
+		}
+		resp.Body.Close()
+		return nil
+	}))
+	return probe.(func() error)()
 }
 
 // Stop stops the shared moto servers, if any were started. A later

@@ -167,3 +167,56 @@ func TestPrefixIsUniqueAndValid(t *testing.T) {
 		}
 	}
 }
+
+func TestExternalEndpoint(t *testing.T) {
+	for _, tc := range []struct {
+		name, value, want, err string
+	}{
+		{name: "unset"},
+		{name: "blank", value: "  "},
+		{name: "localstack", value: "http://127.0.0.1:4566", want: "http://127.0.0.1:4566"},
+		{name: "trailing slash", value: "http://localhost:4566/", want: "http://localhost:4566"},
+		{name: "https", value: " https://dynamo.example:8443 ", want: "https://dynamo.example:8443"},
+		{name: "no scheme", value: "127.0.0.1:4566", err: "want a URL such as"},
+		{name: "other scheme", value: "ftp://127.0.0.1:4566", err: "want a URL such as"},
+		{name: "no host", value: "http://", err: "want a URL such as"},
+		{name: "path", value: "http://127.0.0.1:4566/dynamodb", err: "want a URL such as"},
+		{name: "unparseable", value: "http://[::1", err: storetest.EndpointEnv},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv(storetest.EndpointEnv, tc.value)
+			got, err := storetest.ExternalEndpoint()
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("ExternalEndpoint() = %q, %v; want an error containing %q", got, err, tc.err)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("ExternalEndpoint() = %q, %v; want %q", got, err, tc.want)
+			}
+		})
+	}
+}
+
+// TestMotoEndpointOverride points EndpointEnv at an embedded server: Moto and
+// MotoEndpoint then reach that server, whether or not moto is installed.
+func TestMotoEndpointOverride(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv := storetest.EmbeddedEndpoint(t)
+	t.Setenv(storetest.EndpointEnv, srv+"/")
+	if got := storetest.MotoEndpoint(t); got != srv {
+		t.Fatalf("MotoEndpoint = %q, want the override %q", got, srv)
+	}
+	prefix := storetest.Prefix(t)
+	if err := schema.EnsureTables(ctx, storetest.Moto(t), prefix); err != nil {
+		t.Fatalf("EnsureTables through Moto: %v", err)
+	}
+	// The tables are on the embedded server, reached directly.
+	if _, err := storetest.Client(srv).DescribeTable(ctx, &dynamodb.DescribeTableInput{
+		TableName: aws.String(store.NamesFor(prefix).Invocations),
+	}); err != nil {
+		t.Fatalf("DescribeTable on the override endpoint: %v", err)
+	}
+}

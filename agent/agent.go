@@ -37,6 +37,8 @@ type Agent struct {
 	runner *Runner
 	acker  *Acker
 
+	notify *serviceNotify // READY/STOPPING/STATUS to a service manager (sdnotify.go)
+
 	stopc  chan struct{} // closed by the first Stop: drain
 	hurryc chan struct{} // closed by the second Stop: skip the grace
 	stops  int
@@ -66,6 +68,7 @@ func New(cfg Config) (*Agent, error) {
 		cfg:    cfg,
 		log:    cfg.Logger,
 		health: NewHealth(time.Now, HealthOptions{RequestOverdue: requestTimeout, RequestStall: 4 * requestTimeout}),
+		notify: newServiceNotify(cfg),
 		stopc:  make(chan struct{}),
 		hurryc: make(chan struct{}),
 	}, nil
@@ -220,7 +223,7 @@ func (a *Agent) Run(ctx context.Context) error {
 // hello says hello with bounded, jittered retries.
 func (a *Agent) hello(ctx context.Context, req wire.HelloRequest) (session, error) {
 	enroll := client.New(a.cfg.ControlPlane, a.cfg.EnrollToken, client.WithHTTPClient(a.cfg.HTTP))
-	backoff := 500 * time.Millisecond
+	backoff := helloBackoffMin
 	for attempt := 1; ; attempt++ {
 		done := a.health.RequestStarted("hello")
 		res, err := enroll.Hello(ctx, req)
@@ -230,6 +233,7 @@ func (a *Agent) hello(ctx context.Context, req wire.HelloRequest) (session, erro
 			if err == nil {
 				a.health.Registered(s.workerID, req.HostKey, a.cfg.Queue)
 				a.log.Info("hello", "worker_id", s.workerID, "poll_interval", s.interval, "stale_after", s.staleAfter)
+				a.notify.readyAfterHello(s.workerID, a.cfg.Queue)
 			}
 			return s, err
 		}
@@ -241,7 +245,7 @@ func (a *Agent) hello(ctx context.Context, req wire.HelloRequest) (session, erro
 		if !sleep(ctx, jitter(backoff)) {
 			return session{}, fmt.Errorf("%w: %v", ErrHelloFailed, ctx.Err())
 		}
-		backoff = min(backoff*2, 10*time.Second)
+		backoff = min(backoff*2, helloBackoffMax)
 	}
 }
 
@@ -458,6 +462,7 @@ func (a *Agent) bye(st *state, abandoned int) {
 func (a *Agent) setPhase(st *state, phase string) {
 	if st.phase != phase {
 		a.log.Info("phase", "phase", phase, "worker_id", st.sess.workerID)
+		a.notify.phase(phase, st.byeReason, st.sess.workerID, len(st.runs))
 	}
 	st.phase = phase
 	a.health.SetPhase(phase)

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"os"
 	"time"
 
 	"github.com/dreamlake/lakeshore/shared/wire"
@@ -36,14 +37,19 @@ type Config struct {
 	HelloAttempts int
 	// IMDSEndpoint overrides the EC2 metadata endpoint (tests).
 	IMDSEndpoint string
+	// Notifier hears READY=1, STOPPING=1 and STATUS (sdnotify.go); nil:
+	// $NOTIFY_SOCKET's, when a service manager set it (systemd Type=notify).
+	Notifier Notifier
 }
 
 // Defaults for durations the flags leave at zero.
 const (
 	DefaultGrace     = 30 * time.Second
 	DefaultKillAfter = 10 * time.Second
-	byeTimeout       = 2 * time.Second
-	requestTimeout   = 15 * time.Second
+	// DefaultHelloAttempts bounds hello's retries (StartBudget).
+	DefaultHelloAttempts = 8
+	byeTimeout           = 2 * time.Second
+	requestTimeout       = 15 * time.Second
 )
 
 // withDefaults fills zero values and checks the rest.
@@ -80,10 +86,17 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("durations must not be negative")
 	}
 	if c.HelloAttempts == 0 {
-		c.HelloAttempts = 8
+		c.HelloAttempts = DefaultHelloAttempts
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.Notifier == nil {
+		n, err := NotifierFromEnv(os.Getenv)
+		if err != nil {
+			c.Logger.Warn("not notifying the service manager", "error", err.Error())
+		}
+		c.Notifier = n
 	}
 	if c.HTTP == nil {
 		c.HTTP = &http.Client{Timeout: requestTimeout}

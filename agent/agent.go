@@ -38,6 +38,7 @@ type Agent struct {
 	acker  *Acker
 
 	notify *serviceNotify // READY/STOPPING/STATUS to a service manager (sdnotify.go)
+	runAs  *RunAs         // --run-as, resolved at New; nil: the daemon's account
 
 	stopc  chan struct{} // closed by the first Stop: drain
 	hurryc chan struct{} // closed by the second Stop: skip the grace
@@ -64,7 +65,17 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
+	var runAs *RunAs
+	if cfg.RunAs != "" {
+		if runAs, err = LookupRunAs(cfg.RunAs, os.Geteuid()); err != nil {
+			return nil, err
+		}
+		if err := runAs.reachable(cfg.Workdir); err != nil {
+			return nil, err
+		}
+	}
 	return &Agent{
+		runAs:  runAs,
 		cfg:    cfg,
 		log:    cfg.Logger,
 		health: NewHealth(time.Now, HealthOptions{RequestOverdue: requestTimeout, RequestStall: 4 * requestTimeout}),
@@ -196,7 +207,7 @@ func (a *Agent) Run(ctx context.Context) error {
 
 	a.runner = NewRunner(RunnerConfig{
 		Workdir: cfg.Workdir, KillAfter: cfg.KillAfter,
-		BaseEnv: DefaultBaseEnv(os.Getenv), Logger: a.log,
+		BaseEnv: DefaultBaseEnv(os.Getenv, cfg.PassEnv...), Logger: a.log, RunAs: a.runAs,
 	})
 	hello := wire.HelloRequest{
 		MachineID: machineID, BootID: bootID, Label: cfg.Label, Tags: cfg.Tags,

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/dreamlake/lakeshore/shared/wire"
@@ -29,6 +30,17 @@ type Config struct {
 	MachineID      string
 	PollInterval   time.Duration // 0: what hello answers
 	Version        string
+	// Insecure accepts a plain-http control plane on another host
+	// (--insecure); without it only https, or http to loopback, is allowed.
+	Insecure bool
+	// RunAs names the account bodies and their run_setup run as (--run-as);
+	// empty: the daemon's own. Host setup and setup commands stay the
+	// daemon's: they prepare the host.
+	RunAs string
+	// PassEnv names variables of the daemon's environment that bodies get
+	// too (--pass-env); by default a body sees only PATH, HOME, LANG,
+	// LC_ALL, TMPDIR, USER and LOGNAME of it.
+	PassEnv []string
 
 	Logger *slog.Logger
 	HTTP   *http.Client
@@ -57,6 +69,17 @@ func (c Config) withDefaults() (Config, error) {
 	u, err := url.Parse(c.ControlPlane)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return c, fmt.Errorf("--control-plane must be an http(s) URL, got %q", c.ControlPlane)
+	}
+	if err := checkTransport(u, c.Insecure); err != nil {
+		return c, err
+	}
+	for _, name := range c.PassEnv {
+		if name == "" || strings.ContainsAny(name, "=\x00") {
+			return c, fmt.Errorf("--pass-env takes variable names, got %q", name)
+		}
+		if strings.HasPrefix(name, "NYMPH_") {
+			return c, fmt.Errorf("--pass-env %s: the daemon's own NYMPH_ settings (its tokens among them) never reach a body", name)
+		}
 	}
 	if c.EnrollToken == "" {
 		return c, fmt.Errorf("--enroll-token is required")

@@ -83,6 +83,12 @@ type RunnerConfig struct {
 	// Now is the clock durations are measured with (default time.Now).
 	// Deadlines (timeout_s, KillAfter) always run on real timers.
 	Now func() time.Time
+	// RunAs, if set, is the account bodies and their run_setup run as
+	// (Exec, for host and setup commands, stays the daemon's). Their run
+	// directory is then theirs; the directories above it are the daemon's,
+	// searchable but not writable, so a body cannot plant files in a later
+	// attempt's directory.
+	RunAs *RunAs
 }
 
 // Runner starts bodies and setup commands, each in its own process group.
@@ -123,14 +129,16 @@ func NewRunner(cfg RunnerConfig) *Runner {
 // getenv (os.Getenv in the daemon): PATH (the daemon's, or a sane default),
 // and HOME, LANG, LC_ALL, TMPDIR, USER and LOGNAME where set. Nothing else
 // passes: no tokens, no credentials, no NYMPH_* variable.
-func DefaultBaseEnv(getenv func(string) string) []string {
+//
+// pass names more variables to carry over (--pass-env), each where set.
+func DefaultBaseEnv(getenv func(string) string, pass ...string) []string {
 	path := getenv("PATH")
 	if path == "" {
 		path = fallbackPath
 	}
 	env := []string{"PATH=" + path}
-	for _, k := range []string{"HOME", "LANG", "LC_ALL", "TMPDIR", "USER", "LOGNAME"} {
-		if v := getenv(k); v != "" {
+	for _, k := range append([]string{"HOME", "LANG", "LC_ALL", "TMPDIR", "USER", "LOGNAME"}, pass...) {
+		if v := getenv(k); v != "" && k != "PATH" {
 			env = append(env, k+"="+v)
 		}
 	}
@@ -333,6 +341,12 @@ func (r *Run) run(workerID string) Outcome {
 		r.log.Error("cannot create the run directory", "error", err.Error())
 		return failedOutcome(ErrorTypeWorkdirFailed, fmt.Sprintf("create the run directory: %v", err), nil)
 	}
+	if cfg.RunAs != nil {
+		if err := handOver(cfg.Workdir, dir, bodyDir, cfg.RunAs.Cred); err != nil {
+			r.log.Error("cannot hand the run directory to --run-as", "user", cfg.RunAs.Name, "error", err.Error())
+			return failedOutcome(ErrorTypeWorkdirFailed, fmt.Sprintf("hand the run directory to %s: %v", cfg.RunAs.Name, err), nil)
+		}
+	}
 	resultPath := filepath.Join(dir, ResultFileName)
 	if err := os.Remove(resultPath); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return failedOutcome(ErrorTypeWorkdirFailed, fmt.Sprintf("remove a stale result file: %v", err), nil)
@@ -359,6 +373,12 @@ func (r *Run) run(workerID string) Outcome {
 func (r *Run) supervised(workerID, dir, bodyDir string, stdout, stderr *os.File) Outcome {
 	cfg := r.runner.cfg
 	env := bodyEnv(cfg.BaseEnv, r.inv, workerID, dir)
+	var sys *syscall.SysProcAttr
+	if cfg.RunAs != nil {
+		// The account's own identity, whatever the daemon's was.
+		env = mergeEnv(env, map[string]string{"HOME": cfg.RunAs.Home, "USER": cfg.RunAs.Name, "LOGNAME": cfg.RunAs.Name})
+		sys = &syscall.SysProcAttr{Credential: cfg.RunAs.Cred}
+	}
 	var timeout time.Duration
 	if r.inv.TimeoutS > 0 {
 		timeout = time.Duration(r.inv.TimeoutS) * time.Second
@@ -370,7 +390,7 @@ func (r *Run) supervised(workerID, dir, bodyDir string, stdout, stderr *os.File)
 		if r.stopped() {
 			break
 		}
-		cmd := &exec.Cmd{Path: "/bin/sh", Args: []string{"/bin/sh", "-c", line}, Dir: bodyDir, Env: env, Stdout: stdout, Stderr: stderr}
+		cmd := &exec.Cmd{Path: "/bin/sh", Args: []string{"/bin/sh", "-c", line}, Dir: bodyDir, Env: env, Stdout: stdout, Stderr: stderr, SysProcAttr: sys}
 		res := r.runner.runGroup(cmd, r.stopc, nil)
 		if res.startErr == nil && res.exitCode() == 0 && !res.signaled() {
 			continue
@@ -399,7 +419,7 @@ func (r *Run) supervised(workerID, dir, bodyDir string, stdout, stderr *os.File)
 		r.seal()
 		return failedOutcome(ErrorTypeStartFailed, err.Error(), nil)
 	}
-	cmd := &exec.Cmd{Path: path, Args: r.inv.Argv, Dir: bodyDir, Env: env, Stdout: stdout, Stderr: stderr}
+	cmd := &exec.Cmd{Path: path, Args: r.inv.Argv, Dir: bodyDir, Env: env, Stdout: stdout, Stderr: stderr, SysProcAttr: sys}
 	res := r.runner.runGroup(cmd, r.stopc, func(pid int) {
 		r.log.Info("body started", "pid", pid)
 		r.markStarted()
@@ -601,7 +621,10 @@ func (g groupResult) describe() string {
 // is SIGKILLed, so no descendant in the group outlives it. onStart, if set,
 // is called with the pid once the process has started.
 func (r *Runner) runGroup(cmd *exec.Cmd, stop <-chan struct{}, onStart func(pid int)) groupResult {
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Setpgid = true
 	if err := cmd.Start(); err != nil {
 		return groupResult{startErr: err}
 	}
@@ -716,8 +739,11 @@ func runDirs(root string, inv wire.RunInvocation) (dir, bodyDir string, err erro
 	return dir, filepath.Join(dir, sub), nil
 }
 
+// createLog creates a run's log file. O_NOFOLLOW: a run directory that
+// already existed (a restarted daemon re-running an attempt) may hold a
+// symlink a body planted, and the daemon must not truncate its target.
 func createLog(path string) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("create %s: %w", filepath.Base(path), err)
 	}
@@ -921,4 +947,29 @@ func clipMessage(msg string) string {
 		return msg
 	}
 	return clipString(msg, wire.MaxMessageBytes-len("…"))
+}
+
+// handOver makes a run directory the --run-as account's: dir and bodyDir
+// (and what lies between) are chowned to it, and the daemon's directories
+// above dir (the workdir root, the invocation's directory) become
+// searchable by it but stay the daemon's, so it can reach its own run
+// directory and nothing else.
+func handOver(root, dir, bodyDir string, cred *syscall.Credential) error {
+	for p := filepath.Dir(dir); ; p = filepath.Dir(p) {
+		if err := os.Chmod(p, 0o711); err != nil {
+			return err
+		}
+		if p == root || p == filepath.Dir(p) {
+			break
+		}
+	}
+	for p := bodyDir; ; p = filepath.Dir(p) {
+		if err := os.Lchown(p, int(cred.Uid), int(cred.Gid)); err != nil {
+			return err
+		}
+		if p == dir || p == filepath.Dir(p) {
+			break
+		}
+	}
+	return nil
 }

@@ -74,6 +74,8 @@ type faultSpec struct {
 	// agent0Env and agent0Wrap adjust agent f0 alone: extra environment, and
 	// a command its nymph runs under (e.g. `ip netns exec NAME`).
 	agent0Env, agent0Wrap []string
+	// agentArgs are extra flags for every agent.
+	agentArgs []string
 	// inject causes the fault. It returns when it happened and, for a fault
 	// on one agent, the invocations that agent held then: the time until
 	// each is handed back (no longer running on that worker) is the time to
@@ -103,7 +105,7 @@ func runFaultSpec(t *testing.T, f faultSpec) faultResult {
 		if i == 0 {
 			env, wrap = f.agent0Env, f.agent0Wrap
 		}
-		args := []string{"--capacity", "2", "--log-level", "info"}
+		args := append([]string{"--capacity", "2", "--log-level", "info"}, f.agentArgs...)
 		if f.machines != nil {
 			args = append(args, "--machine-id", f.machines[i])
 		}
@@ -466,6 +468,9 @@ func TestFaultPartition(t *testing.T) {
 	runFaultSpec(t, faultSpec{name: "network partition past stale_after, healed", backend: backends[0],
 		devArgs:    []string{"--addr", n.hostIP + ":0"},
 		agent0Wrap: []string{"ip", "netns", "exec", n.name},
+		// Plain http to a veth address, not loopback: nymph refuses that
+		// unless told the network is trusted.
+		agentArgs: []string{"--insecure"},
 		inject: func(e *faultEnv) (time.Time, []wire.Invocation) {
 			held := e.heldBy(0)
 			at := time.Now()

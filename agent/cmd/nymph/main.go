@@ -36,6 +36,9 @@ func run(args []string, getenv func(string) string) int {
 		return 2
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: logLevel}))
+	if err := agent.HideFromSameUser(); err != nil {
+		log.Warn("cannot mark nymph non-dumpable: bodies of its own user could read its environment", "error", err.Error())
+	}
 	cfg.Logger = log
 	cfg.Version = version
 	a, err := agent.New(cfg)
@@ -79,6 +82,11 @@ func parseFlags(args []string, getenv func(string) string) (agent.Config, slog.L
 	fs.StringVar(&c.MachineID, "machine-id", "", "machine id (default: EC2 instance id, /etc/machine-id, hostname)")
 	fs.DurationVar(&c.PollInterval, "poll-interval", 0, "poll interval (default: what the control plane answers)")
 	fs.StringVar(&level, "log-level", "info", "debug, info, warn or error")
+	var tokenFile string
+	fs.StringVar(&tokenFile, "enroll-token-file", "", "read the enrollment token from this file (mode 0600 or stricter); keeps it out of the process list")
+	fs.BoolVar(&c.Insecure, "insecure", false, "allow a plain http:// control plane on another host (tokens then cross the network in clear)")
+	fs.StringVar(&c.RunAs, "run-as", "", "run bodies and their run_setup as this user (needs root); default: nymph's own user")
+	fs.StringArrayVar(&c.PassEnv, "pass-env", nil, "name of a variable of nymph's environment that bodies get too (repeatable); NYMPH_* never pass")
 	if err := fs.Parse(args); err != nil {
 		return c, 0, err
 	}
@@ -99,6 +107,16 @@ func parseFlags(args []string, getenv func(string) string) (agent.Config, slog.L
 	})
 	if envErr != nil {
 		return c, 0, envErr
+	}
+	if tokenFile != "" {
+		if c.EnrollToken != "" {
+			return c, 0, fmt.Errorf("give the enrollment token once: --enroll-token or --enroll-token-file, not both")
+		}
+		tok, err := agent.ReadTokenFile(tokenFile)
+		if err != nil {
+			return c, 0, err
+		}
+		c.EnrollToken = tok
 	}
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(level)); err != nil {

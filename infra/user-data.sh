@@ -161,9 +161,10 @@ ExecStart=/usr/local/bin/nymph
 Environment=NYMPH_STATE_DIR=%S/nymph/state NYMPH_WORKDIR=%S/nymph/work
 EnvironmentFile=/etc/nymph/nymph.env
 # /var/lib/nymph: the ack spool (acks survive a restart) and the working
-# directories of invocations.
+# directories of invocations. 0711: others may pass through (a --run-as
+# user reaches its run directory) but not list; nymph keeps state/ at 0700.
 StateDirectory=nymph
-StateDirectoryMode=0700
+StateDirectoryMode=0711
 
 # Stopping: SIGTERM to nymph alone. It drains: no new claims, in-flight work
 # gets --grace (30 s), then SIGTERM to each body's process group,

@@ -83,23 +83,7 @@ func startNymphRaw(t *testing.T, machine, dir string, cred *syscall.Credential, 
 			t.Fatal(err)
 		}
 	}
-	cmd := exec.Command(nymph, args...)
-	cmd.Env = append(os.Environ(), env...)
-	p := &nymphProc{cmd: cmd, logs: &syncBuffer{}, done: make(chan struct{})}
-	cmd.Stderr = p.logs
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Credential: cred}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start nymph: %v", err)
-	}
-	go func() { p.err = cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGKILL)
-		<-p.done
-		if t.Failed() {
-			t.Logf("nymph %s log:\n%s", machine, p.logs.String())
-		}
-	})
-	return p
+	return launchNymph(t, machine, append([]string{nymph}, args...), env, cred)
 }
 
 // searchableTempDir is t.TempDir() with it and its parent searchable (not

@@ -72,11 +72,19 @@ func startNymphCmd(t *testing.T, d *devServer, machine, dir string, env, wrap []
 		"--grace", "5s", "--kill-after", "1s", "--log-level", "debug",
 	}, extra...)
 	argv := append(append(append([]string(nil), wrap...), bin(t, "nymph")), args...)
+	return launchNymph(t, machine, argv, append([]string{"NYMPH_TEST_SECRET_IN_DAEMON_ENV=leak"}, env...), nil)
+}
+
+// launchNymph starts argv (nymph, or a wrapper that execs it) with env
+// added to the test's environment, as cred's user if set, and kills it when
+// the test ends.
+func launchNymph(t *testing.T, machine string, argv, env []string, cred *syscall.Credential) *nymphProc {
+	t.Helper()
 	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = append(append(os.Environ(), "NYMPH_TEST_SECRET_IN_DAEMON_ENV=leak"), env...)
+	cmd.Env = append(os.Environ(), env...)
 	p := &nymphProc{cmd: cmd, logs: &syncBuffer{}, done: make(chan struct{})}
 	cmd.Stderr = p.logs
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Credential: cred}
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start nymph: %v", err)
 	}

@@ -240,13 +240,8 @@ func (r *HelloRequest) Validate() error {
 	if err := checkText("label", r.Label, MaxLabelLen, false); err != nil {
 		return err
 	}
-	if len(r.Tags) > MaxTags {
-		return invalid("tags has %d entries; the limit is %d", len(r.Tags), MaxTags)
-	}
-	for k, v := range r.Tags {
-		if k == "" || len(k) > MaxTagBytes || len(v) > MaxTagBytes {
-			return invalid("tag %q: keys must be 1-%d bytes and values at most %d", clip(k), MaxTagBytes, MaxTagBytes)
-		}
+	if err := checkLabels("tags", r.Tags); err != nil {
+		return err
 	}
 	if len(r.Lanes) > MaxLanes {
 		return invalid("lanes has %d entries; the limit is %d", len(r.Lanes), MaxLanes)
@@ -256,13 +251,28 @@ func (r *HelloRequest) Validate() error {
 			return invalid("lanes: %s", err.(*Error).Message)
 		}
 	}
-	if len(r.Versions) > MaxTags {
-		return invalid("versions has %d entries; the limit is %d", len(r.Versions), MaxTags)
+	if err := checkLabels("versions", r.Versions); err != nil {
+		return err
 	}
 	if err := checkCapabilities("capabilities", &r.Capabilities); err != nil {
 		return err
 	}
 	return checkHostKey(r.HostKey)
+}
+
+// checkLabels checks a small string map (tags, versions): at most MaxTags
+// entries, keys of 1 to MaxTagBytes bytes (DynamoDB refuses an empty map
+// key), values of at most MaxTagBytes.
+func checkLabels(field string, m map[string]string) error {
+	if len(m) > MaxTags {
+		return invalid("%s has %d entries; the limit is %d", field, len(m), MaxTags)
+	}
+	for k, v := range m {
+		if k == "" || len(k) > MaxTagBytes || len(v) > MaxTagBytes {
+			return invalid("%s %q: keys must be 1-%d bytes and values at most %d", field, clip(k), MaxTagBytes, MaxTagBytes)
+		}
+	}
+	return nil
 }
 
 func checkHostKey(k string) error {

@@ -533,6 +533,11 @@ func TestDecode(t *testing.T) {
 			{name: "lane name over limit", body: with(okHello, "lanes", []string{rep("q", wire.MaxQueueLen+1)}), want: wire.CodeInvalid},
 			{name: "versions at limit", body: with(okHello, "versions", strMap(wire.MaxTags, "v", "1"))},
 			{name: "versions over limit", body: with(okHello, "versions", strMap(wire.MaxTags+1, "v", "1")), want: wire.CodeInvalid},
+			// Found by FuzzHello: DynamoDB refuses an empty map key, so
+			// this reached the store and came back as a 500.
+			{name: "version empty key", body: with(okHello, "versions", map[string]string{"": ""}), want: wire.CodeInvalid},
+			{name: "version key over limit", body: with(okHello, "versions", map[string]string{rep("k", wire.MaxTagBytes+1): "1"}), want: wire.CodeInvalid},
+			{name: "version value over limit", body: with(okHello, "versions", map[string]string{"k": rep("v", wire.MaxTagBytes+1)}), want: wire.CodeInvalid},
 			{name: "max_concurrency 0", body: with(okHello, "capabilities", map[string]int{"max_concurrency": 0}), want: wire.CodeInvalid},
 			{name: "max_concurrency -1", body: with(okHello, "capabilities", map[string]int{"max_concurrency": -1}), want: wire.CodeInvalid},
 			{name: "max_concurrency 1", body: with(okHello, "capabilities", map[string]int{"max_concurrency": 1})},

@@ -98,9 +98,12 @@ localstack-test:
 		$(GO) test -count=1 -timeout 15m ./tests/ ./shared/store/...
 
 ## fuzz: every native fuzz target for FUZZTIME each (default 5m), one after
-## another; a failing input is saved under the package's testdata/fuzz/
+## another; a failing input is saved under the package's testdata/fuzz/.
+## FUZZMINIMIZE bounds the minimizing of each new input (go's default, 60s,
+## stalls the router targets, whose valid inputs reset the store).
 FUZZTIME     ?= 5m
 FUZZPARALLEL ?= 2
+FUZZMINIMIZE ?= 5s
 FUZZ_TARGETS := shared/wire:FuzzDecode shared/api:FuzzHello shared/api:FuzzPoll shared/api:FuzzAck \
 	shared/api:FuzzBye shared/api:FuzzOperatorPost shared/api:FuzzOperatorGet
 .PHONY: fuzz
@@ -108,7 +111,8 @@ fuzz:
 	@for t in $(FUZZ_TARGETS); do \
 		pkg=$${t%%:*}; name=$${t##*:}; \
 		echo "fuzz $$name (./$$pkg, $(FUZZTIME))"; \
-		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) -parallel $(FUZZPARALLEL) ./$$pkg || exit 1; \
+		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) \
+			-fuzzminimizetime $(FUZZMINIMIZE) -parallel $(FUZZPARALLEL) ./$$pkg || exit 1; \
 	done
 
 clean:

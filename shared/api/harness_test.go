@@ -2,9 +2,7 @@ package api_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"slices"
@@ -12,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/dreamlake/lakeshore/shared/api"
@@ -21,6 +17,7 @@ import (
 	"github.com/dreamlake/lakeshore/shared/clock"
 	"github.com/dreamlake/lakeshore/shared/ids"
 	"github.com/dreamlake/lakeshore/shared/store"
+	"github.com/dreamlake/lakeshore/shared/store/storetest"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
@@ -272,59 +269,11 @@ func runIDs(cmds []wire.Command) []string {
 // --- snapshots ---
 
 // snapshot is every item of every table, normalised to sorted JSON lines.
-type snapshot map[string][]string
+type snapshot = storetest.Snapshot
 
 func (h *harness) snapshot() snapshot {
 	h.t.Helper()
-	names := store.NamesFor(h.prefix)
-	snap := snapshot{}
-	for _, table := range []string{names.Workers, names.Machines, names.Invocations, names.Commands, names.Queues, names.Idempotency} {
-		var rows []string
-		in := &dynamodb.ScanInput{TableName: aws.String(table), ConsistentRead: aws.Bool(true)}
-		for {
-			out, err := h.db.Scan(context.Background(), in)
-			if err != nil {
-				h.t.Fatalf("scan %s: %v", table, err)
-			}
-			for _, item := range out.Items {
-				var m map[string]any
-				if err := attributevalue.UnmarshalMap(item, &m); err != nil {
-					h.t.Fatalf("decode %s item: %v", table, err)
-				}
-				b, err := json.Marshal(m) // map keys marshal sorted
-				if err != nil {
-					h.t.Fatalf("encode %s item: %v", table, err)
-				}
-				rows = append(rows, string(b))
-			}
-			if out.LastEvaluatedKey == nil {
-				break
-			}
-			in.ExclusiveStartKey = out.LastEvaluatedKey
-		}
-		slices.Sort(rows)
-		snap[strings.TrimPrefix(table, h.prefix)] = rows
-	}
-	return snap
-}
-
-// diff reports how two snapshots differ, or "".
-func (a snapshot) diff(b snapshot) string {
-	var out strings.Builder
-	for table, rows := range a {
-		other := b[table]
-		for _, r := range rows {
-			if !slices.Contains(other, r) {
-				fmt.Fprintf(&out, "%s: gone or changed: %s\n", table, r)
-			}
-		}
-		for _, r := range other {
-			if !slices.Contains(rows, r) {
-				fmt.Fprintf(&out, "%s: new or changed: %s\n", table, r)
-			}
-		}
-	}
-	return out.String()
+	return storetest.TakeSnapshot(h.t, h.db, h.prefix)
 }
 
 // unchanged runs fn and fails if any table changed.
@@ -332,7 +281,7 @@ func (h *harness) unchanged(t *testing.T, fn func()) {
 	t.Helper()
 	before := h.snapshot()
 	fn()
-	if d := before.diff(h.snapshot()); d != "" {
+	if d := before.Diff(h.snapshot()); d != "" {
 		t.Errorf("a refused request changed the store:\n%s", d)
 	}
 }

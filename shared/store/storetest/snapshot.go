@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/dreamlake/lakeshore/shared/store"
 )
@@ -22,37 +23,67 @@ import (
 // Tests take one before and after a refused request: nothing may change.
 type Snapshot map[string][]string
 
-// TakeSnapshot scans every table of prefix with consistent reads.
-func TakeSnapshot(t testing.TB, db *dynamodb.Client, prefix string) Snapshot {
-	t.Helper()
-	names := store.NamesFor(prefix)
+// Tables reports the names of the six control-plane tables of prefix.
+func Tables(prefix string) []string {
+	n := store.NamesFor(prefix)
+	return []string{n.Workers, n.Machines, n.Invocations, n.Commands, n.Queues, n.Idempotency}
+}
+
+// ScanTable reads every item of table with consistent reads.
+func ScanTable(ctx context.Context, db *dynamodb.Client, table string) ([]map[string]types.AttributeValue, error) {
+	var items []map[string]types.AttributeValue
+	in := &dynamodb.ScanInput{TableName: aws.String(table), ConsistentRead: aws.Bool(true)}
+	for {
+		out, err := db.Scan(ctx, in)
+		if err != nil {
+			return nil, fmt.Errorf("scan %s: %w", table, err)
+		}
+		items = append(items, out.Items...)
+		if out.LastEvaluatedKey == nil {
+			return items, nil
+		}
+		in.ExclusiveStartKey = out.LastEvaluatedKey
+	}
+}
+
+// ItemJSON renders an item (or a key) as JSON with sorted keys.
+func ItemJSON(item map[string]types.AttributeValue) (string, error) {
+	var m map[string]any
+	if err := attributevalue.UnmarshalMap(item, &m); err != nil {
+		return "", err
+	}
+	b, err := json.Marshal(m) // map keys marshal sorted
+	return string(b), err
+}
+
+// ReadSnapshot scans every table of prefix.
+func ReadSnapshot(ctx context.Context, db *dynamodb.Client, prefix string) (Snapshot, error) {
 	snap := Snapshot{}
-	for _, table := range []string{names.Workers, names.Machines, names.Invocations, names.Commands, names.Queues, names.Idempotency} {
-		var rows []string
-		in := &dynamodb.ScanInput{TableName: aws.String(table), ConsistentRead: aws.Bool(true)}
-		for {
-			out, err := db.Scan(context.Background(), in)
+	for _, table := range Tables(prefix) {
+		items, err := ScanTable(ctx, db, table)
+		if err != nil {
+			return nil, err
+		}
+		rows := make([]string, 0, len(items))
+		for _, item := range items {
+			row, err := ItemJSON(item)
 			if err != nil {
-				t.Fatalf("storetest: scan %s: %v", table, err)
+				return nil, fmt.Errorf("%s item: %w", table, err)
 			}
-			for _, item := range out.Items {
-				var m map[string]any
-				if err := attributevalue.UnmarshalMap(item, &m); err != nil {
-					t.Fatalf("storetest: decode %s item: %v", table, err)
-				}
-				b, err := json.Marshal(m) // map keys marshal sorted
-				if err != nil {
-					t.Fatalf("storetest: encode %s item: %v", table, err)
-				}
-				rows = append(rows, string(b))
-			}
-			if out.LastEvaluatedKey == nil {
-				break
-			}
-			in.ExclusiveStartKey = out.LastEvaluatedKey
+			rows = append(rows, row)
 		}
 		slices.Sort(rows)
 		snap[strings.TrimPrefix(table, prefix)] = rows
+	}
+	return snap, nil
+}
+
+// TakeSnapshot is ReadSnapshot that fails the test on an error.
+func TakeSnapshot(t testing.TB, db *dynamodb.Client, prefix string) Snapshot {
+	t.Helper()
+	snap, err := ReadSnapshot(context.Background(), db, prefix)
+	if err != nil {
+		t.Fatalf("storetest: snapshot: %v", err)
 	}
 	return snap
 }

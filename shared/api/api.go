@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"maps"
 	"net/http"
@@ -34,6 +35,8 @@ type Config struct {
 	// Sleep waits between long-poll checks; tests may replace it.
 	Sleep  func(ctx context.Context, d time.Duration) error
 	Logger *slog.Logger
+	// DaemonAuth is DaemonAuthToken (the default) or DaemonAuthIAM.
+	DaemonAuth string
 }
 
 // Long-poll re-check backoff bounds.
@@ -62,6 +65,13 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.EnrollToken == cfg.OperatorToken {
 		return nil, errors.New("api: the enrollment and operator tokens must differ")
+	}
+	switch cfg.DaemonAuth {
+	case "":
+		cfg.DaemonAuth = DaemonAuthToken
+	case DaemonAuthToken, DaemonAuthIAM:
+	default:
+		return nil, fmt.Errorf("api: daemon auth must be %q or %q, got %q", DaemonAuthToken, DaemonAuthIAM, cfg.DaemonAuth)
 	}
 	if cfg.StaleAfter <= 0 {
 		cfg.StaleAfter = domain.DefaultStaleAfter
@@ -197,36 +207,39 @@ func (s *Server) operator(h handlerFunc) handlerFunc {
 	}
 }
 
-// workerRequest reads a daemon route's bearer and body: the token must be
+// workerRequest reads a daemon route's token and body: the token must be
 // shaped like a worker token (401, checked before the body is read), and the
-// body's worker_id must be the token's worker (403). The secret itself is
-// checked against the stored hash by the store call that follows.
-func workerRequest(r *http.Request, body interface {
+// body's worker_id must be the token's worker (403). It returns the check
+// the store call that follows makes on the worker's row: the secret against
+// the stored hash and, in IAM mode, the row's machine against the caller.
+func (s *Server) workerRequest(r *http.Request, body interface {
 	wire.Validator
 	Worker() string
-}) (string, error) {
-	tok := auth.Bearer(r)
+}) (tok string, authorize store.Authorize, err error) {
+	instance, err := s.callerInstance(r)
+	if err != nil {
+		return "", nil, err
+	}
+	tok = s.daemonToken(r)
 	owner, ok := auth.WorkerOf(tok)
 	if !ok {
-		return "", wire.Errorf(wire.CodeUnauthorized, "daemon routes need Authorization: Bearer <worker token from hello>")
+		if s.cfg.DaemonAuth == DaemonAuthIAM {
+			return "", nil, wire.Errorf(wire.CodeUnauthorized, "daemon routes need %s: <worker token from hello>", TokenHeader)
+		}
+		return "", nil, wire.Errorf(wire.CodeUnauthorized, "daemon routes need Authorization: Bearer <worker token from hello>")
 	}
 	if err := wire.Decode(r.Body, body); err != nil {
-		return "", err
+		return "", nil, err
 	}
 	if owner != body.Worker() {
-		return "", wire.Errorf(wire.CodeForbidden, "the token belongs to another worker than %s", body.Worker())
+		return "", nil, wire.Errorf(wire.CodeForbidden, "the token belongs to another worker than %s", body.Worker())
 	}
-	return tok, nil
-}
-
-// authorizeRow checks the stored token hash of the row against tok.
-func authorizeRow(tok string) store.Authorize {
-	return func(w domain.Worker) error {
+	return tok, func(w domain.Worker) error {
 		if !auth.HashMatches(tok, w.TokenHash) {
 			return wire.Errorf(wire.CodeUnauthorized, "worker token is not valid (wrong secret, or revoked by a newer hello)")
 		}
-		return nil
-	}
+		return sameInstance(instance, w.MachineID)
+	}, nil
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {

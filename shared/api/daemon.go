@@ -21,11 +21,21 @@ func PollInterval(staleAfter time.Duration) time.Duration {
 }
 
 func (s *Server) hello(r *http.Request) (int, any, error) {
-	if !auth.Equal(auth.Bearer(r), s.cfg.EnrollToken) {
+	instance, err := s.callerInstance(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	if !auth.Equal(s.daemonToken(r), s.cfg.EnrollToken) {
+		if s.cfg.DaemonAuth == DaemonAuthIAM {
+			return 0, nil, wire.Errorf(wire.CodeUnauthorized, "hello needs %s: <enrollment token>", TokenHeader)
+		}
 		return 0, nil, wire.Errorf(wire.CodeUnauthorized, "hello needs Authorization: Bearer <enrollment token>")
 	}
 	var req wire.HelloRequest
 	if err := wire.Decode(r.Body, &req); err != nil {
+		return 0, nil, err
+	}
+	if err := sameInstance(instance, req.MachineID); err != nil {
 		return 0, nil, err
 	}
 	var token string
@@ -49,13 +59,13 @@ func (s *Server) hello(r *http.Request) (int, any, error) {
 
 func (s *Server) poll(r *http.Request) (int, any, error) {
 	var req wire.PollRequest
-	tok, err := workerRequest(r, &req)
+	_, authorize, err := s.workerRequest(r, &req)
 	if err != nil {
 		return 0, nil, err
 	}
 	ctx := r.Context()
 	st := s.cfg.Store
-	w, err := st.Heartbeat(ctx, req, authorizeRow(tok))
+	w, err := st.Heartbeat(ctx, req, authorize)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -228,11 +238,11 @@ func runPayload(inv domain.Invocation) *wire.RunInvocation {
 
 func (s *Server) ack(r *http.Request) (int, any, error) {
 	var req wire.AckRequest
-	tok, err := workerRequest(r, &req)
+	tok, authorize, err := s.workerRequest(r, &req)
 	if err != nil {
 		return 0, nil, err
 	}
-	resp, err := s.cfg.Store.Ack(r.Context(), req, authorizeRow(tok), auth.Hash(tok))
+	resp, err := s.cfg.Store.Ack(r.Context(), req, authorize, auth.Hash(tok))
 	if err != nil {
 		return 0, nil, err
 	}
@@ -243,11 +253,11 @@ func (s *Server) ack(r *http.Request) (int, any, error) {
 
 func (s *Server) bye(r *http.Request) (int, any, error) {
 	var req wire.ByeRequest
-	tok, err := workerRequest(r, &req)
+	_, authorize, err := s.workerRequest(r, &req)
 	if err != nil {
 		return 0, nil, err
 	}
-	n, err := s.cfg.Store.Bye(r.Context(), req, authorizeRow(tok))
+	n, err := s.cfg.Store.Bye(r.Context(), req, authorize)
 	if err != nil {
 		return 0, nil, fmt.Errorf("bye %s: %w", req.WorkerID, err)
 	}

@@ -30,6 +30,7 @@ const (
 	EnvEnrollToken   = "LAKESHORE_ENROLL_TOKEN"
 	EnvOperatorToken = "LAKESHORE_OPERATOR_TOKEN"
 	EnvStaleAfter    = "LAKESHORE_STALE_AFTER"
+	EnvDaemonAuth    = "LAKESHORE_DAEMON_AUTH" // token (default) or iam
 	paramSuffix      = "_PARAM" // names an SSM SecureString holding the value
 	DefaultPrefix    = "lakeshore-"
 )
@@ -40,6 +41,9 @@ type Config struct {
 	EnrollToken   string
 	OperatorToken string
 	StaleAfter    time.Duration
+	// DaemonAuth is how daemon routes authenticate: "token" or "iam"
+	// (api.DaemonAuthToken, api.DaemonAuthIAM).
+	DaemonAuth string
 }
 
 // ParameterGetter is the SSM call the loader makes.
@@ -63,6 +67,14 @@ func Load(ctx context.Context, getenv func(string) string, params ParameterGette
 			return Config{}, err
 		}
 		*s.dst = v
+	}
+	c.DaemonAuth = getenv(EnvDaemonAuth)
+	switch c.DaemonAuth {
+	case "":
+		c.DaemonAuth = api.DaemonAuthToken
+	case api.DaemonAuthToken, api.DaemonAuthIAM:
+	default:
+		return Config{}, fmt.Errorf("%s must be %s or %s, got %q", EnvDaemonAuth, api.DaemonAuthToken, api.DaemonAuthIAM, c.DaemonAuth)
 	}
 	return c, nil
 }
@@ -123,6 +135,7 @@ func Router(ctx context.Context) (*api.Server, error) {
 		EnrollToken:   c.EnrollToken,
 		OperatorToken: c.OperatorToken,
 		StaleAfter:    c.StaleAfter,
+		DaemonAuth:    c.DaemonAuth,
 		Logger:        log,
 	})
 }

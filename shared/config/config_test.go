@@ -34,9 +34,12 @@ func TestLoad(t *testing.T) {
 		wantErr string
 	}{
 		{"tokens from env, defaults", map[string]string{EnvEnrollToken: "e", EnvOperatorToken: "o"},
-			Config{TablePrefix: DefaultPrefix, EnrollToken: "e", OperatorToken: "o", StaleAfter: 60 * time.Second}, ""},
+			Config{TablePrefix: DefaultPrefix, EnrollToken: "e", OperatorToken: "o", StaleAfter: 60 * time.Second, DaemonAuth: "token"}, ""},
+		{"IAM mode", map[string]string{EnvEnrollToken: "e", EnvOperatorToken: "o", EnvDaemonAuth: "iam"},
+			Config{TablePrefix: DefaultPrefix, EnrollToken: "e", OperatorToken: "o", StaleAfter: 60 * time.Second, DaemonAuth: "iam"}, ""},
+		{"unknown daemon auth", map[string]string{EnvEnrollToken: "e", EnvOperatorToken: "o", EnvDaemonAuth: "IAM"}, Config{}, "LAKESHORE_DAEMON_AUTH must be token or iam"},
 		{"token from SSM", map[string]string{EnvEnrollToken + "_PARAM": "/ls/enroll", EnvOperatorToken: "o", EnvTablePrefix: "p-", EnvStaleAfter: "3s"},
-			Config{TablePrefix: "p-", EnrollToken: "from-ssm", OperatorToken: "o", StaleAfter: 3 * time.Second}, ""},
+			Config{TablePrefix: "p-", EnrollToken: "from-ssm", OperatorToken: "o", StaleAfter: 3 * time.Second, DaemonAuth: "token"}, ""},
 		{"missing token refuses", map[string]string{EnvEnrollToken: "e"}, Config{}, "LAKESHORE_OPERATOR_TOKEN or LAKESHORE_OPERATOR_TOKEN_PARAM must be set"},
 		{"missing parameter", map[string]string{EnvEnrollToken + "_PARAM": "/nope", EnvOperatorToken: "o"}, Config{}, "read SSM parameter /nope"},
 		{"bad stale", map[string]string{EnvEnrollToken: "e", EnvOperatorToken: "o", EnvStaleAfter: "soon"}, Config{}, "LAKESHORE_STALE_AFTER must be a duration"},

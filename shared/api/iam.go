@@ -1,0 +1,64 @@
+package api
+
+import (
+	"net/http"
+	"regexp"
+	"strings"
+
+	"github.com/dreamlake/lakeshore/shared/auth"
+	"github.com/dreamlake/lakeshore/shared/lambdahttp"
+	"github.com/dreamlake/lakeshore/shared/wire"
+)
+
+// Daemon authentication modes (Config.DaemonAuth, LAKESHORE_DAEMON_AUTH).
+const (
+	// DaemonAuthToken: daemon routes carry their token in Authorization.
+	DaemonAuthToken = "token"
+	// DaemonAuthIAM: the daemon routes sit behind API Gateway's AWS_IAM
+	// authorizer (template-iam.yaml). Authorization carries the SigV4
+	// signature, so the token moves to TokenHeader, and every daemon call
+	// must come from the EC2 instance its machine_id names: a stolen
+	// enrollment or worker token is useless off that instance.
+	DaemonAuthIAM = "iam"
+)
+
+// TokenHeader carries a daemon's token in IAM mode.
+const TokenHeader = "X-Lakeshore-Token"
+
+// assumedRoleInstance matches the caller ARN of an EC2 instance profile
+// session, whose session name is the instance id.
+var assumedRoleInstance = regexp.MustCompile(`^arn:aws[a-z-]*:sts::[0-9]{12}:assumed-role/[A-Za-z0-9+=,.@_-]+/(i-[0-9a-f]{8,17})$`)
+
+// daemonToken reads a daemon route's token where the mode puts it.
+func (s *Server) daemonToken(r *http.Request) string {
+	if s.cfg.DaemonAuth == DaemonAuthIAM {
+		return strings.TrimSpace(r.Header.Get(TokenHeader))
+	}
+	return auth.Bearer(r)
+}
+
+// callerInstance reports, in IAM mode, the EC2 instance API Gateway's
+// AWS_IAM authorizer verified as the caller ("" in token mode).
+func (s *Server) callerInstance(r *http.Request) (string, error) {
+	if s.cfg.DaemonAuth != DaemonAuthIAM {
+		return "", nil
+	}
+	ev, ok := lambdahttp.EventFromContext(r.Context())
+	if !ok || ev.RequestContext.Authorizer == nil || ev.RequestContext.Authorizer.IAM == nil {
+		return "", wire.Errorf(wire.CodeUnauthorized, "IAM mode: the request carries no AWS_IAM caller identity (daemon routes must come through API Gateway's AWS_IAM authorizer, signed with SigV4)")
+	}
+	arn := ev.RequestContext.Authorizer.IAM.UserARN
+	m := assumedRoleInstance.FindStringSubmatch(arn)
+	if m == nil {
+		return "", wire.Errorf(wire.CodeForbidden, "IAM mode: the caller %q is not an EC2 instance role session", arn)
+	}
+	return m[1], nil
+}
+
+// sameInstance refuses, in IAM mode, a machine id other than the caller's.
+func sameInstance(instance, machineID string) error {
+	if instance != "" && instance != machineID {
+		return wire.Errorf(wire.CodeForbidden, "IAM mode: machine_id %q is not the calling instance %s", machineID, instance)
+	}
+	return nil
+}

@@ -31,7 +31,7 @@ const (
 	EnvOperatorToken = "LAKESHORE_OPERATOR_TOKEN"
 	EnvStaleAfter    = "LAKESHORE_STALE_AFTER"
 	EnvDaemonAuth    = "LAKESHORE_DAEMON_AUTH" // token (default) or iam
-	paramSuffix      = "_PARAM" // names an SSM SecureString holding the value
+	paramSuffix      = "_PARAM"                // names an SSM SecureString holding the value
 	DefaultPrefix    = "lakeshore-"
 )
 

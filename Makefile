@@ -64,7 +64,7 @@ lint:
 		if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) mod tidy -diff
-	@if command -v cfn-lint >/dev/null 2>&1; then cfn-lint template.yaml && echo "cfn-lint: ok"; \
+	@if command -v cfn-lint >/dev/null 2>&1; then cfn-lint template.yaml template-iam.yaml && echo "cfn-lint: ok"; \
 	elif [ "$${CI:-}" = "true" ]; then echo "cfn-lint is missing (pip install cfn-lint)"; exit 1; \
 	else echo "cfn-lint not installed; skipping template check"; fi
 
@@ -114,6 +114,12 @@ fuzz:
 		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) \
 			-fuzzminimizetime $(FUZZMINIMIZE) -parallel $(FUZZPARALLEL) ./$$pkg || exit 1; \
 	done
+
+## template-iam.yaml: the IAM-mode template, generated from template.yaml
+## (daemon routes behind API Gateway's AWS_IAM authorizer; docs/security.md)
+.PHONY: template-iam.yaml
+template-iam.yaml:
+	$(GO) run ./cli/lakeshore template --daemon-auth iam > $@.tmp && mv $@.tmp $@
 
 clean:
 	rm -rf $(BIN) $(DIST)

@@ -31,6 +31,7 @@ func newRootCmd() *cobra.Command {
 	}
 	root.AddCommand(newDevCmd())
 	root.AddCommand(newTablesCmd())
+	root.AddCommand(newTemplateCmd())
 	addClientCommands(root)
 	return root
 }

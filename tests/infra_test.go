@@ -289,7 +289,7 @@ func TestInfraCopiesAgree(t *testing.T) {
 var infraPolicyPlaceholders = []string{
 	"AWS::Partition", "AWS::Region", "AWS::AccountId", "AWS::URLSuffix",
 	"EnrollTokenParameter", "NymphBucket", "NymphKey",
-	"OperatorTokenParameter", "ControlPlaneStack", "FleetStack",
+	"OperatorTokenParameter", "ControlPlaneStack", "FleetStack", "HttpApiId",
 }
 
 type infraPolicyStatement struct {
@@ -322,7 +322,7 @@ func infraStringsOf(v any) []string {
 // placeholders, and grant what their role needs and no more.
 func TestInfraPolicies(t *testing.T) {
 	docs := map[string]string{}
-	for _, name := range []string{"agent-policy.json", "operator-policy.json"} {
+	for _, name := range []string{"agent-policy.json", "operator-policy.json", "agent-iam-mode-policy.json"} {
 		docs[name] = infraFile(t, filepath.Join("iam", name))
 	}
 	docMD, err := os.ReadFile("../docs/deploy.md")

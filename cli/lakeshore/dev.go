@@ -34,6 +34,7 @@ type devOptions struct {
 	hostPoll      time.Duration
 	logLevel      string
 	lambdas       string
+	lambdaConc    int
 }
 
 func newDevCmd() *cobra.Command {
@@ -68,6 +69,7 @@ bootstraps with scheduled events.`,
 	f.DurationVar(&o.hostPoll, "host-poll-interval", 5*time.Second, "with --store aws, how often to poll EC2 for the host status of workers on instances (0: never); the embedded store has no EC2, so it is ignored there")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	f.StringVar(&o.lambdas, "lambdas", "", "serve the routes through the real Lambda bootstraps in this directory (make lambdas) under aws-lambda-rie, as sam local start-api does")
+	f.IntVar(&o.lambdaConc, "lambda-concurrency", 32, "with --lambdas, the most emulators each function may run at once (started on demand, one invocation each); a long poll holds one, so keep it above the number of daemons")
 	return cmd
 }
 
@@ -78,6 +80,9 @@ func runDev(ctx context.Context, o devOptions) error {
 	}
 	if o.staleAfter < time.Second {
 		return fmt.Errorf("--stale-after must be at least 1s, got %s", o.staleAfter)
+	}
+	if o.lambdas != "" && o.lambdaConc < 1 {
+		return fmt.Errorf("--lambda-concurrency must be at least 1, got %d", o.lambdaConc)
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 

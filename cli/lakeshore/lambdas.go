@@ -54,6 +54,7 @@ type lambdaConfig struct {
 	env      []string // each function's environment
 	logs     io.Writer
 	emulator string
+	maxConc  int // per function; 0: rie's default
 }
 
 // functionName maps a template logical id to its functions/ directory and
@@ -85,7 +86,7 @@ func newLambdaGateway(cfg lambdaConfig, log *slog.Logger) (*lambdaGateway, error
 		}
 		pool, err := rie.NewPool(rie.Function{
 			Name: name, Bootstrap: bootstrap, Emulator: cfg.emulator,
-			Env: cfg.env, Timeout: functionTimeout(tmpl.Globals, fn), Logs: cfg.logs,
+			Env: cfg.env, Timeout: functionTimeout(tmpl.Globals, fn), Logs: cfg.logs, MaxConcurrency: cfg.maxConc,
 		})
 		if err != nil {
 			g.close()
@@ -271,7 +272,7 @@ func startLambdas(o devOptions, endpoint string, log *slog.Logger) (*lambdaGatew
 		return nil, fmt.Errorf("--lambdas: %w", err)
 	}
 	return newLambdaGateway(lambdaConfig{
-		dist: o.lambdas, env: lambdaEnv(os.Environ(), o, endpoint), logs: os.Stderr, emulator: emulator,
+		dist: o.lambdas, env: lambdaEnv(os.Environ(), o, endpoint), logs: os.Stderr, emulator: emulator, maxConc: o.lambdaConc,
 	}, log)
 }
 

@@ -41,6 +41,14 @@ type Config struct {
 	// too (--pass-env); by default a body sees only PATH, HOME, LANG,
 	// LC_ALL, TMPDIR, USER and LOGNAME of it.
 	PassEnv []string
+	// IAM signs every request to the control plane with the EC2 instance
+	// role (AWS SigV4 for execute-api, --iam), for a control plane whose
+	// daemon routes sit behind API Gateway's AWS_IAM authorizer; the token
+	// then travels in X-Lakeshore-Token (iam.go).
+	IAM bool
+	// IAMRegion is the region IAM mode signs for (--iam-region); empty: the
+	// region of an execute-api control-plane host, else the instance's.
+	IAMRegion string
 
 	Logger *slog.Logger
 	HTTP   *http.Client
@@ -123,6 +131,16 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.HTTP == nil {
 		c.HTTP = &http.Client{Timeout: requestTimeout}
+	}
+	if c.IAMRegion != "" && !c.IAM {
+		return c, fmt.Errorf("--iam-region is only used with --iam")
+	}
+	if c.IAM {
+		hc, err := iamHTTPClient(c, c.HTTP, os.Getenv)
+		if err != nil {
+			return c, err
+		}
+		c.HTTP = hc
 	}
 	return c, nil
 }

@@ -151,7 +151,9 @@ func setKey(m *yaml.Node, key string, v *yaml.Node) {
 
 func scalar(v string) *yaml.Node { return &yaml.Node{Kind: yaml.ScalarNode, Value: v} }
 
-func scalarTag(v, tag string) *yaml.Node { return &yaml.Node{Kind: yaml.ScalarNode, Tag: tag, Value: v} }
+func scalarTag(v, tag string) *yaml.Node {
+	return &yaml.Node{Kind: yaml.ScalarNode, Tag: tag, Value: v}
+}
 
 // mapping builds a mapping node from key, value pairs.
 func mapping(kv ...any) *yaml.Node {

@@ -224,7 +224,7 @@ func (s *Server) workerRequest(r *http.Request, body interface {
 	owner, ok := auth.WorkerOf(tok)
 	if !ok {
 		if s.cfg.DaemonAuth == DaemonAuthIAM {
-			return "", nil, wire.Errorf(wire.CodeUnauthorized, "daemon routes need %s: <worker token from hello>", TokenHeader)
+			return "", nil, wire.Errorf(wire.CodeUnauthorized, "daemon routes need %s: <worker token from hello>", wire.TokenHeader)
 		}
 		return "", nil, wire.Errorf(wire.CodeUnauthorized, "daemon routes need Authorization: Bearer <worker token from hello>")
 	}

@@ -27,7 +27,7 @@ func (s *Server) hello(r *http.Request) (int, any, error) {
 	}
 	if !auth.Equal(s.daemonToken(r), s.cfg.EnrollToken) {
 		if s.cfg.DaemonAuth == DaemonAuthIAM {
-			return 0, nil, wire.Errorf(wire.CodeUnauthorized, "hello needs %s: <enrollment token>", TokenHeader)
+			return 0, nil, wire.Errorf(wire.CodeUnauthorized, "hello needs %s: <enrollment token>", wire.TokenHeader)
 		}
 		return 0, nil, wire.Errorf(wire.CodeUnauthorized, "hello needs Authorization: Bearer <enrollment token>")
 	}

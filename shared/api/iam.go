@@ -16,14 +16,11 @@ const (
 	DaemonAuthToken = "token"
 	// DaemonAuthIAM: the daemon routes sit behind API Gateway's AWS_IAM
 	// authorizer (template-iam.yaml). Authorization carries the SigV4
-	// signature, so the token moves to TokenHeader, and every daemon call
+	// signature, so the token moves to wire.TokenHeader, and every daemon call
 	// must come from the EC2 instance its machine_id names: a stolen
 	// enrollment or worker token is useless off that instance.
 	DaemonAuthIAM = "iam"
 )
-
-// TokenHeader carries a daemon's token in IAM mode.
-const TokenHeader = "X-Lakeshore-Token"
 
 // assumedRoleInstance matches the caller ARN of an EC2 instance profile
 // session, whose session name is the instance id.
@@ -32,7 +29,7 @@ var assumedRoleInstance = regexp.MustCompile(`^arn:aws[a-z-]*:sts::[0-9]{12}:ass
 // daemonToken reads a daemon route's token where the mode puts it.
 func (s *Server) daemonToken(r *http.Request) string {
 	if s.cfg.DaemonAuth == DaemonAuthIAM {
-		return strings.TrimSpace(r.Header.Get(TokenHeader))
+		return strings.TrimSpace(r.Header.Get(wire.TokenHeader))
 	}
 	return auth.Bearer(r)
 }

@@ -199,6 +199,10 @@ type SubmitRequest struct {
 	IdempotencyKey string            `json:"idempotency_key,omitempty"`
 }
 
+// TokenHeader carries a daemon's enrollment or worker token in IAM mode,
+// where Authorization carries the request's SigV4 signature (docs/security.md).
+const TokenHeader = "X-Lakeshore-Token"
+
 // Redacted stands in for every environment value in an operator's view of
 // an invocation: the names show, the values (often credentials) go only to
 // the worker that runs it.

@@ -87,6 +87,8 @@ func parseFlags(args []string, getenv func(string) string) (agent.Config, slog.L
 	fs.BoolVar(&c.Insecure, "insecure", false, "allow a plain http:// control plane on another host (tokens then cross the network in clear)")
 	fs.StringVar(&c.RunAs, "run-as", "", "run bodies and their run_setup as this user (needs root); default: nymph's own user")
 	fs.StringArrayVar(&c.PassEnv, "pass-env", nil, "name of a variable of nymph's environment that bodies get too (repeatable); NYMPH_* never pass")
+	fs.BoolVar(&c.IAM, "iam", false, "sign requests with the EC2 instance role (SigV4, for API Gateway's AWS_IAM authorizer); the token moves to X-Lakeshore-Token")
+	fs.StringVar(&c.IAMRegion, "iam-region", "", "region --iam signs for (default: an execute-api control plane's, else the instance's from IMDS)")
 	if err := fs.Parse(args); err != nil {
 		return c, 0, err
 	}

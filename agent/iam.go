@@ -1,0 +1,283 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	"github.com/aws/aws-sdk-go-v2/credentials/ec2rolecreds"
+	"github.com/aws/aws-sdk-go-v2/feature/ec2/imds"
+	"github.com/dreamlake/lakeshore/shared/wire"
+)
+
+// IAM mode (--iam): the control plane's daemon routes sit behind API
+// Gateway's AWS_IAM authorizer, so every request nymph sends is signed with
+// AWS Signature V4 for execute-api using the EC2 instance role, and the
+// bearer token moves out of Authorization (which carries the signature)
+// into tokenHeader. docs/security.md, "IAM mode", has the design.
+
+const (
+	// tokenHeader carries the enrollment or worker token in IAM mode.
+	tokenHeader = wire.TokenHeader
+	// iamService is the SigV4 service name of API Gateway's invoke API.
+	iamService = "execute-api"
+	// iamExpiryWindow refreshes the role credentials this long before they
+	// expire, so a request signed just before expiry is not refused in
+	// flight (the SDK's own default chain uses the same window for them).
+	iamExpiryWindow = 5 * time.Minute
+	// iamCredentialsTimeout bounds one fetch of the role credentials from
+	// IMDS (token, role name, credentials, with the client's retries);
+	// the request's own deadline still applies.
+	iamCredentialsTimeout = 5 * time.Second
+	// iamRegionTimeout bounds the start-up lookup of the instance's region.
+	iamRegionTimeout = 2 * time.Second
+)
+
+// iamTransport signs each request with SigV4 for execute-api and moves its
+// bearer token into tokenHeader, then hands it to base.
+type iamTransport struct {
+	base   http.RoundTripper
+	creds  aws.CredentialsProvider // cached: one IMDS fetch per credentials lifetime
+	signer *v4.Signer
+	region string
+	// host is the control plane's (host[:port]): the only one signed for,
+	// so a redirect elsewhere gets neither a signature nor the role's
+	// session token.
+	host string
+	now  func() time.Time // signing time; nil: time.Now
+}
+
+var _ http.RoundTripper = (*iamTransport)(nil)
+
+// RoundTrip sends a signed copy of req. Like every RoundTripper it leaves
+// req itself alone (but for consuming and closing its body), so an
+// http.Client that follows a redirect starts again from the original, and
+// its stripping of Authorization on a cross-host redirect still keeps the
+// token from the other host.
+func (t *iamTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	body, err := drainBody(req)
+	if !strings.EqualFold(req.URL.Host, t.host) {
+		return nil, fmt.Errorf("iam: not signing a request to %s: only the control plane %s", req.URL.Host, t.host)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("iam: read request body: %w", err)
+	}
+	r := req.Clone(req.Context())
+	// The payload hash covers the body, so it is sent exactly as hashed
+	// and with a Content-Length (signed too), never chunked.
+	r.ContentLength = int64(len(body))
+	if len(body) == 0 {
+		r.Body, r.GetBody = http.NoBody, nil
+	} else {
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	}
+	moveToken(r.Header)
+
+	ctx, cancel := context.WithTimeout(r.Context(), iamCredentialsTimeout)
+	creds, err := t.creds.Retrieve(ctx)
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("iam: instance role credentials from IMDS: %w", err)
+	}
+	now := time.Now
+	if t.now != nil {
+		now = t.now
+	}
+	sum := sha256.Sum256(body)
+	if err := t.signer.SignHTTP(r.Context(), creds, r, hex.EncodeToString(sum[:]), iamService, t.region, now()); err != nil {
+		return nil, fmt.Errorf("iam: sign request: %w", err)
+	}
+	return t.base.RoundTrip(r)
+}
+
+// drainBody reads and closes req's body (nil when there is none).
+func drainBody(req *http.Request) ([]byte, error) {
+	if req.Body == nil || req.Body == http.NoBody {
+		return nil, nil
+	}
+	defer req.Body.Close()
+	return io.ReadAll(req.Body)
+}
+
+// moveToken takes the token of an "Authorization: Bearer <token>" header
+// into tokenHeader. Any Authorization header goes: the signature replaces
+// it.
+func moveToken(h http.Header) {
+	auth := h.Get("Authorization")
+	h.Del("Authorization")
+	scheme, tok, ok := strings.Cut(auth, " ")
+	if tok = strings.TrimSpace(tok); ok && strings.EqualFold(scheme, "Bearer") && tok != "" {
+		h.Set(tokenHeader, tok)
+	}
+}
+
+// iamHTTPClient returns a copy of hc whose requests are signed for IAM mode
+// (cfg.IAM): the region is cfg.IAMRegion, else the control plane's
+// execute-api host's, else the instance's from IMDS; the credentials are the
+// instance role's, from IMDSv2 at cfg.IMDSEndpoint (else
+// $AWS_EC2_METADATA_SERVICE_ENDPOINT, else the default), fetched on the first
+// request and cached until shortly before they expire.
+func iamHTTPClient(cfg Config, hc *http.Client, getenv func(string) string) (*http.Client, error) {
+	endpoint, err := iamIMDSEndpoint(cfg.IMDSEndpoint, getenv)
+	if err != nil {
+		return nil, err
+	}
+	md := newIAMIMDSClient(endpoint)
+	ctx, cancel := context.WithTimeout(context.Background(), iamRegionTimeout)
+	defer cancel()
+	region, source, err := iamRegion(ctx, cfg.IAMRegion, cfg.ControlPlane, md)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Logger != nil {
+		cfg.Logger.Info("iam mode: signing control-plane requests with the instance role",
+			"region", region, "region_source", source, "imds", endpoint)
+	}
+	base := hc.Transport
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	u, err := url.Parse(cfg.ControlPlane)
+	if err != nil {
+		return nil, fmt.Errorf("--control-plane: %w", err)
+	}
+	provider := ec2rolecreds.New(func(o *ec2rolecreds.Options) { o.Client = md })
+	cp := *hc
+	cp.Transport = &iamTransport{
+		base: base,
+		creds: aws.NewCredentialsCache(provider, func(o *aws.CredentialsCacheOptions) {
+			o.ExpiryWindow = iamExpiryWindow
+		}),
+		signer: v4.NewSigner(),
+		region: region,
+		host:   u.Host,
+	}
+	return &cp, nil
+}
+
+// iamIMDSEndpoint picks the IMDS base URL for the role credentials: the
+// configured one, else $AWS_EC2_METADATA_SERVICE_ENDPOINT, else the
+// default. AWS_EC2_METADATA_DISABLED=true (without a configured endpoint)
+// leaves IAM mode no credentials, which is an error.
+func iamIMDSEndpoint(configured string, getenv func(string) string) (string, error) {
+	if configured != "" {
+		return configured, nil
+	}
+	if strings.EqualFold(strings.TrimSpace(getenv("AWS_EC2_METADATA_DISABLED")), "true") {
+		return "", errors.New("--iam signs with the instance role's credentials from the EC2 instance metadata service, which AWS_EC2_METADATA_DISABLED=true turns off")
+	}
+	if env := getenv("AWS_EC2_METADATA_SERVICE_ENDPOINT"); env != "" {
+		return env, nil
+	}
+	return DefaultIMDSEndpoint, nil
+}
+
+// newIAMIMDSClient is an IMDSv2 client for endpoint with every setting
+// explicit (as instanceID's), so the SDK reads no environment behind our
+// back: no proxy (IMDS is link-local), no fallback to IMDSv1. Unlike the
+// machine-id lookup it keeps the SDK's retries: a credentials refresh that
+// fails stops every request.
+func newIAMIMDSClient(endpoint string) *imds.Client {
+	return imds.New(imds.Options{
+		HTTPClient:        awshttp.NewBuildableClient().WithTransportOptions(func(tr *http.Transport) { tr.Proxy = nil }),
+		Endpoint:          endpoint,
+		ClientEnableState: imds.ClientEnabled,
+		EnableFallback:    aws.FalseTernary,
+	})
+}
+
+// Where iamRegion found the region.
+const (
+	iamRegionFromFlag = "flag"
+	iamRegionFromHost = "control-plane-host"
+	iamRegionFromIMDS = "imds"
+)
+
+// iamRegion reports the region to sign for and where it came from: flag
+// (--iam-region) if set, else the region in an execute-api control-plane
+// host, else the instance's region from IMDS. None is an error naming
+// --iam-region.
+func iamRegion(ctx context.Context, flag, controlPlane string, md ec2rolecreds.GetMetadataAPIClient) (region, source string, err error) {
+	if flag != "" {
+		if !plausibleRegion(flag) {
+			return "", "", fmt.Errorf("--iam-region must be an AWS region such as us-east-1, got %q", flag)
+		}
+		return flag, iamRegionFromFlag, nil
+	}
+	u, err := url.Parse(controlPlane)
+	if err != nil {
+		return "", "", fmt.Errorf("--control-plane: %w", err)
+	}
+	if r, ok := executeAPIRegion(u.Hostname()); ok {
+		return r, iamRegionFromHost, nil
+	}
+	r, err := imdsRegion(ctx, md)
+	if err == nil {
+		return r, iamRegionFromIMDS, nil
+	}
+	return "", "", fmt.Errorf("--iam: no AWS region to sign for: %s is not an execute-api host (<id>.execute-api.<region>.amazonaws.com) and the instance metadata service did not give one (%w); pass --iam-region", u.Hostname(), err)
+}
+
+// imdsRegion asks IMDS for the instance's region (placement/region: a bare
+// name, unlike the SDK's GetRegion, which parses the whole instance
+// identity document for it).
+func imdsRegion(ctx context.Context, md ec2rolecreds.GetMetadataAPIClient) (string, error) {
+	out, err := md.GetMetadata(ctx, &imds.GetMetadataInput{Path: "placement/region"})
+	if err != nil {
+		return "", err
+	}
+	defer out.Content.Close()
+	b, err := io.ReadAll(io.LimitReader(out.Content, 64))
+	if err != nil {
+		return "", err
+	}
+	if r := strings.TrimSpace(string(b)); plausibleRegion(r) {
+		return r, nil
+	}
+	return "", fmt.Errorf("implausible region %q", b)
+}
+
+// executeAPIRegion reports the region of an API Gateway invoke host,
+// <id>.execute-api.<region>.amazonaws.com or .amazonaws.com.cn.
+func executeAPIRegion(host string) (string, bool) {
+	labels := strings.Split(strings.ToLower(strings.TrimSuffix(host, ".")), ".")
+	if len(labels) < 5 || labels[0] == "" || labels[1] != "execute-api" {
+		return "", false
+	}
+	switch suffix := strings.Join(labels[3:], "."); suffix {
+	case "amazonaws.com", "amazonaws.com.cn":
+	default:
+		return "", false
+	}
+	if !plausibleRegion(labels[2]) {
+		return "", false
+	}
+	return labels[2], true
+}
+
+// plausibleRegion reports whether s could be a region name (us-east-1,
+// cn-north-1, us-gov-west-1): lower-case letters, digits and inner
+// hyphens.
+func plausibleRegion(s string) bool {
+	if s == "" || len(s) > 32 || strings.HasPrefix(s, "-") || strings.HasSuffix(s, "-") || !strings.Contains(s, "-") {
+		return false
+	}
+	for _, c := range s {
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' {
+			return false
+		}
+	}
+	return true
+}

@@ -12,7 +12,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"net/http/httputil"
 	"net/textproto"
 	"net/url"
 	"path/filepath"
@@ -23,11 +22,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 
+	"github.com/dreamlake/lakeshore/shared/api"
 	"github.com/dreamlake/lakeshore/shared/api/apitest"
 	"github.com/dreamlake/lakeshore/shared/client"
+	"github.com/dreamlake/lakeshore/shared/lambdahttp"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
@@ -216,10 +218,6 @@ func (p *sigV4Plane) serve(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, `{}`)
 		return
 	}
-	// Past the authorizer the router of an IAM-mode control plane reads
-	// the token from X-Lakeshore-Token; the test router reads Bearer.
-	r.Header.Set("Authorization", "Bearer "+tok)
-	r.Header.Del(tokenHeader)
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	p.next.ServeHTTP(w, r)
 }
@@ -363,16 +361,16 @@ func (c credentialsFunc) Retrieve(context.Context) (aws.Credentials, error) {
 // arrive signed with the instance role's credentials, fetched from IMDS
 // once.
 func TestIAMAgentEndToEnd(t *testing.T) {
-	p := apitest.New(t)
+	p := apitest.New(t, func(c *api.Config) { c.DaemonAuth = api.DaemonAuthIAM })
 	f := newIAMIMDS(t, "ap-southeast-2")
-	target, _ := url.Parse(p.URL)
-	plane := newSigV4Plane(t, "ap-southeast-2", httputil.NewSingleHostReverseProxy(target))
+	plane := newSigV4Plane(t, "ap-southeast-2", apiGateway(p.Handler, iamTestInstance))
 	op := client.New(p.URL, apitest.OperatorToken)
 	inv, _, err := op.Submit(context.Background(), wire.SubmitRequest{Queue: "q", Argv: []string{"true"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := iamTestConfig(t, plane.URL, f.URL)
+	cfg.MachineID = iamTestInstance // IAM mode: the machine is the calling instance
 	cfg.PollInterval = 50 * time.Millisecond
 	a, err := New(cfg)
 	if err != nil {
@@ -404,6 +402,34 @@ func TestIAMAgentEndToEnd(t *testing.T) {
 	if n, l := f.credGETs.Load(), f.roleLists.Load(); n != 1 || l != 1 {
 		t.Errorf("credentials fetched %d times (role listed %d) for %d requests; want once", n, l, len(plane.check(t)))
 	}
+}
+
+// iamTestInstance is the instance the fake role session belongs to.
+const iamTestInstance = "i-0123456789abcdef0"
+
+// apiGateway is what API Gateway does behind its AWS_IAM authorizer, once
+// the signature checked out (sigV4Plane): the request becomes a payload 2.0
+// event carrying the verified caller, here instance's role session, and the
+// real router in IAM mode answers it through the Lambda handler.
+func apiGateway(router http.Handler, instance string) http.Handler {
+	fn := lambdahttp.Handler(router)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ev, err := lambdahttp.Event(r, r.Method+" "+r.URL.Path, nil, time.Now())
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		ev.RequestContext.Authorizer = &events.APIGatewayV2HTTPRequestContextAuthorizerDescription{
+			IAM: &events.APIGatewayV2HTTPRequestContextAuthorizerIAMDescription{
+				UserARN: "arn:aws:sts::123456789012:assumed-role/lakeshore-fleet/" + instance}}
+		resp, err := fn(r.Context(), ev)
+		if err == nil {
+			err = lambdahttp.WriteResponse(w, resp)
+		}
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+		}
+	})
 }
 
 // TestIAMCredentialsCached: concurrent and sequential requests share one

@@ -6,6 +6,7 @@ package apitest
 import (
 	"context"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"testing"
 	"time"
@@ -30,6 +31,9 @@ type Plane struct {
 	Store  *store.Store
 	DB     *dynamodb.Client
 	Prefix string
+	// Handler is the router itself, for tests that put their own front in
+	// place of the loopback server (an API Gateway stand-in, say).
+	Handler http.Handler
 }
 
 // New starts a control plane for the length of the test. Options adjust the
@@ -59,5 +63,5 @@ func New(t testing.TB, opts ...func(*api.Config)) *Plane {
 	}
 	hs := httptest.NewServer(srv)
 	t.Cleanup(hs.Close)
-	return &Plane{URL: hs.URL, Store: st, DB: db, Prefix: prefix}
+	return &Plane{URL: hs.URL, Store: st, DB: db, Prefix: prefix, Handler: srv}
 }

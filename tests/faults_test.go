@@ -544,9 +544,9 @@ func TestZZFaultReport(t *testing.T) {
 		t.Skip("no report requested or no fault ran")
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "%-42s %5s %5s %7s %12s %18s %8s\n", "fault", "invs", "lost", "double", "redelivered", "handed back after", "re-ran")
+	fmt.Fprintf(&b, "%-46s %5s %5s %7s %12s %18s %8s\n", "fault", "invs", "lost", "double", "redelivered", "handed back after", "re-ran")
 	for _, r := range report {
-		fmt.Fprintf(&b, "%-42s %5d %5d %7d %12d %17.1fs %8d\n", r.fault, r.invocations, r.lost, r.doubleCounted,
+		fmt.Fprintf(&b, "%-46s %5d %5d %7d %12d %17.1fs %8d\n", r.fault, r.invocations, r.lost, r.doubleCounted,
 			r.redelivered, r.worstRedelivery.Seconds(), r.executionsRepeated)
 	}
 	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"maps"
 	"net/http"
+	"path"
 	"slices"
 	"strings"
 	"time"
@@ -133,7 +134,17 @@ func Routes() []string {
 }
 
 // ServeHTTP answers a request; unknown routes and methods get JSON errors.
+//
+// A path that is not canonical ("//", "/./", "/../", a trailing "/") is
+// answered 404 here: ServeMux would redirect it with an HTML body, and a
+// client that follows a redirect may send a POST twice.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// The escaped path, as ServeMux matches it: "..%2F" inside a segment
+	// is that segment's value (and an id check refuses it), not a step up.
+	if p := r.URL.EscapedPath(); p != "/" && path.Clean(p) != p {
+		writeError(w, wire.Errorf(wire.CodeNoRoute, "no route %s %s: the path is not canonical (try %s)", r.Method, p, path.Clean("/"+p)))
+		return
+	}
 	if _, pattern := s.mux.Handler(r); pattern == "" {
 		s.noRoute(w, r)
 		return

@@ -259,3 +259,26 @@ func TestHealthzNeedsNoToken(t *testing.T) {
 
 // b64 encodes a cursor the way the API does, with arbitrary content.
 func b64(s string) string { return base64.RawURLEncoding.EncodeToString([]byte(s)) }
+
+// TestUncleanPathsAreJSON404: "//", "/./", "/../" and trailing slashes get
+// the wire API's 404, not ServeMux's HTML redirect (which a client that
+// follows redirects could turn into a second POST), and change nothing.
+func TestUncleanPathsAreJSON404(t *testing.T) {
+	h := newHarness(t)
+	w := h.hello("m", "b")
+	for _, tc := range []struct{ method, path string }{
+		{"GET", "/v1/./healthz"},
+		{"GET", "/v1/workers//" + w.id},
+		{"GET", "/v1/invocations/../workers"},
+		{"GET", "/v1/workers/"},
+		{"POST", "/v1/daemon//poll"},
+		{"POST", "/v1/daemon/./bye"},
+	} {
+		t.Run(tc.method+" "+tc.path, func(t *testing.T) {
+			h.unchanged(t, func() {
+				h.do(tc.method, tc.path, operatorToken, wire.ByeRequest{WorkerID: w.id, Reason: wire.ByeIdle}).
+					wantError(t, http.StatusNotFound, wire.CodeNoRoute)
+			})
+		})
+	}
+}

@@ -309,14 +309,10 @@ func (g *lambdaGateway) invokeLogged(ctx context.Context, fn string) error {
 	if err != nil {
 		return err
 	}
-	var res map[string]any
-	if json.Unmarshal(out, &res) == nil {
-		for _, k := range []string{"Requeued", "Changed", "requeued", "changed"} {
-			if n, ok := res[k].(float64); ok && n > 0 {
-				g.log.Info(fn+" did work", "result", res)
-				break
-			}
-		}
+	// The reaper answers store.SweepResult, hoststatus hoststatus.Result.
+	var res struct{ Requeued, Changed int }
+	if json.Unmarshal(out, &res) == nil && res.Requeued+res.Changed > 0 {
+		g.log.Info(fn+" did work", "result", json.RawMessage(out))
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -93,18 +94,29 @@ func TestPoolInvokesAndReusesWarmInstances(t *testing.T) {
 }
 
 // TestPoolScalesOutUpToItsLimit: concurrent invocations run on separate
-// emulators, never more than MaxConcurrency; the rest wait their turn.
+// emulators, never more than MaxConcurrency; the rest wait their turn. The
+// bodies block on a file until both emulators are up, so no timing decides
+// how many start.
 func TestPoolScalesOutUpToItsLimit(t *testing.T) {
 	p, _ := testPool(t, 2)
+	release := filepath.Join(t.TempDir(), "release")
+	event := fmt.Sprintf(`{"wait_file":%q}`, release)
 	var wg sync.WaitGroup
 	pids := make([]int, 5)
 	errs := make([]error, 5)
 	for i := range 5 {
 		wg.Go(func() {
 			var a answer
-			a, errs[i] = invoke(t, p, `{"sleep_ms":300}`)
+			a, errs[i] = invoke(t, p, event)
 			pids[i] = a.PID
 		})
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for p.Stats().Instances < 2 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := os.WriteFile(release, nil, 0o600); err != nil {
+		t.Fatal(err)
 	}
 	wg.Wait()
 	distinct := map[int]bool{}

@@ -1,5 +1,6 @@
 // Command fn is a Lambda function for the rie package's tests: it echoes
-// its event, sleeps for {"sleep_ms": N}, and fails for {"fail": "why"}.
+// its event, sleeps for {"sleep_ms": N}, waits for {"wait_file": path} to
+// exist, fails for {"fail": "why"} and exits for {"exit": true}.
 package main
 
 import (
@@ -13,9 +14,10 @@ import (
 )
 
 type event struct {
-	SleepMS int    `json:"sleep_ms"`
-	Fail    string `json:"fail"`
-	Exit    bool   `json:"exit"`
+	SleepMS  int    `json:"sleep_ms"`
+	Fail     string `json:"fail"`
+	Exit     bool   `json:"exit"`
+	WaitFile string `json:"wait_file"`
 }
 
 func main() {
@@ -28,6 +30,12 @@ func main() {
 			os.Exit(3)
 		}
 		time.Sleep(time.Duration(ev.SleepMS) * time.Millisecond)
+		for ev.WaitFile != "" && ctx.Err() == nil {
+			if _, err := os.Stat(ev.WaitFile); err == nil {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
 		if ev.Fail != "" {
 			return nil, errors.New(ev.Fail)
 		}

@@ -1,4 +1,4 @@
-# Lakeshore build, test and check targets. Names are pinned (DESIGN §8).
+# Lakeshore build, test and check targets. Names are pinned (docs/design.md §8).
 GO        ?= go
 BIN       := bin
 DIST      := dist

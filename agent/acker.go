@@ -54,7 +54,7 @@ type AckerOptions struct {
 	OnAnswered func(a SpooledAck, resp wire.AckResponse, err error)
 }
 
-// Acker delivers acks until the control plane answers them (DESIGN §6):
+// Acker delivers acks until the control plane answers them (docs/design.md §6):
 // each ack is spooled first, so one the control plane has not answered when
 // the daemon stops is sent again by the next daemon on the same state dir.
 // An Acker is safe for concurrent use.

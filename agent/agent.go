@@ -5,9 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"os"
+	"runtime/debug"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -26,7 +29,8 @@ const (
 )
 
 // ErrHelloFailed is returned by Run when hello was refused or its retries ran
-// out; the process exits 1.
+// out: exit 1, or exit 3 when the error also matches ErrHelloRefused
+// (ExitCode).
 var ErrHelloFailed = errors.New("hello failed")
 
 // Agent is one nymph process.
@@ -53,10 +57,20 @@ type Agent struct {
 	// testHookRunStarted, when set, is called on the loop's goroutine as
 	// each body starts (tests synchronise on it instead of sleeping).
 	testHookRunStarted func(invocationID string)
+	// testHookPolled, when set, is called on the loop's goroutine after
+	// each poll the control plane answered, with what it carried.
+	testHookPolled func(req wire.PollRequest)
 
 	// spot: EC2 spot notices for the loop (spot.go); nil when not watching.
 	spotc        <-chan SpotNotice
 	spotInterval time.Duration // tests; zero: DefaultSpotInterval
+
+	// testRunnerConfig, when set, adjusts the runner's config before Run
+	// makes the runner (tests: hooks, the group liveness check).
+	testRunnerConfig func(*RunnerConfig)
+	// finishSlack is how much longer than --kill-after finish waits for
+	// killed bodies (zero: defaultFinishSlack; tests shorten it).
+	finishSlack time.Duration
 }
 
 // New returns an agent for cfg; Run starts it.
@@ -125,14 +139,31 @@ type state struct {
 	setupQueue   []wire.Command      // CP setup commands not yet run, in order
 	setupSeen    map[string]bool
 	setupResults []wire.SetupResult // finished, not yet reported
-	setupBusy    bool
-	hostSetupOK  bool
-	hostSetupErr bool
+	setupBusy    bool               // a setup command (host or CP) runs
+	hostSetupOK  bool               // every --host-setup command succeeded
+	// hostSetupErr: a --host-setup command failed and is not being rerun.
+	// The daemon stays in setup (never claims) but runs control-plane setup
+	// commands, so an operator can repair the host; after one succeeds the
+	// host setup reruns from hostSetupNext, the command that failed.
+	hostSetupErr     bool
+	hostSetupNext    int
+	hostSetupFailure wire.SetupResult // what failed, reported again to a new worker after a re-hello
+	hostSetupRerun   bool             // a CP setup command succeeded since the failure
+	// setupCtx bounds every setup command: cancelled when the daemon
+	// terminates, so a hung one is killed (SIGTERM, --kill-after, SIGKILL)
+	// instead of outliving the process; setupWG counts their goroutines.
+	setupCtx  context.Context
+	stopSetup context.CancelFunc
+	setupWG   sync.WaitGroup
+	loopDone  chan struct{} // closed as the loop returns: no one reads setupc any more
+
 	draining     bool
 	byeReason    string
+	helloErr     error // why the hello after a 410/401 failed: what Run returns
 	idleSince    time.Time
 	pollFailures int
 	spotReclaim  time.Time // spot: when EC2 reclaims the instance (zero: no notice)
+	abandoned    int       // runs whose outcome is not known, for bye's inflight_abandoned
 }
 
 type setupDone struct {
@@ -142,8 +173,14 @@ type setupDone struct {
 }
 
 // Run runs the daemon until it has drained and said bye (nil), or hello
-// failed (ErrHelloFailed), or start-up failed.
-func (a *Agent) Run(ctx context.Context) error {
+// failed (ErrHelloFailed), or start-up failed. Any other error — start-up,
+// or the loop's panic (ErrLoopPanicked) — reads failed:runtime in health.
+func (a *Agent) Run(ctx context.Context) (err error) {
+	defer func() {
+		if err != nil && !errors.Is(err, ErrHelloFailed) && !errors.Is(err, ErrHostSetupFailed) {
+			a.health.Failed(FailedRuntime)
+		}
+	}()
 	cfg := a.cfg
 	// A stop before the loop runs (during boot or hello's retries) cancels
 	// what is under way; inside the loop it starts the drain.
@@ -205,10 +242,14 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	cancelResend()
 
-	a.runner = NewRunner(RunnerConfig{
+	rcfg := RunnerConfig{
 		Workdir: cfg.Workdir, KillAfter: cfg.KillAfter,
 		BaseEnv: DefaultBaseEnv(os.Getenv, cfg.PassEnv...), Logger: a.log, RunAs: a.runAs,
-	})
+	}
+	if a.testRunnerConfig != nil {
+		a.testRunnerConfig(&rcfg)
+	}
+	a.runner = NewRunner(rcfg)
 	hello := wire.HelloRequest{
 		MachineID: machineID, BootID: bootID, Label: cfg.Label, Tags: cfg.Tags,
 		Lanes:        []string{cfg.Queue},
@@ -228,10 +269,12 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	a.runner.cfg.WorkerID = st.sess.workerID
-	return a.loop(ctx, st, hello)
+	return a.runLoop(ctx, st, hello)
 }
 
-// hello says hello with bounded, jittered retries.
+// hello says hello with bounded, jittered retries. Its error matches
+// ErrHelloFailed, and ErrHelloRefused too when the answer was 401 or 403
+// (never retried).
 func (a *Agent) hello(ctx context.Context, req wire.HelloRequest) (session, error) {
 	enroll := client.New(a.cfg.ControlPlane, a.cfg.EnrollToken, client.WithHTTPClient(a.cfg.HTTP))
 	backoff := helloBackoffMin
@@ -249,8 +292,14 @@ func (a *Agent) hello(ctx context.Context, req wire.HelloRequest) (session, erro
 			return s, err
 		}
 		if !client.Retryable(err) || attempt >= a.cfg.HelloAttempts || ctx.Err() != nil {
-			a.log.Error("hello failed", "attempt", attempt, "error", err.Error())
-			return session{}, fmt.Errorf("%w: %v", ErrHelloFailed, err)
+			// 401/403: the enrollment token is wrong or revoked; the same
+			// token gets the same answer however often it asks.
+			refused := errors.Is(err, wire.ErrUnauthorized) || errors.Is(err, wire.ErrForbidden)
+			a.log.Error("hello failed", "attempt", attempt, "refused", refused, "error", err.Error())
+			if refused {
+				return session{}, fmt.Errorf("%w: %w: %w", ErrHelloFailed, ErrHelloRefused, err)
+			}
+			return session{}, fmt.Errorf("%w: %w", ErrHelloFailed, err)
 		}
 		a.log.Warn("hello failed; retrying", "attempt", attempt, "error", err.Error())
 		if !sleep(ctx, jitter(backoff)) {
@@ -284,9 +333,19 @@ func (a *Agent) newSession(res wire.HelloResponse) (session, error) {
 }
 
 // loop is the phase machine: setup → ready → draining → terminating.
-func (a *Agent) loop(ctx context.Context, st *state, hello wire.HelloRequest) error {
+func (a *Agent) loop(ctx context.Context, st *state, hello wire.HelloRequest) (err error) {
 	cfg := a.cfg
 	a.setupc = make(chan setupDone, 1)
+	st.setupCtx, st.stopSetup = context.WithCancel(ctx)
+	st.loopDone = make(chan struct{})
+	defer func() {
+		a.endSetups(st)
+		// Leaving by keep-alive with a host setup nobody repaired is not a
+		// clean exit: the service manager and the operator must see it.
+		if err == nil && st.byeReason == wire.ByeIdle && !st.hostSetupOK {
+			err = ErrHostSetupFailed
+		}
+	}()
 	runDone := make(chan *running, cfg.Capacity+1)
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
@@ -299,9 +358,9 @@ func (a *Agent) loop(ctx context.Context, st *state, hello wire.HelloRequest) er
 	}
 	a.setPhase(st, wire.PhaseSetup)
 	a.health.PollerRunning(true)
-	go a.runHostSetup(ctx)
-	st.setupBusy = len(cfg.HostSetup) > 0
-	if !st.setupBusy {
+	if len(cfg.HostSetup) > 0 {
+		a.startHostSetup(st, 0)
+	} else {
 		st.hostSetupOK = true
 	}
 
@@ -328,7 +387,7 @@ func (a *Agent) loop(ctx context.Context, st *state, hello wire.HelloRequest) er
 			}
 			timer.Reset(0)
 		case ev := <-a.setupc:
-			a.setupFinished(ctx, st, ev)
+			a.setupFinished(st, ev)
 			kick()
 		case r := <-runDone:
 			a.runFinished(ctx, st, r)
@@ -336,9 +395,17 @@ func (a *Agent) loop(ctx context.Context, st *state, hello wire.HelloRequest) er
 		case <-tick.C:
 			a.health.Tick()
 			a.health.SetInflight(len(st.runs))
-			if cfg.KeepAlive > 0 && !st.draining && st.phase == wire.PhaseReady && len(st.runs) == 0 &&
-				!st.setupBusy && time.Since(st.idleSince) >= cfg.KeepAlive {
-				a.log.Info("idle for keep-alive; draining", "keep_alive", cfg.KeepAlive)
+			// Idle is ready with nothing to do, or stuck in setup on a failed
+			// host setup that no setup command is repairing: such a worker
+			// must not burn its instance for ever.
+			idle := st.phase == wire.PhaseReady || (st.phase == wire.PhaseSetup && st.hostSetupErr)
+			if cfg.KeepAlive > 0 && !st.draining && idle && len(st.runs) == 0 &&
+				!st.setupBusy && len(st.setupQueue) == 0 && time.Since(st.idleSince) >= cfg.KeepAlive {
+				if st.hostSetupErr {
+					a.log.Error("host setup failed and was not repaired within keep-alive; draining", "keep_alive", cfg.KeepAlive)
+				} else {
+					a.log.Info("idle for keep-alive; draining", "keep_alive", cfg.KeepAlive)
+				}
 				a.startDrain(st, wire.ByeIdle)
 				kick()
 			}
@@ -388,6 +455,9 @@ func (a *Agent) loop(ctx context.Context, st *state, hello wire.HelloRequest) er
 			a.terminate(st)
 			kick()
 		}
+		if st.phase == wire.PhaseTerminating {
+			st.stopSetup() // a setup command still running is killed with the bodies
+		}
 	}
 }
 
@@ -401,8 +471,9 @@ func (a *Agent) startDrain(st *state, reason string) {
 }
 
 // terminate ends the drain: every body still running is killed
-// (SIGTERM to its process group, then SIGKILL after --kill-after) and
-// abandoned to the control plane, which hands it out again after bye.
+// (SIGTERM to its process group, then SIGKILL after --kill-after) and,
+// unless it had ended on its own first, abandoned to the control plane,
+// which hands it out again after bye (finish).
 func (a *Agent) terminate(st *state) {
 	if st.phase == wire.PhaseTerminating {
 		return
@@ -417,35 +488,153 @@ func (a *Agent) terminate(st *state) {
 	}
 }
 
-// finish waits for killed bodies, flushes acks (bounded) and says bye once.
+// defaultFinishSlack is how much longer than --kill-after finish waits for
+// the bodies terminate killed: the runner's killConfirmWait, and margin.
+const defaultFinishSlack = 5 * time.Second
+
+// finish waits for the bodies terminate killed (bounded), acks every
+// outcome that is known, flushes the acks within the bye budget and then
+// says bye once, with inflight_abandoned counting only the runs whose
+// outcome is not known.
 func (a *Agent) finish(st *state) error {
-	abandoned := 0
-	deadline := time.After(a.cfg.KillAfter + 5*time.Second)
-	for id, r := range st.runs {
-		select {
-		case <-r.run.Done():
-		case <-deadline:
-		}
-		if o := r.run.Outcome(); o.Abandoned || !isDone(r.run) {
-			abandoned++
-		} else {
-			a.submitAck(context.Background(), r, o)
-		}
-		delete(st.runs, id)
-	}
-	flushCtx, cancel := context.WithTimeout(context.Background(), byeTimeout+a.cfg.KillAfter)
-	if left := a.acker.Flush(flushCtx); left > 0 {
-		a.log.Warn("acks still pending at exit; they stay spooled for the next start", "pending", left)
-	}
-	cancel()
-	a.bye(st, abandoned)
+	a.reap(st)
+	a.flushAcks()
+	a.bye(st, st.abandoned)
 	a.health.PollerRunning(false)
 	a.health.Stopped()
-	a.log.Info("exit", "reason", st.byeReason, "inflight_abandoned", abandoned)
+	a.log.Info("exit", "reason", st.byeReason, "inflight_abandoned", st.abandoned)
 	if st.byeReason == wire.ByeHelloFailed {
+		if st.helloErr != nil {
+			return st.helloErr // a refusal matches ErrHelloRefused too (exit 3)
+		}
 		return ErrHelloFailed
 	}
 	return nil
+}
+
+// reap settles every run still in st.runs: first those already over (their
+// acks go out at once), then each of the others once it is over, until
+// --kill-after plus the finish slack has passed. A body still running then
+// could not be confirmed dead: that fails the shutdown (failed:shutdown)
+// and it is handed back, counted in inflight_abandoned.
+func (a *Agent) reap(st *state) {
+	slack := a.finishSlack
+	if slack <= 0 {
+		slack = defaultFinishSlack
+	}
+	wait := a.cfg.KillAfter + slack
+	deadline, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	ids := slices.Sorted(maps.Keys(st.runs))
+	for _, id := range ids {
+		if r := st.runs[id]; isDone(r.run) {
+			delete(st.runs, id)
+			a.settle(context.Background(), st, r)
+		}
+	}
+	for _, id := range ids {
+		r, ok := st.runs[id]
+		if !ok {
+			continue
+		}
+		delete(st.runs, id)
+		select {
+		case <-r.run.Done():
+			a.settle(context.Background(), st, r)
+			continue
+		case <-deadline.Done():
+		}
+		st.abandoned++
+		if st.phase == wire.PhaseTerminating {
+			a.health.Failed(FailedShutdown)
+		}
+		pid := r.run.Pid()
+		a.log.Error("cleanup not confirmed: the run was still going at the shutdown deadline; handing it back (counted in inflight_abandoned) although its processes may still be running",
+			"invocation_id", id, "attempt", r.run.Attempt(), "pid", pid, "pgid", pid, "waited", wait)
+	}
+	a.health.SetInflight(0)
+}
+
+// settle closes the books on a run whose outcome is final. A known outcome
+// is acked, even one that came in while the daemon terminated: it is never
+// handed back as abandoned work. An abandoned one (killed before it ended)
+// is counted for bye, which hands it back. A process group of the run that
+// outlived its SIGKILL is logged as an error and, at shutdown, fails it
+// (failed:shutdown).
+func (a *Agent) settle(ctx context.Context, st *state, r *running) {
+	o := r.run.Outcome()
+	id, attempt := r.run.InvocationID(), r.run.Attempt()
+	if pgid, pids := r.run.Unconfirmed(); pgid != 0 {
+		if st.phase == wire.PhaseTerminating {
+			a.health.Failed(FailedShutdown)
+		}
+		msg := "cleanup not confirmed: processes of a finished run outlived SIGKILL; its outcome is acked"
+		if o.Abandoned {
+			msg = "cleanup not confirmed: processes of the run outlived SIGKILL; handing it back (counted in inflight_abandoned) although they may still be running"
+		}
+		a.log.Error(msg, "invocation_id", id, "attempt", attempt, "pid", r.run.Pid(), "pgid", pgid, "pids", pids)
+	}
+	if o.Abandoned {
+		st.abandoned++
+		a.log.Info("abandoned: killed before it ended; bye hands it back to the queue (counted in inflight_abandoned)",
+			"invocation_id", id, "attempt", attempt)
+		return
+	}
+	a.submitAck(ctx, r, o)
+}
+
+// flushAcks waits, within the bye budget, for every ack in flight to be
+// answered, so an outcome that is known reaches the control plane before
+// bye hands the worker's work back.
+func (a *Agent) flushAcks() {
+	ctx, cancel := context.WithTimeout(context.Background(), byeTimeout)
+	defer cancel()
+	if left := a.acker.Flush(ctx); left > 0 {
+		a.log.Warn("acks still unanswered at bye; they stay spooled and the next start sends them again (the first outcome counts), but bye may hand their invocations out again meanwhile",
+			"pending", left, "invocation_ids", a.acker.Pending())
+	}
+}
+
+// ErrLoopPanicked is returned by Run when its loop panicked (failed:runtime).
+var ErrLoopPanicked = errors.New("the agent's loop panicked")
+
+// runLoop runs the loop. A panic in it is a runtime failure: it is logged
+// with its stack, health reads failed:runtime, and salvage stops what runs.
+func (a *Agent) runLoop(ctx context.Context, st *state, hello wire.HelloRequest) (err error) {
+	defer func() {
+		p := recover()
+		if p == nil {
+			return
+		}
+		a.health.Failed(FailedRuntime)
+		a.log.Error("the agent's loop panicked; stopping every body and exiting", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+		err = fmt.Errorf("%w: %v", ErrLoopPanicked, p)
+		a.salvage(st)
+	}()
+	return a.loop(ctx, st, hello)
+}
+
+// salvage ends a daemon whose loop panicked, without trusting the loop's
+// state machine: every body is killed and waited for (bounded), known
+// outcomes are acked and flushed. There is no bye — none of its reasons
+// says "crashed" — so the control plane treats the worker as any crashed
+// one and hands its work back once it is stale (or as soon as the
+// restarted daemon says hello, from a new boot id). A panic here is logged
+// and ends it.
+func (a *Agent) salvage(st *state) {
+	defer func() {
+		if p := recover(); p != nil {
+			a.log.Error("panicked again while stopping after a panic; bodies may outlive the daemon", "panic", fmt.Sprint(p))
+		}
+		a.health.PollerRunning(false)
+		a.health.Stopped()
+	}()
+	for _, r := range st.runs {
+		r.run.Kill()
+	}
+	a.reap(st)
+	a.flushAcks()
+	a.log.Error("exit after a panic, without bye", "inflight_abandoned", st.abandoned)
 }
 
 func isDone(r *Run) bool {
@@ -483,6 +672,8 @@ func (a *Agent) setPhase(st *state, phase string) {
 // wait before the next.
 func (a *Agent) poll(ctx context.Context, st *state, hello wire.HelloRequest, runDone chan<- *running) time.Duration {
 	a.maybeReady(st)
+	// At most a poll's worth of setup results; the rest go with the next.
+	sent := st.setupResults[:min(len(st.setupResults), wire.MaxSetupResults)]
 	req := wire.PollRequest{
 		WorkerID:            st.sess.workerID,
 		Queue:               a.cfg.Queue,
@@ -490,7 +681,7 @@ func (a *Agent) poll(ctx context.Context, st *state, hello wire.HelloRequest, ru
 		Phase:               st.phase,
 		HostKey:             hello.HostKey,
 		UpdatedCapabilities: &wire.Capabilities{MaxConcurrency: &a.cfg.Capacity, CurrentInvocations: ptr(len(st.runs))},
-		SetupResults:        st.setupResults,
+		SetupResults:        sent,
 	}
 	pctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	if ctx.Err() != nil { // shutting down: the last polls must still go out
@@ -518,11 +709,23 @@ func (a *Agent) poll(ctx context.Context, st *state, hello wire.HelloRequest, ru
 		if herr != nil {
 			a.health.Failed("failed:registration")
 			st.byeReason = wire.ByeHelloFailed
+			st.helloErr = herr // a refusal exits 3, not 1
 			a.terminate(st)
 			return 0
 		}
 		st.sess = sess
 		a.runner.cfg.WorkerID = sess.workerID
+		if st.hostSetupErr {
+			// The new worker must show why it claims nothing, too.
+			st.setupResults = append(st.setupResults, st.hostSetupFailure)
+		}
+		return 0
+	case errors.Is(err, wire.ErrInvalid) && slices.ContainsFunc(sent, isHostSetupResult):
+		// A control plane older than host-setup reports refuses a result
+		// without a command id, and would refuse every heartbeat carrying
+		// it: drop those reports (the log has them) rather than go stale.
+		a.log.Warn("the control plane refused host-setup results; not reporting them", "error", err.Error())
+		st.setupResults = slices.DeleteFunc(st.setupResults, isHostSetupResult)
 		return 0
 	case err != nil:
 		st.pollFailures++
@@ -532,7 +735,10 @@ func (a *Agent) poll(ctx context.Context, st *state, hello wire.HelloRequest, ru
 		return jitter(max(wait, st.sess.interval))
 	}
 	st.pollFailures = 0
-	st.setupResults = nil
+	st.setupResults = st.setupResults[len(sent):]
+	if a.testHookPolled != nil {
+		a.testHookPolled(req)
+	}
 	gotWork := false
 	for _, c := range resp.Commands {
 		switch c.Type {
@@ -545,7 +751,11 @@ func (a *Agent) poll(ctx context.Context, st *state, hello wire.HelloRequest, ru
 			}
 		case wire.CommandCancel:
 			if r, ok := st.runs[c.InvocationID]; ok {
-				a.log.Info("cancel", "invocation_id", c.InvocationID, "attempt", r.run.Attempt())
+				// reason "superseded": this attempt no longer counts (its work
+				// was handed out again, or an outcome won); its cancelled ack
+				// is a no-op. "operator": somebody cancelled the invocation.
+				// An old control plane sends none.
+				a.log.Info("cancel", "invocation_id", c.InvocationID, "attempt", r.run.Attempt(), "reason", c.Reason)
 				r.run.Cancel()
 			}
 		case wire.CommandDrain:
@@ -555,7 +765,7 @@ func (a *Agent) poll(ctx context.Context, st *state, hello wire.HelloRequest, ru
 			}
 		}
 	}
-	a.nextSetup(ctx, st)
+	a.nextSetup(st)
 	switch {
 	case st.draining:
 		a.health.SetRunState(RunDraining)
@@ -648,11 +858,7 @@ func (a *Agent) runFinished(ctx context.Context, st *state, r *running) {
 	if len(st.runs) == 0 {
 		st.idleSince = time.Now()
 	}
-	o := r.run.Outcome()
-	if o.Abandoned {
-		return
-	}
-	a.submitAck(ctx, r, o)
+	a.settle(ctx, st, r)
 }
 
 // ackAnswered records an ack's final answer in the health record: any
@@ -685,67 +891,149 @@ func (a *Agent) submitAck(ctx context.Context, r *running, o Outcome) {
 	a.log.Info("finished", "invocation_id", ack.Ack.InvocationID, "attempt", ack.Ack.Attempt, "state", o.State, "duration", o.Duration)
 }
 
-// runHostSetup runs --host-setup commands in order, each with sh -c, and
-// reports each on events. A failing command stops the rest: the worker stays
-// in setup (heartbeating, never claiming) so an operator sees it.
-func (a *Agent) runHostSetup(ctx context.Context) {
-	for i, cmd := range a.cfg.HostSetup {
-		code, tail, dur, err := a.runner.Exec(ctx, []string{"/bin/sh", "-c", cmd}, a.cfg.Workdir)
-		res := wire.SetupResult{Status: wire.SetupSucceeded, ExitCode: code, DurationMS: dur.Milliseconds(), OutputTail: tail}
-		if err != nil || code != 0 {
-			res.Status = wire.SetupFailed
-		}
-		last := i == len(a.cfg.HostSetup)-1 || res.Status == wire.SetupFailed
-		select {
-		case a.setupc <- setupDone{result: res, host: true, index: i}:
-		case <-ctx.Done():
-			return
-		}
-		if last {
+// startHostSetup runs the --host-setup commands from index from on (0 at
+// start; the one that failed on a rerun), off the loop's goroutine.
+func (a *Agent) startHostSetup(st *state, from int) {
+	st.setupBusy = true
+	st.hostSetupErr, st.hostSetupRerun = false, false
+	a.goSetup(st, func(ctx context.Context, report func(setupDone) bool) {
+		a.runHostSetup(ctx, from, report)
+	})
+}
+
+// runHostSetup runs --host-setup commands in order from index from, each
+// with sh -c, and reports each. A failing command stops the rest: the worker
+// stays in setup (heartbeating, never claiming) until a control-plane setup
+// command repairs the host, or its keep-alive runs out.
+func (a *Agent) runHostSetup(ctx context.Context, from int, report func(setupDone) bool) {
+	for i := from; i < len(a.cfg.HostSetup); i++ {
+		cmd := a.cfg.HostSetup[i]
+		res := setupResult(a.runner.Exec(ctx, []string{"/bin/sh", "-c", cmd}, a.cfg.Workdir))
+		res.Command = hostSetupText(cmd)
+		if !report(setupDone{result: res, host: true, index: i}) || res.Status == wire.SetupFailed {
 			return
 		}
 	}
 }
 
-func (a *Agent) setupFinished(ctx context.Context, st *state, ev setupDone) {
+// goSetup runs one setup job under st.setupCtx on its own goroutine; report
+// hands a result to the loop, or answers false once the loop has returned.
+func (a *Agent) goSetup(st *state, job func(ctx context.Context, report func(setupDone) bool)) {
+	ctx, setupc, loopDone := st.setupCtx, a.setupc, st.loopDone
+	st.setupWG.Add(1)
+	go func() {
+		defer st.setupWG.Done()
+		job(ctx, func(ev setupDone) bool {
+			select {
+			case setupc <- ev:
+				return true
+			case <-loopDone:
+				return false
+			}
+		})
+	}()
+}
+
+// endSetups kills any setup command still running and waits (bounded) until
+// it is gone, so none outlives the daemon in its own process group.
+func (a *Agent) endSetups(st *state) {
+	st.stopSetup()
+	close(st.loopDone)
+	ended := make(chan struct{})
+	go func() {
+		st.setupWG.Wait()
+		close(ended)
+	}()
+	t := time.NewTimer(a.cfg.KillAfter + execDrainWait + 5*time.Second)
+	defer t.Stop()
+	select {
+	case <-ended:
+	case <-t.C:
+		a.log.Warn("a setup command did not end after it was killed")
+	}
+}
+
+// setupResult is what one setup command's Exec came to. A command that
+// could not start has no output of its own: the reason goes in its place.
+func setupResult(code int, tail string, dur time.Duration, err error) wire.SetupResult {
+	res := wire.SetupResult{Status: wire.SetupSucceeded, ExitCode: code, DurationMS: dur.Milliseconds(), OutputTail: tail}
+	if err != nil || code != 0 {
+		res.Status = wire.SetupFailed
+	}
+	if err != nil && tail == "" {
+		res.OutputTail = clipString(strings.ToValidUTF8(err.Error(), "\uFFFD"), wire.MaxTailBytes-len("…"))
+	}
+	return res
+}
+
+// hostSetupText is a --host-setup command as a setup result names it:
+// valid UTF-8 within wire.MaxSetupTextBytes.
+func hostSetupText(cmd string) string {
+	cmd = strings.ToValidUTF8(cmd, "\uFFFD")
+	if len(cmd) <= wire.MaxSetupTextBytes {
+		return cmd
+	}
+	return clipString(cmd, wire.MaxSetupTextBytes-len("…"))
+}
+
+// isHostSetupResult reports whether r is a --host-setup command's result
+// (the control plane never queued it, so it has no command id).
+func isHostSetupResult(r wire.SetupResult) bool { return r.CommandID == "" }
+
+func (a *Agent) setupFinished(st *state, ev setupDone) {
+	// Setup work is not idleness: keep-alive counts from its end.
+	st.idleSince = time.Now()
+	st.setupResults = append(st.setupResults, ev.result)
 	if ev.host {
 		a.log.Info("host setup", "index", ev.index, "status", ev.result.Status, "exit_code", ev.result.ExitCode,
 			"duration_ms", ev.result.DurationMS)
 		switch {
 		case ev.result.Status == wire.SetupFailed:
 			st.setupBusy = false
-			st.hostSetupErr = true
-			a.log.Error("host setup failed; staying in setup without claiming", "index", ev.index)
+			st.hostSetupErr, st.hostSetupNext, st.hostSetupFailure = true, ev.index, ev.result
+			a.log.Error("host setup failed; staying in setup without claiming until a setup command repairs the host",
+				"index", ev.index, "command", clipString(ev.result.Command, 200), "exit_code", ev.result.ExitCode,
+				"keep_alive", a.cfg.KeepAlive)
 		case ev.index == len(a.cfg.HostSetup)-1:
 			st.setupBusy = false
 			st.hostSetupOK = true
 		}
-		return
+	} else {
+		st.setupBusy = false
+		if st.hostSetupErr && ev.result.Status == wire.SetupSucceeded {
+			st.hostSetupRerun = true
+		}
+		a.log.Info("setup command", "command_id", ev.result.CommandID, "status", ev.result.Status, "exit_code", ev.result.ExitCode)
 	}
-	st.setupBusy = false
-	st.setupResults = append(st.setupResults, ev.result)
-	a.log.Info("setup command", "command_id", ev.result.CommandID, "status", ev.result.Status, "exit_code", ev.result.ExitCode)
-	a.nextSetup(ctx, st)
+	a.nextSetup(st)
 }
 
 // nextSetup starts the next control-plane setup command, if one waits and
-// none runs, switching the phase to setup (heartbeat yes, claim no).
-func (a *Agent) nextSetup(ctx context.Context, st *state) {
-	if st.setupBusy || len(st.setupQueue) == 0 || st.draining || !st.hostSetupOK {
+// none runs, switching the phase to setup (heartbeat yes, claim no). They
+// run after the host setup, and also after it failed: they are how an
+// operator repairs the host. Once the queue is empty and one of them
+// succeeded since the failure, the host setup reruns from the command that
+// failed.
+func (a *Agent) nextSetup(st *state) {
+	if st.setupBusy || st.draining {
+		return
+	}
+	if len(st.setupQueue) == 0 {
+		if st.hostSetupErr && st.hostSetupRerun {
+			a.log.Info("a setup command succeeded; rerunning the host setup", "from_index", st.hostSetupNext)
+			a.startHostSetup(st, st.hostSetupNext)
+		}
 		return
 	}
 	c := st.setupQueue[0]
 	st.setupQueue = st.setupQueue[1:]
 	st.setupBusy = true
 	a.setPhase(st, wire.PhaseSetup)
-	go func() {
-		code, tail, dur, err := a.runner.Exec(ctx, c.Argv, a.cfg.Workdir)
-		res := wire.SetupResult{CommandID: c.CommandID, Status: wire.SetupSucceeded, ExitCode: code, DurationMS: dur.Milliseconds(), OutputTail: tail}
-		if err != nil || code != 0 {
-			res.Status = wire.SetupFailed
-		}
-		a.setupc <- setupDone{result: res}
-	}()
+	a.goSetup(st, func(ctx context.Context, report func(setupDone) bool) {
+		res := setupResult(a.runner.Exec(ctx, c.Argv, a.cfg.Workdir))
+		res.CommandID = c.CommandID
+		report(setupDone{result: res})
+	})
 }
 
 func ptr[T any](v T) *T { return &v }

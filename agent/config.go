@@ -12,7 +12,9 @@ import (
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
-// Config is everything nymph is told at start (DESIGN §6 flags).
+// Config is everything nymph is told at start (docs/design.md §6 flags). Its
+// durations mean what they say, zero included: DefaultConfig holds the
+// flags' defaults, and New never puts one in place of a zero.
 type Config struct {
 	ControlPlane   string
 	EnrollToken    string
@@ -22,13 +24,13 @@ type Config struct {
 	Capacity       int
 	Workdir        string
 	StateDir       string
-	KeepAlive      time.Duration // 0: never exit for idleness
-	Grace          time.Duration // how long in-flight work may finish once draining
-	KillAfter      time.Duration // SIGTERM → this long → SIGKILL
+	KeepAlive      time.Duration // exit after this long idle; 0: never exit for idleness
+	Grace          time.Duration // how long in-flight work may finish once draining; 0: none, terminate at once
+	KillAfter      time.Duration // SIGTERM → this long → SIGKILL; 0: SIGKILL right after SIGTERM
 	HostSetup      []string
 	IntrospectAddr string
 	MachineID      string
-	PollInterval   time.Duration // 0: what hello answers
+	PollInterval   time.Duration // 0: what the control plane answers (hello's poll_interval_s)
 	Version        string
 	// Insecure accepts a plain-http control plane on another host
 	// (--insecure); without it only https, or http to loopback, is allowed.
@@ -49,6 +51,10 @@ type Config struct {
 	// IAMRegion is the region IAM mode signs for (--iam-region); empty: the
 	// region of an execute-api control-plane host, else the instance's.
 	IAMRegion string
+	// OnRebalance is what an EC2 rebalance recommendation does
+	// (--on-rebalance): OnRebalanceDrain starts a drain (bye drain),
+	// OnRebalanceLog (the default, also "") only logs it (spot.go).
+	OnRebalance string
 
 	Logger *slog.Logger
 	HTTP   *http.Client
@@ -62,7 +68,7 @@ type Config struct {
 	Notifier Notifier
 }
 
-// Defaults for durations the flags leave at zero.
+// The flags' defaults (DefaultConfig), for durations left unset.
 const (
 	DefaultGrace     = 30 * time.Second
 	DefaultKillAfter = 10 * time.Second
@@ -72,7 +78,25 @@ const (
 	requestTimeout       = 15 * time.Second
 )
 
-// withDefaults fills zero values and checks the rest.
+// DefaultConfig reports nymph's defaults, the flags' own (docs/design.md §6): start
+// from it and fill in the control plane, the enrollment token and the
+// queue. A Config built from scratch has no grace and no kill-after (both
+// zero), which New takes as given.
+func DefaultConfig() Config {
+	return Config{
+		Capacity:       1,
+		Workdir:        "/var/lib/nymph/work",
+		StateDir:       "/var/lib/nymph/state",
+		Grace:          DefaultGrace,
+		KillAfter:      DefaultKillAfter,
+		IntrospectAddr: "127.0.0.1:7788",
+		HelloAttempts:  DefaultHelloAttempts,
+	}
+}
+
+// withDefaults fills zero values that cannot mean zero (capacity, hello
+// attempts, logger, HTTP client, notifier) and checks the rest. Durations
+// are taken as given: a zero grace or kill-after is zero.
 func (c Config) withDefaults() (Config, error) {
 	u, err := url.Parse(c.ControlPlane)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -107,14 +131,15 @@ func (c Config) withDefaults() (Config, error) {
 	if c.StateDir == "" {
 		return c, fmt.Errorf("--state-dir is required")
 	}
-	if c.Grace == 0 {
-		c.Grace = DefaultGrace
-	}
-	if c.KillAfter == 0 {
-		c.KillAfter = DefaultKillAfter
-	}
 	if c.Grace < 0 || c.KillAfter < 0 || c.KeepAlive < 0 || c.PollInterval < 0 {
 		return c, fmt.Errorf("durations must not be negative")
+	}
+	switch c.OnRebalance {
+	case "":
+		c.OnRebalance = OnRebalanceLog
+	case OnRebalanceLog, OnRebalanceDrain:
+	default:
+		return c, fmt.Errorf("--on-rebalance must be %s or %s, got %q", OnRebalanceDrain, OnRebalanceLog, c.OnRebalance)
 	}
 	if c.HelloAttempts == 0 {
 		c.HelloAttempts = DefaultHelloAttempts

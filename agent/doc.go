@@ -2,7 +2,7 @@
 // polling, runs setup and invocations in their own process groups, acks
 // outcomes (spooled, so they survive a restart), drains on a signal, an idle
 // timeout or a command, and says bye. Its phases follow
-// seeds/worker-lifecycle.md: booting → setup → ready → draining →
+// docs/design.md §6: booting → setup → ready → draining →
 // terminating; its local run state is Starting, Polling, Backoff,
-// Hibernating or Draining; ready and live follow seeds/readiness-liveness.md.
+// Hibernating or Draining; ready and live follow docs/design.md §6.
 package agent

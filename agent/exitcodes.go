@@ -22,8 +22,10 @@ const (
 	ExitHostSetupFailed = 4
 )
 
-// ErrHelloRefused is returned by Run when the control plane refused hello
-// (401/403: a wrong or revoked enrollment token). It wraps ErrHelloFailed.
+// ErrHelloRefused is matched by Run's error when the control plane refused
+// hello (401/403: a wrong or revoked enrollment token), at start or when it
+// says hello again after a 410/401 on poll. That error matches
+// ErrHelloFailed too.
 var ErrHelloRefused = errors.New("hello refused")
 
 // ErrHostSetupFailed is returned by Run when the daemon left by keep-alive

@@ -9,11 +9,11 @@ import (
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
-// Default bounds of the ready and live rules (seeds/readiness-liveness.md).
+// Default bounds of the ready and live rules (docs/design.md §6).
 const (
 	// DefaultRequestOverdue is one HTTP attempt deadline: a request the
-	// control plane has not answered by then makes the daemon unready even
-	// while the client is still retrying it.
+	// control plane has not answered by then makes the daemon unready
+	// (server_unavailable) even while the client is still retrying it.
 	DefaultRequestOverdue = 30 * time.Second
 	// DefaultRequestStall is twice a complete retry budget: only a request
 	// stuck beyond any legitimate retry window makes the daemon not live, so
@@ -32,11 +32,11 @@ const (
 	RoleBye   = "bye"
 )
 
-// The failure reasons of seeds/readiness-liveness.md.
+// The failure reasons of docs/design.md §6.
 const (
-	FailedRegistration = "failed:registration"
-	FailedRuntime      = "failed:runtime"
-	FailedShutdown     = "failed:shutdown"
+	FailedRegistration = "failed:registration" // hello refused, or its retries spent
+	FailedRuntime      = "failed:runtime"      // the loop panicked, or another error ended Run
+	FailedShutdown     = "failed:shutdown"     // shutdown could not confirm a body's cleanup
 )
 
 // Ready and live reasons that are not parameterised by a role or a failure.
@@ -51,9 +51,10 @@ const (
 	ReasonEventLoopStalled = "event_loop_stalled"
 	ReasonStopped          = "stopped"
 
-	// Prefixes: the role follows the colon.
+	// Prefixes: the role follows the colon. server_unavailable (ready) is
+	// a failed exchange or one unanswered past RequestOverdue;
+	// request_stalled (live) is one unanswered past RequestStall.
 	ReasonServerUnavailable = "server_unavailable:"
-	ReasonRequestOverdue    = "request_overdue:"
 	ReasonRequestStalled    = "request_stalled:"
 )
 
@@ -408,15 +409,14 @@ func (h *Health) readiness(now time.Time) (bool, string) {
 	case h.phase == wire.PhaseDraining || h.phase == wire.PhaseTerminating || h.runState == RunDraining:
 		return false, ReasonDraining
 	}
-	roles := h.orderedRoles()
-	for _, name := range roles {
-		if h.roles[name].lastResult == "error" {
+	// The control plane is unavailable to a role whose latest exchange
+	// failed, or whose oldest request has gone unanswered for longer than
+	// RequestOverdue even though the client may still be retrying it.
+	for _, name := range h.orderedRoles() {
+		r := h.roles[name]
+		t, outstanding := r.oldestOutstanding()
+		if r.lastResult == "error" || outstanding && now.Sub(t) > h.opts.RequestOverdue {
 			return false, ReasonServerUnavailable + name
-		}
-	}
-	for _, name := range roles {
-		if t, ok := h.roles[name].oldestOutstanding(); ok && now.Sub(t) > h.opts.RequestOverdue {
-			return false, ReasonRequestOverdue + name
 		}
 	}
 	if !h.pollerRunning {

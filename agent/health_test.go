@@ -168,16 +168,16 @@ func TestHealthReasons(t *testing.T) {
 			ready: true, readyReason: ReasonReady, live: true, liveReason: ReasonLive,
 		},
 		{
-			name: "request overdue: poll",
+			name: "server unavailable: a poll unanswered past the overdue bound, while the client still retries",
 			do: func(h *Health, c *clock.Fake) {
 				healthServing(h)
 				h.RequestStarted(RolePoll)
 				healthAdvance(h, c, 31*time.Second)
 			},
-			readyReason: ReasonRequestOverdue + RolePoll, live: true, liveReason: ReasonLive,
+			readyReason: ReasonServerUnavailable + RolePoll, live: true, liveReason: ReasonLive,
 		},
 		{
-			name: "request overdue: the oldest of two concurrent acks",
+			name: "server unavailable: overdue, the oldest of two concurrent acks",
 			do: func(h *Health, c *clock.Fake) {
 				healthServing(h)
 				h.RequestStarted(RoleAck)
@@ -185,17 +185,37 @@ func TestHealthReasons(t *testing.T) {
 				h.RequestStarted(RoleAck)
 				healthAdvance(h, c, 11*time.Second)
 			},
-			readyReason: ReasonRequestOverdue + RoleAck, live: true, liveReason: ReasonLive,
+			readyReason: ReasonServerUnavailable + RoleAck, live: true, liveReason: ReasonLive,
 		},
 		{
-			name: "request overdue: bound from options",
+			name: "server unavailable: overdue bound from options",
 			opts: HealthOptions{RequestOverdue: 5 * time.Second},
 			do: func(h *Health, c *clock.Fake) {
 				healthServing(h)
 				h.RequestStarted(RolePoll)
 				healthAdvance(h, c, 6*time.Second)
 			},
-			readyReason: ReasonRequestOverdue + RolePoll, live: true, liveReason: ReasonLive,
+			readyReason: ReasonServerUnavailable + RolePoll, live: true, liveReason: ReasonLive,
+		},
+		{
+			name: "server unavailable: overdue although the role's last exchange succeeded",
+			do: func(h *Health, c *clock.Fake) {
+				healthServing(h)
+				h.RequestStarted(RoleBye)(true)
+				h.RequestStarted(RoleBye)
+				healthAdvance(h, c, 31*time.Second)
+			},
+			readyReason: ReasonServerUnavailable + RoleBye, live: true, liveReason: ReasonLive,
+		},
+		{
+			name: "request stalled (live) wins over server unavailable (ready)",
+			do: func(h *Health, c *clock.Fake) {
+				healthServing(h)
+				h.RequestStarted(RoleAck)(false)
+				h.RequestStarted(RoleAck)
+				healthAdvance(h, c, 121*time.Second)
+			},
+			readyReason: ReasonRequestStalled + RoleAck, liveReason: ReasonRequestStalled + RoleAck,
 		},
 		{
 			name: "poller stopped",

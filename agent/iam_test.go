@@ -239,7 +239,7 @@ func iamTestConfig(t *testing.T, controlPlane, imdsURL string) Config {
 	return Config{
 		ControlPlane: controlPlane, EnrollToken: apitest.EnrollToken, Queue: "q",
 		Workdir: filepath.Join(dir, "work"), StateDir: filepath.Join(dir, "state"),
-		MachineID: "iam-host", IntrospectAddr: "off", KillAfter: time.Second,
+		MachineID: "iam-host", IntrospectAddr: "off", Grace: DefaultGrace, KillAfter: time.Second,
 		Logger:       slog.New(slog.DiscardHandler),
 		IAM:          true,
 		IMDSEndpoint: imdsURL,

@@ -24,7 +24,7 @@ func newFakeTimeAgent(t *testing.T, p *apitest.Plane, machine string, mod func(*
 	cfg := Config{
 		ControlPlane: p.URL, EnrollToken: apitest.EnrollToken, Queue: "q",
 		Workdir: filepath.Join(dir, "work"), StateDir: filepath.Join(dir, "state"),
-		MachineID: machine, IntrospectAddr: "off", KillAfter: time.Second,
+		MachineID: machine, IntrospectAddr: "off", Grace: DefaultGrace, KillAfter: time.Second,
 		Logger: slog.New(slog.DiscardHandler),
 		HTTP:   noKeepAlive(),
 	}

@@ -48,10 +48,6 @@ const (
 	StderrFileName = "stderr.log"
 )
 
-// defaultRunnerKillAfter is the grace between SIGTERM and SIGKILL when the
-// config leaves it at zero.
-const defaultRunnerKillAfter = 10 * time.Second
-
 // execDrainWait bounds how long Exec waits for its output pipe to reach EOF
 // once the command's process group is gone. Only a descendant that left the
 // group (setsid) can still hold the pipe then, and it must not hang setup.
@@ -60,6 +56,12 @@ const execDrainWait = 2 * time.Second
 // groupPollInterval is how often a terminating group is checked for
 // members once its leader has exited.
 const groupPollInterval = 20 * time.Millisecond
+
+// killConfirmWait bounds how long the runner waits, after the last SIGKILL
+// of a group, for the kernel to confirm every member dead. Only a process
+// that cannot die (stuck in uninterruptible sleep, say) outlasts it; the run
+// then ends with its cleanup not confirmed (Run.Unconfirmed).
+const killConfirmWait = 2 * time.Second
 
 // fallbackPath is the PATH a body gets when the daemon itself has none.
 const fallbackPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -70,7 +72,8 @@ type RunnerConfig struct {
 	// created 0700. Empty means <os.TempDir()>/nymph. A relative root is made
 	// absolute at NewRunner, so NYMPH_RESULT_FILE is absolute.
 	Workdir string
-	// KillAfter is the grace between SIGTERM and SIGKILL (default 10 s).
+	// KillAfter is the grace between SIGTERM and SIGKILL; zero (nymph
+	// --kill-after 0s) is SIGKILL right after SIGTERM.
 	KillAfter time.Duration
 	// BaseEnv is the clean environment ("K=V") every body and every Exec
 	// starts from. The daemon's own environment is never inherited, so its
@@ -89,6 +92,23 @@ type RunnerConfig struct {
 	// searchable but not writable, so a body cannot plant files in a later
 	// attempt's directory.
 	RunAs *RunAs
+
+	// liveMembers reports the processes of group pgid that still run
+	// (default liveGroupMembers); tests make a group outlive its SIGKILL.
+	liveMembers func(pgid int) []int
+	// hooks stop the runner at points where a race would otherwise decide
+	// (tests only).
+	hooks runnerHooks
+}
+
+// runnerHooks are the runner's test hooks; nil ones do nothing.
+type runnerHooks struct {
+	// beforeWait is called on the goroutine that reaps a group's leader,
+	// before it does.
+	beforeWait func(pid int)
+	// stopHandled is called once runGroup has dealt with a stop: terminated
+	// says it signalled the group (false: the leader had already exited).
+	stopHandled func(pid int, terminated bool)
 }
 
 // Runner starts bodies and setup commands, each in its own process group.
@@ -111,11 +131,12 @@ func NewRunner(cfg RunnerConfig) *Runner {
 	if abs, err := filepath.Abs(cfg.Workdir); err == nil {
 		cfg.Workdir = abs
 	}
-	if cfg.KillAfter <= 0 {
-		cfg.KillAfter = defaultRunnerKillAfter
-	}
+	cfg.KillAfter = max(cfg.KillAfter, 0)
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.liveMembers == nil {
+		cfg.liveMembers = liveGroupMembers
 	}
 	cfg.BaseEnv = slices.Clone(cfg.BaseEnv)
 	log := cfg.Logger
@@ -167,10 +188,13 @@ type Run struct {
 	done        chan struct{}
 	stopc       chan struct{} // closed by the first stop request
 
-	mu      sync.Mutex
-	reason  stopReason
-	sealed  bool // the run's end has been observed; later stops change nothing
-	outcome Outcome
+	mu          sync.Mutex
+	reason      stopReason
+	sealed      bool // the run's end has been observed; later stops change nothing
+	outcome     Outcome
+	pid         int   // the body's, once started (it leads its process group)
+	leftPgid    int   // a group whose cleanup was not confirmed …
+	leftMembers []int // … and its members still alive after SIGKILL
 }
 
 // Start begins running inv and returns at once. The run goes through these
@@ -208,11 +232,16 @@ type Run struct {
 //   - killed by a signal: failed, signal, "killed by SIGKILL"; ExitCode is
 //     128+signal (137 for SIGKILL), the shell's convention, so the number
 //     means the same in an ack as in a terminal.
-//   - Cancel, Kill or the timeout, whichever came first and before the run's
-//     end was observed, decides the state whatever the exit status was:
-//     cancelled (error cancelled), Abandoned (state failed, error abandoned;
-//     never to be acked), or failed (error timeout). ExitCode is still how
-//     the process ended, when one had started.
+//   - Cancel, Kill or the timeout, whichever came first and before the
+//     process then running (the body, or a run_setup command) had exited,
+//     decides the state whatever the exit status was: cancelled (error
+//     cancelled), Abandoned (state failed, error abandoned; never to be
+//     acked), or failed (error timeout). ExitCode is still how the process
+//     ended, when one had started. A stop that finds that process already
+//     exited changes nothing: the outcome it left is known, and stands.
+//   - After the last SIGKILL of a group the runner waits (killConfirmWait)
+//     for every member to be gone; one that is not is logged, and reported
+//     by Unconfirmed.
 //   - Result file: if <run directory>/result.json exists once the body has
 //     exited, it must be a regular file holding valid UTF-8 JSON of at most
 //     wire.MaxResultBlobBytes in its compact, HTML-escaped form (the form
@@ -248,7 +277,8 @@ func (r *Run) Cancel() { r.requestStop(stopCancel) }
 
 // Kill is the daemon's shutdown: the process group is terminated like Cancel
 // and the outcome is Abandoned, so the control plane hands the invocation out
-// again after bye.
+// again after bye. A body that had already exited on its own keeps its
+// outcome (Start): that one is known, and is acked.
 func (r *Run) Kill() { r.requestStop(stopKill) }
 
 // Done is closed once the outcome is final.
@@ -265,6 +295,38 @@ func (r *Run) Outcome() Outcome {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.outcome
+}
+
+// Pid reports the body's process id, which is also its process group's id;
+// 0 until the body has started (or if it never did).
+func (r *Run) Pid() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.pid
+}
+
+// Unconfirmed reports a process group of the run (the body's or a
+// run_setup command's) that still had live members after its SIGKILL and
+// killConfirmWait, and those members' pids: its cleanup was not confirmed.
+// pgid is 0 when every group the run started was confirmed gone. Final
+// after Done.
+func (r *Run) Unconfirmed() (pgid int, pids []int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.leftPgid, slices.Clone(r.leftMembers)
+}
+
+// noteGroup records how a group of the run ended: a cleanup that was not
+// confirmed is logged and kept for Unconfirmed.
+func (r *Run) noteGroup(what string, res groupResult) {
+	if len(res.survivors) == 0 {
+		return
+	}
+	r.log.Error("process group still has live processes after SIGKILL: cleanup not confirmed",
+		"process", what, "pgid", res.pgid, "pids", res.survivors)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.leftPgid, r.leftMembers = res.pgid, res.survivors
 }
 
 // InvocationID reports the id of the invocation this run belongs to.
@@ -392,10 +454,11 @@ func (r *Run) supervised(workerID, dir, bodyDir string, stdout, stderr *os.File)
 		}
 		cmd := &exec.Cmd{Path: "/bin/sh", Args: []string{"/bin/sh", "-c", line}, Dir: bodyDir, Env: env, Stdout: stdout, Stderr: stderr, SysProcAttr: sys}
 		res := r.runner.runGroup(cmd, r.stopc, nil)
+		r.noteGroup(fmt.Sprintf("run_setup[%d]", i), res)
 		if res.startErr == nil && res.exitCode() == 0 && !res.signaled() {
 			continue
 		}
-		if reason := r.seal(); reason != stopNone {
+		if reason := r.seal(); reason != stopNone && (res.terminated || res.startErr != nil) {
 			return r.stoppedOutcome(reason, fmt.Sprintf(" during run_setup[%d]", i), res, timeout)
 		}
 		if res.startErr != nil {
@@ -422,9 +485,19 @@ func (r *Run) supervised(workerID, dir, bodyDir string, stdout, stderr *os.File)
 	cmd := &exec.Cmd{Path: path, Args: r.inv.Argv, Dir: bodyDir, Env: env, Stdout: stdout, Stderr: stderr, SysProcAttr: sys}
 	res := r.runner.runGroup(cmd, r.stopc, func(pid int) {
 		r.log.Info("body started", "pid", pid)
+		r.mu.Lock()
+		r.pid = pid
+		r.mu.Unlock()
 		r.markStarted()
 	})
+	r.noteGroup("body", res)
 	reason := r.seal()
+	if res.startErr == nil && reason != stopNone && !res.terminated {
+		// The body had ended on its own before the stop reached it: its
+		// outcome is known and stands.
+		r.log.Info("stop arrived after the body had exited; keeping its outcome")
+		reason = stopNone
+	}
 	if res.startErr != nil {
 		if reason != stopNone {
 			return r.stoppedOutcome(reason, " before the body started", res, timeout)
@@ -543,6 +616,10 @@ func (r *Runner) Exec(ctx context.Context, argv []string, dir string) (exitCode 
 	}()
 	cmd := &exec.Cmd{Path: path, Args: slices.Clone(argv), Dir: dir, Env: env, Stdout: pw, Stderr: pw}
 	res := r.runGroup(cmd, ctx.Done(), nil)
+	if len(res.survivors) > 0 {
+		r.log.Error("process group still has live processes after SIGKILL: cleanup not confirmed",
+			"process", "exec", "pgid", res.pgid, "pids", res.survivors)
+	}
 	_ = pw.Close()
 	drain := time.NewTimer(execDrainWait)
 	select {
@@ -570,8 +647,10 @@ func (r *Runner) Exec(ctx context.Context, argv []string, dir string) (exitCode 
 type groupResult struct {
 	startErr   error
 	state      *os.ProcessState
-	terminated bool // a stop arrived and the group was signalled
-	killed     bool // the grace ran out and the group got SIGKILL
+	terminated bool  // a stop arrived before the leader exited, and the group was signalled
+	killed     bool  // the grace ran out and the group got SIGKILL
+	pgid       int   // the group, once started
+	survivors  []int // members still alive after the last SIGKILL and killConfirmWait
 }
 
 func (g groupResult) waitStatus() (syscall.WaitStatus, bool) {
@@ -617,9 +696,12 @@ func (g groupResult) describe() string {
 // runGroup starts cmd as the leader of a new process group, with stdin
 // /dev/null unless set, and waits for it. When stop closes, the group gets
 // SIGTERM, then SIGKILL after KillAfter (or sooner, once the leader is gone
-// and the group empty). When the leader exits, whatever is left of its group
-// is SIGKILLed, so no descendant in the group outlives it. onStart, if set,
-// is called with the pid once the process has started.
+// and the group empty) — unless the leader had already exited on its own,
+// which the result then says (terminated false). When the leader exits,
+// whatever is left of its group is SIGKILLed, so no descendant in the group
+// outlives it, and the runner waits up to killConfirmWait to see every
+// member gone; the ones it does not are the result's survivors. onStart, if
+// set, is called with the pid once the process has started.
 func (r *Runner) runGroup(cmd *exec.Cmd, stop <-chan struct{}, onStart func(pid int)) groupResult {
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
@@ -634,13 +716,16 @@ func (r *Runner) runGroup(cmd *exec.Cmd, stop <-chan struct{}, onStart func(pid 
 	}
 	waited := make(chan struct{})
 	go func() {
+		if r.cfg.hooks.beforeWait != nil {
+			r.cfg.hooks.beforeWait(pgid)
+		}
 		// The error only restates ProcessState, or reports a failed copy
 		// into a writer, which the runner does not use.
 		_ = cmd.Wait()
 		close(waited)
 	}()
 
-	var res groupResult
+	res := groupResult{pgid: pgid}
 	var grace *time.Timer
 	var graceC <-chan time.Time
 	defer func() {
@@ -652,10 +737,21 @@ func (r *Runner) runGroup(cmd *exec.Cmd, stop <-chan struct{}, onStart func(pid 
 		select {
 		case <-stop:
 			stop = nil
+			if leaderExited(pgid, waited) {
+				// Its end is known already; whatever is left of the
+				// group is SIGKILLed once the leader is reaped.
+				if r.cfg.hooks.stopHandled != nil {
+					r.cfg.hooks.stopHandled(pgid, false)
+				}
+				continue
+			}
 			res.terminated = true
 			r.signalGroup(pgid, syscall.SIGTERM)
 			grace = time.NewTimer(r.cfg.KillAfter)
 			graceC = grace.C
+			if r.cfg.hooks.stopHandled != nil {
+				r.cfg.hooks.stopHandled(pgid, true)
+			}
 		case <-graceC:
 			graceC = nil
 			res.killed = true
@@ -668,9 +764,99 @@ func (r *Runner) runGroup(cmd *exec.Cmd, stop <-chan struct{}, onStart func(pid 
 			}
 			r.signalGroup(pgid, syscall.SIGKILL)
 			res.state = cmd.ProcessState
+			res.survivors = r.confirmGroupGone(pgid)
 			return res
 		}
 	}
+}
+
+// leaderExited reports whether the leader pid of a running group has
+// already exited: reaped (waited closed, or no such process any more), or a
+// zombie not yet reaped. Without /proc a zombie reads as running.
+func leaderExited(pid int, waited <-chan struct{}) bool {
+	select {
+	case <-waited:
+		return true
+	default:
+	}
+	if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+		return true // reaped between the two checks
+	}
+	state, _, err := procStat(pid)
+	return err == nil && (state == 'Z' || state == 'X')
+}
+
+// confirmGroupGone waits, after the group's last SIGKILL, until no member
+// of group pgid runs, for at most killConfirmWait, and reports the members
+// still running then (nil: confirmed gone).
+func (r *Runner) confirmGroupGone(pgid int) []int {
+	deadline := time.NewTimer(killConfirmWait)
+	defer deadline.Stop()
+	tick := time.NewTicker(groupPollInterval)
+	defer tick.Stop()
+	for {
+		live := r.cfg.liveMembers(pgid)
+		if len(live) == 0 {
+			return nil
+		}
+		select {
+		case <-deadline.C:
+			// One more SIGKILL will not hurt; the group is reported all the same.
+			r.signalGroup(pgid, syscall.SIGKILL)
+			return live
+		case <-tick.C:
+		}
+	}
+}
+
+// liveGroupMembers reports the processes of group pgid that still run:
+// every member but zombies, which run nothing (and which, without a reaping
+// init, may never go away). Where /proc cannot be read it reports the group
+// itself while any member, zombies included, remains.
+func liveGroupMembers(pgid int) []int {
+	if err := syscall.Kill(-pgid, 0); errors.Is(err, syscall.ESRCH) {
+		return nil // the cheap answer, and the usual one
+	}
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return []int{pgid}
+	}
+	var live []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		state, pgrp, err := procStat(pid)
+		if err != nil || pgrp != pgid || state == 'Z' || state == 'X' {
+			continue // gone meanwhile, another group's, or dead
+		}
+		live = append(live, pid)
+	}
+	return live
+}
+
+// procStat reads the state letter and the process group of pid from
+// /proc/<pid>/stat.
+func procStat(pid int) (state byte, pgrp int, err error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, 0, err
+	}
+	// "pid (comm) state ppid pgrp …"; comm may hold spaces and parentheses.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, 0, fmt.Errorf("/proc/%d/stat: no command name", pid)
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 3 || len(f[0]) != 1 {
+		return 0, 0, fmt.Errorf("/proc/%d/stat: too short", pid)
+	}
+	pgrp, err = strconv.Atoi(f[2])
+	if err != nil {
+		return 0, 0, fmt.Errorf("/proc/%d/stat: process group: %w", pid, err)
+	}
+	return f[0][0], pgrp, nil
 }
 
 // signalGroup sends sig to the process group pgid. A group already gone is

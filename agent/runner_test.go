@@ -491,6 +491,32 @@ func TestRunIgnoringSIGTERMIsKilled(t *testing.T) {
 	runnerTestAssertGone(t, "child", child)
 }
 
+// TestRunZeroKillAfterKillsAtOnce: KillAfter 0 (nymph --kill-after 0s) is
+// SIGKILL right after SIGTERM, not a default grace: a body that ignores
+// SIGTERM ends at once (it used to get 10 s).
+func TestRunZeroKillAfterKillsAtOnce(t *testing.T) {
+	t.Parallel()
+	r := runnerTestNew(t, func(c *RunnerConfig) { c.KillAfter = 0 })
+	inv := wire.RunInvocation{InvocationID: "inv_no_kill_after",
+		Argv: runnerTestSh(`trap '' TERM; sleep 60 & echo $! > child; echo $$ > pid; wait`)}
+	run := runnerTestStart(t, r, inv)
+	dir := runnerTestDir(r, inv)
+	pid := runnerTestPid(t, filepath.Join(dir, "pid")) // written after the trap is set
+	child := runnerTestPid(t, filepath.Join(dir, "child"))
+	killed := time.Now()
+	run.Kill()
+	o := runnerTestOutcome(t, run)
+	if waited := time.Since(killed); waited > 5*time.Second {
+		t.Errorf("ended %s after Kill with KillAfter 0; want at once", waited)
+	}
+	if !o.Abandoned {
+		t.Fatalf("outcome = %+v, want abandoned", o)
+	}
+	runnerTestError(t, o, ErrorTypeAbandoned, "killed by SIGKILL")
+	runnerTestAssertGone(t, "body", pid)
+	runnerTestAssertGone(t, "child", child)
+}
+
 // TestRunBackgroundGrandchildIsKilled: a body that exits leaving a
 // background process holding its output must still finish, and the
 // leftover must die with the run.

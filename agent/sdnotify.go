@@ -165,7 +165,8 @@ func StartBudget() time.Duration {
 // before giving up (each backoff at its shortest jitter): even against a
 // control plane that refuses connections at once, a start that ends in
 // exit 1 lasts at least this long. A unit's start rate limit uses it to tell
-// an outage (keep restarting) from a refused token (stop).
+// an outage (keep restarting) from a crash loop (stop); a refused token
+// exits 3 at once, which the unit does not restart at all.
 func HelloBackoffTotal() time.Duration {
 	var total time.Duration
 	backoff := helloBackoffMin

@@ -22,6 +22,12 @@ const (
 	SpotRebalance    = "rebalance"    // events/recommendations/rebalance: an elevated risk, no deadline
 )
 
+// What a rebalance recommendation does (Config.OnRebalance, --on-rebalance).
+const (
+	OnRebalanceDrain = "drain" // drain as a drain command would: no more claims, the grace, bye drain
+	OnRebalanceLog   = "log"   // log it and carry on (the default)
+)
+
 // Defaults of SpotOptions.
 const (
 	DefaultSpotInterval = 5 * time.Second
@@ -64,6 +70,9 @@ type SpotOptions struct {
 	// client with a 2 s timeout.
 	HTTP   *http.Client
 	Logger *slog.Logger
+	// Now is the clock the token's lifetime is measured with; nil means
+	// time.Now. The poll interval always runs on a real ticker.
+	Now func() time.Time
 }
 
 // WatchSpot polls IMDSv2 every Interval for a spot interruption notice and
@@ -83,6 +92,9 @@ func WatchSpot(ctx context.Context, opts SpotOptions) <-chan SpotNotice {
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
 	}
 	w := &spotWatcher{opts: opts, endpoint: strings.TrimRight(opts.Endpoint, "/"), seen: map[string]SpotNotice{}}
 	out := make(chan SpotNotice)
@@ -227,7 +239,7 @@ func (w *spotWatcher) get(ctx context.Context, path string) ([]byte, bool, error
 // sessionToken returns the current IMDSv2 token, asking for a new one when
 // there is none or it is about to expire.
 func (w *spotWatcher) sessionToken(ctx context.Context) (string, error) {
-	if w.token != "" && time.Now().Before(w.expires) {
+	if w.token != "" && w.opts.Now().Before(w.expires) {
 		return w.token, nil
 	}
 	w.token = ""
@@ -237,7 +249,7 @@ func (w *spotWatcher) sessionToken(ctx context.Context) (string, error) {
 	}
 	ttl := w.opts.TokenTTL
 	req.Header.Set(imdsTTLHeader, strconv.Itoa(int(ttl/time.Second)))
-	asked := time.Now()
+	asked := w.opts.Now()
 	resp, err := w.opts.HTTP.Do(req)
 	if err != nil {
 		return "", err
@@ -298,12 +310,22 @@ func spotGrace(grace, killAfter time.Duration, reclaim, now time.Time) time.Dura
 
 // spotNotice is the loop's handling of a notice: an interruption starts the
 // drain (bye spot_interruption) and records the reclaim time, which the loop
-// uses to shorten the grace (spotGrace); a rebalance recommendation is only
-// logged.
+// uses to shorten the grace (spotGrace); a rebalance recommendation starts
+// the drain (bye drain: no deadline is known, so the grace is the
+// configured one) with --on-rebalance drain, and is only logged with log.
 func (a *Agent) spotNotice(st *state, n SpotNotice) {
 	switch n.Kind {
 	case SpotRebalance:
-		a.log.Warn("EC2 rebalance recommendation: this spot instance is at elevated risk of interruption", "notice_time", n.Time)
+		if a.cfg.OnRebalance != OnRebalanceDrain {
+			a.log.Warn("EC2 rebalance recommendation: this spot instance is at elevated risk of interruption; carrying on (--on-rebalance log)",
+				"notice_time", n.Time)
+			return
+		}
+		a.log.Warn("EC2 rebalance recommendation: this spot instance is at elevated risk of interruption; draining (--on-rebalance drain)",
+			"notice_time", n.Time, "grace", a.cfg.Grace, "inflight", len(st.runs), "already_draining", st.draining)
+		if !st.draining {
+			a.startDrain(st, wire.ByeDrain)
+		}
 	case SpotInterruption:
 		if st.spotReclaim.IsZero() || n.Time.Before(st.spotReclaim) {
 			st.spotReclaim = n.Time

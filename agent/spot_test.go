@@ -8,12 +8,14 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/dreamlake/lakeshore/shared/api/apitest"
+	"github.com/dreamlake/lakeshore/shared/clock"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
@@ -22,12 +24,14 @@ import (
 // carrying a live token (401 otherwise), 404 while there is no notice.
 type spotIMDS struct {
 	*httptest.Server
+	now       func() time.Time // tokens expire by this clock
 	mu        sync.Mutex
 	tokens    map[string]time.Time // token → expiry
 	action    string               // "" : no interruption notice
 	at        time.Time
-	rebalance time.Time // zero: no recommendation
-	fail      bool      // every request answers 500
+	rebalance time.Time     // zero: no recommendation
+	fail      bool          // every request answers 500
+	answered  chan struct{} // closed and replaced as each request is answered
 
 	tokenPUTs  atomic.Int32
 	gets       atomic.Int32
@@ -35,12 +39,18 @@ type spotIMDS struct {
 	nextTokenN atomic.Int32
 }
 
-func newSpotIMDS(t *testing.T) *spotIMDS {
+// newSpotIMDS starts the fake; now, if not nil, is its clock (default
+// time.Now): pass the watcher's to test token lifetimes without waiting.
+func newSpotIMDS(t *testing.T, now func() time.Time) *spotIMDS {
 	t.Helper()
-	f := &spotIMDS{tokens: map[string]time.Time{}}
+	if now == nil {
+		now = time.Now
+	}
+	f := &spotIMDS{now: now, tokens: map[string]time.Time{}, answered: make(chan struct{})}
 	mux := http.NewServeMux()
 	mux.HandleFunc("PUT /latest/api/token", func(w http.ResponseWriter, r *http.Request) {
 		f.tokenPUTs.Add(1)
+		defer f.wake()
 		if f.failing() {
 			http.Error(w, "down", http.StatusInternalServerError)
 			return
@@ -52,12 +62,13 @@ func newSpotIMDS(t *testing.T) *spotIMDS {
 		}
 		tok := fmt.Sprintf("token-%d", f.nextTokenN.Add(1))
 		f.mu.Lock()
-		f.tokens[tok] = time.Now().Add(time.Duration(ttl) * time.Second)
+		f.tokens[tok] = f.now().Add(time.Duration(ttl) * time.Second)
 		f.mu.Unlock()
 		fmt.Fprint(w, tok)
 	})
 	mux.HandleFunc("GET /latest/meta-data/", func(w http.ResponseWriter, r *http.Request) {
 		f.gets.Add(1)
+		defer f.wake()
 		if f.failing() {
 			http.Error(w, "down", http.StatusInternalServerError)
 			return
@@ -66,7 +77,7 @@ func newSpotIMDS(t *testing.T) *spotIMDS {
 		exp, ok := f.tokens[r.Header.Get("X-aws-ec2-metadata-token")]
 		action, at, rebalance := f.action, f.at, f.rebalance
 		f.mu.Unlock()
-		if !ok || time.Now().After(exp) {
+		if !ok || f.now().After(exp) {
 			f.tokenless.Add(1)
 			http.Error(w, "unauthorized", http.StatusUnauthorized)
 			return
@@ -93,6 +104,36 @@ func newSpotIMDS(t *testing.T) *spotIMDS {
 	return f
 }
 
+// wake tells waitFor that a request was answered (its counter moved
+// before).
+func (f *spotIMDS) wake() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	close(f.answered)
+	f.answered = make(chan struct{})
+}
+
+// waitFor waits until cond holds, checking it again as each request is
+// answered, for at most spotTestWait.
+func (f *spotIMDS) waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.NewTimer(spotTestWait)
+	defer deadline.Stop()
+	for {
+		f.mu.Lock()
+		answered := f.answered
+		f.mu.Unlock()
+		if cond() {
+			return
+		}
+		select {
+		case <-answered:
+		case <-deadline.C:
+			t.Fatalf("%s: not within %s (token PUTs %d, GETs %d)", what, spotTestWait, f.tokenPUTs.Load(), f.gets.Load())
+		}
+	}
+}
+
 func (f *spotIMDS) failing() bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -109,6 +150,10 @@ func (f *spotIMDS) set(mod func(f *spotIMDS)) {
 func (f *spotIMDS) revokeTokens() { f.set(func(f *spotIMDS) { clear(f.tokens) }) }
 
 const spotTestInterval = 20 * time.Millisecond
+
+// spotTestWait bounds every wait: generous, the tests assert what happened,
+// never how fast.
+const spotTestWait = 10 * time.Second
 
 func watchSpotTest(t *testing.T, endpoint string, mod func(*SpotOptions)) <-chan SpotNotice {
 	t.Helper()
@@ -130,13 +175,7 @@ func watchSpotTest(t *testing.T, endpoint string, mod func(*SpotOptions)) <-chan
 func waitGets(t *testing.T, f *spotIMDS, n int32) {
 	t.Helper()
 	want := f.gets.Load() + n
-	deadline := time.Now().Add(5 * time.Second)
-	for f.gets.Load() < want {
-		if time.Now().After(deadline) {
-			t.Fatalf("the watcher stopped polling: %d GETs, want %d", f.gets.Load(), want)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	f.waitFor(t, fmt.Sprintf("%d more metadata GETs", n), func() bool { return f.gets.Load() >= want })
 }
 
 func expectNotice(t *testing.T, ch <-chan SpotNotice) SpotNotice {
@@ -144,7 +183,7 @@ func expectNotice(t *testing.T, ch <-chan SpotNotice) SpotNotice {
 	select {
 	case n := <-ch:
 		return n
-	case <-time.After(5 * time.Second):
+	case <-time.After(spotTestWait):
 		t.Fatal("no spot notice")
 		return SpotNotice{}
 	}
@@ -161,7 +200,7 @@ func expectNoNotice(t *testing.T, f *spotIMDS, ch <-chan SpotNotice) {
 }
 
 func TestSpotNoNotice(t *testing.T) {
-	f := newSpotIMDS(t)
+	f := newSpotIMDS(t, nil)
 	ch := watchSpotTest(t, f.URL, nil)
 	expectNoNotice(t, f, ch)
 	if f.tokenless.Load() != 0 {
@@ -173,7 +212,7 @@ func TestSpotNoNotice(t *testing.T) {
 }
 
 func TestSpotInterruptionSentOnce(t *testing.T) {
-	f := newSpotIMDS(t)
+	f := newSpotIMDS(t, nil)
 	ch := watchSpotTest(t, f.URL, nil)
 	expectNoNotice(t, f, ch)
 	at := time.Now().Add(2 * time.Minute).Truncate(time.Second)
@@ -191,7 +230,7 @@ func TestSpotInterruptionSentOnce(t *testing.T) {
 }
 
 func TestSpotRebalance(t *testing.T) {
-	f := newSpotIMDS(t)
+	f := newSpotIMDS(t, nil)
 	ch := watchSpotTest(t, f.URL, nil)
 	at := time.Now().Truncate(time.Second)
 	f.set(func(f *spotIMDS) { f.rebalance = at })
@@ -204,13 +243,27 @@ func TestSpotRebalance(t *testing.T) {
 
 // TestSpotTokenRefresh: with a 1 s TTL the watcher asks for a new token
 // before the old one expires (no GET is refused for an expired token), and
-// a token IMDS forgot (401) is replaced at once.
+// a token IMDS forgot (401) is replaced at once. The watcher and the fake
+// share a fake clock, moved by the test.
 func TestSpotTokenRefresh(t *testing.T) {
-	f := newSpotIMDS(t)
-	ch := watchSpotTest(t, f.URL, func(o *SpotOptions) { o.TokenTTL = time.Second })
-	time.Sleep(2500 * time.Millisecond)
-	if puts := f.tokenPUTs.Load(); puts < 3 {
-		t.Fatalf("%d token PUTs in 2.5 s with a 1 s TTL; want the token refreshed before it expires", puts)
+	c := clock.NewFake(time.Now())
+	f := newSpotIMDS(t, c.Now)
+	ch := watchSpotTest(t, f.URL, func(o *SpotOptions) { o.TokenTTL = time.Second; o.Now = c.Now })
+	waitGets(t, f, 4) // two polls
+	if puts := f.tokenPUTs.Load(); puts != 1 {
+		t.Fatalf("%d token PUTs while the clock stood still; one token should serve every poll within its TTL", puts)
+	}
+	// Each token lives 1 s and is used for 750 ms (a quarter of its life
+	// short of it). Each step passes that point but not the expiry: a
+	// watcher that kept its token until IMDS refused it would PUT no more.
+	for want := int32(2); want <= 4; want++ {
+		c.Advance(800 * time.Millisecond)
+		f.waitFor(t, fmt.Sprintf("token PUT %d after the clock passed the refresh point", want),
+			func() bool { return f.tokenPUTs.Load() >= want })
+		waitGets(t, f, 2) // a poll on the new token
+	}
+	if puts := f.tokenPUTs.Load(); puts != 4 {
+		t.Fatalf("%d token PUTs after three refresh points; want 4", puts)
 	}
 	if n := f.tokenless.Load(); n != 0 {
 		t.Fatalf("%d GETs refused: the token was used past its expiry", n)
@@ -223,25 +276,47 @@ func TestSpotTokenRefresh(t *testing.T) {
 	}
 }
 
+// spotTriedTransport tells tried after each request it made, answered or
+// not (nothing listening, say).
+type spotTriedTransport struct {
+	base  http.RoundTripper
+	tried chan<- struct{}
+}
+
+func (s spotTriedTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	defer func() {
+		select {
+		case s.tried <- struct{}{}:
+		default: // the test stopped counting
+		}
+	}()
+	return s.base.RoundTrip(r)
+}
+
 // TestSpotEndpointDown: nothing listens, or IMDS answers 500: no notice, no
 // panic, and the watcher keeps trying until IMDS answers again.
 func TestSpotEndpointDown(t *testing.T) {
 	dead := httptest.NewServer(http.NotFoundHandler())
 	dead.Close()
-	ch := watchSpotTest(t, dead.URL, nil)
-	time.Sleep(10 * spotTestInterval)
-	select {
-	case n, ok := <-ch:
-		t.Fatalf("notice from a dead endpoint: %+v %v", n, ok)
-	default:
+	tried := make(chan struct{}, 16)
+	ch := watchSpotTest(t, dead.URL, func(o *SpotOptions) {
+		o.HTTP = &http.Client{Transport: spotTriedTransport{base: &http.Transport{DisableKeepAlives: true}, tried: tried}}
+	})
+	deadline := time.After(spotTestWait)
+	for range 10 { // ten tries, on several ticks
+		select {
+		case <-tried:
+		case n, ok := <-ch:
+			t.Fatalf("notice from a dead endpoint: %+v %v", n, ok)
+		case <-deadline:
+			t.Fatal("the watcher stopped trying a dead endpoint")
+		}
 	}
 
-	f := newSpotIMDS(t)
+	f := newSpotIMDS(t, nil)
 	f.set(func(f *spotIMDS) { f.fail = true; f.action, f.at = "terminate", time.Now().Add(time.Minute) })
 	ch = watchSpotTest(t, f.URL, nil)
-	for f.tokenPUTs.Load() < 5 {
-		time.Sleep(spotTestInterval)
-	}
+	f.waitFor(t, "five token PUTs to a failing IMDS", func() bool { return f.tokenPUTs.Load() >= 5 })
 	select {
 	case n := <-ch:
 		t.Fatalf("notice while IMDS fails: %+v", n)
@@ -296,12 +371,15 @@ func TestSpotGrace(t *testing.T) {
 }
 
 // newSpotAgent builds a real-time agent whose spot watcher polls the fake.
-func newSpotAgent(t *testing.T, p *apitest.Plane, f *spotIMDS, machine string, grace time.Duration) *Agent {
+func newSpotAgent(t *testing.T, p *apitest.Plane, f *spotIMDS, machine string, grace time.Duration, mods ...func(*Config)) *Agent {
 	t.Helper()
 	a := newFakeTimeAgent(t, p, machine, func(c *Config) {
 		c.IMDSEndpoint = f.URL
 		c.Grace = grace
 		c.PollInterval = 100 * time.Millisecond
+		for _, m := range mods {
+			m(c)
+		}
 	})
 	a.spotInterval = 50 * time.Millisecond
 	return a
@@ -314,7 +392,7 @@ func newSpotAgent(t *testing.T, p *apitest.Plane, f *spotIMDS, machine string, g
 // the reclaim.
 func TestSpotAgentHandsBackBeforeReclaim(t *testing.T) {
 	p := apitest.New(t)
-	f := newSpotIMDS(t)
+	f := newSpotIMDS(t, nil)
 	op := operator(p)
 	inv, _, err := op.Submit(context.Background(), wire.SubmitRequest{Queue: "q", Argv: []string{"sleep", "60"}})
 	if err != nil {
@@ -353,7 +431,7 @@ func TestSpotAgentHandsBackBeforeReclaim(t *testing.T) {
 // says bye{spot_interruption}.
 func TestSpotAgentFinishesWithinGrace(t *testing.T) {
 	p := apitest.New(t)
-	f := newSpotIMDS(t)
+	f := newSpotIMDS(t, nil)
 	op := operator(p)
 	inv, _, err := op.Submit(context.Background(), wire.SubmitRequest{Queue: "q", Argv: []string{"sleep", "1"}})
 	if err != nil {
@@ -388,7 +466,7 @@ func TestSpotAgentFinishesWithinGrace(t *testing.T) {
 // reason.
 func TestSpotAgentShortensSignalGrace(t *testing.T) {
 	p := apitest.New(t)
-	f := newSpotIMDS(t)
+	f := newSpotIMDS(t, nil)
 	op := operator(p)
 	inv, _, err := op.Submit(context.Background(), wire.SubmitRequest{Queue: "q", Argv: []string{"sleep", "60"}})
 	if err != nil {
@@ -412,5 +490,94 @@ func TestSpotAgentShortensSignalGrace(t *testing.T) {
 	}
 	if got, err := op.GetInvocation(context.Background(), inv.InvocationID); err != nil || got.State != wire.StateQueued {
 		t.Fatalf("invocation: %+v %v; want it handed back (queued)", got, err)
+	}
+}
+
+// TestSpotAgentRebalanceDrains: with --on-rebalance drain, a rebalance
+// recommendation that appears while a body runs starts the drain: the body
+// finishes within the grace and is acked, and the daemon says bye{drain}.
+func TestSpotAgentRebalanceDrains(t *testing.T) {
+	p := apitest.New(t)
+	f := newSpotIMDS(t, nil)
+	op := operator(p)
+	inv, _, err := op.Submit(context.Background(), wire.SubmitRequest{Queue: "q", Argv: []string{"sleep", "1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newSpotAgent(t, p, f, "spot-rebalance", 10*time.Minute, func(c *Config) { c.OnRebalance = OnRebalanceDrain })
+	a.testHookRunStarted = func(string) { f.set(func(f *spotIMDS) { f.rebalance = time.Now() }) }
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := a.Run(ctx); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if ctx.Err() != nil {
+		t.Fatal("the daemon ran until the test's deadline: the rebalance recommendation did not drain it")
+	}
+	if w := workerOf(t, p, "spot-rebalance"); w.State != "gone" || w.ByeReason != "bye: drain" {
+		t.Fatalf("worker after the rebalance recommendation: %+v", w)
+	}
+	if got, err := op.GetInvocation(context.Background(), inv.InvocationID); err != nil || got.State != wire.StateSucceeded {
+		t.Fatalf("invocation after a drain within the grace: %+v %v", got, err)
+	}
+}
+
+// TestSpotAgentRebalanceLogs: by default (--on-rebalance log) a rebalance
+// recommendation is logged and changes nothing: the daemon drains only
+// when the signal comes, and says bye{signal}.
+func TestSpotAgentRebalanceLogs(t *testing.T) {
+	p := apitest.New(t)
+	f := newSpotIMDS(t, nil)
+	f.set(func(f *spotIMDS) { f.rebalance = time.Now() })
+	logs := newLogRecorder()
+	a := newSpotAgent(t, p, f, "spot-rebalance-log", 10*time.Minute, func(c *Config) { c.Logger = logs.logger() })
+	if a.cfg.OnRebalance != OnRebalanceLog {
+		t.Fatalf("OnRebalance defaulted to %q; want %q", a.cfg.OnRebalance, OnRebalanceLog)
+	}
+	done := make(chan error, 1)
+	go func() { done <- a.Run(context.Background()) }()
+	rec := logs.wait(t, "the rebalance recommendation logged", func(r logRecord) bool {
+		return strings.HasPrefix(r.Msg, "EC2 rebalance recommendation")
+	})
+	if rec.Level != slog.LevelWarn || !strings.Contains(rec.Msg, "--on-rebalance log") {
+		t.Errorf("rebalance logged as %s %q", rec.Level, rec.Msg)
+	}
+	a.Stop() // handled by the loop after the notice
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("Run did not return after the signal")
+	}
+	if w := workerOf(t, p, "spot-rebalance-log"); w.State != "gone" || w.ByeReason != "bye: signal" {
+		t.Fatalf("worker: %+v; want bye signal (the recommendation alone must not drain)", w)
+	}
+}
+
+func TestSpotOnRebalanceConfig(t *testing.T) {
+	for _, tc := range []struct {
+		in, want string
+		ok       bool
+	}{
+		{"", OnRebalanceLog, true},
+		{"log", OnRebalanceLog, true},
+		{"drain", OnRebalanceDrain, true},
+		{"Drain", "", false},
+		{"terminate", "", false},
+	} {
+		cfg := Config{
+			ControlPlane: "http://127.0.0.1:1", EnrollToken: "t", Queue: "q",
+			Workdir: t.TempDir(), StateDir: t.TempDir(), IntrospectAddr: "off",
+			Logger: slog.New(slog.DiscardHandler), OnRebalance: tc.in,
+		}
+		got, err := cfg.withDefaults()
+		switch {
+		case tc.ok && (err != nil || got.OnRebalance != tc.want):
+			t.Errorf("OnRebalance %q: %q, %v; want %q", tc.in, got.OnRebalance, err, tc.want)
+		case !tc.ok && (err == nil || !strings.Contains(err.Error(), "--on-rebalance")):
+			t.Errorf("OnRebalance %q: error %v; want one naming --on-rebalance", tc.in, err)
+		}
 	}
 }

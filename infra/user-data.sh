@@ -138,13 +138,14 @@ Description=Lakeshore worker agent (nymph)
 Documentation=https://github.com/dreamlake/lakeshore/blob/main/docs/deploy.md
 Wants=network-online.target
 After=network-online.target
-# Crash loops and refused enrollments (a wrong token exits 1 within a second
-# or so) stop: starts come every RestartSec 30 s + ~1 s, so the sixth start
-# falls ~155 s after the first, inside 240 s, and is refused; the unit reads
-# "failed". A control plane that is down makes each start spend >= 32 s in
-# hello's retries before it exits 1 (agent.HelloBackoffTotal), so a sixth
-# start comes >= 310 s after the first: nymph keeps trying for as long as
-# the outage lasts.
+# Crash loops stop: a daemon that fails at once (exit 1 within a second or
+# so) starts every RestartSec 30 s + ~1 s, so the sixth start falls ~155 s
+# after the first, inside 240 s, and is refused; the unit reads "failed". A
+# control plane that is down makes each start spend >= 32 s in hello's
+# retries before it exits 1 (agent.HelloBackoffTotal), so a sixth start
+# comes >= 310 s after the first: nymph keeps trying for as long as the
+# outage lasts. A refused enrollment (a wrong or revoked token, exit 3) is
+# not restarted at all: see RestartPreventExitStatus below.
 StartLimitIntervalSec=240
 StartLimitBurst=5
 
@@ -182,12 +183,21 @@ TimeoutStopSec=120
 # = 175 s (agent.StartBudget); then nymph gives up by itself (exit 1).
 TimeoutStartSec=300
 
-# Exit 0 is a finished drain (signal, keep-alive, drain command): stay down.
-# Exit 1 (hello refused or retries exhausted, or a crash) restarts; exit 2 is
-# a configuration error that a restart cannot fix.
+# nymph's exit codes (docs/agent.md):
+#   0  a finished drain (a signal, an idle --keep-alive, a drain command, a
+#      spot notice): stay down.
+#   1  a failure a restart may cure: the control plane unreachable through
+#      every hello retry, or a runtime failure. Restarted after RestartSec.
+#   2  bad flags or settings in nymph.env: a restart cannot fix them.
+#   3  hello refused (401/403): the enrollment token is wrong or revoked, and
+#      the same token gets the same answer. Put the right one in nymph.env,
+#      then `systemctl start nymph`.
+#   4  --host-setup failed and nothing repaired the host within
+#      --keep-alive: a restart would run the same setup on the same host.
+# RestartPreventExitStatus keeps 2, 3 and 4 down (the unit reads "failed").
 Restart=on-failure
 RestartSec=30
-RestartPreventExitStatus=2
+RestartPreventExitStatus=2 3 4
 
 # A body killed by the kernel OOM killer is the body's failure, reported by
 # nymph; without this, systemd would stop the whole service.

@@ -4,24 +4,30 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/dreamlake/lakeshore/agent"
 	"github.com/dreamlake/lakeshore/shared/client"
 	"github.com/dreamlake/lakeshore/shared/store/storetest"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
 // TestAgentDrainCommand: an operator drain reaches the daemon on its next
-// poll; it finishes its work, says bye{drain} and exits 0.
+// poll; it finishes its work, says bye{drain} and exits 0. The body waits
+// for the test's word, so it is still running when the daemon drains.
 func TestAgentDrainCommand(t *testing.T) {
 	d := startDev(t, backends[0], "--stale-after", "3s")
 	op := d.Operator()
 	ctx := context.Background()
 	n := startNymph(t, d, "drained")
-	inv := submitSh(t, op, `sleep 1; echo done`, 0)
+	g := newExitGate(t)
+	inv := submitSh(t, op, g.started()+g.await()+`; echo done`, 0)
+	g.waitStarted(t)
 	var w wire.Worker
 	eventually(t, 20*time.Second, "claimed", func() bool {
 		got, _ := op.GetInvocation(ctx, inv.InvocationID)
@@ -31,6 +37,11 @@ func TestAgentDrainCommand(t *testing.T) {
 	if _, err := op.DrainWorker(ctx, w.WorkerID); err != nil {
 		t.Fatal(err)
 	}
+	eventually(t, 20*time.Second, "draining", func() bool {
+		w, _ := workerNamed(ctx, op, "drained")
+		return w.State == "draining"
+	})
+	g.release(t)
 	if code := n.wait(t, 30*time.Second); code != 0 {
 		t.Fatalf("exit code %d", code)
 	}
@@ -43,17 +54,48 @@ func TestAgentDrainCommand(t *testing.T) {
 }
 
 // TestAgentHelloRefused: a wrong enrollment token is a refusal, not an
-// outage: no retries, exit 1.
+// outage: no retries, exit 3 (which the unit does not restart).
 func TestAgentHelloRefused(t *testing.T) {
 	d := startDev(t, backends[0])
 	d.EnrollToken = "not-the-token"
 	n := startNymph(t, d, "refused")
-	if code := n.wait(t, 20*time.Second); code != 1 {
-		t.Fatalf("exit code %d, want 1", code)
+	if code := n.wait(t, 20*time.Second); code != agent.ExitHelloRefused {
+		t.Fatalf("exit code %d, want %d", code, agent.ExitHelloRefused)
 	}
-	if !strings.Contains(n.logs.String(), "hello failed") {
-		t.Fatalf("log does not say hello failed:\n%s", n.logs.String())
+	logs := n.logs.String()
+	if !strings.Contains(logs, "hello failed") || strings.Contains(logs, "retrying") {
+		t.Fatalf("log does not say hello failed at once, without retries:\n%s", logs)
 	}
+}
+
+// TestAgentControlPlaneDownExits1: a control plane that never answers (a
+// closed loopback port) is an outage: hello retries with backoff, every
+// attempt (agent.DefaultHelloAttempts; there is no flag for it), then exit
+// 1, which the unit restarts. The start lasts at least
+// agent.HelloBackoffTotal, which the unit's start limit relies on to keep
+// restarting through an outage (tests/infra_test.go). About 35 s.
+func TestAgentControlPlaneDownExits1(t *testing.T) {
+	d := &devServer{URL: fmt.Sprintf("http://127.0.0.1:%d", freePort(t)), EnrollToken: "x"} // nothing listens
+	// Build bin/nymph before the clock starts.
+	bin(t, "nymph")
+	started := time.Now()
+	n := startNymph(t, d, "unreachable")
+	code := n.wait(t, 2*time.Minute)
+	took := time.Since(started)
+	if code != agent.ExitFailure {
+		t.Fatalf("exit code %d, want %d", code, agent.ExitFailure)
+	}
+	logs := n.logs.String()
+	if got, want := strings.Count(logs, "hello failed; retrying"), agent.DefaultHelloAttempts-1; got != want {
+		t.Errorf("%d retries logged, want %d", got, want)
+	}
+	if !strings.Contains(logs, `"msg":"hello failed"`) {
+		t.Errorf("log does not say hello failed")
+	}
+	if took < agent.HelloBackoffTotal() {
+		t.Errorf("gave up after %s, sooner than agent.HelloBackoffTotal %s", took, agent.HelloBackoffTotal())
+	}
+	t.Logf("exit %d after %s", code, took.Round(100*time.Millisecond))
 }
 
 // TestAgentSecondSignalSkipsGrace: the first SIGTERM drains with a long
@@ -64,7 +106,7 @@ func TestAgentSecondSignalSkipsGrace(t *testing.T) {
 	op := d.Operator()
 	ctx := context.Background()
 	n := startNymph(t, d, "impatient", "--grace", "10m", "--kill-after", "500ms")
-	inv := signalWithStubbornBody(t, op, n)
+	inv, _ := signalWithStubbornBody(t, op, n)
 	eventually(t, 10*time.Second, "draining", func() bool {
 		w, _ := workerNamed(ctx, op, "impatient")
 		return w.State == "draining"
@@ -95,12 +137,15 @@ func TestAgentAckSurvivesRestart(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	first := startNymphIn(t, d, "restarted", dir)
-	inv := submitSh(t, op, `sleep 2; echo '{"from": "first"}' > "$NYMPH_RESULT_FILE"`, 0)
+	g := newExitGate(t)
+	inv := submitSh(t, op, g.started()+g.await()+`; echo '{"from": "first"}' > "$NYMPH_RESULT_FILE"`, 0)
+	g.waitStarted(t)
 	eventually(t, 20*time.Second, "claimed", func() bool {
 		got, _ := op.GetInvocation(ctx, inv.InvocationID)
 		return got.State == wire.StateRunning
 	})
 	d.stop(t) // the control plane goes away while the body runs
+	g.release(t)
 	eventually(t, 20*time.Second, "ack spooled", func() bool {
 		return strings.Contains(first.logs.String(), `"msg":"finished"`)
 	})
@@ -127,7 +172,8 @@ func freePort(t *testing.T) int {
 
 // TestAgentRunsSetupCommands: an operator's setup command moves the daemon
 // to phase setup (no claims), runs, is reported with its output, and the
-// daemon returns to ready and takes work.
+// daemon returns to ready and takes work. The command waits for the test's
+// word, so work submitted meanwhile meets a worker in setup.
 func TestAgentRunsSetupCommands(t *testing.T) {
 	d := startDev(t, backends[0], "--stale-after", "3s")
 	op := d.Operator()
@@ -138,18 +184,32 @@ func TestAgentRunsSetupCommands(t *testing.T) {
 		w, _ = workerNamed(ctx, op, "setup-cmd")
 		return w.Phase == wire.PhaseReady
 	})
-	cmd, err := op.AddSetup(ctx, w.WorkerID, []string{"/bin/sh", "-c", "sleep 1; echo installed; exit 0"})
+	g := newExitGate(t)
+	cmd, err := op.AddSetup(ctx, w.WorkerID, []string{"/bin/sh", "-c", g.started() + g.await() + "; echo installed; exit 0"})
 	if err != nil {
 		t.Fatal(err)
 	}
+	g.waitStarted(t)
 	inv := submitSh(t, op, `echo after-setup`, 0)
+	began := time.Now()
+	// A heartbeat in phase setup after the submit: the worker could have
+	// claimed the work then, and did not.
+	eventually(t, 20*time.Second, "a poll in phase setup", func() bool {
+		w, _ := workerNamed(ctx, op, "setup-cmd")
+		return w.Phase == wire.PhaseSetup && w.LastSeenAt != nil && w.LastSeenAt.After(began)
+	})
+	if got, _ := op.GetInvocation(ctx, inv.InvocationID); got.State != wire.StateQueued {
+		t.Fatalf("work claimed while its worker ran a setup command: %+v", got)
+	}
+	held := time.Since(began)
+	g.release(t)
 	eventually(t, 20*time.Second, "setup result reported", func() bool {
 		r, err := op.SetupResults(ctx, w.WorkerID)
 		return err == nil && len(r.SetupResults) == 1 && r.SetupResults[0].Status == wire.SetupSucceeded
 	})
 	r, _ := op.SetupResults(ctx, w.WorkerID)
-	if got := r.SetupResults[0]; got.CommandID != cmd.CommandID || !strings.Contains(got.OutputTail, "installed") || got.DurationMS < 900 {
-		t.Fatalf("setup result: %+v", got)
+	if got := r.SetupResults[0]; got.CommandID != cmd.CommandID || !strings.Contains(got.OutputTail, "installed") || got.DurationMS < held.Milliseconds() {
+		t.Fatalf("setup result: %+v (it ran for over %s)", got, held)
 	}
 	got := waitTerminal(t, op, inv.InvocationID, 20*time.Second)
 	if got.State != wire.StateSucceeded || got.StartedAt == nil || r.SetupResults[0].FinishedAt == nil || got.StartedAt.Before(*r.SetupResults[0].FinishedAt) {
@@ -185,7 +245,7 @@ func TestAgentGraceExpiry(t *testing.T) {
 	op := d.Operator()
 	ctx := context.Background()
 	n := startNymph(t, d, "stubborn", "--grace", "1s", "--kill-after", "500ms")
-	inv := signalWithStubbornBody(t, op, n)
+	inv, _ := signalWithStubbornBody(t, op, n)
 	if code := n.wait(t, 60*time.Second); code != 0 {
 		t.Fatalf("exit code %d", code)
 	}
@@ -198,18 +258,98 @@ func TestAgentGraceExpiry(t *testing.T) {
 }
 
 // signalWithStubbornBody submits a body that ignores SIGTERM, waits until n
-// runs it, and sends n one SIGTERM.
-func signalWithStubbornBody(t *testing.T, op *client.Client, n *nymphProc) wire.Invocation {
+// runs it with its trap set, and sends n one SIGTERM. It reports the
+// invocation as it ran and when the signal went.
+func signalWithStubbornBody(t *testing.T, op *client.Client, n *nymphProc) (wire.Invocation, time.Time) {
 	t.Helper()
 	ctx := context.Background()
-	inv := submitSh(t, op, `trap '' TERM; sleep 120`, 0)
+	g := newExitGate(t)
+	inv := submitSh(t, op, `trap '' TERM; `+g.started()+`sleep 120`, 0)
+	g.waitStarted(t) // the trap is set
 	eventually(t, 20*time.Second, "claimed", func() bool {
-		got, _ := op.GetInvocation(ctx, inv.InvocationID)
-		return got.State == wire.StateRunning
+		got, err := op.GetInvocation(ctx, inv.InvocationID)
+		if err == nil {
+			inv = got
+		}
+		return inv.State == wire.StateRunning
 	})
-	time.Sleep(300 * time.Millisecond) // let the body set its trap
-	_ = n.cmd.Process.Signal(syscall.SIGTERM)
-	return inv
+	sent := time.Now()
+	if err := n.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	return inv, sent
+}
+
+// exitGate is a pair of files that order a body (or a setup command) and
+// the test without sleeping: the body creates one once it is set up (its
+// trap installed); it waits for the test to create the other.
+type exitGate struct{ dir string }
+
+func newExitGate(t *testing.T) exitGate { return exitGate{dir: t.TempDir()} }
+
+func exitShQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// started is the shell to run once the body is set up; it ends in "; ".
+func (g exitGate) started() string {
+	return ": > " + exitShQuote(filepath.Join(g.dir, "started")) + "; "
+}
+
+// await is the shell that waits for release, for at most two minutes.
+func (g exitGate) await() string {
+	return "i=0; while [ ! -e " + exitShQuote(filepath.Join(g.dir, "go")) + " ] && [ $i -lt 1200 ]; do sleep 0.1; i=$((i+1)); done"
+}
+
+func (g exitGate) waitStarted(t *testing.T) {
+	t.Helper()
+	eventually(t, 30*time.Second, "the body started (its gate file)", func() bool {
+		_, err := os.Stat(filepath.Join(g.dir, "started"))
+		return err == nil
+	})
+}
+
+func (g exitGate) release(t *testing.T) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(g.dir, "go"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestAgentZeroGraceHandsBackAtOnce: --grace 0s is no grace and
+// --kill-after 0s is SIGKILL right after SIGTERM (neither is a default in
+// disguise): on SIGTERM a body that ignores SIGTERM is killed at once and
+// handed back by bye. Measured from the signal until the invocation no
+// longer runs on that worker; they used to be 30 s and 10 s.
+func TestAgentZeroGraceHandsBackAtOnce(t *testing.T) {
+	d := startDev(t, backends[0], "--stale-after", "60s")
+	op := d.Operator()
+	ctx := context.Background()
+	n := startNymph(t, d, "hasty", "--grace", "0s", "--kill-after", "0s")
+	held, sent := signalWithStubbornBody(t, op, n)
+	deadline := sent.Add(20 * time.Second)
+	for {
+		got, err := op.GetInvocation(ctx, held.InvocationID)
+		if err == nil && !(got.State == wire.StateRunning && got.WorkerID == held.WorkerID && got.Attempt == held.Attempt) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still running on its worker %s after SIGTERM (%+v, err %v)", time.Since(sent), got, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	took := time.Since(sent)
+	t.Logf("handed back %s after SIGTERM", took.Round(time.Millisecond))
+	if took >= 2*time.Second {
+		t.Errorf("handed back %s after SIGTERM with --grace 0s --kill-after 0s; want within 2 s", took)
+	}
+	if code := n.wait(t, 20*time.Second); code != 0 {
+		t.Fatalf("exit code %d", code)
+	}
+	if !strings.Contains(n.logs.String(), `"inflight_abandoned":1`) {
+		t.Errorf("log does not show the body abandoned:\n%s", n.logs.String())
+	}
+	if got, _ := op.GetInvocation(ctx, held.InvocationID); got.State != wire.StateQueued {
+		t.Errorf("abandoned invocation: %s, want queued again", got.State)
+	}
 }
 
 // TestAgentSignalDuringHello: a daemon whose control plane does not answer

@@ -114,6 +114,39 @@ func (p *nymphProc) wait(t *testing.T, limit time.Duration) int {
 	return 0
 }
 
+// waitLog waits up to limit for the daemon's log to contain text: the
+// daemon saying it did something is the hook a test synchronises on.
+func (p *nymphProc) waitLog(t *testing.T, limit time.Duration, text string) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !strings.Contains(p.logs.String(), text) {
+		if time.Now().After(deadline) {
+			t.Fatalf("nymph did not log %s within %s", text, limit)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// waitPolls waits until the worker labelled label has polled n more times
+// (its last_seen_at moved n times): what a test waits for when it proves
+// that something did not happen on the worker's polls.
+func waitPolls(t *testing.T, op *client.Client, label string, n int) {
+	t.Helper()
+	var last time.Time
+	moves := -1 // the first reading is the baseline
+	eventually(t, time.Minute, fmt.Sprintf("%d polls by %s", n, label), func() bool {
+		w, ok := workerNamed(context.Background(), op, label)
+		if !ok || w.LastSeenAt == nil {
+			return false
+		}
+		if !w.LastSeenAt.Equal(last) {
+			last = *w.LastSeenAt
+			moves++
+		}
+		return moves >= n
+	})
+}
+
 // eventually polls cond every 100 ms until it holds or limit passes.
 func eventually(t *testing.T, limit time.Duration, what string, cond func() bool) {
 	t.Helper()
@@ -258,7 +291,7 @@ func TestAgentHostSetupGates(t *testing.T) {
 		if got.State != wire.StateSucceeded {
 			t.Fatalf("keyed work: %+v", got)
 		}
-		time.Sleep(2 * time.Second) // several polls: a mismatched key must stay queued
+		waitPolls(t, op, "setup-host", 4) // a mismatched key must stay queued through several polls
 		if got, _ := op.GetInvocation(context.Background(), plain.InvocationID); got.State != wire.StateQueued {
 			t.Fatalf("work for another host key was claimed: %+v", got)
 		}

@@ -2,6 +2,7 @@ package tests
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -53,8 +54,11 @@ type faultEnv struct {
 
 // faultResult is one row of the report.
 type faultResult struct {
-	fault                             string
-	invocations, lost, doubleCounted  int
+	fault                            string
+	invocations, lost, doubleCounted int
+	// wronglyCancelled counts invocations that ended cancelled although no
+	// operator cancelled them: lost work, counted in lost too.
+	wronglyCancelled                  int
 	redelivered                       int
 	worstRedelivery                   time.Duration
 	bodiesStarted, executionsRepeated int
@@ -76,6 +80,10 @@ type faultSpec struct {
 	agent0Env, agent0Wrap []string
 	// agentArgs are extra flags for every agent.
 	agentArgs []string
+	// capacity is each agent's --capacity (default 2).
+	capacity int
+	// body is the shell script of every invocation (default faultBody).
+	body string
 	// inject causes the fault. It returns when it happened and, for a fault
 	// on one agent, the invocations that agent held then: the time until
 	// each is handed back (no longer running on that worker) is the time to
@@ -105,13 +113,13 @@ func runFaultSpec(t *testing.T, f faultSpec) faultResult {
 		if i == 0 {
 			env, wrap = f.agent0Env, f.agent0Wrap
 		}
-		args := append([]string{"--capacity", "2", "--log-level", "info"}, f.agentArgs...)
+		args := append([]string{"--capacity", strconv.Itoa(cmp.Or(f.capacity, 2)), "--log-level", "info"}, f.agentArgs...)
 		if f.machines != nil {
 			args = append(args, "--machine-id", f.machines[i])
 		}
 		e.agents = append(e.agents, startNymphCmd(t, e.dev, fmt.Sprintf("f%d", i), dir, env, wrap, args...))
 	}
-	e.submitBatch()
+	e.submitBatch(cmp.Or(f.body, faultBody))
 	e.waitDone(faultInvocations / 5)
 	faultAt, held := f.inject(e)
 	handedBack := e.waitHandedBack(held, faultAt)
@@ -126,13 +134,16 @@ func runFaultSpec(t *testing.T, f faultSpec) faultResult {
 	reportMu.Unlock()
 	t.Logf("%+v", res)
 	if res.lost != 0 || res.doubleCounted != 0 {
-		t.Fatalf("%s: lost %d, double-counted %d; want 0 and 0", f.name, res.lost, res.doubleCounted)
+		t.Fatalf("%s: lost %d (of which %d cancelled though no operator cancelled them), double-counted %d; want 0 and 0",
+			f.name, res.lost, res.wronglyCancelled, res.doubleCounted)
 	}
 	return res
 }
 
-func (e *faultEnv) submitBatch() {
-	body := `echo "$NYMPH_INVOCATION_ID $NYMPH_ATTEMPT $NYMPH_WORKER_ID $(date +%s.%N)" >> "$LEDGER"; sleep 0.$((RANDOM % 5 + 2))`
+// faultBody is the default body: a ledger line, then a short sleep.
+const faultBody = `echo "$NYMPH_INVOCATION_ID $NYMPH_ATTEMPT $NYMPH_WORKER_ID $(date +%s.%N)" >> "$LEDGER"; sleep 0.$((RANDOM % 5 + 2))`
+
+func (e *faultEnv) submitBatch(body string) {
 	for i := range faultInvocations {
 		inv, _, err := e.op.Submit(context.Background(), wire.SubmitRequest{
 			Queue: e.queue, Argv: []string{"/bin/sh", "-c", body}, Env: map[string]string{"LEDGER": e.ledger},
@@ -145,23 +156,35 @@ func (e *faultEnv) submitBatch() {
 	}
 }
 
+// stats reads the queue's counts; an error fails the test (a zero value
+// would read as "nothing done" and hide it).
 func (e *faultEnv) stats() wire.QueueStats {
+	e.t.Helper()
 	st, err := e.op.QueueStats(context.Background(), e.queue)
 	if err != nil {
-		return wire.QueueStats{}
+		e.t.Fatalf("queue stats: %v", err)
 	}
 	return st
 }
 
+// waitStats polls the queue's counts until cond holds. A read that fails
+// is retried: some faults take the control plane down for a while.
+func (e *faultEnv) waitStats(limit time.Duration, what string, cond func(wire.QueueStats) bool) {
+	e.t.Helper()
+	eventually(e.t, limit, what, func() bool {
+		st, err := e.op.QueueStats(context.Background(), e.queue)
+		return err == nil && cond(st)
+	})
+}
+
 // waitDone waits until at least n invocations are terminal.
 func (e *faultEnv) waitDone(n int) {
-	eventually(e.t, 2*time.Minute, fmt.Sprintf("%d invocations done", n), func() bool { return e.stats().DoneCount >= n })
+	e.waitStats(2*time.Minute, fmt.Sprintf("%d invocations done", n), func(st wire.QueueStats) bool { return st.DoneCount >= n })
 }
 
 // drain waits until nothing is queued or running.
 func (e *faultEnv) drain(limit time.Duration) {
-	eventually(e.t, limit, "batch drained", func() bool {
-		st := e.stats()
+	e.waitStats(limit, "batch drained", func(st wire.QueueStats) bool {
 		return st.Counts[wire.StateQueued]+st.Counts[wire.StateRunning] == 0 && st.DoneCount > 0
 	})
 }
@@ -180,17 +203,34 @@ func (e *faultEnv) waitHandedBack(held []wire.Invocation, faultAt time.Time) tim
 	return worst
 }
 
+// running lists the queue's running invocations and each worker's label;
+// an error fails the test.
+func (e *faultEnv) running() ([]wire.Invocation, map[string]string) {
+	e.t.Helper()
+	ctx := context.Background()
+	list, err := e.op.ListInvocations(ctx, client.ListInvocationsParams{Queue: e.queue, State: wire.StateRunning, Limit: 500})
+	if err != nil {
+		e.t.Fatalf("list running invocations: %v", err)
+	}
+	ws, err := e.op.ListWorkers(ctx, 100, "")
+	if err != nil {
+		e.t.Fatalf("list workers: %v", err)
+	}
+	label := map[string]string{}
+	for _, w := range ws.Workers {
+		label[w.WorkerID] = w.Label
+	}
+	return list.Invocations, label
+}
+
 // heldBy lists the invocations agent i runs now.
 func (e *faultEnv) heldBy(i int) []wire.Invocation {
-	ctx := context.Background()
-	list, _ := e.op.ListInvocations(ctx, client.ListInvocationsParams{Queue: e.queue, State: wire.StateRunning, Limit: 500})
-	ws, _ := e.op.ListWorkers(ctx, 100, "")
+	e.t.Helper()
+	list, label := e.running()
 	var out []wire.Invocation
-	for _, inv := range list.Invocations {
-		for _, w := range ws.Workers {
-			if w.WorkerID == inv.WorkerID && w.Label == fmt.Sprintf("f%d", i) {
-				out = append(out, inv)
-			}
+	for _, inv := range list {
+		if label[inv.WorkerID] == fmt.Sprintf("f%d", i) {
+			out = append(out, inv)
 		}
 	}
 	return out
@@ -238,6 +278,12 @@ func (e *faultEnv) measure(name string, faultAt time.Time) faultResult {
 			continue
 		}
 		terminal++
+		// The fault suite never cancels: a cancelled invocation is work a
+		// fault threw away.
+		if inv.State == wire.StateCancelled && !inv.CancelRequested {
+			res.wronglyCancelled++
+			res.lost++
+		}
 		if inv.Attempt > 1 {
 			res.redelivered++
 		}
@@ -261,15 +307,10 @@ func (e *faultEnv) measure(name string, faultAt time.Time) faultResult {
 
 // victim picks the agent running the most work now.
 func (e *faultEnv) victim() int {
-	ctx := context.Background()
-	list, _ := e.op.ListInvocations(ctx, client.ListInvocationsParams{Queue: e.queue, State: wire.StateRunning, Limit: 500})
-	ws, _ := e.op.ListWorkers(ctx, 100, "")
-	label := map[string]string{}
-	for _, w := range ws.Workers {
-		label[w.WorkerID] = w.Label
-	}
+	e.t.Helper()
+	list, label := e.running()
 	count := map[string]int{}
-	for _, inv := range list.Invocations {
+	for _, inv := range list {
 		count[label[inv.WorkerID]]++
 	}
 	best := 0
@@ -322,6 +363,61 @@ func TestFaultSIGSTOP(t *testing.T) {
 		}})
 }
 
+// staleReturnBody writes its ledger line, then runs 4 s (longer than the
+// 3 s stale window); while $FAULT_HOLD names a file that exists it runs on
+// (at most 60 s), so the test decides how long agent f0's bodies last.
+const staleReturnBody = `echo "$NYMPH_INVOCATION_ID $NYMPH_ATTEMPT $NYMPH_WORKER_ID $(date +%s.%N)" >> "$LEDGER"; ` +
+	`i=0; while [ -n "$FAULT_HOLD" ] && [ -e "$FAULT_HOLD" ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done; sleep 4`
+
+// TestFaultStaleAndReturn: agent f0 is frozen (SIGSTOP) while its bodies,
+// longer than stale_after, run on; its work is swept and runs again on the
+// other agents as attempt 2; then f0 wakes while its own bodies still run.
+// Its polls get superseded cancels and its killed bodies ack cancelled:
+// those acks must change nothing. An invocation that ends cancelled here is
+// lost work (no operator cancels anything in this suite).
+func TestFaultStaleAndReturn(t *testing.T) {
+	hold := filepath.Join(t.TempDir(), "hold")
+	if err := os.WriteFile(hold, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var held []wire.Invocation
+	runFaultSpec(t, faultSpec{name: "stale and return (bodies > stale_after)", backend: backends[0],
+		capacity: 8, body: staleReturnBody,
+		// Only f0's daemon has FAULT_HOLD in its environment; --pass-env
+		// hands it to its bodies.
+		agent0Env: []string{"FAULT_HOLD=" + hold},
+		agentArgs: []string{"--pass-env", "FAULT_HOLD"},
+		inject: func(e *faultEnv) (time.Time, []wire.Invocation) {
+			eventually(t, time.Minute, "f0 running a full load", func() bool {
+				held = e.heldBy(0)
+				return len(held) == 8
+			})
+			at := time.Now()
+			_ = e.agents[0].cmd.Process.Signal(syscall.SIGSTOP)
+			return at, held
+		},
+		heal: func(e *faultEnv, at time.Time) {
+			eventually(t, time.Minute, "f0's work running again elsewhere", func() bool {
+				for _, h := range held {
+					inv, err := e.op.GetInvocation(context.Background(), h.InvocationID)
+					if err != nil || inv.Attempt < 2 || !(inv.State == wire.StateRunning || wire.Terminal(inv.State)) {
+						return false
+					}
+				}
+				return true
+			})
+			_ = e.agents[0].cmd.Process.Signal(syscall.SIGCONT)
+			// f0's first poll awake tells it to stop every superseded
+			// attempt (its bodies are still held running until then).
+			eventually(t, 30*time.Second, "f0 told to stop its superseded attempts", func() bool {
+				return strings.Count(e.agents[0].logs.String(), `"reason":"superseded"`) >= len(held)
+			})
+			if err := os.Remove(hold); err != nil {
+				t.Fatal(err)
+			}
+		}})
+}
+
 // TestFaultSIGTERM: one SIGTERM drains (in-flight work finishes inside the
 // grace); the agent says bye and no work needs handing back.
 func TestFaultSIGTERM(t *testing.T) {
@@ -338,13 +434,20 @@ func TestFaultSIGTERM(t *testing.T) {
 // generous bound for a loaded machine (about 1 s is typical).
 func TestFaultSIGTERMTwice(t *testing.T) {
 	res := runFault(t, "SIGTERM twice (no grace): bye hands back", backends[0], func(e *faultEnv) (time.Time, []wire.Invocation) {
-		v := e.victim()
-		held := e.heldBy(v)
-		p := e.agents[v].cmd.Process
+		var v int
+		var held []wire.Invocation
+		eventually(t, time.Minute, "an agent holding work", func() bool {
+			v = e.victim()
+			held = e.heldBy(v)
+			return len(held) > 0
+		})
+		p := e.agents[v]
 		at := time.Now()
-		_ = p.Signal(syscall.SIGTERM)
-		time.Sleep(50 * time.Millisecond)
-		_ = p.Signal(syscall.SIGTERM)
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		// The second signal counts as a second only once the first started
+		// the drain: the daemon's log says when.
+		p.waitLog(t, 10*time.Second, `"msg":"signal: draining"`)
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
 		return at, held
 	}, "--stale-after", "30s")
 	if res.worstRedelivery >= 10*time.Second {
@@ -534,22 +637,28 @@ func TestFaultSpotNotice(t *testing.T) {
 		}})
 }
 
-// TestMain-style report: written where LAKESHORE_FAULT_REPORT says (make
-// test prints it), after every fault ran.
-func TestZZFaultReport(t *testing.T) {
+// writeFaultReport writes the fault table where LAKESHORE_FAULT_REPORT
+// says (make test prints it). TestMain calls it after every test ran.
+func writeFaultReport() error {
 	path := os.Getenv("LAKESHORE_FAULT_REPORT")
 	reportMu.Lock()
 	defer reportMu.Unlock()
-	if path == "" || len(report) == 0 {
-		t.Skip("no report requested or no fault ran")
+	if path == "" {
+		return nil
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "%-46s %5s %5s %7s %12s %18s %8s\n", "fault", "invs", "lost", "double", "redelivered", "handed back after", "re-ran")
+	if len(report) == 0 {
+		b.WriteString("no fault ran (tests/faults_test.go)\n")
+	} else {
+		fmt.Fprintf(&b, "%-50s %5s %5s %7s %9s %12s %18s %8s\n", "fault", "invs", "lost", "double", "wrongly", "redelivered", "handed back after", "re-ran")
+		fmt.Fprintf(&b, "%-50s %5s %5s %7s %9s\n", "", "", "", "", "cancelled")
+	}
 	for _, r := range report {
-		fmt.Fprintf(&b, "%-46s %5d %5d %7d %12d %17.1fs %8d\n", r.fault, r.invocations, r.lost, r.doubleCounted,
-			r.redelivered, r.worstRedelivery.Seconds(), r.executionsRepeated)
+		fmt.Fprintf(&b, "%-50s %5d %5d %7d %9d %12d %17.1fs %8d\n", r.fault, r.invocations, r.lost, r.doubleCounted,
+			r.wronglyCancelled, r.redelivered, r.worstRedelivery.Seconds(), r.executionsRepeated)
 	}
 	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
-		t.Fatal(err)
+		return fmt.Errorf("fault report: %w", err)
 	}
+	return nil
 }

@@ -32,6 +32,10 @@ func TestMain(m *testing.M) {
 	defer os.RemoveAll(dir)
 	binDir = dir
 	storetest.Main(m)
+	if err := writeFaultReport(); err != nil {
+		fmt.Fprintln(os.Stderr, "tests:", err)
+		os.Exit(1)
+	}
 }
 
 var buildOnce = sync.OnceValue(func() error {

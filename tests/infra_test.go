@@ -162,7 +162,9 @@ func TestInfraShutdownWhenDone(t *testing.T) {
 		{"idle keep-alive or drain command", "success", "0", "", true},
 		{"systemctl stop", "success", "0", "42 nymph.service stop running\n", false},
 		{"systemctl restart", "success", "0", "43 nymph.service restart running\n", false},
-		{"hello failed", "exit-code", "1", "", false},
+		{"control plane unreachable", "exit-code", "1", "", false},
+		{"hello refused", "exit-code", "3", "", false},
+		{"host setup failed", "exit-code", "4", "", false},
 		{"killed", "signal", "KILL", "", false},
 	} {
 		_ = os.Remove(filepath.Join(dir, "calls"))
@@ -184,8 +186,9 @@ func TestInfraShutdownWhenDone(t *testing.T) {
 // TestInfraUnitMatchesTheDaemon: the unit's settings against nymph's own
 // behaviour: notify readiness from the main process only, SIGTERM to nymph
 // alone, timeouts above its start and stop budgets at the default --grace
-// and --kill-after, and a start rate limit that stops a refused token's
-// restart loop but not an outage's.
+// and --kill-after, no restart after the exits a restart cannot cure (usage,
+// hello refused, host setup failed: agent/exitcodes.go), and a start rate
+// limit that stops a crash loop but not an outage's restarts.
 func TestInfraUnitMatchesTheDaemon(t *testing.T) {
 	s := infraUnitSettings(t, infraFile(t, "nymph.service"))
 	for key, want := range map[string]string{
@@ -196,7 +199,7 @@ func TestInfraUnitMatchesTheDaemon(t *testing.T) {
 		"Service.KillMode":                 "mixed",
 		"Service.KillSignal":               "SIGTERM",
 		"Service.Restart":                  "on-failure",
-		"Service.RestartPreventExitStatus": "2",
+		"Service.RestartPreventExitStatus": fmt.Sprintf("%d %d %d", agent.ExitUsage, agent.ExitHelloRefused, agent.ExitHostSetupFailed),
 		"Service.StateDirectory":           "nymph",
 		"Service.OOMPolicy":                "continue",
 		"Install.WantedBy":                 "multi-user.target",
@@ -241,9 +244,9 @@ func TestInfraUnitMatchesTheDaemon(t *testing.T) {
 	}
 	// systemd refuses a start when burst starts already fell inside the
 	// interval: the (burst+1)th start comes burst cycles after the first.
-	if refused := time.Duration(burst) * (restart + 5*time.Second); refused >= interval {
-		t.Errorf("a refused token (exit 1 within 5 s) restarts forever: %d cycles of %s = %s >= StartLimitIntervalSec %s",
-			burst, restart+5*time.Second, refused, interval)
+	if crashing := time.Duration(burst) * (restart + 5*time.Second); crashing >= interval {
+		t.Errorf("a crash loop (exit 1 within 5 s) restarts forever: %d cycles of %s = %s >= StartLimitIntervalSec %s",
+			burst, restart+5*time.Second, crashing, interval)
 	}
 	if outage := time.Duration(burst) * (restart + agent.HelloBackoffTotal()); outage <= interval {
 		t.Errorf("an outage trips the start limit: %d cycles of %s = %s <= StartLimitIntervalSec %s; nymph would stop retrying",

@@ -91,7 +91,7 @@ func withJSON(v any, field string, val any) string {
 
 // TestSecurityAgainstDev drives the real `lakeshore dev` (in process, and
 // through the Lambda bootstraps) with every token misuse, every class of bad
-// input and every size cap of DESIGN §9 and docs/limits.md, and asserts the
+// input and every size cap of docs/design.md §9 and docs/limits.md, and asserts the
 // status, the error code, that no message echoes a token, and that not one
 // item in any table changed.
 func TestSecurityAgainstDev(t *testing.T) {

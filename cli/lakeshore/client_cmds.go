@@ -15,7 +15,7 @@ import (
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
-// Defaults and environment of the client commands (DESIGN §8).
+// Defaults and environment of the client commands (docs/design.md §8).
 const (
 	defaultURL = "http://127.0.0.1:3000"
 	envURL     = "LAKESHORE_URL"

@@ -288,7 +288,7 @@ func TestLsAndWatch(t *testing.T) {
 
 	text = p.mustRun(t, "ls", "workers")
 	lines = strings.Split(strings.TrimSpace(text), "\n")
-	if len(lines) != 2 || strings.Join(strings.Fields(lines[0]), " ") != "ID LABEL STATE PHASE HOST RUNNING/MAX LAST SEEN" {
+	if len(lines) != 2 || strings.Join(strings.Fields(lines[0]), " ") != "ID LABEL STATE PHASE HOST RUNNING/MAX LAST SEEN NOTE" {
 		t.Fatalf("ls workers:\n%s", text)
 	}
 	if f := strings.Fields(lines[1]); len(f) < 7 || f[0] != workerID || f[1] != "m-ls" || f[2] != "active" || f[3] != "ready" || f[5] != "0/1" {

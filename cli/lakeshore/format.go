@@ -201,10 +201,48 @@ func describeWorker(w io.Writer, wk wire.Worker, now time.Time) error {
 		row("Gone because", wk.ByeReason)
 	}
 	if r := wk.LastSetupResult; r != nil {
-		row("Last setup", fmt.Sprintf("%s %s exit %d in %s", r.CommandID, r.Status, r.ExitCode,
+		row("Last setup", fmt.Sprintf("%s %s exit %d in %s", setupName(r, 0), r.Status, r.ExitCode,
 			time.Duration(r.DurationMS)*time.Millisecond))
+		if note := setupNote(r, 0); note != "" {
+			if r.CommandID == "" && wk.State != "gone" {
+				note += " (its host setup: it claims nothing until a `lakeshore setup` command repairs it, or its keep-alive ends it)"
+			}
+			row("Note", note)
+		}
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if r := wk.LastSetupResult; r != nil && r.Status == wire.SetupFailed && r.OutputTail != "" {
+		fmt.Fprintf(w, "--- setup output (tail) ---\n%s", r.OutputTail)
+		if !strings.HasSuffix(r.OutputTail, "\n") {
+			fmt.Fprintln(w)
+		}
+	}
+	return nil
+}
+
+// setupName names what a setup result is for: a control-plane command by its
+// id, a --host-setup command by its shell text in backquotes, on one line and
+// clipped to max runes (0: whole).
+func setupName(r *wire.SetupResult, max int) string {
+	if r.CommandID != "" || r.Command == "" {
+		return dash(r.CommandID)
+	}
+	text := strings.Join(strings.Fields(r.Command), " ")
+	if runes := []rune(text); max > 0 && len(runes) > max {
+		text = string(runes[:max]) + "…"
+	}
+	return "`" + text + "`"
+}
+
+// setupNote says why a worker needs an operator, from its last setup result:
+// "" unless that failed.
+func setupNote(r *wire.SetupResult, max int) string {
+	if r == nil || r.Status != wire.SetupFailed {
+		return ""
+	}
+	return fmt.Sprintf("setup failed: %s exit %d", setupName(r, max), r.ExitCode)
 }
 
 // invocationTable writes invocations as the `ls invocations` table.
@@ -221,10 +259,11 @@ func invocationTable(w io.Writer, invs []wire.Invocation, now time.Time) error {
 // workerTable writes workers as the `ls workers` table.
 func workerTable(w io.Writer, ws []wire.Worker, now time.Time) error {
 	tw := newTable(w)
-	fmt.Fprintln(tw, "ID\tLABEL\tSTATE\tPHASE\tHOST\tRUNNING/MAX\tLAST SEEN")
+	fmt.Fprintln(tw, "ID\tLABEL\tSTATE\tPHASE\tHOST\tRUNNING/MAX\tLAST SEEN\tNOTE")
 	for _, wk := range ws {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\n", wk.WorkerID, dash(wk.Label), wk.State, dash(wk.Phase),
-			dash(wk.HostStatus), wk.CurrentInvocations, wk.MaxConcurrency, ago(now, wk.LastSeenAt))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\n", wk.WorkerID, dash(wk.Label), wk.State, dash(wk.Phase),
+			dash(wk.HostStatus), wk.CurrentInvocations, wk.MaxConcurrency, ago(now, wk.LastSeenAt),
+			setupNote(wk.LastSetupResult, 40))
 	}
 	return tw.Flush()
 }

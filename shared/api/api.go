@@ -1,5 +1,5 @@
 // Package api is the control plane's HTTP router: every daemon and operator
-// route of DESIGN §3, with their tokens, over the store. The same handler
+// route of docs/design.md §3, with their tokens, over the store. The same handler
 // runs under Lambda (through lambdahttp), under `lakeshore dev` and in tests.
 package api
 

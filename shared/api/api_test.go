@@ -193,7 +193,7 @@ func TestAckOfAnotherWorkersInvocation(t *testing.T) {
 // TestAckChecksTokenFirst: an ack with a token that is not the worker's
 // current one must be refused with 401 whatever invocation it names. A
 // forged or revoked token must not learn whether an invocation exists, who
-// ran it, or its outcome (DESIGN §9: a daemon "can never ack, renew or read
+// ran it, or its outcome (docs/design.md §9: a daemon "can never ack, renew or read
 // another worker's invocation").
 func TestAckChecksTokenFirst(t *testing.T) {
 	f := newAuthFixture(t)

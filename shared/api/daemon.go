@@ -108,11 +108,12 @@ func (s *Server) poll(r *http.Request) (int, any, error) {
 }
 
 // reconcile compares what the daemon says it runs with what the control
-// plane thinks it holds. An invocation the daemon runs but should stop (an
-// operator cancelled it, an earlier attempt's ack won, it was handed to
-// another worker) gets a cancel command. An invocation the worker holds but
-// the daemon's (present) list omits was never received — its run command was
-// lost — and is handed out again.
+// plane thinks it holds. An invocation the daemon runs but should stop gets
+// a cancel command saying why: "operator" (an operator cancelled it) or
+// "superseded" (an earlier attempt's ack won, or it was handed to another
+// worker; the cancelled ack that follows is a no-op). An invocation the
+// worker holds but the daemon's (present) list omits was never received —
+// its run command was lost — and is handed out again.
 func (s *Server) reconcile(ctx context.Context, w domain.Worker, inflight []string) ([]wire.Command, error) {
 	if inflight == nil {
 		return nil, nil // an old daemon that sends no list: nothing to compare
@@ -145,15 +146,15 @@ func (s *Server) reconcile(ctx context.Context, w domain.Worker, inflight []stri
 			// the table before telling a worker to stop.
 			inv, err = st.GetInvocation(ctx, id)
 			if errors.Is(err, wire.ErrNotFound) {
-				out = append(out, wire.Command{Type: wire.CommandCancel, InvocationID: id})
+				out = append(out, wire.Command{Type: wire.CommandCancel, InvocationID: id, Reason: wire.CancelSuperseded})
 				continue
 			}
 			if err != nil {
 				return nil, err
 			}
 		}
-		if !inv.Running(w.ID) || inv.CancelRequested {
-			out = append(out, wire.Command{Type: wire.CommandCancel, InvocationID: id})
+		if why := inv.CancelReason(w.ID); why != "" {
+			out = append(out, wire.Command{Type: wire.CommandCancel, InvocationID: id, Reason: why})
 		}
 	}
 	return out, nil

@@ -278,7 +278,7 @@ func TestCancelRunning(t *testing.T) {
 	}
 	raw := h.pollResp(w, wire.PollRequest{Phase: wire.PhaseReady, Invocations: []string{inv.InvocationID},
 		UpdatedCapabilities: &wire.Capabilities{CurrentInvocations: intp(1)}})
-	if !strings.Contains(string(raw.body), `{"type":"cancel","invocation_id":"`+inv.InvocationID+`"}`) {
+	if !strings.Contains(string(raw.body), `{"type":"cancel","invocation_id":"`+inv.InvocationID+`","reason":"operator"}`) {
 		t.Errorf("cancel command on the wire: %s", raw.body)
 	}
 
@@ -653,7 +653,7 @@ func TestMaxAttemptsExhausted(t *testing.T) {
 	}
 }
 
-// TestPollOmittingHeldInvocationRequeuesIt pins DESIGN §5: "a worker's
+// TestPollOmittingHeldInvocationRequeuesIt pins docs/design.md §5: "a worker's
 // running invocations are redelivered ... when a poll's invocations list
 // omits one the control plane thinks it holds". Without it, an invocation
 // whose run command was lost on the way (the poll answer never arrived)
@@ -819,6 +819,42 @@ func TestLastSetupResultOnlyFromRecordedResults(t *testing.T) {
 			t.Errorf("last_setup_result %+v, want the recorded (failed) outcome", lr)
 		}
 	})
+}
+
+// TestHostSetupResultShows: a daemon's failed --host-setup command, reported
+// without a command id (the control plane never queued it), is the worker's
+// last_setup_result on GET /v1/workers/{id}; the worker, in phase setup,
+// claims nothing until a later report (its rerun succeeded) comes from ready.
+func TestHostSetupResultShows(t *testing.T) {
+	h := newHarness(t)
+	w := h.hello("m-host", "b")
+	inv := h.submit("true")
+	failed := wire.SetupResult{Command: "exit 3", Status: wire.SetupFailed, ExitCode: 3, DurationMS: 7, OutputTail: "no disk"}
+	cmds := h.poll(w, wire.PollRequest{Queue: "default", Phase: wire.PhaseSetup, SetupResults: []wire.SetupResult{failed}})
+	if got := runIDs(cmds); len(got) != 0 {
+		t.Fatalf("a worker in setup claimed %v", got)
+	}
+	got := h.worker(w.id)
+	if got.LastSetupResult == nil || *got.LastSetupResult != failed {
+		t.Fatalf("last_setup_result %+v, want %+v", got.LastSetupResult, failed)
+	}
+	if got.State != "setting_up" || got.Phase != wire.PhaseSetup {
+		t.Fatalf("worker %s in phase %s, want setting_up in setup", got.State, got.Phase)
+	}
+	var res wire.SetupResults
+	h.do("GET", "/v1/workers/"+w.id+"/setup-results", operatorToken, nil).want(t, 200, &res)
+	if len(res.SetupResults) != 0 {
+		t.Errorf("a host-setup result made a control-plane setup command: %+v", res.SetupResults)
+	}
+
+	rerun := wire.SetupResult{Command: "exit 3", Status: wire.SetupSucceeded}
+	cmds = h.poll(w, wire.PollRequest{Queue: "default", Phase: wire.PhaseReady, SetupResults: []wire.SetupResult{rerun}})
+	if got := runIDs(cmds); !slices.Equal(got, []string{inv.InvocationID}) {
+		t.Fatalf("after the host setup succeeded, claimed %v, want %s", got, inv.InvocationID)
+	}
+	if lr := h.worker(w.id).LastSetupResult; lr == nil || *lr != rerun {
+		t.Errorf("last_setup_result %+v, want %+v", lr, rerun)
+	}
 }
 
 // TestStoreDownIsUnavailable: when the store does not answer, routes say 503

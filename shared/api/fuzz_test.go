@@ -8,7 +8,7 @@ package api_test
 //
 //   - the router does not panic and never answers 5xx;
 //   - a 4xx answer is JSON {"error": {"code", "message"}} whose code maps to
-//     that very status, and all six tables are as they were (DESIGN §9:
+//     that very status, and all six tables are as they were (docs/design.md §9:
 //     bad input changes nothing);
 //   - a GET, or any other answer that is not a 2xx, changes nothing either;
 //   - a 2xx answer is JSON (or empty, for a 204).

@@ -1,4 +1,4 @@
-// Package auth holds the three kinds of bearer token (DESIGN §9): the
+// Package auth holds the three kinds of bearer token (docs/design.md §9): the
 // enrollment token (hello only), the per-worker token issued at hello, and
 // the operator token. Comparisons are constant time; only a SHA-256 hash of a
 // worker token is ever stored.

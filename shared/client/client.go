@@ -1,4 +1,4 @@
-// Package client is a typed Go client for the whole wire API (DESIGN §3):
+// Package client is a typed Go client for the whole wire API (docs/design.md §3):
 // the daemon routes (hello, poll, ack, bye) and the operator routes. The
 // operator CLI, the tests and the nymph agent all talk to the control plane
 // through it, so the paths, status codes and error shapes are spelled once.

@@ -1,5 +1,5 @@
 // Package config reads the control plane's configuration in Lambda mode
-// (DESIGN §8): table prefix, tokens (from the environment or from SSM
+// (docs/design.md §8): table prefix, tokens (from the environment or from SSM
 // SecureString parameters) and the stale window. It refuses to start without
 // tokens: a control plane never runs open.
 package config

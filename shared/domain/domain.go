@@ -1,6 +1,6 @@
 // Package domain holds the records the control plane keeps (a worker, an
 // invocation, a setup command) and the pure rules over them: the worker-state
-// projection and the phase transitions of seeds/worker-lifecycle.md. It does
+// projection and the phase transitions of docs/design.md §6. It does
 // no I/O; the store persists these records and the API renders them.
 package domain
 
@@ -180,6 +180,39 @@ func (inv Invocation) HeldBy(workerID string, n int) bool {
 		}
 	}
 	return false
+}
+
+// AckRecords reports whether worker's ack of attempt n with outcome state
+// is recorded (docs/states.md). The first succeeded or failed outcome of any
+// attempt the worker ran wins, even a superseded one: the work was done.
+// A cancelled outcome counts only from the attempt running now, and only
+// after an operator asked for the cancel: an attempt the control plane
+// stopped because it was superseded was never cancelled by anyone, and its
+// invocation runs on elsewhere. Nothing is recorded on a terminal invocation.
+func (inv Invocation) AckRecords(workerID string, n int, state string) bool {
+	switch {
+	case wire.Terminal(inv.State) || !inv.HeldBy(workerID, n):
+		return false
+	case state == wire.StateCancelled:
+		return inv.CancelRequested && inv.Running(workerID) && inv.Attempt == n
+	default:
+		return true
+	}
+}
+
+// CancelReason reports why worker, which says it runs inv, must stop it
+// ("" when it may run on): wire.CancelOperator when an operator cancelled
+// the attempt it runs, wire.CancelSuperseded when that attempt no longer
+// counts (handed to another attempt or worker, or an outcome already won).
+func (inv Invocation) CancelReason(workerID string) string {
+	switch {
+	case !inv.Running(workerID):
+		return wire.CancelSuperseded
+	case inv.CancelRequested:
+		return wire.CancelOperator
+	default:
+		return ""
+	}
 }
 
 // Running reports whether inv is running its current attempt on worker.

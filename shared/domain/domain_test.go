@@ -150,3 +150,68 @@ func TestRetiredHost(t *testing.T) {
 		t.Error("stored gone: not retired")
 	}
 }
+
+// TestAckRecords: every state × attempt relation × outcome. Attempt 1 ran
+// on a (superseded), attempt 2 runs on b (current).
+func TestAckRecords(t *testing.T) {
+	base := Invocation{State: wire.StateRunning, Attempt: 2, WorkerID: "b",
+		Attempts: []Attempt{{Attempt: 1, WorkerID: "a"}, {Attempt: 2, WorkerID: "b"}}}
+	queued := base
+	queued.State, queued.WorkerID = wire.StateQueued, ""
+	cancelAsked := base
+	cancelAsked.CancelRequested = true
+	done := base
+	done.State = wire.StateSucceeded
+	cases := []struct {
+		name     string
+		inv      Invocation
+		worker   string
+		attempt  int
+		state    string
+		recorded bool
+	}{
+		{"current attempt succeeded", base, "b", 2, wire.StateSucceeded, true},
+		{"current attempt failed", base, "b", 2, wire.StateFailed, true},
+		{"current attempt cancelled, nobody asked", base, "b", 2, wire.StateCancelled, false},
+		{"current attempt cancelled, operator asked", cancelAsked, "b", 2, wire.StateCancelled, true},
+		{"superseded attempt succeeded first", base, "a", 1, wire.StateSucceeded, true},
+		{"superseded attempt failed first", base, "a", 1, wire.StateFailed, true},
+		{"superseded attempt cancelled", base, "a", 1, wire.StateCancelled, false},
+		{"superseded attempt cancelled, operator asked", cancelAsked, "a", 1, wire.StateCancelled, false},
+		{"requeued: late succeeded", queued, "b", 2, wire.StateSucceeded, true},
+		{"requeued: late cancelled", queued, "b", 2, wire.StateCancelled, false},
+		{"terminal: second outcome", done, "b", 2, wire.StateFailed, false},
+		{"terminal: cancelled", done, "b", 2, wire.StateCancelled, false},
+		{"another worker's attempt", base, "a", 2, wire.StateSucceeded, false},
+		{"an attempt that never ran", base, "b", 3, wire.StateSucceeded, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if got := c.inv.AckRecords(c.worker, c.attempt, c.state); got != c.recorded {
+				t.Fatalf("AckRecords = %v, want %v", got, c.recorded)
+			}
+		})
+	}
+}
+
+func TestCancelReason(t *testing.T) {
+	base := Invocation{State: wire.StateRunning, Attempt: 2, WorkerID: "b"}
+	asked := base
+	asked.CancelRequested = true
+	done := asked
+	done.State = wire.StateCancelled
+	for _, c := range []struct {
+		name, worker, want string
+		inv                Invocation
+	}{
+		{"runs here", "b", "", base},
+		{"operator cancel", "b", wire.CancelOperator, asked},
+		{"handed to another worker", "a", wire.CancelSuperseded, base},
+		{"operator cancel of another worker's attempt", "a", wire.CancelSuperseded, asked},
+		{"already terminal", "b", wire.CancelSuperseded, done},
+	} {
+		if got := c.inv.CancelReason(c.worker); got != c.want {
+			t.Errorf("%s: CancelReason = %q, want %q", c.name, got, c.want)
+		}
+	}
+}

@@ -1,4 +1,4 @@
-// Package hostkey computes the key that names a host's setup (DESIGN §7):
+// Package hostkey computes the key that names a host's setup (docs/design.md §7):
 // "hk1_" and the hex SHA-256 of a canonical encoding of the ordered setup
 // commands. A daemon hashes its own --host-setup; the control plane hashes a
 // run config's host_setup at submit; equal keys mean the same setup.

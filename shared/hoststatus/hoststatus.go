@@ -1,5 +1,5 @@
 // Package hoststatus keeps the host_status of workers on EC2 instances in
-// step with EC2 (DESIGN.md §4–5). A worker's machine id is its instance id;
+// step with EC2 (docs/design.md §4–5). A worker's machine id is its instance id;
 // the Poller describes the live workers' instances on a schedule and takes
 // EventBridge "EC2 Instance State-change Notification" events, so a stopped
 // or terminated instance's worker reads gone, and its running work is

@@ -1,4 +1,4 @@
-// Package reaper is the scheduled redelivery sweep (DESIGN §5): every run
+// Package reaper is the scheduled redelivery sweep (docs/design.md §5): every run
 // hands back the running work of each worker that reads stale or gone. The
 // Lambda in functions/reaper runs it on a schedule; `lakeshore dev` runs the
 // same store sweep on a ticker.

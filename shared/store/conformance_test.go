@@ -26,7 +26,7 @@ import (
 )
 
 // backend is one DynamoDB engine the conformance suite runs on, with what
-// it is known to do differently from DynamoDB (DESIGN §2). The quirk fields
+// it is known to do differently from DynamoDB (docs/design.md §2). The quirk fields
 // are asserted, so an emulator release that changes them fails the suite
 // and the store's workarounds can be reconsidered.
 type backend struct {
@@ -82,6 +82,8 @@ var conformanceCases = []conformanceCase{
 	{"ack/wrong token unauthorized", testAckUnauthorized},
 	{"ack/late ack from attempt 1 after redelivery", testAckLateAfterRedelivery},
 	{"ack/late ack while requeued", testAckLateWhileRequeued},
+	{"ack/superseded attempt's cancelled is a no-op", testAckSupersededCancelled},
+	{"ack/cancelled without an operator cancel is a no-op", testAckCancelledUnasked},
 	{"requeue/next claim is the next attempt", testRequeueNextAttempt},
 	{"requeue/max attempts fails worker_lost", testRequeueExhausted},
 	{"requeue/cancel requested becomes cancelled", testRequeueCancelRequested},
@@ -97,6 +99,7 @@ var conformanceCases = []conformanceCase{
 	{"bye/gone and requeued", testBye},
 	{"drain", testDrain},
 	{"setup/FIFO", testSetupFIFO},
+	{"setup/host setup result", testHostSetupResult},
 	{"list invocations/by queue", testListByQueue},
 	{"list invocations/by queue and state", testListByQueueState},
 	{"list invocations/all", testListAll},
@@ -665,6 +668,55 @@ func testAckLateWhileRequeued(t *testing.T, f *fixture) {
 	f.wantStats("q", map[string]int{wire.StateFailed: 1}, 1)
 }
 
+// testAckSupersededCancelled is the worker that comes back from stale: its
+// attempt 1 was handed to b, the control plane told it to stop (superseded),
+// and its body's cancelled ack arrives while attempt 2 runs. Nobody
+// cancelled the invocation: the ack must change nothing, and b's outcome
+// must still count.
+func testAckSupersededCancelled(t *testing.T, f *fixture) {
+	inv := f.submit(submitReq())
+	a := f.worker("m-a", "")
+	b := f.worker("m-b", "")
+	f.claimOne(a, inv)
+	if got, err := f.s.Requeue(f.ctx, inv.ID, a.ID, "stale"); err != nil || got.State != wire.StateQueued {
+		t.Fatalf("Requeue = %s, %v", got.State, err)
+	}
+	f.claimOne(b, inv)
+	resp := f.mustAck(a, inv, 1, wire.StateCancelled, false)
+	if resp.State != wire.StateRunning {
+		t.Fatalf("superseded cancelled ack answered state %s, want running", resp.State)
+	}
+	if got := f.get(inv.ID); got.State != wire.StateRunning || got.WorkerID != b.ID || got.Attempt != 2 {
+		t.Fatalf("after the superseded cancelled ack: state %s worker %s attempt %d; want running by b, attempt 2",
+			got.State, got.WorkerID, got.Attempt)
+	}
+	f.wantStats("q", map[string]int{wire.StateRunning: 1}, 0)
+	// Even once an operator cancels, attempt 1's cancelled stays a no-op:
+	// only the attempt running now can confirm the cancel.
+	if _, err := f.s.Cancel(f.ctx, inv.ID); err != nil {
+		t.Fatalf("Cancel: %v", err)
+	}
+	f.mustAck(a, inv, 1, wire.StateCancelled, false)
+	f.mustAck(b, inv, 2, wire.StateCancelled, true)
+	f.wantStats("q", map[string]int{wire.StateCancelled: 1}, 1)
+}
+
+// testAckCancelledUnasked: the attempt running now acks cancelled although
+// no operator asked (a daemon bug, or a cancel meant for an earlier
+// attempt). It is not recorded: the invocation stays running, and is handed
+// out again when the worker's poll omits it.
+func testAckCancelledUnasked(t *testing.T, f *fixture) {
+	inv := f.submit(submitReq())
+	a := f.worker("m-a", "")
+	f.claimOne(a, inv)
+	f.mustAck(a, inv, 1, wire.StateCancelled, false)
+	if got := f.get(inv.ID); got.State != wire.StateRunning {
+		t.Fatalf("state %s after an unasked cancelled ack, want running", got.State)
+	}
+	f.mustAck(a, inv, 1, wire.StateSucceeded, true)
+	f.wantStats("q", map[string]int{wire.StateSucceeded: 1}, 1)
+}
+
 func testRequeueNextAttempt(t *testing.T, f *fixture) {
 	inv := f.submit(submitReq())
 	a := f.worker("m-a", "")
@@ -1137,6 +1189,50 @@ func testSetupFIFO(t *testing.T, f *fixture) {
 	wantCode(t, err, wire.ErrConflict)
 }
 
+// testHostSetupResult: a result without a command id is the daemon's own
+// --host-setup command. No command row is moved or made, but it becomes the
+// worker row's last_setup_result, so a failed host setup shows.
+func testHostSetupResult(t *testing.T, f *fixture) {
+	w := f.worker("m1", "")
+	pending, err := f.s.AddSetup(f.ctx, w.ID, []string{"repair"})
+	if err != nil {
+		t.Fatalf("AddSetup: %v", err)
+	}
+	failed := wire.SetupResult{Command: "exit 3", Status: wire.SetupFailed, ExitCode: 3, DurationMS: 4, OutputTail: "boom"}
+	got, err := f.s.RecordSetupResults(f.ctx, f.getWorker(w.ID), []wire.SetupResult{failed})
+	if err != nil {
+		t.Fatalf("RecordSetupResults: %v", err)
+	}
+	if got.LastSetupResult == nil || *got.LastSetupResult != failed {
+		t.Fatalf("RecordSetupResults answered last_setup_result %+v, want %+v", got.LastSetupResult, failed)
+	}
+	if stored := f.getWorker(w.ID).LastSetupResult; stored == nil || *stored != failed {
+		t.Fatalf("stored last_setup_result %+v, want %+v", stored, failed)
+	}
+	if cs, err := f.s.SetupCommands(f.ctx, w.ID, false); err != nil || len(cs) != 1 || cs[0].CommandID != pending.CommandID || cs[0].Status != wire.SetupPending {
+		t.Fatalf("setup commands after a host-setup result: %+v, %v; want the one pending command untouched", cs, err)
+	}
+	// A result naming neither a command id nor a command records nothing.
+	if _, err := f.s.RecordSetupResults(f.ctx, f.getWorker(w.ID), []wire.SetupResult{{Status: wire.SetupSucceeded}}); err != nil {
+		t.Fatalf("RecordSetupResults (empty): %v", err)
+	}
+	if stored := f.getWorker(w.ID).LastSetupResult; stored == nil || *stored != failed {
+		t.Fatalf("an empty result changed last_setup_result to %+v", stored)
+	}
+	// The control-plane repair and the host setup's rerun land in order.
+	repaired := wire.SetupResult{CommandID: pending.CommandID, Status: wire.SetupSucceeded}
+	rerun := wire.SetupResult{Command: "exit 3", Status: wire.SetupSucceeded, DurationMS: 2}
+	if got, err = f.s.RecordSetupResults(f.ctx, f.getWorker(w.ID), []wire.SetupResult{repaired, rerun}); err != nil {
+		t.Fatalf("RecordSetupResults (repair): %v", err)
+	}
+	if got.LastSetupResult == nil || *got.LastSetupResult != rerun {
+		t.Fatalf("last_setup_result after the repair %+v, want %+v", got.LastSetupResult, rerun)
+	}
+	if cs, err := f.s.SetupCommands(f.ctx, w.ID, true); err != nil || len(cs) != 0 {
+		t.Fatalf("pending after the repair: %+v, %v", cs, err)
+	}
+}
+
 // listAll pages through ListInvocations with limit and returns every id,
 // in the order the pages gave them, and the number of pages.
 func (f *fixture) listAll(queue, state string, limit int) (got []string, pages int) {
@@ -1411,7 +1507,7 @@ func (f *fixture) rawPut(item map[string]types.AttributeValue) {
 // item out of that sparse index; minidyn v0.8.2 ignores the REMOVE (the SET
 // beside it applies), so the item would stay claimable. A whole-item put
 // without the attribute works on both. If the minidyn expectation fails,
-// minidyn has been fixed: update DESIGN §2 and backend.removeKeepsAttribute.
+// minidyn has been fixed: update docs/design.md §2 and backend.removeKeepsAttribute.
 func testQuirkRemoveIndexKey(t *testing.T, f *fixture) {
 	f.rawPut(rawItem("inv_remove", nil))
 	f.rawPut(rawItem("inv_put", nil))
@@ -1435,7 +1531,7 @@ func testQuirkRemoveIndexKey(t *testing.T, f *fixture) {
 	}
 	_, kept := item["claim_key"]
 	if kept != f.backend.removeKeepsAttribute {
-		t.Errorf("%s: after REMOVE claim_key the attribute is kept = %v, expected %v: the emulator's REMOVE behaviour changed; update DESIGN §2 and this expectation",
+		t.Errorf("%s: after REMOVE claim_key the attribute is kept = %v, expected %v: the emulator's REMOVE behaviour changed; update docs/design.md §2 and this expectation",
 			f.backend.name, kept, f.backend.removeKeepsAttribute)
 	}
 

@@ -324,8 +324,10 @@ func (s *Store) readForAck(ctx context.Context, invocationID, workerID string) (
 	return inv, w, nil
 }
 
-// Ack records a worker's outcome for one attempt. The first terminal outcome
-// of any attempt wins; a later one is a no-op (recorded false). The worker's
+// Ack records a worker's outcome for one attempt. The first succeeded or
+// failed outcome of any attempt wins; a later one is a no-op (recorded
+// false), and so is a cancelled outcome unless an operator cancelled the
+// attempt running now (domain.Invocation.AckRecords). The worker's
 // token is checked first (auth, against the row read with the invocation),
 // and again inside the recording transaction (its hash must still be
 // tokenHash) so a token revoked meanwhile cannot record. Only the worker that
@@ -352,7 +354,9 @@ func (s *Store) Ack(ctx context.Context, req wire.AckRequest, auth Authorize, to
 		if !inv.HeldBy(req.WorkerID, req.Attempt) {
 			return wire.Errorf(wire.CodeForbidden, "attempt %d of %s was not run by %s", req.Attempt, inv.ID, req.WorkerID)
 		}
-		if wire.Terminal(inv.State) {
+		if !inv.AckRecords(req.WorkerID, req.Attempt, req.State) {
+			// An outcome already won, or a cancelled attempt nobody cancelled
+			// (it was superseded): a recorded no-op.
 			resp = wire.AckResponse{Recorded: false, State: inv.State}
 			return nil
 		}

@@ -27,7 +27,7 @@ import (
 // TestStoreProperty drives the store through random sequences of daemon,
 // operator and reaper calls (hello, heartbeat, claim, ack, bye, mark gone,
 // sweep, submit, cancel, clock advance) against a small model of the
-// lifecycle in DESIGN §4-5, and checks after every step, by reading the
+// lifecycle in docs/design.md §4-5, and checks after every step, by reading the
 // store, that:
 //
 //   - every answer (ids, recorded, requeue counts, sweep counts) and every
@@ -44,7 +44,12 @@ import (
 //   - the queue's done_count equals succeeded + failed + cancelled, and
 //     every per-state count equals the model's;
 //   - after a sweep, nothing runs on a worker the model knows is stale or
-//     gone (within the sweep's gone window).
+//     gone (within the sweep's gone window);
+//   - no invocation is cancelled unless an operator cancelled it: a worker
+//     that comes back from stale ("return": it polls with what it still
+//     runs, is told its superseded attempts are over, and acks them
+//     cancelled) changes nothing, and a cancelled ack counts only from the
+//     attempt running now after an operator's cancel.
 //
 // One embedded store serves the whole test; each rapid check gets tables of
 // its own. Checks default to 25 (not rapid's 100) to keep the test fast
@@ -87,6 +92,10 @@ type mWorker struct {
 	reaped   bool
 	lastSeen time.Time
 	hash     string // token hash of its latest hello
+	// runs is what the daemon believes it runs: invocation id → attempt,
+	// from its claims until it acks them. A worker that was stale keeps
+	// believing it after its work was handed out again.
+	runs map[string]int
 }
 
 // mMachine is the model of a machine's current boot.
@@ -167,6 +176,7 @@ func (m *propModel) run(rt *rapid.T) {
 		"advance":   m.advance,
 		"submit":    m.submit,
 		"cancel":    m.cancel,
+		"return":    m.returnFromStale,
 		"":          m.check,
 	})
 }
@@ -277,7 +287,7 @@ func (m *propModel) hello(rt *rapid.T) {
 			name, req.BootID, res.Retired, res.Requeued, wantRetired, wantRequeued)
 	}
 	m.machines[name] = &mMachine{boot: boot, worker: res.Worker.ID}
-	m.workers[res.Worker.ID] = &mWorker{id: res.Worker.ID, machine: name, lastSeen: now, hash: res.Worker.TokenHash}
+	m.workers[res.Worker.ID] = &mWorker{id: res.Worker.ID, machine: name, lastSeen: now, hash: res.Worker.TokenHash, runs: map[string]int{}}
 	m.wOrder = append(m.wOrder, res.Worker.ID)
 }
 
@@ -336,6 +346,7 @@ func (m *propModel) claim(rt *rapid.T) {
 		inv.state = wire.StateRunning
 		inv.holder = id
 		inv.attempts = append(inv.attempts, mAttempt{n: inv.attempt, worker: id})
+		m.workers[id].runs[inv.id] = inv.attempt
 		rt.Logf("  claimed %s attempt %d", c.ID, inv.attempt)
 	}
 }
@@ -371,10 +382,29 @@ func (m *propModel) ack(rt *rapid.T) {
 	exit := 0
 	resp, err := m.s.Ack(m.ctx, wire.AckRequest{WorkerID: workerID, InvocationID: inv.id, Attempt: attempt, State: state, ExitCode: &exit}, nil, hash)
 
+	m.expectAck(rt, inv, workerID, attempt, state, revoked, resp, err)
+}
+
+// expectAck checks an ack's answer against the model and applies it.
+func (m *propModel) expectAck(rt *rapid.T, inv *mInv, workerID string, attempt int, state string, revoked bool, resp wire.AckResponse, err error) {
+	rt.Helper()
 	ran := attempt >= 1 && attempt <= len(inv.attempts) && inv.attempts[attempt-1].worker == workerID
+	// A cancelled outcome confirms an operator's cancel of the attempt that
+	// runs now; from any other attempt (superseded) or without a cancel it
+	// is nobody's cancel, and changes nothing.
+	confirmsCancel := inv.cancelRequested && inv.state == wire.StateRunning && inv.holder == workerID && inv.attempt == attempt
+	if ran && m.workers[workerID].runs[inv.id] == attempt {
+		delete(m.workers[workerID].runs, inv.id)
+	}
 	switch {
 	case !ran:
 		propWant(rt, "ack by a worker that did not run the attempt", err, wire.CodeForbidden)
+	case state == wire.StateCancelled && !wire.Terminal(inv.state) && !confirmsCancel:
+		propWant(rt, "cancelled ack nobody asked for", err, "")
+		if resp.Recorded || resp.State != inv.state {
+			rt.Fatalf("cancelled ack of %s attempt %d by %s (model: %s attempt %d holder %s cancel_requested %v): recorded %v state %s, want a no-op (recorded false, state %s)",
+				inv.id, attempt, workerID, inv.state, inv.attempt, inv.holder, inv.cancelRequested, resp.Recorded, resp.State, inv.state)
+		}
 	case wire.Terminal(inv.state):
 		propWant(rt, "ack of a finished invocation", err, "")
 		if resp.Recorded || resp.State != inv.state {
@@ -501,6 +531,35 @@ func (m *propModel) cancel(rt *rapid.T) {
 	}
 }
 
+// returnFromStale is a worker that was silent (SIGSTOP, a partition) and
+// comes back: it polls with every invocation it still believes it runs.
+// Those it no longer holds were superseded; the control plane tells it to
+// stop them and its bodies ack cancelled, which must change nothing. Those
+// it still holds run on.
+func (m *propModel) returnFromStale(rt *rapid.T) {
+	live := m.liveWorkers()
+	if len(live) == 0 {
+		rt.Skip("no live workers")
+	}
+	id := rapid.SampledFrom(live).Draw(rt, "worker")
+	w := m.workers[id]
+	believed := slices.Sorted(maps.Keys(w.runs))
+	rt.Logf("return %s (silent %s) believing it runs %v", id, m.clock.Now().Sub(w.lastSeen), believed)
+	_, err := m.s.Heartbeat(m.ctx, wire.PollRequest{WorkerID: id, Queue: propQueue, Phase: wire.PhaseReady, Invocations: believed}, nil)
+	propWant(rt, "heartbeat of a returning worker", err, "")
+	w.lastSeen = m.clock.Now()
+	for _, invID := range believed {
+		inv, n := m.invs[invID], w.runs[invID]
+		if inv.state == wire.StateRunning && inv.holder == id && inv.attempt == n && !inv.cancelRequested {
+			continue // still its own: it runs on
+		}
+		exit := 137
+		resp, err := m.s.Ack(m.ctx, wire.AckRequest{WorkerID: id, InvocationID: invID, Attempt: n, State: wire.StateCancelled, ExitCode: &exit}, nil, w.hash)
+		rt.Logf("  %s attempt %d acks cancelled [model: %s attempt %d holder %s]", invID, n, inv.state, inv.attempt, inv.holder)
+		m.expectAck(rt, inv, id, n, wire.StateCancelled, false, resp, err)
+	}
+}
+
 // ---- invariants ----
 
 func (m *propModel) check(rt *rapid.T) {
@@ -524,6 +583,9 @@ func (m *propModel) check(rt *rapid.T) {
 		}
 		if wire.Terminal(got.State) {
 			m.seenTerminal[id] = got.State
+		}
+		if got.State == wire.StateCancelled && !got.CancelRequested {
+			rt.Fatalf("invocation %s is cancelled, but no operator cancelled it (lost work)", id)
 		}
 		for i, a := range got.Attempts {
 			if a.Attempt != i+1 {

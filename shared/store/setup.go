@@ -91,12 +91,22 @@ func (s *Store) SetupCommands(ctx context.Context, id string, pendingOnly bool) 
 
 // RecordSetupResults stores the daemon's reports. Each moves a pending
 // command of this worker to its result once; a repeat or an id that is not
-// this worker's pending command changes nothing. The last result recorded
-// becomes the worker row's last_setup_result, which is returned.
+// this worker's pending command changes nothing. A result without a command
+// id is one of the daemon's own --host-setup commands: no command row to
+// move, but it is recorded all the same (a failed host setup must show). The
+// last result recorded becomes the worker row's last_setup_result, which is
+// returned.
 func (s *Store) RecordSetupResults(ctx context.Context, w domain.Worker, results []wire.SetupResult) (domain.Worker, error) {
 	now := s.now()
 	var last *wire.SetupResult
 	for _, r := range results {
+		if r.CommandID == "" {
+			if r.Command != "" {
+				recorded := r
+				last = &recorded
+			}
+			continue
+		}
 		_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 			TableName: aws.String(s.tables.Commands),
 			Key: map[string]types.AttributeValue{

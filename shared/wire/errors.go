@@ -9,7 +9,7 @@ import (
 // HTTP status; the mapping lives in exactly one place, Status.
 type Code string
 
-// The error codes of the wire API (DESIGN §3).
+// The error codes of the wire API (docs/design.md §3).
 const (
 	CodeInvalid      Code = "invalid"       // 400: malformed body or a field out of range
 	CodeUnauthorized Code = "unauthorized"  // 401: missing or wrong token

@@ -41,6 +41,7 @@ const (
 	DefaultMaxAttempts = 3
 	MaxConcurrency     = 1024
 	MaxMessageBytes    = 4 << 10 // error message in an ack
+	MaxSetupTextBytes  = 4 << 10 // a setup result's command: a --host-setup command's shell text
 	MaxPollTimeoutS    = 20
 )
 
@@ -326,7 +327,17 @@ func (r *PollRequest) Validate() error {
 		return invalid("setup_results has %d entries; the limit is %d", len(r.SetupResults), MaxSetupResults)
 	}
 	for _, s := range r.SetupResults {
-		if err := checkID("setup_results[].command_id", ids.Command, s.CommandID); err != nil {
+		// A --host-setup result names its shell text instead of a command id:
+		// the control plane never queued it.
+		switch {
+		case s.CommandID == "" && s.Command == "":
+			return invalid("setup_results[] needs a command_id (a control-plane command) or a command (a --host-setup command)")
+		case s.CommandID != "":
+			if err := checkID("setup_results[].command_id", ids.Command, s.CommandID); err != nil {
+				return err
+			}
+		}
+		if err := checkText("setup_results[].command", s.Command, MaxSetupTextBytes, false); err != nil {
 			return err
 		}
 		if err := checkOneOf("setup_results[].status", s.Status, SetupSucceeded, SetupFailed); err != nil {

@@ -1,4 +1,4 @@
-// Package wire holds the JSON contract of the control plane (DESIGN §3):
+// Package wire holds the JSON contract of the control plane (docs/design.md §3):
 // every request and answer as a plain tagged struct, the validation each
 // request gets before any store call, and the error codes. Unknown fields are
 // ignored and every field added later is optional, so old daemons and old
@@ -27,7 +27,7 @@ func Terminal(state string) bool {
 	return state == StateSucceeded || state == StateFailed || state == StateCancelled
 }
 
-// Daemon phases (seeds/worker-lifecycle.md). Booting is never sent.
+// Daemon phases (docs/design.md §6). Booting is never sent.
 const (
 	PhaseBooting     = "booting"
 	PhaseSetup       = "setup"
@@ -51,6 +51,13 @@ const (
 	CommandSetup  = "setup"
 	CommandCancel = "cancel"
 	CommandDrain  = "drain"
+)
+
+// Why a cancel command was sent. Only an operator's cancel can make an
+// invocation cancelled; a superseded attempt's cancelled ack is a no-op.
+const (
+	CancelOperator   = "operator"   // an operator cancelled the invocation
+	CancelSuperseded = "superseded" // this attempt no longer counts: handed to another attempt, or an outcome already won
 )
 
 // Setup command statuses. A command is pending until the daemon reports it.
@@ -93,9 +100,13 @@ type HelloResponse struct {
 	PollIntervalS float64 `json:"poll_interval_s"`
 }
 
-// SetupResult reports one finished setup command.
+// SetupResult reports one finished setup command: a control-plane command
+// (CommandID names it) or one of the daemon's own --host-setup commands
+// (no CommandID: the control plane never queued it; Command holds its shell
+// text). Either field may be absent on the wire, never both.
 type SetupResult struct {
-	CommandID  string `json:"command_id" dynamodbav:"command_id"`
+	CommandID  string `json:"command_id,omitempty" dynamodbav:"command_id,omitempty"`
+	Command    string `json:"command,omitempty" dynamodbav:"command,omitempty"`
 	Status     string `json:"status" dynamodbav:"status"`
 	ExitCode   int    `json:"exit_code" dynamodbav:"exit_code"`
 	DurationMS int64  `json:"duration_ms" dynamodbav:"duration_ms"`
@@ -147,6 +158,8 @@ type Command struct {
 	CommandID    string         `json:"command_id,omitempty"`
 	Argv         []string       `json:"argv,omitempty"`
 	InvocationID string         `json:"invocation_id,omitempty"`
+	// Reason says why a cancel was sent: CancelOperator or CancelSuperseded.
+	Reason string `json:"reason,omitempty"`
 }
 
 // PollResponse answers a poll.

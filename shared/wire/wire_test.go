@@ -32,7 +32,7 @@ var (
 	t2 = t0.Add(3 * time.Minute)
 )
 
-// roundTrip is one wire type, fully populated, with the JSON names DESIGN §3
+// roundTrip is one wire type, fully populated, with the JSON names docs/design.md §3
 // pins for it.
 type roundTrip struct {
 	name string
@@ -287,7 +287,7 @@ func TestJSONRoundTrip(t *testing.T) {
 	}
 }
 
-// TestTimestampsAreRFC3339UTC pins the timestamp form of DESIGN §3.
+// TestTimestampsAreRFC3339UTC pins the timestamp form of docs/design.md §3.
 func TestTimestampsAreRFC3339UTC(t *testing.T) {
 	b, err := json.Marshal(wire.Invocation{CreatedAt: t0, StartedAt: &t1})
 	if err != nil {
@@ -359,7 +359,8 @@ func TestJSONOptionalFieldsOmitted(t *testing.T) {
 		{"minimal poll", wire.PollRequest{WorkerID: workerID}, `{"worker_id":"` + workerID + `"}`},
 		{"empty poll answer", wire.PollResponse{Commands: []wire.Command{}}, `{"commands":[]}`},
 		{"drain command", wire.Command{Type: wire.CommandDrain}, `{"type":"drain"}`},
-		{"cancel command", wire.Command{Type: wire.CommandCancel, InvocationID: invID}, `{"type":"cancel","invocation_id":"` + invID + `"}`},
+		{"host setup result", wire.SetupResult{Command: "exit 3", Status: wire.SetupFailed, ExitCode: 3}, `{"command":"exit 3","status":"failed","exit_code":3,"duration_ms":0}`},
+		{"cancel command", wire.Command{Type: wire.CommandCancel, InvocationID: invID, Reason: wire.CancelOperator}, `{"type":"cancel","invocation_id":"` + invID + `","reason":"operator"}`},
 		{"ack without outcome details", wire.AckRequest{WorkerID: workerID, InvocationID: invID, Attempt: 1, State: wire.StateSucceeded},
 			`{"worker_id":"` + workerID + `","invocation_id":"` + invID + `","attempt":1,"state":"succeeded"}`},
 		{"exit code zero is sent", wire.AckRequest{ExitCode: intp(0)}, `{"worker_id":"","invocation_id":"","attempt":0,"state":"","exit_code":0}`},
@@ -612,6 +613,16 @@ func TestDecode(t *testing.T) {
 			{name: "setup result output_tail at limit", body: with(okPoll, "setup_results", []map[string]any{{"command_id": commandID, "status": "succeeded", "output_tail": rep("o", wire.MaxTailBytes)}})},
 			{name: "setup result output_tail over limit", body: with(okPoll, "setup_results", []map[string]any{{"command_id": commandID, "status": "succeeded", "output_tail": rep("o", wire.MaxTailBytes+1)}}), want: wire.CodeInvalid},
 			{name: "setup result duration_ms negative", body: with(okPoll, "setup_results", []map[string]any{{"command_id": commandID, "status": "succeeded", "duration_ms": -1}}), want: wire.CodeInvalid},
+			{name: "host setup result without command_id", body: with(okPoll, "setup_results", []map[string]any{{"command": "exit 3", "status": "failed", "exit_code": 3}}),
+				check: func(t *testing.T, v wire.Validator) {
+					if r := v.(*wire.PollRequest).SetupResults; len(r) != 1 || r[0].Command != "exit 3" || r[0].CommandID != "" {
+						t.Errorf("setup_results = %+v, want one host-setup result", r)
+					}
+				}},
+			{name: "host setup result empty command", body: with(okPoll, "setup_results", []map[string]any{{"command": "", "status": "failed"}}), want: wire.CodeInvalid},
+			{name: "host setup result bad command_id", body: with(okPoll, "setup_results", []map[string]any{{"command_id": "cmd_x", "command": "true", "status": "succeeded"}}), want: wire.CodeInvalid},
+			{name: "setup result command at limit", body: with(okPoll, "setup_results", []map[string]any{{"command": rep("c", wire.MaxSetupTextBytes), "status": "succeeded"}})},
+			{name: "setup result command over limit", body: with(okPoll, "setup_results", []map[string]any{{"command": rep("c", wire.MaxSetupTextBytes+1), "status": "succeeded"}}), want: wire.CodeInvalid},
 		}},
 		{"ack", func() wire.Validator { return &wire.AckRequest{} }, []decodeCase{
 			{name: "minimal", body: js(okAck)},

@@ -29,11 +29,11 @@ func main() {
 func run(args []string, getenv func(string) string) int {
 	cfg, logLevel, err := parseFlags(args, getenv)
 	if errors.Is(err, pflag.ErrHelp) {
-		return 0
+		return agent.ExitOK
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "nymph:", err)
-		return 2
+		return agent.ExitUsage
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: logLevel}))
 	if err := agent.HideFromSameUser(); err != nil {
@@ -44,7 +44,7 @@ func run(args []string, getenv func(string) string) int {
 	a, err := agent.New(cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "nymph:", err)
-		return 2
+		return agent.ExitUsage
 	}
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
@@ -53,16 +53,22 @@ func run(args []string, getenv func(string) string) int {
 			a.Stop() // first: drain; second: skip the grace
 		}
 	}()
-	if err := a.Run(context.Background()); err != nil {
-		log.Error("nymph stopped", "error", err.Error())
-		return 1
+	// 0 after a drain, 1 a failure a restart may cure (the control plane
+	// unreachable through hello's retries, say), 3 a refused hello, 4 a host
+	// setup nobody repaired (agent/exitcodes.go).
+	err = a.Run(context.Background())
+	if err != nil {
+		log.Error("nymph stopped", "error", err.Error(), "exit_code", agent.ExitCode(err))
 	}
-	return 0
+	return agent.ExitCode(err)
 }
 
-// parseFlags reads the pinned flags (DESIGN §6), each also from NYMPH_<FLAG>.
+// parseFlags reads the pinned flags (docs/design.md §6), each also from NYMPH_<FLAG>.
+// What neither sets keeps agent.DefaultConfig's value; an explicit zero
+// (--grace 0s, NYMPH_KILL_AFTER=0s) is zero.
 func parseFlags(args []string, getenv func(string) string) (agent.Config, slog.Level, error) {
-	var c agent.Config
+	c := agent.DefaultConfig()
+	def := agent.DefaultConfig()
 	var tags []string
 	var level string
 	fs := pflag.NewFlagSet("nymph", pflag.ContinueOnError)
@@ -71,16 +77,16 @@ func parseFlags(args []string, getenv func(string) string) (agent.Config, slog.L
 	fs.StringVar(&c.Queue, "queue", "", "queue to serve (required)")
 	fs.StringVar(&c.Label, "label", "", "human label for this worker")
 	fs.StringArrayVar(&tags, "tag", nil, "tag k=v (repeatable)")
-	fs.IntVar(&c.Capacity, "capacity", 1, "invocations run at once")
-	fs.StringVar(&c.Workdir, "workdir", "/var/lib/nymph/work", "root of the invocations' working directories")
-	fs.StringVar(&c.StateDir, "state-dir", "/var/lib/nymph/state", "where acks are spooled across restarts")
-	fs.DurationVar(&c.KeepAlive, "keep-alive", 0, "exit after this long idle (0: never)")
-	fs.DurationVar(&c.Grace, "grace", agent.DefaultGrace, "how long in-flight work may finish after a drain starts")
-	fs.DurationVar(&c.KillAfter, "kill-after", agent.DefaultKillAfter, "wait between SIGTERM and SIGKILL of a body")
+	fs.IntVar(&c.Capacity, "capacity", def.Capacity, "invocations run at once")
+	fs.StringVar(&c.Workdir, "workdir", def.Workdir, "root of the invocations' working directories")
+	fs.StringVar(&c.StateDir, "state-dir", def.StateDir, "where acks are spooled across restarts")
+	fs.DurationVar(&c.KeepAlive, "keep-alive", def.KeepAlive, "exit after this long idle (0: never)")
+	fs.DurationVar(&c.Grace, "grace", def.Grace, "how long in-flight work may finish after a drain starts (0: none, terminate at once)")
+	fs.DurationVar(&c.KillAfter, "kill-after", def.KillAfter, "wait between SIGTERM and SIGKILL of a body (0: SIGKILL right after SIGTERM)")
 	fs.StringArrayVar(&c.HostSetup, "host-setup", nil, "shell command run once at boot before taking work (repeatable)")
-	fs.StringVar(&c.IntrospectAddr, "introspect-addr", "127.0.0.1:7788", "loopback address for /status, /readyz, /livez (\"off\" disables)")
+	fs.StringVar(&c.IntrospectAddr, "introspect-addr", def.IntrospectAddr, "loopback address for /status, /readyz, /livez (\"off\" disables)")
 	fs.StringVar(&c.MachineID, "machine-id", "", "machine id (default: EC2 instance id, /etc/machine-id, hostname)")
-	fs.DurationVar(&c.PollInterval, "poll-interval", 0, "poll interval (default: what the control plane answers)")
+	fs.DurationVar(&c.PollInterval, "poll-interval", def.PollInterval, "poll interval (0: what the control plane answers)")
 	fs.StringVar(&level, "log-level", "info", "debug, info, warn or error")
 	var tokenFile string
 	fs.StringVar(&tokenFile, "enroll-token-file", "", "read the enrollment token from this file (mode 0600 or stricter); keeps it out of the process list")
@@ -89,6 +95,7 @@ func parseFlags(args []string, getenv func(string) string) (agent.Config, slog.L
 	fs.StringArrayVar(&c.PassEnv, "pass-env", nil, "name of a variable of nymph's environment that bodies get too (repeatable); NYMPH_* never pass")
 	fs.BoolVar(&c.IAM, "iam", false, "sign requests with the EC2 instance role (SigV4, for API Gateway's AWS_IAM authorizer); the token moves to X-Lakeshore-Token")
 	fs.StringVar(&c.IAMRegion, "iam-region", "", "region --iam signs for (default: an execute-api control plane's, else the instance's from IMDS)")
+	fs.StringVar(&c.OnRebalance, "on-rebalance", agent.OnRebalanceLog, "what an EC2 rebalance recommendation does: drain (no more claims, bye drain) or log")
 	if err := fs.Parse(args); err != nil {
 		return c, 0, err
 	}

@@ -1,0 +1,155 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/dreamlake/lakeshore/shared/api/apitest"
+	"github.com/dreamlake/lakeshore/shared/client"
+	"github.com/dreamlake/lakeshore/shared/wire"
+)
+
+// helloTestAnswer writes an error answer: the control plane's own wire
+// body when code is set, else a bare status (a proxy or load balancer).
+func helloTestAnswer(w http.ResponseWriter, status int, code wire.Code) {
+	if code == "" {
+		http.Error(w, http.StatusText(status), status)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(wire.BodyFor(&wire.Error{Code: code, Message: "test"}))
+}
+
+// TestHelloRefusalIsFinal: a 401 or 403 answer to hello is a refusal (a
+// wrong or revoked enrollment token): one attempt, and Run's error is
+// ErrHelloRefused (exit 3) as well as ErrHelloFailed. Other answers that
+// are not worth retrying, and retries that run out, are ErrHelloFailed
+// alone (exit 1).
+func TestHelloRefusalIsFinal(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		status   int
+		code     wire.Code
+		attempts int
+		refused  bool
+	}{
+		{"401 wrong token", http.StatusUnauthorized, wire.CodeUnauthorized, 1, true},
+		{"403 forbidden", http.StatusForbidden, wire.CodeForbidden, 1, true},
+		{"401 from a proxy", http.StatusUnauthorized, "", 1, true},
+		{"403 from API Gateway's authorizer", http.StatusForbidden, "", 1, true},
+		{"400 invalid hello", http.StatusBadRequest, wire.CodeInvalid, 1, false},
+		{"503 until the retries run out", http.StatusServiceUnavailable, wire.CodeUnavailable, 3, false},
+		{"502 from a proxy until the retries run out", http.StatusBadGateway, "", 3, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var hellos atomic.Int32
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == "/v1/daemon/hello" {
+					hellos.Add(1)
+				}
+				helloTestAnswer(w, tc.status, tc.code)
+			}))
+			defer srv.Close()
+			dir := t.TempDir()
+			synctest.Test(t, func(t *testing.T) {
+				a, err := New(Config{
+					ControlPlane: srv.URL, EnrollToken: "wrong", Queue: "q",
+					Workdir: filepath.Join(dir, "work"), StateDir: filepath.Join(dir, "state"),
+					MachineID: "refused", IntrospectAddr: "off", HelloAttempts: 3,
+					Logger: slog.New(slog.DiscardHandler), HTTP: noKeepAlive(), Notifier: nopNotifier{},
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				err = a.Run(context.Background())
+				if !errors.Is(err, ErrHelloFailed) || errors.Is(err, ErrHelloRefused) != tc.refused {
+					t.Fatalf("Run: %v; want ErrHelloFailed, refused %v", err, tc.refused)
+				}
+				want := ExitFailure
+				if tc.refused {
+					want = ExitHelloRefused
+				}
+				if got := ExitCode(err); got != want {
+					t.Fatalf("ExitCode(%v) = %d, want %d", err, got, want)
+				}
+			})
+			if got := int(hellos.Load()); got != tc.attempts {
+				t.Fatalf("%d hello attempts, want %d", got, tc.attempts)
+			}
+		})
+	}
+}
+
+// TestReHelloRefusedExits3: the control plane lets go of a running worker
+// (410 on poll), and the hello that follows is refused (the enrollment
+// token was revoked meanwhile): the daemon says bye{hello_failed} and Run's
+// error is the refusal (exit 3), not a plain failure (exit 1). When that
+// hello finds the control plane unavailable through every retry instead,
+// the error is ErrHelloFailed alone (exit 1).
+func TestReHelloRefusedExits3(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		status  int
+		code    wire.Code
+		refused bool
+	}{
+		{"refused", http.StatusUnauthorized, wire.CodeUnauthorized, true},
+		{"unavailable", http.StatusServiceUnavailable, wire.CodeUnavailable, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := apitest.New(t)
+			var broken atomic.Bool // hello answers tc.status from now on
+			front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == "/v1/daemon/hello" && broken.Load() {
+					helloTestAnswer(w, tc.status, tc.code)
+					return
+				}
+				p.Handler.ServeHTTP(w, r)
+			}))
+			defer front.Close()
+			machine := "revoked-" + tc.name
+			var runErr error
+			synctest.Test(t, func(t *testing.T) {
+				a := newFakeTimeAgent(t, p, machine, func(c *Config) {
+					c.ControlPlane = front.URL
+					c.KeepAlive = time.Hour // a fallback end, should the re-hello succeed
+					c.Notifier = nopNotifier{}
+				})
+				done := make(chan error)
+				go func() { done <- a.Run(context.Background()) }()
+				time.Sleep(time.Minute) // fake: registered and polling
+				if a.Health().Snapshot().WorkerID == "" {
+					t.Fatal("not registered after a minute")
+				}
+				broken.Store(true)
+				// A new boot of the same machine retires the agent's worker:
+				// its next poll gets 410 and it says hello again.
+				enroll := client.New(p.URL, apitest.EnrollToken, client.WithHTTPClient(noKeepAlive()))
+				if _, err := enroll.Hello(context.Background(), wire.HelloRequest{MachineID: machine, BootID: "intruder"}); err != nil {
+					t.Fatal(err)
+				}
+				runErr = <-done
+			})
+			if !errors.Is(runErr, ErrHelloFailed) || errors.Is(runErr, ErrHelloRefused) != tc.refused {
+				t.Fatalf("Run: %v; want ErrHelloFailed, refused %v", runErr, tc.refused)
+			}
+			want := ExitFailure
+			if tc.refused {
+				want = ExitHelloRefused
+			}
+			if got := ExitCode(runErr); got != want {
+				t.Fatalf("ExitCode(%v) = %d, want %d", runErr, got, want)
+			}
+		})
+	}
+}

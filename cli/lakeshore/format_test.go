@@ -1,0 +1,62 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dreamlake/lakeshore/shared/wire"
+)
+
+// TestWorkerViewsShowFailedSetup: a worker whose last setup failed says so
+// in `ls workers` (NOTE) and in `get` (Last setup, Note, the output tail);
+// a host-setup result is named by its command's text, a control-plane one
+// by its id.
+func TestWorkerViewsShowFailedSetup(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	host := wire.Worker{WorkerID: "wrk_HOST", State: "setting_up", Phase: wire.PhaseSetup, MaxConcurrency: 1, CreatedAt: now,
+		LastSetupResult: &wire.SetupResult{Command: "exit 3", Status: wire.SetupFailed, ExitCode: 3, DurationMS: 5, OutputTail: "no disk\n"}}
+	cp := wire.Worker{WorkerID: "wrk_CP", State: "active", Phase: wire.PhaseReady, MaxConcurrency: 1, CreatedAt: now,
+		LastSetupResult: &wire.SetupResult{CommandID: "cmd_X", Status: wire.SetupFailed, ExitCode: 1}}
+	long := wire.Worker{WorkerID: "wrk_LONG", State: "setting_up", Phase: wire.PhaseSetup, MaxConcurrency: 1, CreatedAt: now,
+		LastSetupResult: &wire.SetupResult{Command: "apt-get install -y\n" + strings.Repeat("pkg ", 40), Status: wire.SetupFailed, ExitCode: 100}}
+	fine := wire.Worker{WorkerID: "wrk_OK", State: "active", Phase: wire.PhaseReady, MaxConcurrency: 1, CreatedAt: now,
+		LastSetupResult: &wire.SetupResult{Command: "exit 3", Status: wire.SetupSucceeded}}
+
+	var b bytes.Buffer
+	if err := workerTable(&b, []wire.Worker{host, cp, long, fine}, now); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	if len(lines) != 5 || !strings.HasSuffix(strings.TrimSpace(lines[0]), "NOTE") {
+		t.Fatalf("ls workers:\n%s", b.String())
+	}
+	for i, want := range []string{"setup failed: `exit 3` exit 3", "setup failed: cmd_X exit 1", "setup failed: `apt-get install -y pkg pkg", ""} {
+		row := lines[i+1]
+		if want == "" && strings.Contains(row, "setup failed") || !strings.Contains(row, want) {
+			t.Errorf("row %d = %q, want it to hold %q", i+1, row, want)
+		}
+	}
+	if !strings.Contains(lines[3], "…") || strings.Count(lines[3], "pkg") > 40 {
+		t.Errorf("a long command is not clipped in the table: %q", lines[3])
+	}
+
+	b.Reset()
+	if err := describeWorker(&b, host, now); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"Last setup:", "`exit 3` failed exit 3 in 5ms", "Note:", "setup failed: `exit 3` exit 3",
+		"claims nothing", "--- setup output (tail) ---\nno disk\n"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("get worker lacks %q:\n%s", want, b.String())
+		}
+	}
+	b.Reset()
+	if err := describeWorker(&b, fine, now); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(b.String(), "Note:") || !strings.Contains(b.String(), "`exit 3` succeeded exit 0") {
+		t.Errorf("get worker after a successful setup:\n%s", b.String())
+	}
+}

@@ -91,6 +91,7 @@ func DefaultConfig() Config {
 		KillAfter:      DefaultKillAfter,
 		IntrospectAddr: "127.0.0.1:7788",
 		HelloAttempts:  DefaultHelloAttempts,
+		OnRebalance:    OnRebalanceLog,
 	}
 }
 

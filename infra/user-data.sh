@@ -226,12 +226,14 @@ if [[ $SHUTDOWN_WHEN_DONE == yes ]]; then
 	install -d -m 0755 "${dropin%/*}"
 	cat >"$work/dropin.conf" <<'DROPIN'
 # Written by infra/user-data.sh (SHUTDOWN_WHEN_DONE=yes). Once nymph exits 0
-# by itself (an idle keep-alive, a drain command, a spot notice), power the
-# instance off. Not when systemd stopped or restarted it (a job for the unit
-# is running then), and not after a failure (Restart= takes over).
+# by itself (an idle keep-alive, a drain command, a spot notice), or exits 4
+# (its host setup failed and nobody repaired it within --keep-alive: the
+# instance is of no use), power the instance off. Not when systemd stopped or
+# restarted it (a job for the unit is running then), and not after another
+# failure (Restart= takes over).
 # SuccessAction=poweroff would also fire on restarts before systemd 254.
 [Service]
-ExecStopPost=/bin/sh -c 'if [ "$$SERVICE_RESULT" = success ] && [ "$$EXIT_STATUS" = 0 ] && [ -z "$$(systemctl list-jobs --no-legend nymph.service)" ]; then systemctl poweroff --no-block; fi'
+ExecStopPost=/bin/sh -c 'if { [ "$$SERVICE_RESULT" = success ] && [ "$$EXIT_STATUS" = 0 ]; } || [ "$$EXIT_STATUS" = 4 ]; then [ -z "$$(systemctl list-jobs --no-legend nymph.service)" ] && systemctl poweroff --no-block; fi; exit 0'
 DROPIN
 	put "$work/dropin.conf" "$dropin" 0644 unit_changed
 elif [[ -f $dropin ]]; then

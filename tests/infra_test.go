@@ -164,7 +164,8 @@ func TestInfraShutdownWhenDone(t *testing.T) {
 		{"systemctl restart", "success", "0", "43 nymph.service restart running\n", false},
 		{"control plane unreachable", "exit-code", "1", "", false},
 		{"hello refused", "exit-code", "3", "", false},
-		{"host setup failed", "exit-code", "4", "", false},
+		{"host setup failed, unrepaired at keep-alive", "exit-code", "4", "", true},
+		{"host setup failed, systemctl stop", "exit-code", "4", "44 nymph.service stop running\n", false},
 		{"killed", "signal", "KILL", "", false},
 	} {
 		_ = os.Remove(filepath.Join(dir, "calls"))

@@ -63,8 +63,8 @@ func run(args []string, getenv func(string) string) int {
 	return agent.ExitCode(err)
 }
 
-// parseFlags reads the pinned flags (docs/design.md §6), each also from NYMPH_<FLAG>.
-// What neither sets keeps agent.DefaultConfig's value; an explicit zero
+// parseFlags reads the pinned flags (docs/design.md §6), each also from
+// NYMPH_<FLAG>. What neither sets keeps agent.DefaultConfig's value; an explicit zero
 // (--grace 0s, NYMPH_KILL_AFTER=0s) is zero.
 func parseFlags(args []string, getenv func(string) string) (agent.Config, slog.Level, error) {
 	c := agent.DefaultConfig()
@@ -95,7 +95,7 @@ func parseFlags(args []string, getenv func(string) string) (agent.Config, slog.L
 	fs.StringArrayVar(&c.PassEnv, "pass-env", nil, "name of a variable of nymph's environment that bodies get too (repeatable); NYMPH_* never pass")
 	fs.BoolVar(&c.IAM, "iam", false, "sign requests with the EC2 instance role (SigV4, for API Gateway's AWS_IAM authorizer); the token moves to X-Lakeshore-Token")
 	fs.StringVar(&c.IAMRegion, "iam-region", "", "region --iam signs for (default: an execute-api control plane's, else the instance's from IMDS)")
-	fs.StringVar(&c.OnRebalance, "on-rebalance", agent.OnRebalanceLog, "what an EC2 rebalance recommendation does: drain (no more claims, bye drain) or log")
+	fs.StringVar(&c.OnRebalance, "on-rebalance", def.OnRebalance, "what an EC2 rebalance recommendation does: drain (no more claims, bye drain) or log")
 	if err := fs.Parse(args); err != nil {
 		return c, 0, err
 	}

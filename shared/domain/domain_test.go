@@ -99,6 +99,9 @@ func TestAcceptsWork(t *testing.T) {
 		{"active and ready with room", ready, false, true},
 		{"old daemon without phase", Worker{State: WorkerActive, MaxConcurrency: 1}, false, true},
 		{"phase setup", with(ready, func(w *Worker) { w.Phase = wire.PhaseSetup; w.State = WorkerSettingUp }), false, false},
+		// The gate reads phase and state apart (defence in depth): a row
+		// that says active while its daemon reports setup must not claim.
+		{"state active, phase setup", with(ready, func(w *Worker) { w.Phase = wire.PhaseSetup }), false, false},
 		{"phase draining", with(ready, func(w *Worker) { w.Phase = wire.PhaseDraining }), false, false},
 		{"phase terminating", with(ready, func(w *Worker) { w.Phase = wire.PhaseTerminating }), false, false},
 		{"drain requested", with(ready, func(w *Worker) { w.State = WorkerDraining }), false, false},

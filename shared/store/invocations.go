@@ -625,20 +625,42 @@ func (s *Store) QueueStats(ctx context.Context, queue string) (wire.QueueStats, 
 			start = out.LastEvaluatedKey
 		}
 	}
+	c, err := s.Counters(ctx, queue)
+	if err != nil {
+		return st, err
+	}
+	st.DoneCount = c.Done
+	return st, nil
+}
+
+// QueueCounters is a queue's counters row: how many invocations became
+// terminal (Done) and how many in each terminal state. Each moves only in
+// the transaction that records the outcome (terminalWrite), so they equal
+// the terminal invocations however often a write was retried.
+type QueueCounters struct {
+	Done      int `dynamodbav:"done_count"`
+	Succeeded int `dynamodbav:"succeeded_count"`
+	Failed    int `dynamodbav:"failed_count"`
+	Cancelled int `dynamodbav:"cancelled_count"`
+}
+
+// ByState maps each terminal state to its count.
+func (c QueueCounters) ByState() map[string]int {
+	return map[string]int{wire.StateSucceeded: c.Succeeded, wire.StateFailed: c.Failed, wire.StateCancelled: c.Cancelled}
+}
+
+// Counters reads queue's counters row (strongly consistent); a queue
+// nothing finished in reads all zero.
+func (s *Store) Counters(ctx context.Context, queue string) (QueueCounters, error) {
+	var c QueueCounters
 	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName: aws.String(s.tables.Queues), Key: key("queue", queue), ConsistentRead: aws.Bool(true),
 	})
 	if err != nil {
-		return st, storeErr("queue stats", err)
+		return c, storeErr("queue counters "+queue, err)
 	}
-	var counters struct {
-		DoneCount int `dynamodbav:"done_count"`
+	if out.Item == nil {
+		return c, nil
 	}
-	if out.Item != nil {
-		if err := unmarshal(out.Item, &counters); err != nil {
-			return st, err
-		}
-	}
-	st.DoneCount = counters.DoneCount
-	return st, nil
+	return c, unmarshal(out.Item, &c)
 }

@@ -125,6 +125,9 @@ type propModel struct {
 	ctx   context.Context
 	s     *store.Store
 	clock *clock.Fake
+	// read, if set, is what check reads the store through (a client without
+	// faults, in TestStorePropertyUnderFaults); nil: s.
+	read *store.Store
 
 	issued   int
 	machines map[string]*mMachine
@@ -562,11 +565,18 @@ func (m *propModel) returnFromStale(rt *rapid.T) {
 
 // ---- invariants ----
 
+func (m *propModel) reader() *store.Store {
+	if m.read != nil {
+		return m.read
+	}
+	return m.s
+}
+
 func (m *propModel) check(rt *rapid.T) {
 	counts := map[string]int{}
 	for _, id := range m.iOrder {
 		want := m.invs[id]
-		got, err := m.s.GetInvocation(m.ctx, id)
+		got, err := m.reader().GetInvocation(m.ctx, id)
 		if err != nil {
 			rt.Fatalf("invocation %s lost: %v", id, err)
 		}
@@ -615,7 +625,7 @@ func (m *propModel) check(rt *rapid.T) {
 	// one worker (the holder index, filtered by the row), the model's.
 	holders := map[string][]string{}
 	for _, wid := range m.wOrder {
-		held, err := m.s.Held(m.ctx, wid)
+		held, err := m.reader().Held(m.ctx, wid)
 		propWant(rt, "held", err, "")
 		for _, inv := range held {
 			holders[inv.ID] = append(holders[inv.ID], wid)
@@ -632,7 +642,7 @@ func (m *propModel) check(rt *rapid.T) {
 		}
 	}
 
-	st, err := m.s.QueueStats(m.ctx, propQueue)
+	st, err := m.reader().QueueStats(m.ctx, propQueue)
 	propWant(rt, "queue stats", err, "")
 	done := counts[wire.StateSucceeded] + counts[wire.StateFailed] + counts[wire.StateCancelled]
 	for _, state := range wire.InvocationStates {
@@ -642,6 +652,13 @@ func (m *propModel) check(rt *rapid.T) {
 	}
 	if st.DoneCount != done {
 		rt.Fatalf("done_count = %d, want %d terminal invocations (%v)", st.DoneCount, done, fmtCounts(counts))
+	}
+	counters, err := m.reader().Counters(m.ctx, propQueue)
+	propWant(rt, "queue counters", err, "")
+	for state, n := range counters.ByState() {
+		if n != counts[state] {
+			rt.Fatalf("%s_count = %d, but %d invocations read %s (%v)", state, n, counts[state], state, fmtCounts(counts))
+		}
 	}
 	if total := counts[wire.StateQueued] + counts[wire.StateRunning] + done; total != len(m.iOrder) {
 		rt.Fatalf("%d invocations read, %d submitted", total, len(m.iOrder))

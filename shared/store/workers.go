@@ -23,7 +23,12 @@ type machine struct {
 	MachineID string `dynamodbav:"machine_id"`
 	BootID    string `dynamodbav:"boot_id"`
 	WorkerID  string `dynamodbav:"worker_id"`
-	Version   int64  `dynamodbav:"version"`
+	// RetiredWorkerID is the worker of the boot before, which the hello
+	// that wrote this row retires. It is kept so a retried hello of the
+	// same boot finishes that retirement when the first hello's answer, or
+	// the Lambda that ran it, was lost between the two writes.
+	RetiredWorkerID string `dynamodbav:"retired_worker_id,omitempty"`
+	Version         int64  `dynamodbav:"version"`
 }
 
 func (s *Store) workerPut(next domain.Worker) (*types.Put, error) {
@@ -85,6 +90,11 @@ type TokenIssuer func(workerID string) (hash string, err error)
 // old process dead: its worker becomes gone and its running invocations are
 // queued again at once. A hello after the worker went gone (its poll got 410)
 // makes a new worker.
+//
+// Retiring the old worker takes writes after the one that records the new
+// boot. A retried hello of the same boot does them again (each is a no-op
+// once done), so a lost answer or a Lambda that died in between never
+// leaves the old worker live with its invocations held.
 func (s *Store) Hello(ctx context.Context, req wire.HelloRequest, issue TokenIssuer) (HelloResult, error) {
 	var res HelloResult
 	err := retryVersion("hello "+req.MachineID, func() error {
@@ -114,6 +124,7 @@ func (s *Store) Hello(ctx context.Context, req wire.HelloRequest, issue TokenIss
 					return storeErr("hello", err)
 				}
 				res.Worker = next
+				res.Retired = m.RetiredWorkerID
 				return nil
 			}
 			if err != nil && !errors.Is(err, wire.ErrNotFound) {
@@ -140,7 +151,11 @@ func (s *Store) Hello(ctx context.Context, req wire.HelloRequest, issue TokenIss
 		if err != nil {
 			return err
 		}
-		mitem, err := attributevalue.MarshalMap(machine{MachineID: req.MachineID, BootID: req.BootID, WorkerID: w.ID, Version: m.Version + 1})
+		next := machine{MachineID: req.MachineID, BootID: req.BootID, WorkerID: w.ID, Version: m.Version + 1}
+		if found {
+			next.RetiredWorkerID = m.WorkerID
+		}
+		mitem, err := attributevalue.MarshalMap(next)
 		if err != nil {
 			return fmt.Errorf("encode machine: %w", err)
 		}
@@ -155,9 +170,7 @@ func (s *Store) Hello(ctx context.Context, req wire.HelloRequest, issue TokenIss
 			return storeErr("hello", err)
 		}
 		res.Worker = w
-		if found && m.WorkerID != "" {
-			res.Retired = m.WorkerID
-		}
+		res.Retired = next.RetiredWorkerID
 		return nil
 	})
 	if err != nil || res.Retired == "" {

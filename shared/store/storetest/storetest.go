@@ -52,6 +52,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/dreamlake/lakeshore/shared/clock"
+	"github.com/dreamlake/lakeshore/shared/ids"
 	"github.com/dreamlake/lakeshore/shared/store"
 	"github.com/dreamlake/lakeshore/shared/store/embedded"
 	"github.com/dreamlake/lakeshore/shared/store/schema"
@@ -466,4 +467,43 @@ func Store(t testing.TB) (*store.Store, *clock.Fake) {
 	s := store.New(db, prefix)
 	s.Now = c.Now
 	return s, c
+}
+
+// Faulty is a store whose every request goes through a FaultyTransport, with
+// a second store over the same tables that reads without faults: the test
+// acts through Store and reads the truth through Truth.
+type Faulty struct {
+	Store     *store.Store
+	Truth     *store.Store
+	Transport *FaultyTransport
+	Clock     *clock.Fake
+}
+
+// FaultyStore returns a Faulty over fresh tables in a new embedded DynamoDB,
+// injecting faults by s. Each HTTP attempt times out after timeout, and a
+// Delay fault holds its request for three times that. Both stores share one
+// fake clock (2026-11-29 12:00 UTC).
+func FaultyStore(t testing.TB, s Schedule, timeout time.Duration) Faulty {
+	t.Helper()
+	endpoint := EmbeddedEndpoint(t)
+	db := Client(endpoint)
+	prefix := Prefix(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := schema.EnsureTables(ctx, db, prefix); err != nil {
+		t.Fatalf("storetest: create tables: %v", err)
+	}
+	tr := NewFaultyTransport(s)
+	tr.Hold = 3 * timeout
+	t.Cleanup(tr.Settle)
+	c := clock.NewFake(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC))
+	f := Faulty{
+		Store:     store.New(FaultyClient(endpoint, tr, timeout), prefix),
+		Truth:     store.New(db, prefix),
+		Transport: tr,
+		Clock:     c,
+	}
+	f.Store.Now, f.Truth.Now = c.Now, c.Now
+	f.Store.IDs = &ids.Generator{Now: c.Now}
+	return f
 }

@@ -706,6 +706,14 @@ func (a *Agent) poll(ctx context.Context, st *state, hello wire.HelloRequest, ru
 		a.log.Warn("the control plane let go of this worker; saying hello again", "worker_id", st.sess.workerID, "error", err.Error())
 		a.health.Unregistered()
 		sess, herr := a.hello(ctx, hello)
+		if herr != nil && ctx.Err() != nil {
+			// Stopped while saying hello again: a clean end, as a stop
+			// before the first hello was answered is. No worker is left
+			// to say bye for.
+			a.log.Info("stopped before the new hello was answered; no worker to say bye for")
+			a.terminate(st)
+			return 0
+		}
 		if herr != nil {
 			a.health.Failed("failed:registration")
 			st.byeReason = wire.ByeHelloFailed

@@ -95,16 +95,20 @@ func TestHelloRefusalIsFinal(t *testing.T) {
 // token was revoked meanwhile): the daemon says bye{hello_failed} and Run's
 // error is the refusal (exit 3), not a plain failure (exit 1). When that
 // hello finds the control plane unavailable through every retry instead,
-// the error is ErrHelloFailed alone (exit 1).
+// the error is ErrHelloFailed alone (exit 1). A stop (SIGTERM) while that
+// hello is still retrying is a clean end (exit 0): the daemon was told to
+// stop and has no worker left to say bye for.
 func TestReHelloRefusedExits3(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		status  int
 		code    wire.Code
 		refused bool
+		stop    bool // Stop while the hello retries
 	}{
-		{"refused", http.StatusUnauthorized, wire.CodeUnauthorized, true},
-		{"unavailable", http.StatusServiceUnavailable, wire.CodeUnavailable, false},
+		{"refused", http.StatusUnauthorized, wire.CodeUnauthorized, true, false},
+		{"unavailable", http.StatusServiceUnavailable, wire.CodeUnavailable, false, false},
+		{"stopped while retrying", http.StatusServiceUnavailable, wire.CodeUnavailable, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := apitest.New(t)
@@ -138,8 +142,26 @@ func TestReHelloRefusedExits3(t *testing.T) {
 				if _, err := enroll.Hello(context.Background(), wire.HelloRequest{MachineID: machine, BootID: "intruder"}); err != nil {
 					t.Fatal(err)
 				}
+				if tc.stop {
+					// Fake time: wait for the 410 (unregistered), then let
+					// hello retry a while before the stop.
+					for i := 0; i < 600 && a.Health().Snapshot().WorkerID != ""; i++ {
+						time.Sleep(100 * time.Millisecond)
+					}
+					if a.Health().Snapshot().WorkerID != "" {
+						t.Fatal("still registered a minute after the intruder's hello")
+					}
+					time.Sleep(2 * time.Second)
+					a.Stop()
+				}
 				runErr = <-done
 			})
+			if tc.stop {
+				if runErr != nil {
+					t.Fatalf("Run: %v; want nil after a stop during hello's retries (exit 0)", runErr)
+				}
+				return
+			}
 			if !errors.Is(runErr, ErrHelloFailed) || errors.Is(runErr, ErrHelloRefused) != tc.refused {
 				t.Fatalf("Run: %v; want ErrHelloFailed, refused %v", runErr, tc.refused)
 			}

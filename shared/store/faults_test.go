@@ -124,6 +124,16 @@ func TestFaultHelloNewBootLambdaDied(t *testing.T) {
 	}
 	res := f.hello(helloReq("m1", "boot-2"))
 	f.wantRetired(old.ID, res.Worker.ID, inv.ID)
+	if res.Retired != old.ID || res.Requeued != 1 {
+		t.Fatalf("the hello that finished the retirement reports retired %q requeued %d, want %s and 1", res.Retired, res.Requeued, old.ID)
+	}
+	// Once the retirement is finished, a further hello of the same boot
+	// retires nothing and says so (the log line an operator reads).
+	again := f.hello(helloReq("m1", "boot-2"))
+	if again.Worker.ID != res.Worker.ID || again.Retired != "" || again.Requeued != 0 {
+		t.Fatalf("a later hello of the same boot: worker %s retired %q requeued %d; want worker %s, nothing retired",
+			again.Worker.ID, again.Retired, again.Requeued, res.Worker.ID)
+	}
 }
 
 // wantRetired checks that a hello from a new boot retired old: gone, its

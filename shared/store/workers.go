@@ -75,7 +75,11 @@ func (s *Store) getMachine(ctx context.Context, id string) (machine, bool, error
 // HelloResult is what a hello did.
 type HelloResult struct {
 	Worker domain.Worker
-	// Retired is the worker of the machine's previous boot, now gone, if any.
+	// Retired is the worker of the machine's previous boot that this hello
+	// retired, if any. A retried hello of the same boot names it again only
+	// when it still had work to do there: the first try's answer, or the
+	// Lambda that ran it, was lost before the old worker was gone and its
+	// work handed back.
 	Retired string
 	// Requeued counts the invocations handed back from the retired worker.
 	Requeued int
@@ -97,8 +101,9 @@ type TokenIssuer func(workerID string) (hash string, err error)
 // leaves the old worker live with its invocations held.
 func (s *Store) Hello(ctx context.Context, req wire.HelloRequest, issue TokenIssuer) (HelloResult, error) {
 	var res HelloResult
+	retried := false // the same boot again: its retirement may be done already
 	err := retryVersion("hello "+req.MachineID, func() error {
-		res = HelloResult{}
+		res, retried = HelloResult{}, false
 		m, found, err := s.getMachine(ctx, req.MachineID)
 		if err != nil {
 			return err
@@ -124,7 +129,7 @@ func (s *Store) Hello(ctx context.Context, req wire.HelloRequest, issue TokenIss
 					return storeErr("hello", err)
 				}
 				res.Worker = next
-				res.Retired = m.RetiredWorkerID
+				res.Retired, retried = m.RetiredWorkerID, true
 				return nil
 			}
 			if err != nil && !errors.Is(err, wire.ErrNotFound) {
@@ -177,11 +182,22 @@ func (s *Store) Hello(ctx context.Context, req wire.HelloRequest, issue TokenIss
 		return res, err
 	}
 	why := "machine " + req.MachineID + " said hello from a new boot"
+	wasGone := false
+	if retried {
+		old, err := s.GetWorker(ctx, res.Retired)
+		if err != nil && !errors.Is(err, wire.ErrNotFound) {
+			return res, err
+		}
+		wasGone = err != nil || old.State == domain.WorkerGone
+	}
 	if _, err := s.MarkGone(ctx, res.Retired, nil, why); err != nil && !errors.Is(err, wire.ErrNotFound) {
 		return res, err
 	}
 	n, err := s.RequeueHeld(ctx, res.Retired, why)
 	res.Requeued = n
+	if err == nil && wasGone && n == 0 {
+		res.Retired = "" // the first try finished it: nothing retired now
+	}
 	return res, err
 }
 

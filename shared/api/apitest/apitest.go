@@ -27,10 +27,17 @@ const (
 
 // Plane is a running control plane.
 type Plane struct {
-	URL    string
-	Store  *store.Store
+	URL string
+	// Store is the router's store: through Options.Transport when one is set.
+	Store *store.Store
+	// DB reaches the same tables without faults, whatever Options say.
 	DB     *dynamodb.Client
 	Prefix string
+	// Truth is a store over DB: what a test reads the outcome from when the
+	// router's store goes through faults (Store itself without them).
+	Truth *store.Store
+	// Endpoint is the embedded DynamoDB's URL.
+	Endpoint string
 	// Handler is the router itself, for tests that put their own front in
 	// place of the loopback server (an API Gateway stand-in, say).
 	Handler http.Handler
@@ -40,14 +47,37 @@ type Plane struct {
 // router's configuration before it is built (clock, stale window, logger).
 func New(t testing.TB, opts ...func(*api.Config)) *Plane {
 	t.Helper()
+	return NewWith(t, Options{}, opts...)
+}
+
+// Options choose how NewWith reaches the store.
+type Options struct {
+	// Transport, when set, carries every request of the router's store
+	// (storetest.FaultyClient), so the control plane meets the faults it
+	// injects and retries as the SDK does. Tables are created, and
+	// Plane.DB and Plane.Truth read, without it.
+	Transport *storetest.FaultyTransport
+	// ClientTimeout bounds each HTTP attempt of that store client (zero:
+	// none); a Delay fault needs it shorter than Transport.Hold.
+	ClientTimeout time.Duration
+}
+
+// NewWith is New with the store reached as o says.
+func NewWith(t testing.TB, o Options, opts ...func(*api.Config)) *Plane {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	db := storetest.Embedded(t)
+	endpoint := storetest.EmbeddedEndpoint(t)
+	db := storetest.Client(endpoint)
 	prefix := storetest.Prefix(t)
 	if err := schema.EnsureTables(ctx, db, prefix); err != nil {
 		t.Fatalf("apitest: create tables: %v", err)
 	}
-	st := store.New(db, prefix)
+	truth := store.New(db, prefix)
+	st := truth
+	if o.Transport != nil {
+		st = store.New(storetest.FaultyClient(endpoint, o.Transport, o.ClientTimeout), prefix)
+	}
 	cfg := api.Config{
 		Store:         st,
 		EnrollToken:   EnrollToken,
@@ -63,5 +93,5 @@ func New(t testing.TB, opts ...func(*api.Config)) *Plane {
 	}
 	hs := httptest.NewServer(srv)
 	t.Cleanup(hs.Close)
-	return &Plane{URL: hs.URL, Store: st, DB: db, Prefix: prefix, Handler: srv}
+	return &Plane{URL: hs.URL, Store: st, DB: db, Prefix: prefix, Truth: truth, Endpoint: endpoint, Handler: srv}
 }

@@ -68,10 +68,16 @@ lint:
 	elif [ "$${CI:-}" = "true" ]; then echo "cfn-lint is missing (pip install cfn-lint)"; exit 1; \
 	else echo "cfn-lint not installed; skipping template check"; fi
 
-## check: shared/ must never import agent/, functions/ or cli/
+## check: shared/ must never import agent/, functions/ or cli/; the Lambdas
+## that serve no routes must not link the router (docs/design.md §1)
 check:
 	@bad=$$($(GO) list -deps ./shared/... | grep -E 'lakeshore/(agent|functions|cli)(/|$$)' || true); \
-		if [ -n "$$bad" ]; then echo "shared/ imports: $$bad"; exit 1; fi; echo "layering: ok"
+		if [ -n "$$bad" ]; then echo "shared/ imports: $$bad"; exit 1; fi
+	@for f in reaper hoststatus; do \
+		bad=$$($(GO) list -deps ./functions/$$f | grep -E 'lakeshore/shared/(api|lambdahttp)(/|$$)' || true); \
+		if [ -n "$$bad" ]; then echo "functions/$$f links the router: $$bad"; exit 1; fi; \
+	done
+	@echo "layering: ok"
 
 ## bench: store benchmarks (claims/s, conflicts/claim, requests/lifecycle), each
 ## Lambda's cold start under the emulator and size, and the daemon's footprint

@@ -28,6 +28,7 @@ import (
 
 	"github.com/dreamlake/lakeshore/shared/api"
 	"github.com/dreamlake/lakeshore/shared/api/apitest"
+	"github.com/dreamlake/lakeshore/shared/auth"
 	"github.com/dreamlake/lakeshore/shared/client"
 	"github.com/dreamlake/lakeshore/shared/lambdahttp"
 	"github.com/dreamlake/lakeshore/shared/wire"
@@ -361,7 +362,7 @@ func (c credentialsFunc) Retrieve(context.Context) (aws.Credentials, error) {
 // arrive signed with the instance role's credentials, fetched from IMDS
 // once.
 func TestIAMAgentEndToEnd(t *testing.T) {
-	p := apitest.New(t, func(c *api.Config) { c.DaemonAuth = api.DaemonAuthIAM })
+	p := apitest.New(t, func(c *api.Config) { c.DaemonAuth = auth.DaemonAuthIAM })
 	f := newIAMIMDS(t, "ap-southeast-2")
 	plane := newSigV4Plane(t, "ap-southeast-2", apiGateway(p.Handler, iamTestInstance))
 	op := client.New(p.URL, apitest.OperatorToken)

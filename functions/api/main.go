@@ -3,6 +3,6 @@
 // under `lakeshore dev` and in tests.
 package main
 
-import "github.com/dreamlake/lakeshore/shared/config"
+import "github.com/dreamlake/lakeshore/shared/api/apilambda"
 
-func main() { config.RunLambda("api") }
+func main() { apilambda.Main("api") }

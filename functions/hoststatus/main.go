@@ -5,19 +5,15 @@
 package main
 
 import (
-	"log/slog"
-	"os"
-
 	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 
-	"github.com/dreamlake/lakeshore/shared/config"
 	"github.com/dreamlake/lakeshore/shared/hoststatus"
+	"github.com/dreamlake/lakeshore/shared/lambdamain"
 )
 
 func main() {
-	log := slog.New(slog.NewJSONHandler(os.Stdout, nil))
-	st, awsCfg, _ := config.OpenStore("hoststatus", log)
-	p := &hoststatus.Poller{Store: st, EC2: ec2.NewFromConfig(awsCfg), Logger: log}
+	s := lambdamain.Open("hoststatus")
+	p := &hoststatus.Poller{Store: s.Store, EC2: ec2.NewFromConfig(s.AWS), Logger: s.Log}
 	lambda.Start(p.Handle)
 }

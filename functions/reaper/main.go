@@ -2,6 +2,14 @@
 // sweep lives in shared/store, the handler in shared/reaper.
 package main
 
-import "github.com/dreamlake/lakeshore/shared/config"
+import (
+	"github.com/aws/aws-lambda-go/lambda"
 
-func main() { config.RunReaper() }
+	"github.com/dreamlake/lakeshore/shared/lambdamain"
+	"github.com/dreamlake/lakeshore/shared/reaper"
+)
+
+func main() {
+	s := lambdamain.Open("reaper")
+	lambda.Start(reaper.Handler(s.Store, s.Config.StaleAfter, s.Log))
+}

@@ -36,7 +36,7 @@ type Config struct {
 	// Sleep waits between long-poll checks; tests may replace it.
 	Sleep  func(ctx context.Context, d time.Duration) error
 	Logger *slog.Logger
-	// DaemonAuth is DaemonAuthToken (the default) or DaemonAuthIAM.
+	// DaemonAuth is auth.DaemonAuthToken (the default) or auth.DaemonAuthIAM.
 	DaemonAuth string
 }
 
@@ -69,10 +69,10 @@ func New(cfg Config) (*Server, error) {
 	}
 	switch cfg.DaemonAuth {
 	case "":
-		cfg.DaemonAuth = DaemonAuthToken
-	case DaemonAuthToken, DaemonAuthIAM:
+		cfg.DaemonAuth = auth.DaemonAuthToken
+	case auth.DaemonAuthToken, auth.DaemonAuthIAM:
 	default:
-		return nil, fmt.Errorf("api: daemon auth must be %q or %q, got %q", DaemonAuthToken, DaemonAuthIAM, cfg.DaemonAuth)
+		return nil, fmt.Errorf("api: daemon auth must be %q or %q, got %q", auth.DaemonAuthToken, auth.DaemonAuthIAM, cfg.DaemonAuth)
 	}
 	if cfg.StaleAfter <= 0 {
 		cfg.StaleAfter = domain.DefaultStaleAfter
@@ -234,7 +234,7 @@ func (s *Server) workerRequest(r *http.Request, body interface {
 	tok = s.daemonToken(r)
 	owner, ok := auth.WorkerOf(tok)
 	if !ok {
-		if s.cfg.DaemonAuth == DaemonAuthIAM {
+		if s.cfg.DaemonAuth == auth.DaemonAuthIAM {
 			return "", nil, wire.Errorf(wire.CodeUnauthorized, "daemon routes need %s: <worker token from hello>", wire.TokenHeader)
 		}
 		return "", nil, wire.Errorf(wire.CodeUnauthorized, "daemon routes need Authorization: Bearer <worker token from hello>")

@@ -26,7 +26,7 @@ func (s *Server) hello(r *http.Request) (int, any, error) {
 		return 0, nil, err
 	}
 	if !auth.Equal(s.daemonToken(r), s.cfg.EnrollToken) {
-		if s.cfg.DaemonAuth == DaemonAuthIAM {
+		if s.cfg.DaemonAuth == auth.DaemonAuthIAM {
 			return 0, nil, wire.Errorf(wire.CodeUnauthorized, "hello needs %s: <enrollment token>", wire.TokenHeader)
 		}
 		return 0, nil, wire.Errorf(wire.CodeUnauthorized, "hello needs Authorization: Bearer <enrollment token>")

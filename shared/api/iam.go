@@ -10,25 +10,13 @@ import (
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
-// Daemon authentication modes (Config.DaemonAuth, LAKESHORE_DAEMON_AUTH).
-const (
-	// DaemonAuthToken: daemon routes carry their token in Authorization.
-	DaemonAuthToken = "token"
-	// DaemonAuthIAM: the daemon routes sit behind API Gateway's AWS_IAM
-	// authorizer (template-iam.yaml). Authorization carries the SigV4
-	// signature, so the token moves to wire.TokenHeader, and every daemon call
-	// must come from the EC2 instance its machine_id names: a stolen
-	// enrollment or worker token is useless off that instance.
-	DaemonAuthIAM = "iam"
-)
-
 // assumedRoleInstance matches the caller ARN of an EC2 instance profile
 // session, whose session name is the instance id.
 var assumedRoleInstance = regexp.MustCompile(`^arn:aws[a-z-]*:sts::[0-9]{12}:assumed-role/[A-Za-z0-9+=,.@_-]+/(i-[0-9a-f]{8,17})$`)
 
 // daemonToken reads a daemon route's token where the mode puts it.
 func (s *Server) daemonToken(r *http.Request) string {
-	if s.cfg.DaemonAuth == DaemonAuthIAM {
+	if s.cfg.DaemonAuth == auth.DaemonAuthIAM {
 		return strings.TrimSpace(r.Header.Get(wire.TokenHeader))
 	}
 	return auth.Bearer(r)
@@ -37,7 +25,7 @@ func (s *Server) daemonToken(r *http.Request) string {
 // callerInstance reports, in IAM mode, the EC2 instance API Gateway's
 // AWS_IAM authorizer verified as the caller ("" in token mode).
 func (s *Server) callerInstance(r *http.Request) (string, error) {
-	if s.cfg.DaemonAuth != DaemonAuthIAM {
+	if s.cfg.DaemonAuth != auth.DaemonAuthIAM {
 		return "", nil
 	}
 	ev, ok := lambdahttp.EventFromContext(r.Context())

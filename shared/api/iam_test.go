@@ -10,6 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/dreamlake/lakeshore/shared/api"
+	"github.com/dreamlake/lakeshore/shared/auth"
 	"github.com/dreamlake/lakeshore/shared/lambdahttp"
 	"github.com/dreamlake/lakeshore/shared/store"
 	"github.com/dreamlake/lakeshore/shared/store/schema"
@@ -35,7 +36,7 @@ func newIAMPlane(t *testing.T) *iamPlane {
 		t.Fatal(err)
 	}
 	srv, err := api.New(api.Config{Store: store.New(db, prefix), EnrollToken: enrollToken, OperatorToken: operatorToken,
-		DaemonAuth: api.DaemonAuthIAM, Logger: slog.New(slog.DiscardHandler)})
+		DaemonAuth: auth.DaemonAuthIAM, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

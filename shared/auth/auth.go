@@ -14,6 +14,18 @@ import (
 	"strings"
 )
 
+// Daemon authentication modes (LAKESHORE_DAEMON_AUTH, docs/security.md).
+const (
+	// DaemonAuthToken: daemon routes carry their token in Authorization.
+	DaemonAuthToken = "token"
+	// DaemonAuthIAM: the daemon routes sit behind API Gateway's AWS_IAM
+	// authorizer (template-iam.yaml). Authorization carries the SigV4
+	// signature, so the token moves to wire.TokenHeader, and every daemon call
+	// must come from the EC2 instance its machine_id names: a stolen
+	// enrollment or worker token is useless off that instance.
+	DaemonAuthIAM = "iam"
+)
+
 // workerTokenPrefix starts every worker token: "wtk_<worker ulid>_<secret>".
 // The worker id inside lets the control plane find the row to check against
 // and answer 403 (not 401) when a valid token acts for another worker.

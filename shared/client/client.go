@@ -315,34 +315,7 @@ func errorFromAnswer(status int, body []byte) *wire.Error {
 	if s := clip(strings.TrimSpace(string(body))); s != "" {
 		msg += ": " + s
 	}
-	return &wire.Error{Code: codeForStatus(status), Message: msg}
-}
-
-// codeForStatus reports the wire code for a status that came without a
-// wire error body.
-func codeForStatus(status int) wire.Code {
-	switch status {
-	case http.StatusBadRequest:
-		return wire.CodeInvalid
-	case http.StatusUnauthorized:
-		return wire.CodeUnauthorized
-	case http.StatusForbidden:
-		return wire.CodeForbidden
-	case http.StatusNotFound:
-		return wire.CodeNotFound
-	case http.StatusMethodNotAllowed:
-		return wire.CodeNotAllowed
-	case http.StatusConflict:
-		return wire.CodeConflict
-	case http.StatusGone:
-		return wire.CodeWorkerGone
-	case http.StatusRequestEntityTooLarge:
-		return wire.CodeTooLarge
-	case http.StatusTooManyRequests, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
-		return wire.CodeUnavailable
-	default:
-		return wire.CodeInternal
-	}
+	return &wire.Error{Code: wire.CodeForStatus(status), Message: msg}
 }
 
 // clip shortens a body quoted in an error message, on a rune boundary and

@@ -1,27 +1,21 @@
 // Package config reads the control plane's configuration in Lambda mode
 // (docs/design.md §8): table prefix, tokens (from the environment or from SSM
-// SecureString parameters) and the stale window. It refuses to start without
-// tokens: a control plane never runs open.
+// SecureString parameters) and the stale window. It only reads, into a
+// Config, and reports what is missing or malformed as an error: a control
+// plane never runs open. What to build from a Config is each function's
+// main's business (shared/lambdamain, shared/api/apilambda).
 package config
 
 import (
 	"context"
 	"fmt"
-	"log/slog"
-	"os"
 	"time"
 
-	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/aws/aws-sdk-go-v2/aws"
-	awsconfig "github.com/aws/aws-sdk-go-v2/config"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/ssm"
 
-	"github.com/dreamlake/lakeshore/shared/api"
+	"github.com/dreamlake/lakeshore/shared/auth"
 	"github.com/dreamlake/lakeshore/shared/domain"
-	"github.com/dreamlake/lakeshore/shared/lambdahttp"
-	"github.com/dreamlake/lakeshore/shared/reaper"
-	"github.com/dreamlake/lakeshore/shared/store"
 )
 
 // Environment variable names.
@@ -42,7 +36,7 @@ type Config struct {
 	OperatorToken string
 	StaleAfter    time.Duration
 	// DaemonAuth is how daemon routes authenticate: "token" or "iam"
-	// (api.DaemonAuthToken, api.DaemonAuthIAM).
+	// (auth.DaemonAuthToken, auth.DaemonAuthIAM).
 	DaemonAuth string
 }
 
@@ -71,10 +65,10 @@ func Load(ctx context.Context, getenv func(string) string, params ParameterGette
 	c.DaemonAuth = getenv(EnvDaemonAuth)
 	switch c.DaemonAuth {
 	case "":
-		c.DaemonAuth = api.DaemonAuthToken
-	case api.DaemonAuthToken, api.DaemonAuthIAM:
+		c.DaemonAuth = auth.DaemonAuthToken
+	case auth.DaemonAuthToken, auth.DaemonAuthIAM:
 	default:
-		return Config{}, fmt.Errorf("%s must be %s or %s, got %q", EnvDaemonAuth, api.DaemonAuthToken, api.DaemonAuthIAM, c.DaemonAuth)
+		return Config{}, fmt.Errorf("%s must be %s or %s, got %q", EnvDaemonAuth, auth.DaemonAuthToken, auth.DaemonAuthIAM, c.DaemonAuth)
 	}
 	return c, nil
 }
@@ -115,65 +109,4 @@ func secret(ctx context.Context, getenv func(string) string, params ParameterGet
 		return "", fmt.Errorf("SSM parameter %s (%s%s) is empty", param, name, paramSuffix)
 	}
 	return aws.ToString(out.Parameter.Value), nil
-}
-
-// Router builds the control plane's HTTP router from the process
-// environment and the standard AWS SDK configuration: what every Lambda
-// main runs.
-func Router(ctx context.Context) (*api.Server, error) {
-	awsCfg, err := awsconfig.LoadDefaultConfig(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("load AWS config: %w", err)
-	}
-	c, err := Load(ctx, os.Getenv, ssm.NewFromConfig(awsCfg))
-	if err != nil {
-		return nil, err
-	}
-	log := slog.New(slog.NewJSONHandler(os.Stdout, nil))
-	return api.New(api.Config{
-		Store:         store.New(dynamodb.NewFromConfig(awsCfg), c.TablePrefix),
-		EnrollToken:   c.EnrollToken,
-		OperatorToken: c.OperatorToken,
-		StaleAfter:    c.StaleAfter,
-		DaemonAuth:    c.DaemonAuth,
-		Logger:        log,
-	})
-}
-
-// RunLambda is the whole main of a route-group Lambda: build the router from
-// the environment and serve API Gateway events with it. It exits 1 when the
-// configuration is incomplete, so a misconfigured deploy fails its INIT.
-func RunLambda(name string) {
-	router, err := Router(context.Background())
-	if err != nil {
-		slog.Error(name+": start", "error", err.Error())
-		os.Exit(1)
-	}
-	lambdahttp.Start(router)
-}
-
-// OpenStore is the start of every Lambda that serves no routes (the reaper,
-// the host poller): the table prefix and stale window from the environment,
-// the standard AWS configuration, and a store over it. It exits 1 on a bad
-// configuration, so a misconfigured deploy fails its INIT.
-func OpenStore(name string, log *slog.Logger) (*store.Store, aws.Config, Config) {
-	c, err := LoadStore(os.Getenv)
-	if err != nil {
-		log.Error(name+": start", "error", err.Error())
-		os.Exit(1)
-	}
-	awsCfg, err := awsconfig.LoadDefaultConfig(context.Background())
-	if err != nil {
-		log.Error(name+": load AWS config", "error", err.Error())
-		os.Exit(1)
-	}
-	return store.New(dynamodb.NewFromConfig(awsCfg), c.TablePrefix), awsCfg, c
-}
-
-// RunReaper is the whole main of the reaper Lambda: one sweep per scheduled
-// event.
-func RunReaper() {
-	log := slog.New(slog.NewJSONHandler(os.Stdout, nil))
-	st, _, c := OpenStore("reaper", log)
-	lambda.Start(reaper.Handler(st, c.StaleAfter, log))
 }

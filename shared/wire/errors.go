@@ -3,6 +3,7 @@ package wire
 import (
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // Code is the machine-readable half of an error answer. Each code maps to one
@@ -24,30 +25,55 @@ const (
 	CodeNoRoute      Code = "no_such_route" // 404: no such route
 )
 
+// statuses is the one code ⇄ status table: the server answers Status(code),
+// and a client that gets a status without a wire error body (an API Gateway
+// or proxy answer) reads it back with CodeForStatus. Where codes share a
+// status, the first listed is the one read back.
+var statuses = []struct {
+	code   Code
+	status int
+}{
+	{CodeInvalid, 400},
+	{CodeUnauthorized, 401},
+	{CodeForbidden, 403},
+	{CodeNotFound, 404},
+	{CodeNoRoute, 404},
+	{CodeNotAllowed, 405},
+	{CodeConflict, 409},
+	{CodeWorkerGone, 410},
+	{CodeTooLarge, 413},
+	{CodeInternal, 500},
+	{CodeUnavailable, 503},
+}
+
+// gatewayUnavailable are statuses only a gateway or proxy in front of the
+// control plane answers (throttled, no upstream, upstream timed out): to a
+// client they mean what 503 means, try again.
+var gatewayUnavailable = []int{429, 502, 504}
+
 // Status reports the HTTP status for code. Unknown codes are 500.
 func Status(code Code) int {
-	switch code {
-	case CodeInvalid:
-		return 400
-	case CodeUnauthorized:
-		return 401
-	case CodeForbidden:
-		return 403
-	case CodeNotFound, CodeNoRoute:
-		return 404
-	case CodeNotAllowed:
-		return 405
-	case CodeConflict:
-		return 409
-	case CodeWorkerGone:
-		return 410
-	case CodeTooLarge:
-		return 413
-	case CodeUnavailable:
-		return 503
-	default:
-		return 500
+	for _, e := range statuses {
+		if e.code == code {
+			return e.status
+		}
 	}
+	return 500
+}
+
+// CodeForStatus reports the code of an answer with status that came without
+// a wire error body: the inverse of Status, read from the same table.
+// Unknown statuses are CodeInternal.
+func CodeForStatus(status int) Code {
+	for _, e := range statuses {
+		if e.status == status {
+			return e.code
+		}
+	}
+	if slices.Contains(gatewayUnavailable, status) {
+		return CodeUnavailable
+	}
+	return CodeInternal
 }
 
 // Error is an error with a wire code. Handlers return it; the transport turns

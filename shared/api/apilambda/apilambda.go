@@ -1,0 +1,35 @@
+// Package apilambda is the whole main of a route-group Lambda (hello, poll,
+// ack, bye, api): the configuration with its tokens (from the environment or
+// SSM), the router over the store, served to API Gateway events.
+package apilambda
+
+import (
+	"context"
+	"os"
+
+	"github.com/aws/aws-sdk-go-v2/service/ssm"
+
+	"github.com/dreamlake/lakeshore/shared/api"
+	"github.com/dreamlake/lakeshore/shared/config"
+	"github.com/dreamlake/lakeshore/shared/lambdahttp"
+	"github.com/dreamlake/lakeshore/shared/lambdamain"
+)
+
+// Main serves the control plane's routes as the Lambda function name. It
+// exits 1 when the configuration is incomplete (a control plane never runs
+// without its tokens).
+func Main(name string) {
+	s := lambdamain.Open(name)
+	c, err := config.Load(context.Background(), os.Getenv, ssm.NewFromConfig(s.AWS))
+	s.Check("read configuration", err)
+	router, err := api.New(api.Config{
+		Store:         s.Store,
+		EnrollToken:   c.EnrollToken,
+		OperatorToken: c.OperatorToken,
+		StaleAfter:    c.StaleAfter,
+		DaemonAuth:    c.DaemonAuth,
+		Logger:        s.Log,
+	})
+	s.Check("build the router", err)
+	lambdahttp.Start(router)
+}

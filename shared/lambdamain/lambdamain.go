@@ -1,0 +1,51 @@
+// Package lambdamain is the start of every Lambda main: a JSON logger, the
+// AWS SDK's configuration, the control plane's (shared/config) and a store
+// over them. A configuration that is incomplete or malformed ends the
+// process with exit 1, so a misconfigured deploy fails its INIT instead of
+// answering requests. It links no handler: each functions/*/main.go wires
+// the one it serves, so the reaper does not carry the router.
+package lambdamain
+
+import (
+	"context"
+	"log/slog"
+	"os"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/dreamlake/lakeshore/shared/config"
+	"github.com/dreamlake/lakeshore/shared/store"
+)
+
+// Start is what a function has once it has started.
+type Start struct {
+	Name   string
+	Log    *slog.Logger
+	AWS    aws.Config
+	Config config.Config
+	Store  *store.Store
+}
+
+// Open starts function name with what a function that serves no routes
+// needs (the reaper, the host poller): the table prefix and the stale
+// window, no tokens.
+func Open(name string) Start {
+	s := Start{Name: name, Log: slog.New(slog.NewJSONHandler(os.Stdout, nil))}
+	awsCfg, err := awsconfig.LoadDefaultConfig(context.Background())
+	s.Check("load AWS config", err)
+	c, err := config.LoadStore(os.Getenv)
+	s.Check("read configuration", err)
+	s.AWS, s.Config = awsCfg, c
+	s.Store = store.New(dynamodb.NewFromConfig(awsCfg), c.TablePrefix)
+	return s
+}
+
+// Check ends the process (exit 1) when err is set, logging what failed.
+func (s Start) Check(what string, err error) {
+	if err != nil {
+		s.Log.Error(s.Name+": "+what, "error", err.Error())
+		os.Exit(1)
+	}
+}

@@ -183,7 +183,7 @@ func (p *Poller) apply(ctx context.Context, instance string, workers []domain.Wo
 	var errs []error
 	for _, w := range workers {
 		n++
-		if !store.HostStatusMoves(w.HostStatus, status) {
+		if !domain.HostStatusMoves(w.HostStatus, status) {
 			continue
 		}
 		next, err := p.Store.SetHostStatus(ctx, w.ID, status)

@@ -14,32 +14,6 @@ import (
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
-func TestHostStatusMoves(t *testing.T) {
-	for _, tc := range []struct {
-		from, to string
-		want     bool
-	}{
-		{"", "running", true},
-		{"", "pending", true},
-		{"pending", "running", true},
-		{"running", "pending", true},
-		{"running", "running", false},
-		{"running", "stopped", true},
-		{"running", "terminated", true},
-		{"stopped", "terminated", true},
-		{"stopped", "running", false},
-		{"stopped", "pending", false},
-		{"terminated", "stopped", false},
-		{"terminated", "running", false},
-		{"running", "", false},
-		{"running", "exploded", false},
-	} {
-		if got := store.HostStatusMoves(tc.from, tc.to); got != tc.want {
-			t.Errorf("HostStatusMoves(%q, %q) = %v, want %v", tc.from, tc.to, got, tc.want)
-		}
-	}
-}
-
 // TestHostStatus: a running host changes nothing but the column; a stopped
 // one makes the worker read gone and hands its running work back at once;
 // a host status never moves back; a worker stored gone is left alone.

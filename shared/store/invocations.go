@@ -14,7 +14,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/dreamlake/lakeshore/shared/domain"
-	"github.com/dreamlake/lakeshore/shared/hostkey"
 	"github.com/dreamlake/lakeshore/shared/ids"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
@@ -43,14 +42,16 @@ func (s *Store) invocationItem(inv domain.Invocation) (map[string]types.Attribut
 // host key ("" for work any host may run).
 func claimKey(queue, hostKey string) string { return queue + "#" + hostKey }
 
-// invocationPut is the versioned put that moves an invocation from version
-// next.Version-1 to next.
-func (s *Store) invocationPut(next domain.Invocation) (*types.Put, error) {
-	item, err := s.invocationItem(next)
+// invocationPut is the versioned put that replaces the invocation stored at
+// version prev (0: none yet) with next, at version prev + 1, which it sets:
+// callers compute the next state (domain transitions) and never the version.
+func (s *Store) invocationPut(prev int64, next *domain.Invocation) (*types.Put, error) {
+	next.Version = prev + 1
+	item, err := s.invocationItem(*next)
 	if err != nil {
 		return nil, err
 	}
-	return versionedPut(s.tables.Invocations, "invocation_id", item, next.Version-1), nil
+	return versionedPut(s.tables.Invocations, "invocation_id", item, prev), nil
 }
 
 // GetInvocation reads one invocation (strongly consistent).
@@ -84,21 +85,11 @@ type idempotencyRecord struct {
 // different request under the same key is a conflict.
 func (s *Store) Submit(ctx context.Context, req wire.SubmitRequest) (inv domain.Invocation, created bool, err error) {
 	now := s.now()
-	inv = domain.Invocation{
-		ID:             s.IDs.New(ids.Invocation),
-		Queue:          req.Queue,
-		State:          wire.StateQueued,
-		MaxAttempts:    req.MaxAttempts,
-		Argv:           req.Argv,
-		Env:            req.Env,
-		RunConfig:      req.RunConfig,
-		TimeoutS:       req.TimeoutS,
-		HostKey:        hostkey.Of(req.RunConfig.HostSetup),
-		IdempotencyKey: req.IdempotencyKey,
-		CreatedAt:      now,
-		Version:        1,
-	}
-	put, err := s.invocationPut(inv)
+	inv = domain.NewInvocation(s.IDs.New(ids.Invocation), domain.Spec{
+		Queue: req.Queue, Argv: req.Argv, Env: req.Env, RunConfig: req.RunConfig,
+		TimeoutS: req.TimeoutS, MaxAttempts: req.MaxAttempts, IdempotencyKey: req.IdempotencyKey,
+	}, now)
+	put, err := s.invocationPut(0, &inv)
 	if err != nil {
 		return domain.Invocation{}, false, err
 	}
@@ -226,17 +217,11 @@ func (s *Store) claimRound(ctx context.Context, w domain.Worker, part string, wi
 		if err := unmarshal(item, &inv); err != nil {
 			return got, false, err
 		}
-		if inv.State != wire.StateQueued {
-			continue // an index lagging its table (AWS GSIs are eventually consistent)
+		next, err := inv.Claim(w, now)
+		if err != nil {
+			continue // not queued: an index lagging its table (AWS GSIs are eventually consistent)
 		}
-		next := inv
-		next.State = wire.StateRunning
-		next.Attempt = inv.Attempt + 1
-		next.WorkerID = w.ID
-		next.StartedAt = now
-		next.Attempts = append(append([]domain.Attempt(nil), inv.Attempts...), domain.Attempt{Attempt: next.Attempt, WorkerID: w.ID, ClaimedAt: now})
-		next.Version = inv.Version + 1
-		put, err := s.invocationPut(next)
+		put, err := s.invocationPut(inv.Version, &next)
 		if err != nil {
 			return got, false, err
 		}
@@ -254,11 +239,12 @@ func (s *Store) claimRound(ctx context.Context, w domain.Worker, part string, wi
 	return got, len(out.Items) >= window || out.LastEvaluatedKey != nil, nil
 }
 
-// terminalWrite puts next (a terminal state) and counts it in its queue's
-// done_count and per-state count, in one transaction: the count moves if and
-// only if this put wins. extra items (e.g. a worker token check) join it.
-func (s *Store) terminalWrite(ctx context.Context, next domain.Invocation, extra ...types.TransactWriteItem) error {
-	put, err := s.invocationPut(next)
+// terminalWrite puts next (a terminal state) over the invocation stored at
+// version prev and counts it in its queue's done_count and per-state count,
+// in one transaction: the count moves if and only if this put wins. extra
+// items (e.g. a worker token check) join it.
+func (s *Store) terminalWrite(ctx context.Context, prev int64, next *domain.Invocation, extra ...types.TransactWriteItem) error {
+	put, err := s.invocationPut(prev, next)
 	if err != nil {
 		return err
 	}
@@ -334,6 +320,13 @@ func (s *Store) readForAck(ctx context.Context, invocationID, workerID string) (
 // ran that attempt may ack it.
 func (s *Store) Ack(ctx context.Context, req wire.AckRequest, auth Authorize, tokenHash string) (wire.AckResponse, error) {
 	var resp wire.AckResponse
+	outcome := domain.Outcome{
+		WorkerID: req.WorkerID, Attempt: req.Attempt, State: req.State, ExitCode: req.ExitCode,
+		Error: req.Error, StdoutTail: req.StdoutTail, StderrTail: req.StderrTail,
+	}
+	if len(req.ResultBlob) > 0 && string(req.ResultBlob) != "null" {
+		outcome.ResultBlob = string(req.ResultBlob)
+	}
 	err := retryVersion("ack "+req.InvocationID, func() error {
 		found, w, err := s.readForAck(ctx, req.InvocationID, req.WorkerID)
 		if err != nil {
@@ -351,35 +344,23 @@ func (s *Store) Ack(ctx context.Context, req wire.AckRequest, auth Authorize, to
 			return wire.Errorf(wire.CodeNotFound, "invocation %s not found", req.InvocationID)
 		}
 		inv := *found
-		if !inv.HeldBy(req.WorkerID, req.Attempt) {
-			return wire.Errorf(wire.CodeForbidden, "attempt %d of %s was not run by %s", req.Attempt, inv.ID, req.WorkerID)
+		next, recorded, err := inv.Record(outcome, s.now())
+		if err != nil {
+			return err
 		}
-		if !inv.AckRecords(req.WorkerID, req.Attempt, req.State) {
+		if !recorded {
 			// An outcome already won, or a cancelled attempt nobody cancelled
 			// (it was superseded): a recorded no-op.
 			resp = wire.AckResponse{Recorded: false, State: inv.State}
 			return nil
 		}
-		now := s.now()
-		next := inv
-		next.State = req.State
-		next.ExitCode = req.ExitCode
-		next.ResultBlob = ""
-		if len(req.ResultBlob) > 0 && string(req.ResultBlob) != "null" {
-			next.ResultBlob = string(req.ResultBlob)
-		}
-		next.Error = req.Error
-		next.WorkerID = req.WorkerID // the worker whose outcome won
-		next.StdoutTail, next.StderrTail = req.StdoutTail, req.StderrTail
-		next.FinishedAt = now
-		next.Version = inv.Version + 1
 		check := types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{
 			TableName:                 aws.String(s.tables.Workers),
 			Key:                       key("worker_id", req.WorkerID),
 			ConditionExpression:       aws.String("token_hash = :h"),
 			ExpressionAttributeValues: map[string]types.AttributeValue{":h": str(tokenHash)},
 		}}
-		switch err := s.terminalWrite(ctx, next, check); {
+		switch err := s.terminalWrite(ctx, inv.Version, &next, check); {
 		case errors.Is(err, errExtraCondition):
 			return errRevoked
 		case err != nil:
@@ -391,9 +372,9 @@ func (s *Store) Ack(ctx context.Context, req wire.AckRequest, auth Authorize, to
 	return resp, err
 }
 
-// Cancel cancels an invocation: a queued one at once (terminal, counted), a
-// running one by flagging it so its worker's next poll carries a cancel
-// command. A finished one is a conflict.
+// Cancel cancels an invocation (domain.Invocation.Cancel): a queued one at
+// once (terminal, counted), a running one by flagging it so its worker's
+// next poll carries a cancel command. A finished one is a conflict.
 func (s *Store) Cancel(ctx context.Context, id string) (domain.Invocation, error) {
 	var result domain.Invocation
 	err := retryVersion("cancel "+id, func() error {
@@ -401,32 +382,12 @@ func (s *Store) Cancel(ctx context.Context, id string) (domain.Invocation, error
 		if err != nil {
 			return err
 		}
-		if wire.Terminal(inv.State) {
-			return wire.Errorf(wire.CodeConflict, "invocation %s is already %s", id, inv.State)
+		next, changed, err := inv.Cancel(s.now())
+		if err != nil || !changed {
+			result = inv
+			return err
 		}
-		next := inv
-		next.Version = inv.Version + 1
-		if inv.State == wire.StateRunning {
-			if inv.CancelRequested {
-				result = inv
-				return nil
-			}
-			next.CancelRequested = true
-			put, err := s.invocationPut(next)
-			if err != nil {
-				return err
-			}
-			if err := s.put(ctx, put); err != nil {
-				return storeErr("cancel "+id, err)
-			}
-			result = next
-			return nil
-		}
-		next.State = wire.StateCancelled
-		next.CancelRequested = true
-		next.FinishedAt = s.now()
-		next.Error = &wire.ErrorInfo{Type: "cancelled", Message: "cancelled by an operator before it ran"}
-		if err := s.terminalWrite(ctx, next); err != nil {
+		if err := s.saveInvocation(ctx, "cancel", inv.Version, &next); err != nil {
 			return err
 		}
 		result = next
@@ -435,11 +396,28 @@ func (s *Store) Cancel(ctx context.Context, id string) (domain.Invocation, error
 	return result, err
 }
 
+// saveInvocation writes next over the invocation stored at version prev: a
+// terminal next with its counters (terminalWrite), any other as one
+// versioned put.
+func (s *Store) saveInvocation(ctx context.Context, op string, prev int64, next *domain.Invocation) error {
+	if wire.Terminal(next.State) {
+		return s.terminalWrite(ctx, prev, next)
+	}
+	put, err := s.invocationPut(prev, next)
+	if err != nil {
+		return err
+	}
+	if err := s.put(ctx, put); err != nil {
+		return storeErr(op+" "+next.ID, err)
+	}
+	return nil
+}
+
 // Requeue hands back the running attempt of invocation id held by worker
-// (its worker was lost): queued again with attempt + 1 on the next claim, or
-// failed with error type worker_lost once max_attempts is spent, or
-// cancelled if a cancel was pending. It is a no-op when the invocation is no
-// longer running that worker's attempt.
+// (its worker was lost, for why; domain.Invocation.Requeue): queued again
+// with attempt + 1 on the next claim, or failed with error type worker_lost
+// once max_attempts is spent, or cancelled if a cancel was pending. It is a
+// no-op when the invocation is no longer running that worker's attempt.
 func (s *Store) Requeue(ctx context.Context, id, workerID, why string) (domain.Invocation, error) {
 	var result domain.Invocation
 	err := retryVersion("requeue "+id, func() error {
@@ -448,36 +426,12 @@ func (s *Store) Requeue(ctx context.Context, id, workerID, why string) (domain.I
 			return err
 		}
 		result = inv
-		if !inv.Running(workerID) {
+		next, changed := inv.Requeue(workerID, why, s.now())
+		if !changed {
 			return nil
 		}
-		next := inv
-		next.Version = inv.Version + 1
-		next.WorkerID = ""
-		now := s.now()
-		switch {
-		case inv.CancelRequested:
-			next.State = wire.StateCancelled
-			next.FinishedAt = now
-			next.Error = &wire.ErrorInfo{Type: "cancelled", Message: "cancelled; its worker was lost before it confirmed"}
-		case inv.Attempt >= inv.MaxAttempts:
-			next.State = wire.StateFailed
-			next.FinishedAt = now
-			next.Error = &wire.ErrorInfo{Type: wire.ErrorTypeWorkerLost,
-				Message: fmt.Sprintf("worker %s was lost (%s) on attempt %d of %d", workerID, why, inv.Attempt, inv.MaxAttempts)}
-		default:
-			next.State = wire.StateQueued
-		}
-		if wire.Terminal(next.State) {
-			err = s.terminalWrite(ctx, next)
-		} else {
-			var put *types.Put
-			if put, err = s.invocationPut(next); err == nil {
-				err = s.put(ctx, put)
-			}
-		}
-		if err != nil {
-			return storeErr("requeue "+id, err)
+		if err := s.saveInvocation(ctx, "requeue", inv.Version, &next); err != nil {
+			return err
 		}
 		result = next
 		return nil

@@ -134,9 +134,7 @@ func (s *Store) RecordSetupResults(ctx context.Context, w domain.Worker, results
 	if last == nil {
 		return w, nil
 	}
-	return s.updateWorker(ctx, "record setup result", w.ID, nil, func(next *domain.Worker) error {
-		next.LastSetupResult = last
-		next.Version++
-		return nil
-	})
+	return s.updateWorker(ctx, "record setup result", w.ID, nil, always(func(w domain.Worker) (domain.Worker, error) {
+		return w.RecordSetup(last), nil
+	}))
 }

@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -39,7 +38,7 @@ func (s *Store) Sweep(ctx context.Context, staleAfter time.Duration) (SweepResul
 	now := s.now()
 	err := s.eachWorker(ctx, "sweep", func(w domain.Worker) error {
 		res.Workers++
-		why, lost := lostWhy(w, now, staleAfter)
+		why, lost := w.LostWhy(now, staleAfter)
 		if !lost {
 			return nil
 		}
@@ -49,7 +48,7 @@ func (s *Store) Sweep(ctx context.Context, staleAfter time.Duration) (SweepResul
 		if err != nil {
 			return err
 		}
-		if n == 0 && domain.Retired(w) && now.Sub(goneSince(w)) > sweepGoneFor {
+		if n == 0 && domain.Retired(w) && now.Sub(w.GoneSince()) > sweepGoneFor {
 			return s.markReaped(ctx, w.ID)
 		}
 		return nil
@@ -88,41 +87,8 @@ func (s *Store) eachWorker(ctx context.Context, op string, fn func(domain.Worker
 	}
 }
 
-// lostWhy reports whether w's work must be handed back at now, and why.
-func lostWhy(w domain.Worker, now time.Time, staleAfter time.Duration) (string, bool) {
-	switch domain.Project(w, now, staleAfter) {
-	case domain.WorkerStale:
-		return fmt.Sprintf("worker stale: silent for %s", now.Sub(w.LastSeenAt).Round(time.Second)), true
-	case domain.WorkerGone:
-		if w.Reaped {
-			return "", false
-		}
-		if w.HostStatus == domain.HostStopped || w.HostStatus == domain.HostTerminated {
-			return "worker gone: host " + w.HostStatus, true
-		}
-		return "worker gone", true
-	default:
-		return "", false
-	}
-}
-
-// goneSince reports when w went gone (its last sign of life if unrecorded).
-func goneSince(w domain.Worker) time.Time {
-	if w.GoneAt.IsZero() {
-		return w.LastSeenAt
-	}
-	return w.GoneAt
-}
-
 // markReaped records that the sweep is done with gone worker id.
 func (s *Store) markReaped(ctx context.Context, id string) error {
-	_, err := s.updateWorker(ctx, "mark reaped", id, nil, func(w *domain.Worker) error {
-		if w.Reaped {
-			return nil
-		}
-		w.Reaped = true
-		w.Version++
-		return nil
-	})
+	_, err := s.updateWorker(ctx, "mark reaped", id, nil, noError(domain.Worker.Reap))
 	return err
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
@@ -31,12 +30,15 @@ type machine struct {
 	Version         int64  `dynamodbav:"version"`
 }
 
-func (s *Store) workerPut(next domain.Worker) (*types.Put, error) {
-	item, err := attributevalue.MarshalMap(next)
+// workerPut is the versioned put that replaces the worker row stored at
+// version prev (0: none yet) with next, at version prev + 1, which it sets.
+func (s *Store) workerPut(prev int64, next *domain.Worker) (*types.Put, error) {
+	next.Version = prev + 1
+	item, err := attributevalue.MarshalMap(*next)
 	if err != nil {
 		return nil, fmt.Errorf("encode worker %s: %w", next.ID, err)
 	}
-	return versionedPut(s.tables.Workers, "worker_id", item, next.Version-1), nil
+	return versionedPut(s.tables.Workers, "worker_id", item, prev), nil
 }
 
 // GetWorker reads one worker row (strongly consistent).
@@ -120,8 +122,7 @@ func (s *Store) Hello(ctx context.Context, req wire.HelloRequest, issue TokenIss
 				applyHello(&next, req)
 				next.TokenHash = hash
 				next.LastSeenAt = now
-				next.Version = w.Version + 1
-				put, err := s.workerPut(next)
+				put, err := s.workerPut(w.Version, &next)
 				if err != nil {
 					return err
 				}
@@ -149,10 +150,9 @@ func (s *Store) Hello(ctx context.Context, req wire.HelloRequest, issue TokenIss
 			TokenHash:  hash,
 			CreatedAt:  now,
 			LastSeenAt: now,
-			Version:    1,
 		}
 		applyHello(&w, req)
-		wput, err := s.workerPut(w)
+		wput, err := s.workerPut(0, &w)
 		if err != nil {
 			return err
 		}
@@ -231,8 +231,10 @@ var (
 )
 
 // updateWorker reads worker id, checks it with auth, lets change compute the
-// next row, and puts it guarded by version, retrying lost races.
-func (s *Store) updateWorker(ctx context.Context, op, id string, auth Authorize, change func(w *domain.Worker) error) (domain.Worker, error) {
+// next row (a domain transition, which reports whether it changes anything),
+// and puts it guarded by the version read, retrying lost races. The version
+// is bumped here, never by change.
+func (s *Store) updateWorker(ctx context.Context, op, id string, auth Authorize, change func(domain.Worker) (domain.Worker, bool, error)) (domain.Worker, error) {
 	var result domain.Worker
 	err := retryVersion(op+" "+id, func() error {
 		w, err := s.GetWorker(ctx, id)
@@ -247,15 +249,15 @@ func (s *Store) updateWorker(ctx context.Context, op, id string, auth Authorize,
 				return err
 			}
 		}
-		next := w
-		if err := change(&next); err != nil {
+		next, write, err := change(w)
+		if err != nil {
 			return err
 		}
-		if next.Version == w.Version { // change chose to write nothing
+		if !write {
 			result = w
 			return nil
 		}
-		put, err := s.workerPut(next)
+		put, err := s.workerPut(w.Version, &next)
 		if err != nil {
 			return err
 		}
@@ -268,42 +270,34 @@ func (s *Store) updateWorker(ctx context.Context, op, id string, auth Authorize,
 	return result, err
 }
 
-// Heartbeat records a poll: last_seen_at, phase, the state the phase
-// projects to, capabilities and the latest setup result. A gone worker gets
-// ErrWorkerGone (410): it must say hello again.
+// always adapts a transition that always writes to updateWorker's change.
+func always(fn func(domain.Worker) (domain.Worker, error)) func(domain.Worker) (domain.Worker, bool, error) {
+	return func(w domain.Worker) (domain.Worker, bool, error) {
+		next, err := fn(w)
+		return next, err == nil, err
+	}
+}
+
+// noError adapts a transition that cannot fail to updateWorker's change.
+func noError(fn func(domain.Worker) (domain.Worker, bool)) func(domain.Worker) (domain.Worker, bool, error) {
+	return func(w domain.Worker) (domain.Worker, bool, error) {
+		next, write := fn(w)
+		return next, write, nil
+	}
+}
+
+// Heartbeat records a poll (domain.Worker.Heartbeat): last_seen_at, phase,
+// the state the phase projects to, capabilities and host key. A retired
+// worker gets ErrWorkerGone (410): it must say hello again.
 func (s *Store) Heartbeat(ctx context.Context, req wire.PollRequest, auth Authorize) (domain.Worker, error) {
+	p := domain.Poll{Phase: req.Phase, Queue: req.Queue, HostKey: req.HostKey, Listed: len(req.Invocations)}
+	if c := req.UpdatedCapabilities; c != nil {
+		p.Capabilities, p.MaxConcurrency, p.CurrentInvocations = true, c.MaxConcurrency, c.CurrentInvocations
+	}
 	now := s.now()
-	return s.updateWorker(ctx, "poll", req.WorkerID, auth, func(w *domain.Worker) error {
-		if domain.Retired(*w) {
-			return wire.Errorf(wire.CodeWorkerGone, "worker is gone (host %s); say hello again", w.HostStatus)
-		}
-		state, err := domain.PollTransition(w.State, req.Phase)
-		if err != nil {
-			return err
-		}
-		if req.Queue != "" && len(w.Lanes) > 0 && !slices.Contains(w.Lanes, req.Queue) {
-			return wire.Errorf(wire.CodeInvalid, "queue %q is not one of the lanes %v this worker said hello with", req.Queue, w.Lanes)
-		}
-		w.State = state
-		w.Phase = req.Phase
-		w.LastSeenAt = now
-		if req.HostKey != "" {
-			w.HostKey = req.HostKey
-		}
-		if c := req.UpdatedCapabilities; c != nil {
-			if c.MaxConcurrency != nil {
-				w.MaxConcurrency = *c.MaxConcurrency
-			}
-			if c.CurrentInvocations != nil {
-				w.CurrentInvocations = *c.CurrentInvocations
-			}
-		} else {
-			// An old daemon sends no count: what it lists is what it runs.
-			w.CurrentInvocations = len(req.Invocations)
-		}
-		w.Version++
-		return nil
-	})
+	return s.updateWorker(ctx, "poll", req.WorkerID, auth, always(func(w domain.Worker) (domain.Worker, error) {
+		return w.Heartbeat(p, now)
+	}))
 }
 
 // Bye records a daemon's goodbye: the worker is gone at once and the work
@@ -315,38 +309,20 @@ func (s *Store) Bye(ctx context.Context, req wire.ByeRequest, auth Authorize) (r
 	return s.RequeueHeld(ctx, req.WorkerID, "bye: "+req.Reason)
 }
 
-// MarkGone makes worker id gone (if it is not already), recording why.
-// It does not requeue; callers follow with RequeueHeld.
+// MarkGone makes worker id gone (if it is not already), recording why
+// (domain.Worker.Leave). It does not requeue; callers follow with
+// RequeueHeld.
 func (s *Store) MarkGone(ctx context.Context, id string, auth Authorize, why string) (domain.Worker, error) {
 	now := s.now()
-	return s.updateWorker(ctx, "mark gone", id, auth, func(w *domain.Worker) error {
-		if w.State == domain.WorkerGone {
-			return nil
-		}
-		w.State = domain.WorkerGone
-		w.CurrentInvocations = 0 // what it held is handed back by RequeueHeld
-		w.ByeReason = why
-		w.GoneAt = now
-		w.LastSeenAt = now
-		w.Version++
-		return nil
-	})
+	return s.updateWorker(ctx, "mark gone", id, auth, noError(func(w domain.Worker) (domain.Worker, bool) {
+		return w.Leave(why, now)
+	}))
 }
 
-// RequestDrain marks a worker draining: it claims nothing more, and its
-// next poll carries a drain command.
+// RequestDrain marks a worker draining (domain.Worker.Drain): it claims
+// nothing more, and its next poll carries a drain command.
 func (s *Store) RequestDrain(ctx context.Context, id string) (domain.Worker, error) {
-	return s.updateWorker(ctx, "drain", id, nil, func(w *domain.Worker) error {
-		switch w.State {
-		case domain.WorkerGone:
-			return wire.Errorf(wire.CodeConflict, "worker %s is gone", id)
-		case domain.WorkerDraining:
-			return nil
-		}
-		w.State = domain.WorkerDraining
-		w.Version++
-		return nil
-	})
+	return s.updateWorker(ctx, "drain", id, nil, domain.Worker.Drain)
 }
 
 // ListWorkers pages through every worker row (a scan: an operator view).

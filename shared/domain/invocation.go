@@ -1,0 +1,231 @@
+package domain
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/dreamlake/lakeshore/shared/hostkey"
+	"github.com/dreamlake/lakeshore/shared/wire"
+)
+
+// Attempt records which worker ran one attempt of an invocation. The list
+// of them is what lets a late ack from an earlier attempt's worker count,
+// and what stops any other worker from acking.
+type Attempt struct {
+	Attempt   int       `dynamodbav:"attempt"`
+	WorkerID  string    `dynamodbav:"worker_id"`
+	ClaimedAt time.Time `dynamodbav:"claimed_at"`
+}
+
+// Invocation is the stored row of one submitted command.
+type Invocation struct {
+	ID              string            `dynamodbav:"invocation_id"`
+	Queue           string            `dynamodbav:"queue"`
+	State           string            `dynamodbav:"state"`
+	Attempt         int               `dynamodbav:"attempt"`
+	MaxAttempts     int               `dynamodbav:"max_attempts"`
+	Argv            []string          `dynamodbav:"argv"`
+	Env             map[string]string `dynamodbav:"env,omitempty"`
+	RunConfig       wire.RunConfig    `dynamodbav:"run_config"`
+	TimeoutS        int               `dynamodbav:"timeout_s,omitempty"`
+	HostKey         string            `dynamodbav:"host_key,omitempty"`
+	WorkerID        string            `dynamodbav:"worker_id,omitempty"`
+	Attempts        []Attempt         `dynamodbav:"attempts,omitempty"`
+	ExitCode        *int              `dynamodbav:"exit_code,omitempty"`
+	ResultBlob      string            `dynamodbav:"result_blob,omitempty"`
+	Error           *wire.ErrorInfo   `dynamodbav:"error,omitempty"`
+	StdoutTail      string            `dynamodbav:"stdout_tail,omitempty"`
+	StderrTail      string            `dynamodbav:"stderr_tail,omitempty"`
+	CancelRequested bool              `dynamodbav:"cancel_requested,omitempty"`
+	IdempotencyKey  string            `dynamodbav:"idempotency_key,omitempty"`
+	CreatedAt       time.Time         `dynamodbav:"created_at"`
+	StartedAt       time.Time         `dynamodbav:"started_at,omitempty"`
+	FinishedAt      time.Time         `dynamodbav:"finished_at,omitempty"`
+	Version         int64             `dynamodbav:"version"`
+}
+
+// HeldBy reports whether worker ran attempt n of inv.
+func (inv Invocation) HeldBy(workerID string, n int) bool {
+	for _, a := range inv.Attempts {
+		if a.Attempt == n {
+			return a.WorkerID == workerID
+		}
+	}
+	return false
+}
+
+// AckRecords reports whether worker's ack of attempt n with outcome state
+// is recorded (docs/states.md). The first succeeded or failed outcome of any
+// attempt the worker ran wins, even a superseded one: the work was done.
+// A cancelled outcome counts only from the attempt running now, and only
+// after an operator asked for the cancel: an attempt the control plane
+// stopped because it was superseded was never cancelled by anyone, and its
+// invocation runs on elsewhere. Nothing is recorded on a terminal invocation.
+func (inv Invocation) AckRecords(workerID string, n int, state string) bool {
+	switch {
+	case wire.Terminal(inv.State) || !inv.HeldBy(workerID, n):
+		return false
+	case state == wire.StateCancelled:
+		return inv.CancelRequested && inv.Running(workerID) && inv.Attempt == n
+	default:
+		return true
+	}
+}
+
+// CancelReason reports why worker, which says it runs inv, must stop it
+// ("" when it may run on): wire.CancelOperator when an operator cancelled
+// the attempt it runs, wire.CancelSuperseded when that attempt no longer
+// counts (handed to another attempt or worker, or an outcome already won).
+func (inv Invocation) CancelReason(workerID string) string {
+	switch {
+	case !inv.Running(workerID):
+		return wire.CancelSuperseded
+	case inv.CancelRequested:
+		return wire.CancelOperator
+	default:
+		return ""
+	}
+}
+
+// Running reports whether inv is running its current attempt on worker.
+func (inv Invocation) Running(workerID string) bool {
+	return inv.State == wire.StateRunning && inv.WorkerID == workerID
+}
+
+// Spec is what an operator's submit asks for.
+type Spec struct {
+	Queue          string
+	Argv           []string
+	Env            map[string]string
+	RunConfig      wire.RunConfig
+	TimeoutS       int
+	MaxAttempts    int
+	IdempotencyKey string
+}
+
+// NewInvocation reports the invocation spec makes at now, queued under id.
+// Its host key is that of its host setup (docs/design.md §7): only a
+// worker that ran the same setup may claim it.
+func NewInvocation(id string, spec Spec, now time.Time) Invocation {
+	return Invocation{
+		ID:             id,
+		Queue:          spec.Queue,
+		State:          wire.StateQueued,
+		MaxAttempts:    spec.MaxAttempts,
+		Argv:           spec.Argv,
+		Env:            spec.Env,
+		RunConfig:      spec.RunConfig,
+		TimeoutS:       spec.TimeoutS,
+		HostKey:        hostkey.Of(spec.RunConfig.HostSetup),
+		IdempotencyKey: spec.IdempotencyKey,
+		CreatedAt:      now,
+	}
+}
+
+// Claim reports inv handed to worker w at now as its next attempt: running
+// on w, attempt + 1, the attempt recorded in its history. Only a queued
+// invocation can be claimed, and one with a host key only by a worker that
+// advertises that key; otherwise the answer is a conflict and inv stays.
+func (inv Invocation) Claim(w Worker, now time.Time) (Invocation, error) {
+	if inv.State != wire.StateQueued {
+		return inv, wire.Errorf(wire.CodeConflict, "invocation %s is %s, not queued", inv.ID, inv.State)
+	}
+	if inv.HostKey != "" && inv.HostKey != w.HostKey {
+		return inv, wire.Errorf(wire.CodeConflict, "invocation %s needs host key %s; worker %s has %q", inv.ID, inv.HostKey, w.ID, w.HostKey)
+	}
+	next := inv
+	next.State = wire.StateRunning
+	next.Attempt = inv.Attempt + 1
+	next.WorkerID = w.ID
+	next.StartedAt = now
+	next.Attempts = append(slices.Clone(inv.Attempts), Attempt{Attempt: next.Attempt, WorkerID: w.ID, ClaimedAt: now})
+	return next, nil
+}
+
+// Outcome is what a worker reports for one attempt it ran.
+type Outcome struct {
+	WorkerID   string
+	Attempt    int
+	State      string // succeeded, failed or cancelled
+	ExitCode   *int
+	ResultBlob string // JSON, "" for none
+	Error      *wire.ErrorInfo
+	StdoutTail string
+	StderrTail string
+}
+
+// Record reports inv with outcome o recorded at now, and whether o counts
+// (AckRecords): the first succeeded or failed outcome of any attempt wins;
+// a cancelled one only when an operator cancelled the attempt running now.
+// An outcome that does not count leaves inv as it is (a recorded no-op). A
+// worker that did not run o's attempt may not report it (forbidden).
+func (inv Invocation) Record(o Outcome, now time.Time) (Invocation, bool, error) {
+	if !wire.Terminal(o.State) {
+		return inv, false, wire.Errorf(wire.CodeInvalid, "outcome state %q is not succeeded, failed or cancelled", o.State)
+	}
+	if !inv.HeldBy(o.WorkerID, o.Attempt) {
+		return inv, false, wire.Errorf(wire.CodeForbidden, "attempt %d of %s was not run by %s", o.Attempt, inv.ID, o.WorkerID)
+	}
+	if !inv.AckRecords(o.WorkerID, o.Attempt, o.State) {
+		return inv, false, nil
+	}
+	next := inv
+	next.State = o.State
+	next.ExitCode = o.ExitCode
+	next.ResultBlob = o.ResultBlob
+	next.Error = o.Error
+	next.WorkerID = o.WorkerID // the worker whose outcome won
+	next.StdoutTail, next.StderrTail = o.StdoutTail, o.StderrTail
+	next.FinishedAt = now
+	return next, true, nil
+}
+
+// Cancel reports inv after an operator's cancel at now, and whether that
+// changes it: a queued invocation is cancelled at once (terminal); a
+// running one is flagged, so its worker's next poll carries a cancel
+// command and its cancelled outcome counts. A finished one is a conflict.
+func (inv Invocation) Cancel(now time.Time) (Invocation, bool, error) {
+	switch {
+	case wire.Terminal(inv.State):
+		return inv, false, wire.Errorf(wire.CodeConflict, "invocation %s is already %s", inv.ID, inv.State)
+	case inv.State == wire.StateRunning && inv.CancelRequested:
+		return inv, false, nil
+	}
+	next := inv
+	next.CancelRequested = true
+	if inv.State == wire.StateQueued {
+		next.State = wire.StateCancelled
+		next.FinishedAt = now
+		next.Error = &wire.ErrorInfo{Type: "cancelled", Message: "cancelled by an operator before it ran"}
+	}
+	return next, true, nil
+}
+
+// Requeue reports inv with the attempt running on worker handed back at now
+// (the worker was lost, for why), and whether that changes it: queued
+// again (its next claim is attempt + 1); failed with error type
+// worker_lost once max_attempts is spent; cancelled if an operator's
+// cancel was pending. An invocation no longer running that worker's
+// attempt is left as it is.
+func (inv Invocation) Requeue(workerID, why string, now time.Time) (Invocation, bool) {
+	if !inv.Running(workerID) {
+		return inv, false
+	}
+	next := inv
+	next.WorkerID = ""
+	switch {
+	case inv.CancelRequested:
+		next.State = wire.StateCancelled
+		next.FinishedAt = now
+		next.Error = &wire.ErrorInfo{Type: "cancelled", Message: "cancelled; its worker was lost before it confirmed"}
+	case inv.Attempt >= inv.MaxAttempts:
+		next.State = wire.StateFailed
+		next.FinishedAt = now
+		next.Error = &wire.ErrorInfo{Type: wire.ErrorTypeWorkerLost,
+			Message: fmt.Sprintf("worker %s was lost (%s) on attempt %d of %d", workerID, why, inv.Attempt, inv.MaxAttempts)}
+	default:
+		next.State = wire.StateQueued
+	}
+	return next, true
+}

@@ -1,0 +1,279 @@
+package domain
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/dreamlake/lakeshore/shared/wire"
+)
+
+// The invocation's transitions, every state × every event, the illegal ones
+// included: what each answers (an error code, or whether it changes
+// anything) and the state it leaves. Worker a ran attempt 1 (superseded
+// where the invocation ran again); b runs or ran attempt 2.
+
+var t0 = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+
+// invocationStates are one invocation in each state it can be in, with
+// the history that state implies.
+func invocationStates() map[string]Invocation {
+	hist := []Attempt{{Attempt: 1, WorkerID: "a", ClaimedAt: t0}, {Attempt: 2, WorkerID: "b", ClaimedAt: t0}}
+	base := Invocation{ID: "inv_1", Queue: "q", MaxAttempts: 3}
+	queued := base
+	queued.State = wire.StateQueued
+	requeued := base // attempt 2 was handed back; attempt 3 is next
+	requeued.State, requeued.Attempt, requeued.Attempts = wire.StateQueued, 2, hist
+	running := base
+	running.State, running.Attempt, running.WorkerID, running.Attempts = wire.StateRunning, 2, "b", hist
+	cancelAsked := running
+	cancelAsked.CancelRequested = true
+	lastAttempt := running
+	lastAttempt.MaxAttempts = 2
+	out := map[string]Invocation{"queued": queued, "requeued": requeued, "running": running,
+		"running, cancel asked": cancelAsked, "running its last attempt": lastAttempt}
+	for _, s := range []string{wire.StateSucceeded, wire.StateFailed, wire.StateCancelled} {
+		done := running
+		done.State, done.FinishedAt = s, t0
+		out[s] = done
+	}
+	return out
+}
+
+// step is what one event did: the code of its error ("" for none), whether
+// it changed the invocation, and the state it left.
+type step struct {
+	code    wire.Code
+	changed bool
+	state   string
+}
+
+func (s step) String() string { return fmt.Sprintf("{code %q changed %v state %s}", s.code, s.changed, s.state) }
+
+func codeOf(err error) wire.Code {
+	if err == nil {
+		return ""
+	}
+	return wire.CodeOf(err)
+}
+
+func TestInvocationTransitions(t *testing.T) {
+	now := t0.Add(time.Minute)
+	worker := func(id, hk string) Worker { return Worker{ID: id, HostKey: hk} }
+	events := map[string]func(Invocation) (Invocation, step){
+		"claim by c": func(inv Invocation) (Invocation, step) {
+			next, err := inv.Claim(worker("c", ""), now)
+			return next, step{codeOf(err), err == nil, next.State}
+		},
+		"record succeeded by b (attempt 2)": record(Outcome{WorkerID: "b", Attempt: 2, State: wire.StateSucceeded}, now),
+		"record failed by b (attempt 2)":    record(Outcome{WorkerID: "b", Attempt: 2, State: wire.StateFailed}, now),
+		"record cancelled by b (attempt 2)": record(Outcome{WorkerID: "b", Attempt: 2, State: wire.StateCancelled}, now),
+		"record succeeded by a (attempt 1)": record(Outcome{WorkerID: "a", Attempt: 1, State: wire.StateSucceeded}, now),
+		"record cancelled by a (attempt 1)": record(Outcome{WorkerID: "a", Attempt: 1, State: wire.StateCancelled}, now),
+		"record by a for attempt 2":         record(Outcome{WorkerID: "a", Attempt: 2, State: wire.StateSucceeded}, now),
+		"record a non-terminal state":       record(Outcome{WorkerID: "b", Attempt: 2, State: wire.StateRunning}, now),
+		"cancel": func(inv Invocation) (Invocation, step) {
+			next, changed, err := inv.Cancel(now)
+			return next, step{codeOf(err), changed, next.State}
+		},
+		"requeue from b": requeue("b", now),
+		"requeue from a": requeue("a", now),
+	}
+	const (
+		conflict  = wire.CodeConflict
+		forbidden = wire.CodeForbidden
+		invalid   = wire.CodeInvalid
+		Q, R      = wire.StateQueued, wire.StateRunning
+		S, F, C   = wire.StateSucceeded, wire.StateFailed, wire.StateCancelled
+	)
+	want := map[string]map[string]step{
+		"queued": {
+			"claim by c":                        {"", true, R},
+			"record succeeded by b (attempt 2)": {forbidden, false, Q},
+			"record failed by b (attempt 2)":    {forbidden, false, Q},
+			"record cancelled by b (attempt 2)": {forbidden, false, Q},
+			"record succeeded by a (attempt 1)": {forbidden, false, Q},
+			"record cancelled by a (attempt 1)": {forbidden, false, Q},
+			"record by a for attempt 2":         {forbidden, false, Q},
+			"record a non-terminal state":       {invalid, false, Q},
+			"cancel":                            {"", true, C},
+			"requeue from b":                    {"", false, Q},
+			"requeue from a":                    {"", false, Q},
+		},
+		"requeued": {
+			"claim by c":                        {"", true, R},
+			"record succeeded by b (attempt 2)": {"", true, S}, // a late outcome of a handed-back attempt counts
+			"record failed by b (attempt 2)":    {"", true, F},
+			"record cancelled by b (attempt 2)": {"", false, Q},
+			"record succeeded by a (attempt 1)": {"", true, S},
+			"record cancelled by a (attempt 1)": {"", false, Q},
+			"record by a for attempt 2":         {forbidden, false, Q},
+			"record a non-terminal state":       {invalid, false, Q},
+			"cancel":                            {"", true, C},
+			"requeue from b":                    {"", false, Q},
+			"requeue from a":                    {"", false, Q},
+		},
+		"running": {
+			"claim by c":                        {conflict, false, R},
+			"record succeeded by b (attempt 2)": {"", true, S},
+			"record failed by b (attempt 2)":    {"", true, F},
+			"record cancelled by b (attempt 2)": {"", false, R}, // nobody cancelled it
+			"record succeeded by a (attempt 1)": {"", true, S}, // superseded, but first: the work was done
+			"record cancelled by a (attempt 1)": {"", false, R}, // superseded: never cancels
+			"record by a for attempt 2":         {forbidden, false, R},
+			"record a non-terminal state":       {invalid, false, R},
+			"cancel":                            {"", true, R}, // flagged; its worker is told
+			"requeue from b":                    {"", true, Q},
+			"requeue from a":                    {"", false, R},
+		},
+		"running, cancel asked": {
+			"claim by c":                        {conflict, false, R},
+			"record succeeded by b (attempt 2)": {"", true, S},
+			"record failed by b (attempt 2)":    {"", true, F},
+			"record cancelled by b (attempt 2)": {"", true, C},
+			"record succeeded by a (attempt 1)": {"", true, S},
+			"record cancelled by a (attempt 1)": {"", false, R},
+			"record by a for attempt 2":         {forbidden, false, R},
+			"record a non-terminal state":       {invalid, false, R},
+			"cancel":                            {"", false, R},
+			"requeue from b":                    {"", true, C},
+			"requeue from a":                    {"", false, R},
+		},
+		"running its last attempt": {
+			"claim by c":                        {conflict, false, R},
+			"record succeeded by b (attempt 2)": {"", true, S},
+			"record failed by b (attempt 2)":    {"", true, F},
+			"record cancelled by b (attempt 2)": {"", false, R},
+			"record succeeded by a (attempt 1)": {"", true, S},
+			"record cancelled by a (attempt 1)": {"", false, R},
+			"record by a for attempt 2":         {forbidden, false, R},
+			"record a non-terminal state":       {invalid, false, R},
+			"cancel":                            {"", true, R},
+			"requeue from b":                    {"", true, F}, // worker_lost
+			"requeue from a":                    {"", false, R},
+		},
+	}
+	for _, done := range []string{S, F, C} {
+		want[done] = map[string]step{
+			"claim by c":                        {conflict, false, done},
+			"record succeeded by b (attempt 2)": {"", false, done},
+			"record failed by b (attempt 2)":    {"", false, done},
+			"record cancelled by b (attempt 2)": {"", false, done},
+			"record succeeded by a (attempt 1)": {"", false, done},
+			"record cancelled by a (attempt 1)": {"", false, done},
+			"record by a for attempt 2":         {forbidden, false, done},
+			"record a non-terminal state":       {invalid, false, done},
+			"cancel":                            {conflict, false, done},
+			"requeue from b":                    {"", false, done},
+			"requeue from a":                    {"", false, done},
+		}
+	}
+	states := invocationStates()
+	if len(states) != len(want) {
+		t.Fatalf("%d states, %d rows of expectations", len(states), len(want))
+	}
+	for sname, inv := range states {
+		row, ok := want[sname]
+		if !ok || len(row) != len(events) {
+			t.Fatalf("state %q: %d expectations for %d events", sname, len(row), len(events))
+		}
+		for ename, ev := range events {
+			t.Run(sname+"/"+ename, func(t *testing.T) {
+				before := fmt.Sprintf("%+v", inv)
+				next, got := ev(inv)
+				if got != row[ename] {
+					t.Fatalf("got %s, want %s", got, row[ename])
+				}
+				if after := fmt.Sprintf("%+v", inv); after != before {
+					t.Fatalf("the transition changed its receiver: %s → %s", before, after)
+				}
+				if !got.changed && fmt.Sprintf("%+v", next) != before {
+					t.Fatalf("an unchanged answer differs from the invocation: %+v", next)
+				}
+				if next.Version != inv.Version {
+					t.Fatalf("the transition moved the version (the store's job)")
+				}
+			})
+		}
+	}
+}
+
+func record(o Outcome, now time.Time) func(Invocation) (Invocation, step) {
+	return func(inv Invocation) (Invocation, step) {
+		next, recorded, err := inv.Record(o, now)
+		return next, step{codeOf(err), recorded, next.State}
+	}
+}
+
+func requeue(worker string, now time.Time) func(Invocation) (Invocation, step) {
+	return func(inv Invocation) (Invocation, step) {
+		next, changed := inv.Requeue(worker, "lost", now)
+		return next, step{"", changed, next.State}
+	}
+}
+
+// TestInvocationTransitionDetails: what each legal transition writes
+// besides the state.
+func TestInvocationTransitionDetails(t *testing.T) {
+	now := t0.Add(time.Minute)
+	st := invocationStates()
+
+	claimed, err := st["requeued"].Claim(Worker{ID: "c"}, now)
+	if err != nil || claimed.Attempt != 3 || claimed.WorkerID != "c" || !claimed.StartedAt.Equal(now) ||
+		len(claimed.Attempts) != 3 || claimed.Attempts[2] != (Attempt{Attempt: 3, WorkerID: "c", ClaimedAt: now}) {
+		t.Errorf("claim: %+v %v", claimed, err)
+	}
+	if len(st["requeued"].Attempts) != 2 {
+		t.Errorf("claim appended to its receiver's history")
+	}
+	keyed := st["queued"]
+	keyed.HostKey = "hk1_x"
+	if _, err := keyed.Claim(Worker{ID: "c", HostKey: "hk1_y"}, now); wire.CodeOf(err) != wire.CodeConflict {
+		t.Errorf("claim by a worker with another host key: %v, want a conflict", err)
+	}
+	if got, err := keyed.Claim(Worker{ID: "c", HostKey: "hk1_x"}, now); err != nil || got.State != wire.StateRunning {
+		t.Errorf("claim by a worker with its host key: %+v %v", got, err)
+	}
+
+	code := 3
+	o := Outcome{WorkerID: "a", Attempt: 1, State: wire.StateFailed, ExitCode: &code, ResultBlob: `{"k":1}`,
+		Error: &wire.ErrorInfo{Type: "exit", Message: "exit 3"}, StdoutTail: "out", StderrTail: "err"}
+	rec, ok, err := st["running"].Record(o, now)
+	if err != nil || !ok || rec.WorkerID != "a" || rec.ExitCode != &code || rec.ResultBlob != o.ResultBlob ||
+		rec.Error != o.Error || rec.StdoutTail != "out" || rec.StderrTail != "err" || !rec.FinishedAt.Equal(now) {
+		t.Errorf("record: %+v %v %v; want the outcome of a's attempt, a as the worker whose outcome won", rec, ok, err)
+	}
+
+	c, _, _ := st["queued"].Cancel(now)
+	if !c.CancelRequested || !c.FinishedAt.Equal(now) || c.Error == nil || c.Error.Type != "cancelled" {
+		t.Errorf("cancel of queued work: %+v", c)
+	}
+	c, _, _ = st["running"].Cancel(now)
+	if !c.CancelRequested || !c.FinishedAt.IsZero() || c.WorkerID != "b" {
+		t.Errorf("cancel of running work: %+v", c)
+	}
+
+	q, _ := st["running"].Requeue("b", "bye", now)
+	if q.WorkerID != "" || q.Attempt != 2 || !q.FinishedAt.IsZero() || q.Error != nil {
+		t.Errorf("requeue: %+v; want queued, no holder, attempt kept for the next claim", q)
+	}
+	f, _ := st["running its last attempt"].Requeue("b", "bye", now)
+	if f.Error == nil || f.Error.Type != wire.ErrorTypeWorkerLost || !f.FinishedAt.Equal(now) || f.WorkerID != "" {
+		t.Errorf("requeue of the last attempt: %+v; want failed worker_lost", f)
+	}
+	x, _ := st["running, cancel asked"].Requeue("b", "bye", now)
+	if x.Error == nil || x.Error.Type != "cancelled" || !x.FinishedAt.Equal(now) {
+		t.Errorf("requeue with a cancel pending: %+v; want cancelled", x)
+	}
+}
+
+func TestNewInvocation(t *testing.T) {
+	inv := NewInvocation("inv_1", Spec{Queue: "q", Argv: []string{"true"}, MaxAttempts: 3,
+		RunConfig: wire.RunConfig{HostSetup: []string{"apt-get install -y x"}}}, t0)
+	if inv.State != wire.StateQueued || inv.Attempt != 0 || inv.HostKey == "" || !inv.CreatedAt.Equal(t0) || inv.Version != 0 {
+		t.Errorf("NewInvocation = %+v", inv)
+	}
+	if NewInvocation("inv_2", Spec{Queue: "q"}, t0).HostKey != "" {
+		t.Error("no host setup, yet a host key")
+	}
+}

@@ -1,0 +1,296 @@
+package domain
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/dreamlake/lakeshore/shared/wire"
+)
+
+// Worker is the stored row of one daemon process (one machine boot).
+type Worker struct {
+	ID                 string            `dynamodbav:"worker_id"`
+	MachineID          string            `dynamodbav:"machine_id"`
+	BootID             string            `dynamodbav:"boot_id"`
+	Label              string            `dynamodbav:"label,omitempty"`
+	Tags               map[string]string `dynamodbav:"tags,omitempty"`
+	Lanes              []string          `dynamodbav:"lanes,omitempty"`
+	Versions           map[string]string `dynamodbav:"versions,omitempty"`
+	HostKey            string            `dynamodbav:"host_key,omitempty"`
+	MaxConcurrency     int               `dynamodbav:"max_concurrency"`
+	CurrentInvocations int               `dynamodbav:"current_invocations"`
+	State              string            `dynamodbav:"state"`
+	Phase              string            `dynamodbav:"phase,omitempty"`
+	HostStatus         string            `dynamodbav:"host_status,omitempty"`
+	TokenHash          string            `dynamodbav:"token_hash"`
+	ByeReason          string            `dynamodbav:"bye_reason,omitempty"`
+	LastSetupResult    *wire.SetupResult `dynamodbav:"last_setup_result,omitempty"`
+	CreatedAt          time.Time         `dynamodbav:"created_at"`
+	LastSeenAt         time.Time         `dynamodbav:"last_seen_at"`
+	GoneAt             time.Time         `dynamodbav:"gone_at,omitempty"`
+	// Reaped marks a gone worker the sweep no longer needs to look at: a
+	// sweep found it holding nothing after the holder index settled.
+	Reaped  bool  `dynamodbav:"reaped,omitempty"`
+	Version int64 `dynamodbav:"version"`
+}
+
+// Project reports the state an operator (and the redelivery sweep) sees for
+// w at now. Gone is never relabelled; a stopped or terminated host reads
+// gone; silence longer than staleAfter reads stale; otherwise the stored
+// state stands.
+func Project(w Worker, now time.Time, staleAfter time.Duration) string {
+	switch {
+	case Retired(w):
+		return WorkerGone
+	case !w.LastSeenAt.IsZero() && now.Sub(w.LastSeenAt) > staleAfter:
+		return WorkerStale
+	default:
+		return w.State
+	}
+}
+
+// Retired reports whether w is over for good: stored gone, or its host
+// stopped or terminated (a stopped machine that starts again boots a new
+// daemon, which says hello as a new worker). A retired worker claims
+// nothing, its poll is refused (410) and a hello never returns it.
+func Retired(w Worker) bool {
+	return w.State == WorkerGone || HostGone(w.HostStatus)
+}
+
+// HostGone reports whether a host status makes its worker read gone: the
+// instance stopped or terminated, so the daemon on it is dead.
+func HostGone(status string) bool {
+	return status == HostStopped || status == HostTerminated
+}
+
+// hostRank orders host statuses by how final they are: a host status only
+// moves forward. A stopped instance's daemon is dead even if the instance
+// starts again (it boots a new daemon, which says hello as a new worker),
+// and a terminated instance never comes back.
+var hostRank = map[string]int{
+	"":             0,
+	HostPending:    1,
+	HostRunning:    1, // pending ⇄ running both mean alive
+	HostStopped:    2,
+	HostTerminated: 3,
+}
+
+// ValidHostStatus reports whether status is one of the host statuses a
+// worker row may carry (pending, running, stopped, terminated).
+func ValidHostStatus(status string) bool {
+	_, ok := hostRank[status]
+	return ok && status != ""
+}
+
+// HostStatusMoves reports whether a host status from may be replaced by to:
+// to differs, and it does not move back from stopped or terminated (that
+// would revive a worker whose work was already handed back) nor from
+// terminated to stopped.
+func HostStatusMoves(from, to string) bool {
+	if from == to || !ValidHostStatus(to) {
+		return false
+	}
+	rf, ok := hostRank[from]
+	if !ok { // an unknown stored value: anything valid replaces it
+		return true
+	}
+	return hostRank[to] >= rf
+}
+
+// PollTransition reports the stored state a poll carrying phase moves a
+// worker in stored state cur to (phase "" means an old daemon that sends
+// none). It never widens the allowed flips: draining never returns to
+// active or setting_up, and a gone worker is not revived (ErrWorkerGone).
+func PollTransition(cur, phase string) (string, error) {
+	if cur == WorkerGone {
+		return "", wire.Errorf(wire.CodeWorkerGone, "worker is gone; say hello again")
+	}
+	switch phase {
+	case "", wire.PhaseSetup, wire.PhaseReady, wire.PhaseDraining, wire.PhaseTerminating:
+	default:
+		return "", wire.Errorf(wire.CodeInvalid, "unknown phase %q", phase)
+	}
+	if cur == WorkerDraining {
+		return WorkerDraining, nil
+	}
+	switch phase {
+	case "":
+		if cur == WorkerPending || cur == WorkerJoining {
+			return WorkerActive, nil
+		}
+		return cur, nil
+	case wire.PhaseSetup:
+		return WorkerSettingUp, nil
+	case wire.PhaseReady:
+		return WorkerActive, nil
+	default: // draining, terminating
+		return WorkerDraining, nil
+	}
+}
+
+// AcceptsWork reports whether a worker may be handed new invocations, and
+// if not, why. setupPending is whether its setup FIFO holds unreported
+// commands.
+func AcceptsWork(w Worker, setupPending bool) (bool, string) {
+	switch {
+	case Retired(w):
+		return false, "retired"
+	case w.State != WorkerActive:
+		return false, "state " + w.State
+	case w.Phase == wire.PhaseSetup || w.Phase == wire.PhaseDraining || w.Phase == wire.PhaseTerminating:
+		return false, "phase " + w.Phase
+	case setupPending:
+		return false, "setup commands pending"
+	case w.CurrentInvocations >= w.MaxConcurrency:
+		return false, "at capacity"
+	default:
+		return true, ""
+	}
+}
+
+// Poll is what a daemon's poll says about itself.
+type Poll struct {
+	Phase   string // "" from an old daemon that sends none
+	Queue   string // the queue it polls ("": any of its lanes)
+	HostKey string // "" leaves the worker's key as it is
+	// MaxConcurrency and CurrentInvocations are its updated capabilities;
+	// nil when it sent none.
+	MaxConcurrency, CurrentInvocations *int
+	// Capabilities reports whether it sent updated capabilities at all: an
+	// old daemon sends none, and what it lists is what it runs (Listed).
+	Capabilities bool
+	Listed       int
+}
+
+// Heartbeat reports w after a poll p at now: seen now, in the stored state
+// p's phase projects to (PollTransition), with the capabilities and host
+// key p reports. A retired worker's poll is refused (ErrWorkerGone: it must
+// say hello again), and so is a poll of a queue that is not one of its
+// lanes.
+func (w Worker) Heartbeat(p Poll, now time.Time) (Worker, error) {
+	if Retired(w) {
+		return w, wire.Errorf(wire.CodeWorkerGone, "worker is gone (host %s); say hello again", w.HostStatus)
+	}
+	state, err := PollTransition(w.State, p.Phase)
+	if err != nil {
+		return w, err
+	}
+	if p.Queue != "" && len(w.Lanes) > 0 && !slices.Contains(w.Lanes, p.Queue) {
+		return w, wire.Errorf(wire.CodeInvalid, "queue %q is not one of the lanes %v this worker said hello with", p.Queue, w.Lanes)
+	}
+	next := w
+	next.State = state
+	next.Phase = p.Phase
+	next.LastSeenAt = now
+	if p.HostKey != "" {
+		next.HostKey = p.HostKey
+	}
+	switch {
+	case !p.Capabilities:
+		next.CurrentInvocations = p.Listed
+	default:
+		if p.MaxConcurrency != nil {
+			next.MaxConcurrency = *p.MaxConcurrency
+		}
+		if p.CurrentInvocations != nil {
+			next.CurrentInvocations = *p.CurrentInvocations
+		}
+	}
+	return next, nil
+}
+
+// Leave reports w gone at now for why (a bye, a new boot of its machine),
+// and whether that changes it: a gone worker stays as it went. What it
+// held is handed back by the caller (Invocation.Requeue), so its count is
+// zero from now.
+func (w Worker) Leave(why string, now time.Time) (Worker, bool) {
+	if w.State == WorkerGone {
+		return w, false
+	}
+	next := w
+	next.State = WorkerGone
+	next.CurrentInvocations = 0
+	next.ByeReason = why
+	next.GoneAt = now
+	next.LastSeenAt = now
+	return next, true
+}
+
+// Drain reports w asked to drain: it claims nothing more, and its next poll
+// carries a drain command. A gone worker cannot drain (a conflict); a
+// draining one is unchanged.
+func (w Worker) Drain() (Worker, bool, error) {
+	switch w.State {
+	case WorkerGone:
+		return w, false, wire.Errorf(wire.CodeConflict, "worker %s is gone", w.ID)
+	case WorkerDraining:
+		return w, false, nil
+	}
+	next := w
+	next.State = WorkerDraining
+	return next, true, nil
+}
+
+// SetHostStatus reports w with its host's EC2 status at now, and whether
+// that changes it. A worker stored gone is left as it is, and a host status
+// only moves forward (HostStatusMoves). The host going stopped or
+// terminated makes the worker read gone from now: GoneAt is when the sweep
+// starts counting its look for held work.
+func (w Worker) SetHostStatus(status string, now time.Time) (Worker, bool) {
+	if w.State == WorkerGone || !HostStatusMoves(w.HostStatus, status) {
+		return w, false
+	}
+	next := w
+	if HostGone(status) && !HostGone(w.HostStatus) && w.GoneAt.IsZero() {
+		next.GoneAt = now
+	}
+	next.HostStatus = status
+	return next, true
+}
+
+// Reap reports w marked reaped (the sweep is done with it: gone, holding
+// nothing, its holder index settled), and whether that changes it.
+func (w Worker) Reap() (Worker, bool) {
+	if w.Reaped {
+		return w, false
+	}
+	next := w
+	next.Reaped = true
+	return next, true
+}
+
+// GoneSince reports when w went gone (its last sign of life if unrecorded).
+func (w Worker) GoneSince() time.Time {
+	if w.GoneAt.IsZero() {
+		return w.LastSeenAt
+	}
+	return w.GoneAt
+}
+
+// LostWhy reports whether w's running work must be handed back at now, and
+// why: it reads stale, or gone and not yet reaped.
+func (w Worker) LostWhy(now time.Time, staleAfter time.Duration) (string, bool) {
+	switch Project(w, now, staleAfter) {
+	case WorkerStale:
+		return fmt.Sprintf("worker stale: silent for %s", now.Sub(w.LastSeenAt).Round(time.Second)), true
+	case WorkerGone:
+		if w.Reaped {
+			return "", false
+		}
+		if HostGone(w.HostStatus) {
+			return "worker gone: host " + w.HostStatus, true
+		}
+		return "worker gone", true
+	default:
+		return "", false
+	}
+}
+
+// RecordSetup reports w with r as its latest setup result (what the worker
+// views show as last_setup_result).
+func (w Worker) RecordSetup(r *wire.SetupResult) Worker {
+	next := w
+	next.LastSetupResult = r
+	return next
+}

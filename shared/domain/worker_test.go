@@ -1,0 +1,173 @@
+package domain
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/dreamlake/lakeshore/shared/wire"
+)
+
+func TestHostStatusMoves(t *testing.T) {
+	for _, tc := range []struct {
+		from, to string
+		want     bool
+	}{
+		{"", "running", true},
+		{"", "pending", true},
+		{"pending", "running", true},
+		{"running", "pending", true},
+		{"running", "running", false},
+		{"running", "stopped", true},
+		{"running", "terminated", true},
+		{"stopped", "terminated", true},
+		{"stopped", "running", false},
+		{"stopped", "pending", false},
+		{"terminated", "stopped", false},
+		{"terminated", "running", false},
+		{"running", "", false},
+		{"running", "exploded", false},
+	} {
+		if got := HostStatusMoves(tc.from, tc.to); got != tc.want {
+			t.Errorf("HostStatusMoves(%q, %q) = %v, want %v", tc.from, tc.to, got, tc.want)
+		}
+	}
+}
+
+// TestWorkerTransitions: every stored worker state (and a retired host) ×
+// every event, the illegal ones included.
+func TestWorkerTransitions(t *testing.T) {
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	base := Worker{ID: "wrk_1", Lanes: []string{"q"}, MaxConcurrency: 2, CurrentInvocations: 1, LastSeenAt: now.Add(-time.Second)}
+	states := map[string]Worker{}
+	for _, s := range []string{WorkerPending, WorkerJoining, WorkerActive, WorkerSettingUp, WorkerDraining, WorkerGone} {
+		w := base
+		w.State = s
+		states[s] = w
+	}
+	stopped := base
+	stopped.State, stopped.HostStatus = WorkerActive, HostStopped
+	states["active on a stopped host"] = stopped
+
+	type got struct {
+		code    wire.Code
+		changed bool
+		state   string
+	}
+	events := map[string]func(Worker) (Worker, got){
+		"poll ready": func(w Worker) (Worker, got) {
+			next, err := w.Heartbeat(Poll{Phase: wire.PhaseReady, Queue: "q"}, now)
+			return next, got{codeOf(err), err == nil, next.State}
+		},
+		"poll setup": func(w Worker) (Worker, got) {
+			next, err := w.Heartbeat(Poll{Phase: wire.PhaseSetup}, now)
+			return next, got{codeOf(err), err == nil, next.State}
+		},
+		"poll another queue": func(w Worker) (Worker, got) {
+			next, err := w.Heartbeat(Poll{Phase: wire.PhaseReady, Queue: "other"}, now)
+			return next, got{codeOf(err), err == nil, next.State}
+		},
+		"leave": func(w Worker) (Worker, got) {
+			next, changed := w.Leave("bye: signal", now)
+			return next, got{"", changed, next.State}
+		},
+		"drain": func(w Worker) (Worker, got) {
+			next, changed, err := w.Drain()
+			return next, got{codeOf(err), changed, next.State}
+		},
+		"host terminated": func(w Worker) (Worker, got) {
+			next, changed := w.SetHostStatus(HostTerminated, now)
+			return next, got{"", changed, next.State}
+		},
+	}
+	gone, invalid, conflict := wire.CodeWorkerGone, wire.CodeInvalid, wire.CodeConflict
+	A, S, D, G := WorkerActive, WorkerSettingUp, WorkerDraining, WorkerGone
+	want := map[string]map[string]got{
+		WorkerPending:   {"poll ready": {"", true, A}, "poll setup": {"", true, S}, "poll another queue": {invalid, false, WorkerPending}, "leave": {"", true, G}, "drain": {"", true, D}, "host terminated": {"", true, WorkerPending}},
+		WorkerJoining:   {"poll ready": {"", true, A}, "poll setup": {"", true, S}, "poll another queue": {invalid, false, WorkerJoining}, "leave": {"", true, G}, "drain": {"", true, D}, "host terminated": {"", true, WorkerJoining}},
+		WorkerActive:    {"poll ready": {"", true, A}, "poll setup": {"", true, S}, "poll another queue": {invalid, false, A}, "leave": {"", true, G}, "drain": {"", true, D}, "host terminated": {"", true, A}},
+		WorkerSettingUp: {"poll ready": {"", true, A}, "poll setup": {"", true, S}, "poll another queue": {invalid, false, S}, "leave": {"", true, G}, "drain": {"", true, D}, "host terminated": {"", true, S}},
+		WorkerDraining:  {"poll ready": {"", true, D}, "poll setup": {"", true, D}, "poll another queue": {invalid, false, D}, "leave": {"", true, G}, "drain": {"", false, D}, "host terminated": {"", true, D}},
+		WorkerGone:      {"poll ready": {gone, false, G}, "poll setup": {gone, false, G}, "poll another queue": {gone, false, G}, "leave": {"", false, G}, "drain": {conflict, false, G}, "host terminated": {"", false, G}},
+		"active on a stopped host": {"poll ready": {gone, false, A}, "poll setup": {gone, false, A}, "poll another queue": {gone, false, A},
+			"leave": {"", true, G}, "drain": {"", true, D}, "host terminated": {"", true, A}},
+	}
+	for sname, w := range states {
+		for ename, ev := range events {
+			t.Run(sname+"/"+ename, func(t *testing.T) {
+				before := fmt.Sprintf("%+v", w)
+				next, g := ev(w)
+				if g != want[sname][ename] {
+					t.Fatalf("got %+v, want %+v", g, want[sname][ename])
+				}
+				if fmt.Sprintf("%+v", w) != before {
+					t.Fatal("the transition changed its receiver")
+				}
+				if next.Version != w.Version {
+					t.Fatal("the transition moved the version (the store's job)")
+				}
+			})
+		}
+	}
+	if len(want) != len(states) {
+		t.Fatalf("%d states, %d rows", len(states), len(want))
+	}
+}
+
+func TestWorkerTransitionDetails(t *testing.T) {
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	w := Worker{ID: "wrk_1", State: WorkerActive, MaxConcurrency: 2, CurrentInvocations: 2, HostKey: "hk1_a", LastSeenAt: now.Add(-time.Minute)}
+
+	two, four := 2, 4
+	hb, _ := w.Heartbeat(Poll{Phase: wire.PhaseReady, HostKey: "hk1_b", Capabilities: true, MaxConcurrency: &four, CurrentInvocations: &two}, now)
+	if !hb.LastSeenAt.Equal(now) || hb.Phase != wire.PhaseReady || hb.HostKey != "hk1_b" || hb.MaxConcurrency != 4 || hb.CurrentInvocations != 2 {
+		t.Errorf("heartbeat with capabilities: %+v", hb)
+	}
+	old, _ := w.Heartbeat(Poll{Listed: 1}, now)
+	if old.CurrentInvocations != 1 || old.HostKey != "hk1_a" || old.MaxConcurrency != 2 {
+		t.Errorf("heartbeat of an old daemon (no capabilities, one listed): %+v", old)
+	}
+
+	left, _ := w.Leave("bye: idle", now)
+	if left.CurrentInvocations != 0 || left.ByeReason != "bye: idle" || !left.GoneAt.Equal(now) || !left.LastSeenAt.Equal(now) {
+		t.Errorf("leave: %+v", left)
+	}
+
+	st, _ := w.SetHostStatus(HostStopped, now)
+	if st.HostStatus != HostStopped || !st.GoneAt.Equal(now) || Project(st, now, time.Hour) != WorkerGone {
+		t.Errorf("host stopped: %+v reads %s", st, Project(st, now, time.Hour))
+	}
+	later, changed := st.SetHostStatus(HostTerminated, now.Add(time.Minute))
+	if !changed || !later.GoneAt.Equal(now) {
+		t.Errorf("stopped → terminated keeps when it went gone: %+v", later)
+	}
+	if _, changed := st.SetHostStatus(HostRunning, now); changed {
+		t.Error("a stopped host came back to running")
+	}
+
+	r, changed := left.Reap()
+	if !changed || !r.Reaped {
+		t.Errorf("reap: %+v", r)
+	}
+	if _, changed := r.Reap(); changed {
+		t.Error("reaped twice")
+	}
+
+	for _, c := range []struct {
+		name string
+		w    Worker
+		lost bool
+		why  string
+	}{
+		{"fresh", w, false, ""},
+		{"stale", Worker{State: WorkerActive, LastSeenAt: now.Add(-2 * time.Minute)}, true, "worker stale: silent for 2m0s"},
+		{"gone", left, true, "worker gone"},
+		{"host stopped", st, true, "worker gone: host stopped"},
+		{"reaped", r, false, ""},
+	} {
+		why, lost := c.w.LostWhy(now, time.Minute)
+		if lost != c.lost || why != c.why {
+			t.Errorf("%s: LostWhy = %q %v, want %q %v", c.name, why, lost, c.why, c.lost)
+		}
+	}
+}

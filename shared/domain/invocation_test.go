@@ -48,7 +48,9 @@ type step struct {
 	state   string
 }
 
-func (s step) String() string { return fmt.Sprintf("{code %q changed %v state %s}", s.code, s.changed, s.state) }
+func (s step) String() string {
+	return fmt.Sprintf("{code %q changed %v state %s}", s.code, s.changed, s.state)
+}
 
 func codeOf(err error) wire.Code {
 	if err == nil {
@@ -118,7 +120,7 @@ func TestInvocationTransitions(t *testing.T) {
 			"record succeeded by b (attempt 2)": {"", true, S},
 			"record failed by b (attempt 2)":    {"", true, F},
 			"record cancelled by b (attempt 2)": {"", false, R}, // nobody cancelled it
-			"record succeeded by a (attempt 1)": {"", true, S}, // superseded, but first: the work was done
+			"record succeeded by a (attempt 1)": {"", true, S},  // superseded, but first: the work was done
 			"record cancelled by a (attempt 1)": {"", false, R}, // superseded: never cancels
 			"record by a for attempt 2":         {forbidden, false, R},
 			"record a non-terminal state":       {invalid, false, R},

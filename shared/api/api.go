@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/dreamlake/lakeshore/shared/auth"
+	"github.com/dreamlake/lakeshore/shared/control"
 	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/store"
 	"github.com/dreamlake/lakeshore/shared/wire"
@@ -40,17 +41,16 @@ type Config struct {
 	DaemonAuth string
 }
 
-// Long-poll re-check backoff bounds.
+// Operator list bounds.
 const (
-	pollBackoffMin = 100 * time.Millisecond
-	pollBackoffMax = 2 * time.Second
-	maxListLimit   = 500
-	defaultLimit   = 100
+	maxListLimit = 500
+	defaultLimit = 100
 )
 
 // Server serves the wire API.
 type Server struct {
 	cfg Config
+	svc *control.Service // the daemon use cases
 	mux *http.ServeMux
 	log *slog.Logger
 }
@@ -84,12 +84,14 @@ func New(cfg Config) (*Server, error) {
 		cfg.Now = func() time.Time { return time.Now().UTC() }
 	}
 	if cfg.Sleep == nil {
-		cfg.Sleep = sleepCtx
+		cfg.Sleep = control.Sleep
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &Server{cfg: cfg, mux: http.NewServeMux(), log: cfg.Logger}
+	svc := control.New(control.Config{Store: cfg.Store, StaleAfter: cfg.StaleAfter, MaxPollWait: cfg.MaxPollWait,
+		Sleep: cfg.Sleep, Logger: cfg.Logger})
+	s := &Server{cfg: cfg, svc: svc, mux: http.NewServeMux(), log: cfg.Logger}
 	s.routes()
 	return s, nil
 }
@@ -251,17 +253,6 @@ func (s *Server) workerRequest(r *http.Request, body interface {
 		}
 		return sameInstance(instance, w.MachineID)
 	}, nil
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 func (s *Server) healthz(r *http.Request) (int, any, error) {

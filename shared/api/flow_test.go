@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dreamlake/lakeshore/shared/api"
+	"github.com/dreamlake/lakeshore/shared/control"
 	"github.com/dreamlake/lakeshore/shared/hostkey"
 	"github.com/dreamlake/lakeshore/shared/store"
 	"github.com/dreamlake/lakeshore/shared/wire"
@@ -165,7 +166,7 @@ func TestPollIntervalFunction(t *testing.T) {
 		60 * time.Second: 5 * time.Second,
 		6 * time.Second:  time.Second,
 	} {
-		if got := api.PollInterval(stale); got != want {
+		if got := control.PollInterval(stale); got != want {
 			t.Errorf("PollInterval(%v) = %v, want %v", stale, got, want)
 		}
 	}

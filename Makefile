@@ -69,7 +69,8 @@ lint:
 	else echo "cfn-lint not installed; skipping template check"; fi
 
 ## check: shared/ must never import agent/, functions/ or cli/; the Lambdas
-## that serve no routes must not link the router (docs/design.md §1)
+## that serve no routes must not link the router; shared/domain imports
+## nothing of this module but the hostkey leaf (docs/design.md §1)
 check:
 	@bad=$$($(GO) list -deps ./shared/... | grep -E 'lakeshore/(agent|functions|cli)(/|$$)' || true); \
 		if [ -n "$$bad" ]; then echo "shared/ imports: $$bad"; exit 1; fi
@@ -77,6 +78,8 @@ check:
 		bad=$$($(GO) list -deps ./functions/$$f | grep -E 'lakeshore/shared/(api|lambdahttp)(/|$$)' || true); \
 		if [ -n "$$bad" ]; then echo "functions/$$f links the router: $$bad"; exit 1; fi; \
 	done
+	@bad=$$($(GO) list -deps ./shared/domain | grep 'dreamlake/lakeshore/' | grep -vE 'lakeshore/shared/(domain|hostkey)$$' || true); \
+		if [ -n "$$bad" ]; then echo "shared/domain imports: $$bad (the rules import no adapter and no wire type)"; exit 1; fi
 	@echo "layering: ok"
 
 ## bench: store benchmarks (claims/s, conflicts/claim, requests/lifecycle), each

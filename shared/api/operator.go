@@ -207,12 +207,12 @@ func timePtr(t time.Time) *time.Time {
 // (shared by dashboards and scripts) should not read them back; only the
 // worker that runs the invocation receives them.
 func invocationView(inv domain.Invocation) wire.Invocation {
-	rc := inv.RunConfig
+	rc := wire.RunConfig(inv.RunConfig)
 	rc.Env = redacted(rc.Env)
 	v := wire.Invocation{
 		InvocationID: inv.ID, Queue: inv.Queue, State: inv.State, Attempt: inv.Attempt,
 		MaxAttempts: inv.MaxAttempts, WorkerID: inv.WorkerID, Argv: inv.Argv, Env: redacted(inv.Env),
-		RunConfig: rc, TimeoutS: inv.TimeoutS, ExitCode: inv.ExitCode, Error: inv.Error,
+		RunConfig: rc, TimeoutS: inv.TimeoutS, ExitCode: inv.ExitCode, Error: (*wire.ErrorInfo)(inv.Error),
 		StdoutTail: inv.StdoutTail, StderrTail: inv.StderrTail, HostKey: inv.HostKey,
 		CancelRequested: inv.CancelRequested, IdempotencyKey: inv.IdempotencyKey,
 		CreatedAt: inv.CreatedAt, StartedAt: timePtr(inv.StartedAt), FinishedAt: timePtr(inv.FinishedAt),
@@ -246,6 +246,6 @@ func (s *Server) workerView(w domain.Worker, now time.Time) wire.Worker {
 		HostStatus: w.HostStatus, Phase: w.Phase, HostKey: w.HostKey, Tags: w.Tags, Lanes: w.Lanes,
 		MaxConcurrency: w.MaxConcurrency, CurrentInvocations: w.CurrentInvocations,
 		LastSeenAt: timePtr(w.LastSeenAt), CreatedAt: w.CreatedAt, ByeReason: w.ByeReason,
-		LastSetupResult: w.LastSetupResult,
+		LastSetupResult: (*wire.SetupResult)(w.LastSetupResult),
 	}
 }

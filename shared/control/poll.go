@@ -188,7 +188,7 @@ func runPayload(inv domain.Invocation) *wire.RunInvocation {
 		Attempt:      inv.Attempt,
 		Argv:         inv.Argv,
 		Env:          inv.Env,
-		RunConfig:    inv.RunConfig,
+		RunConfig:    wire.RunConfig(inv.RunConfig),
 		TimeoutS:     inv.TimeoutS,
 		HostKey:      inv.HostKey,
 	}

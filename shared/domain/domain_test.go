@@ -4,8 +4,6 @@ import (
 	"errors"
 	"testing"
 	"time"
-
-	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
 // TestPollTransitionProjectionTable has one case per row of the seed's
@@ -18,16 +16,16 @@ func TestPollTransitionProjectionTable(t *testing.T) {
 		{"absent: joining becomes active on the first poll", WorkerJoining, "", WorkerActive},
 		{"absent: pending becomes active", WorkerPending, "", WorkerActive},
 		{"absent: active stays active", WorkerActive, "", WorkerActive},
-		{"setup writes setting_up", WorkerJoining, wire.PhaseSetup, WorkerSettingUp},
-		{"ready writes active", WorkerSettingUp, wire.PhaseReady, WorkerActive},
-		{"draining writes draining", WorkerActive, wire.PhaseDraining, WorkerDraining},
-		{"terminating writes draining", WorkerActive, wire.PhaseTerminating, WorkerDraining},
+		{"setup writes setting_up", WorkerJoining, PhaseSetup, WorkerSettingUp},
+		{"ready writes active", WorkerSettingUp, PhaseReady, WorkerActive},
+		{"draining writes draining", WorkerActive, PhaseDraining, WorkerDraining},
+		{"terminating writes draining", WorkerActive, PhaseTerminating, WorkerDraining},
 		// Moves the existing rules allow.
-		{"a setup command moves active back to setting_up", WorkerActive, wire.PhaseSetup, WorkerSettingUp},
+		{"a setup command moves active back to setting_up", WorkerActive, PhaseSetup, WorkerSettingUp},
 		{"absent keeps setting_up", WorkerSettingUp, "", WorkerSettingUp},
 		// Never widened: draining is one-way.
-		{"draining never returns to active", WorkerDraining, wire.PhaseReady, WorkerDraining},
-		{"draining never returns to setting_up", WorkerDraining, wire.PhaseSetup, WorkerDraining},
+		{"draining never returns to active", WorkerDraining, PhaseReady, WorkerDraining},
+		{"draining never returns to setting_up", WorkerDraining, PhaseSetup, WorkerDraining},
 		{"draining with no phase stays draining", WorkerDraining, "", WorkerDraining},
 	}
 	for _, c := range cases {
@@ -44,13 +42,13 @@ func TestPollTransitionProjectionTable(t *testing.T) {
 }
 
 func TestPollTransitionNeverRevivesGone(t *testing.T) {
-	for _, phase := range []string{"", wire.PhaseSetup, wire.PhaseReady, wire.PhaseDraining, wire.PhaseTerminating} {
-		if _, err := PollTransition(WorkerGone, phase); !errors.Is(err, wire.ErrWorkerGone) {
+	for _, phase := range []string{"", PhaseSetup, PhaseReady, PhaseDraining, PhaseTerminating} {
+		if _, err := PollTransition(WorkerGone, phase); !errors.Is(err, ErrGone) {
 			t.Fatalf("phase %q revived a gone worker: err = %v", phase, err)
 		}
 	}
 	for _, cur := range []string{WorkerActive, WorkerDraining} {
-		if _, err := PollTransition(cur, "booting"); !errors.Is(err, wire.ErrInvalid) {
+		if _, err := PollTransition(cur, "booting"); !errors.Is(err, ErrInvalid) {
 			t.Fatalf("phase booting accepted on %s: %v", cur, err)
 		}
 	}
@@ -89,7 +87,7 @@ func TestProject(t *testing.T) {
 }
 
 func TestAcceptsWork(t *testing.T) {
-	ready := Worker{State: WorkerActive, Phase: wire.PhaseReady, MaxConcurrency: 2, CurrentInvocations: 1}
+	ready := Worker{State: WorkerActive, Phase: PhaseReady, MaxConcurrency: 2, CurrentInvocations: 1}
 	cases := []struct {
 		name  string
 		w     Worker
@@ -98,12 +96,12 @@ func TestAcceptsWork(t *testing.T) {
 	}{
 		{"active and ready with room", ready, false, true},
 		{"old daemon without phase", Worker{State: WorkerActive, MaxConcurrency: 1}, false, true},
-		{"phase setup", with(ready, func(w *Worker) { w.Phase = wire.PhaseSetup; w.State = WorkerSettingUp }), false, false},
+		{"phase setup", with(ready, func(w *Worker) { w.Phase = PhaseSetup; w.State = WorkerSettingUp }), false, false},
 		// The gate reads phase and state apart (defence in depth): a row
 		// that says active while its daemon reports setup must not claim.
-		{"state active, phase setup", with(ready, func(w *Worker) { w.Phase = wire.PhaseSetup }), false, false},
-		{"phase draining", with(ready, func(w *Worker) { w.Phase = wire.PhaseDraining }), false, false},
-		{"phase terminating", with(ready, func(w *Worker) { w.Phase = wire.PhaseTerminating }), false, false},
+		{"state active, phase setup", with(ready, func(w *Worker) { w.Phase = PhaseSetup }), false, false},
+		{"phase draining", with(ready, func(w *Worker) { w.Phase = PhaseDraining }), false, false},
+		{"phase terminating", with(ready, func(w *Worker) { w.Phase = PhaseTerminating }), false, false},
 		{"drain requested", with(ready, func(w *Worker) { w.State = WorkerDraining }), false, false},
 		{"setup FIFO non-empty", ready, true, false},
 		{"at capacity", with(ready, func(w *Worker) { w.CurrentInvocations = 2 }), false, false},
@@ -136,7 +134,7 @@ func TestHeldBy(t *testing.T) {
 // poll refused — not only where an operator reads it.
 func TestRetiredHost(t *testing.T) {
 	for _, host := range []string{HostStopped, HostTerminated} {
-		w := Worker{State: WorkerActive, Phase: wire.PhaseReady, HostStatus: host, MaxConcurrency: 1}
+		w := Worker{State: WorkerActive, Phase: PhaseReady, HostStatus: host, MaxConcurrency: 1}
 		if !Retired(w) {
 			t.Errorf("host %s: not retired", host)
 		}
@@ -157,14 +155,14 @@ func TestRetiredHost(t *testing.T) {
 // TestAckRecords: every state × attempt relation × outcome. Attempt 1 ran
 // on a (superseded), attempt 2 runs on b (current).
 func TestAckRecords(t *testing.T) {
-	base := Invocation{State: wire.StateRunning, Attempt: 2, WorkerID: "b",
+	base := Invocation{State: StateRunning, Attempt: 2, WorkerID: "b",
 		Attempts: []Attempt{{Attempt: 1, WorkerID: "a"}, {Attempt: 2, WorkerID: "b"}}}
 	queued := base
-	queued.State, queued.WorkerID = wire.StateQueued, ""
+	queued.State, queued.WorkerID = StateQueued, ""
 	cancelAsked := base
 	cancelAsked.CancelRequested = true
 	done := base
-	done.State = wire.StateSucceeded
+	done.State = StateSucceeded
 	cases := []struct {
 		name     string
 		inv      Invocation
@@ -173,20 +171,20 @@ func TestAckRecords(t *testing.T) {
 		state    string
 		recorded bool
 	}{
-		{"current attempt succeeded", base, "b", 2, wire.StateSucceeded, true},
-		{"current attempt failed", base, "b", 2, wire.StateFailed, true},
-		{"current attempt cancelled, nobody asked", base, "b", 2, wire.StateCancelled, false},
-		{"current attempt cancelled, operator asked", cancelAsked, "b", 2, wire.StateCancelled, true},
-		{"superseded attempt succeeded first", base, "a", 1, wire.StateSucceeded, true},
-		{"superseded attempt failed first", base, "a", 1, wire.StateFailed, true},
-		{"superseded attempt cancelled", base, "a", 1, wire.StateCancelled, false},
-		{"superseded attempt cancelled, operator asked", cancelAsked, "a", 1, wire.StateCancelled, false},
-		{"requeued: late succeeded", queued, "b", 2, wire.StateSucceeded, true},
-		{"requeued: late cancelled", queued, "b", 2, wire.StateCancelled, false},
-		{"terminal: second outcome", done, "b", 2, wire.StateFailed, false},
-		{"terminal: cancelled", done, "b", 2, wire.StateCancelled, false},
-		{"another worker's attempt", base, "a", 2, wire.StateSucceeded, false},
-		{"an attempt that never ran", base, "b", 3, wire.StateSucceeded, false},
+		{"current attempt succeeded", base, "b", 2, StateSucceeded, true},
+		{"current attempt failed", base, "b", 2, StateFailed, true},
+		{"current attempt cancelled, nobody asked", base, "b", 2, StateCancelled, false},
+		{"current attempt cancelled, operator asked", cancelAsked, "b", 2, StateCancelled, true},
+		{"superseded attempt succeeded first", base, "a", 1, StateSucceeded, true},
+		{"superseded attempt failed first", base, "a", 1, StateFailed, true},
+		{"superseded attempt cancelled", base, "a", 1, StateCancelled, false},
+		{"superseded attempt cancelled, operator asked", cancelAsked, "a", 1, StateCancelled, false},
+		{"requeued: late succeeded", queued, "b", 2, StateSucceeded, true},
+		{"requeued: late cancelled", queued, "b", 2, StateCancelled, false},
+		{"terminal: second outcome", done, "b", 2, StateFailed, false},
+		{"terminal: cancelled", done, "b", 2, StateCancelled, false},
+		{"another worker's attempt", base, "a", 2, StateSucceeded, false},
+		{"an attempt that never ran", base, "b", 3, StateSucceeded, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -198,20 +196,20 @@ func TestAckRecords(t *testing.T) {
 }
 
 func TestCancelReason(t *testing.T) {
-	base := Invocation{State: wire.StateRunning, Attempt: 2, WorkerID: "b"}
+	base := Invocation{State: StateRunning, Attempt: 2, WorkerID: "b"}
 	asked := base
 	asked.CancelRequested = true
 	done := asked
-	done.State = wire.StateCancelled
+	done.State = StateCancelled
 	for _, c := range []struct {
 		name, worker, want string
 		inv                Invocation
 	}{
 		{"runs here", "b", "", base},
-		{"operator cancel", "b", wire.CancelOperator, asked},
-		{"handed to another worker", "a", wire.CancelSuperseded, base},
-		{"operator cancel of another worker's attempt", "a", wire.CancelSuperseded, asked},
-		{"already terminal", "b", wire.CancelSuperseded, done},
+		{"operator cancel", "b", CancelOperator, asked},
+		{"handed to another worker", "a", CancelSuperseded, base},
+		{"operator cancel of another worker's attempt", "a", CancelSuperseded, asked},
+		{"already terminal", "b", CancelSuperseded, done},
 	} {
 		if got := c.inv.CancelReason(c.worker); got != c.want {
 			t.Errorf("%s: CancelReason = %q, want %q", c.name, got, c.want)

@@ -6,43 +6,42 @@ import (
 	"time"
 
 	"github.com/dreamlake/lakeshore/shared/hostkey"
-	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
 // Attempt records which worker ran one attempt of an invocation. The list
 // of them is what lets a late ack from an earlier attempt's worker count,
 // and what stops any other worker from acking.
 type Attempt struct {
-	Attempt   int       `dynamodbav:"attempt"`
-	WorkerID  string    `dynamodbav:"worker_id"`
-	ClaimedAt time.Time `dynamodbav:"claimed_at"`
+	Attempt   int
+	WorkerID  string
+	ClaimedAt time.Time
 }
 
 // Invocation is the stored row of one submitted command.
 type Invocation struct {
-	ID              string            `dynamodbav:"invocation_id"`
-	Queue           string            `dynamodbav:"queue"`
-	State           string            `dynamodbav:"state"`
-	Attempt         int               `dynamodbav:"attempt"`
-	MaxAttempts     int               `dynamodbav:"max_attempts"`
-	Argv            []string          `dynamodbav:"argv"`
-	Env             map[string]string `dynamodbav:"env,omitempty"`
-	RunConfig       wire.RunConfig    `dynamodbav:"run_config"`
-	TimeoutS        int               `dynamodbav:"timeout_s,omitempty"`
-	HostKey         string            `dynamodbav:"host_key,omitempty"`
-	WorkerID        string            `dynamodbav:"worker_id,omitempty"`
-	Attempts        []Attempt         `dynamodbav:"attempts,omitempty"`
-	ExitCode        *int              `dynamodbav:"exit_code,omitempty"`
-	ResultBlob      string            `dynamodbav:"result_blob,omitempty"`
-	Error           *wire.ErrorInfo   `dynamodbav:"error,omitempty"`
-	StdoutTail      string            `dynamodbav:"stdout_tail,omitempty"`
-	StderrTail      string            `dynamodbav:"stderr_tail,omitempty"`
-	CancelRequested bool              `dynamodbav:"cancel_requested,omitempty"`
-	IdempotencyKey  string            `dynamodbav:"idempotency_key,omitempty"`
-	CreatedAt       time.Time         `dynamodbav:"created_at"`
-	StartedAt       time.Time         `dynamodbav:"started_at,omitempty"`
-	FinishedAt      time.Time         `dynamodbav:"finished_at,omitempty"`
-	Version         int64             `dynamodbav:"version"`
+	ID              string
+	Queue           string
+	State           string
+	Attempt         int
+	MaxAttempts     int
+	Argv            []string
+	Env             map[string]string
+	RunConfig       RunConfig
+	TimeoutS        int
+	HostKey         string
+	WorkerID        string
+	Attempts        []Attempt
+	ExitCode        *int
+	ResultBlob      string
+	Error           *ErrorInfo
+	StdoutTail      string
+	StderrTail      string
+	CancelRequested bool
+	IdempotencyKey  string
+	CreatedAt       time.Time
+	StartedAt       time.Time
+	FinishedAt      time.Time
+	Version         int64
 }
 
 // HeldBy reports whether worker ran attempt n of inv.
@@ -64,9 +63,9 @@ func (inv Invocation) HeldBy(workerID string, n int) bool {
 // invocation runs on elsewhere. Nothing is recorded on a terminal invocation.
 func (inv Invocation) AckRecords(workerID string, n int, state string) bool {
 	switch {
-	case wire.Terminal(inv.State) || !inv.HeldBy(workerID, n):
+	case Terminal(inv.State) || !inv.HeldBy(workerID, n):
 		return false
-	case state == wire.StateCancelled:
+	case state == StateCancelled:
 		return inv.CancelRequested && inv.Running(workerID) && inv.Attempt == n
 	default:
 		return true
@@ -74,15 +73,15 @@ func (inv Invocation) AckRecords(workerID string, n int, state string) bool {
 }
 
 // CancelReason reports why worker, which says it runs inv, must stop it
-// ("" when it may run on): wire.CancelOperator when an operator cancelled
-// the attempt it runs, wire.CancelSuperseded when that attempt no longer
+// ("" when it may run on): CancelOperator when an operator cancelled
+// the attempt it runs, CancelSuperseded when that attempt no longer
 // counts (handed to another attempt or worker, or an outcome already won).
 func (inv Invocation) CancelReason(workerID string) string {
 	switch {
 	case !inv.Running(workerID):
-		return wire.CancelSuperseded
+		return CancelSuperseded
 	case inv.CancelRequested:
-		return wire.CancelOperator
+		return CancelOperator
 	default:
 		return ""
 	}
@@ -90,7 +89,7 @@ func (inv Invocation) CancelReason(workerID string) string {
 
 // Running reports whether inv is running its current attempt on worker.
 func (inv Invocation) Running(workerID string) bool {
-	return inv.State == wire.StateRunning && inv.WorkerID == workerID
+	return inv.State == StateRunning && inv.WorkerID == workerID
 }
 
 // Spec is what an operator's submit asks for.
@@ -98,7 +97,7 @@ type Spec struct {
 	Queue          string
 	Argv           []string
 	Env            map[string]string
-	RunConfig      wire.RunConfig
+	RunConfig      RunConfig
 	TimeoutS       int
 	MaxAttempts    int
 	IdempotencyKey string
@@ -111,7 +110,7 @@ func NewInvocation(id string, spec Spec, now time.Time) Invocation {
 	return Invocation{
 		ID:             id,
 		Queue:          spec.Queue,
-		State:          wire.StateQueued,
+		State:          StateQueued,
 		MaxAttempts:    spec.MaxAttempts,
 		Argv:           spec.Argv,
 		Env:            spec.Env,
@@ -128,14 +127,14 @@ func NewInvocation(id string, spec Spec, now time.Time) Invocation {
 // invocation can be claimed, and one with a host key only by a worker that
 // advertises that key; otherwise the answer is a conflict and inv stays.
 func (inv Invocation) Claim(w Worker, now time.Time) (Invocation, error) {
-	if inv.State != wire.StateQueued {
-		return inv, wire.Errorf(wire.CodeConflict, "invocation %s is %s, not queued", inv.ID, inv.State)
+	if inv.State != StateQueued {
+		return inv, refuse(KindConflict, "invocation %s is %s, not queued", inv.ID, inv.State)
 	}
 	if inv.HostKey != "" && inv.HostKey != w.HostKey {
-		return inv, wire.Errorf(wire.CodeConflict, "invocation %s needs host key %s; worker %s has %q", inv.ID, inv.HostKey, w.ID, w.HostKey)
+		return inv, refuse(KindConflict, "invocation %s needs host key %s; worker %s has %q", inv.ID, inv.HostKey, w.ID, w.HostKey)
 	}
 	next := inv
-	next.State = wire.StateRunning
+	next.State = StateRunning
 	next.Attempt = inv.Attempt + 1
 	next.WorkerID = w.ID
 	next.StartedAt = now
@@ -150,7 +149,7 @@ type Outcome struct {
 	State      string // succeeded, failed or cancelled
 	ExitCode   *int
 	ResultBlob string // JSON, "" for none
-	Error      *wire.ErrorInfo
+	Error      *ErrorInfo
 	StdoutTail string
 	StderrTail string
 }
@@ -161,11 +160,11 @@ type Outcome struct {
 // An outcome that does not count leaves inv as it is (a recorded no-op). A
 // worker that did not run o's attempt may not report it (forbidden).
 func (inv Invocation) Record(o Outcome, now time.Time) (Invocation, bool, error) {
-	if !wire.Terminal(o.State) {
-		return inv, false, wire.Errorf(wire.CodeInvalid, "outcome state %q is not succeeded, failed or cancelled", o.State)
+	if !Terminal(o.State) {
+		return inv, false, refuse(KindInvalid, "outcome state %q is not succeeded, failed or cancelled", o.State)
 	}
 	if !inv.HeldBy(o.WorkerID, o.Attempt) {
-		return inv, false, wire.Errorf(wire.CodeForbidden, "attempt %d of %s was not run by %s", o.Attempt, inv.ID, o.WorkerID)
+		return inv, false, refuse(KindForbidden, "attempt %d of %s was not run by %s", o.Attempt, inv.ID, o.WorkerID)
 	}
 	if !inv.AckRecords(o.WorkerID, o.Attempt, o.State) {
 		return inv, false, nil
@@ -187,17 +186,17 @@ func (inv Invocation) Record(o Outcome, now time.Time) (Invocation, bool, error)
 // command and its cancelled outcome counts. A finished one is a conflict.
 func (inv Invocation) Cancel(now time.Time) (Invocation, bool, error) {
 	switch {
-	case wire.Terminal(inv.State):
-		return inv, false, wire.Errorf(wire.CodeConflict, "invocation %s is already %s", inv.ID, inv.State)
-	case inv.State == wire.StateRunning && inv.CancelRequested:
+	case Terminal(inv.State):
+		return inv, false, refuse(KindConflict, "invocation %s is already %s", inv.ID, inv.State)
+	case inv.State == StateRunning && inv.CancelRequested:
 		return inv, false, nil
 	}
 	next := inv
 	next.CancelRequested = true
-	if inv.State == wire.StateQueued {
-		next.State = wire.StateCancelled
+	if inv.State == StateQueued {
+		next.State = StateCancelled
 		next.FinishedAt = now
-		next.Error = &wire.ErrorInfo{Type: "cancelled", Message: "cancelled by an operator before it ran"}
+		next.Error = &ErrorInfo{Type: ErrorTypeCancelled, Message: "cancelled by an operator before it ran"}
 	}
 	return next, true, nil
 }
@@ -216,16 +215,16 @@ func (inv Invocation) Requeue(workerID, why string, now time.Time) (Invocation, 
 	next.WorkerID = ""
 	switch {
 	case inv.CancelRequested:
-		next.State = wire.StateCancelled
+		next.State = StateCancelled
 		next.FinishedAt = now
-		next.Error = &wire.ErrorInfo{Type: "cancelled", Message: "cancelled; its worker was lost before it confirmed"}
+		next.Error = &ErrorInfo{Type: ErrorTypeCancelled, Message: "cancelled; its worker was lost before it confirmed"}
 	case inv.Attempt >= inv.MaxAttempts:
-		next.State = wire.StateFailed
+		next.State = StateFailed
 		next.FinishedAt = now
-		next.Error = &wire.ErrorInfo{Type: wire.ErrorTypeWorkerLost,
+		next.Error = &ErrorInfo{Type: ErrorTypeWorkerLost,
 			Message: fmt.Sprintf("worker %s was lost (%s) on attempt %d of %d", workerID, why, inv.Attempt, inv.MaxAttempts)}
 	default:
-		next.State = wire.StateQueued
+		next.State = StateQueued
 	}
 	return next, true
 }

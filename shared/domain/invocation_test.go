@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"testing"
 	"time"
-
-	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
 // The invocation's transitions, every state × every event, the illegal ones
@@ -21,18 +19,18 @@ func invocationStates() map[string]Invocation {
 	hist := []Attempt{{Attempt: 1, WorkerID: "a", ClaimedAt: t0}, {Attempt: 2, WorkerID: "b", ClaimedAt: t0}}
 	base := Invocation{ID: "inv_1", Queue: "q", MaxAttempts: 3}
 	queued := base
-	queued.State = wire.StateQueued
+	queued.State = StateQueued
 	requeued := base // attempt 2 was handed back; attempt 3 is next
-	requeued.State, requeued.Attempt, requeued.Attempts = wire.StateQueued, 2, hist
+	requeued.State, requeued.Attempt, requeued.Attempts = StateQueued, 2, hist
 	running := base
-	running.State, running.Attempt, running.WorkerID, running.Attempts = wire.StateRunning, 2, "b", hist
+	running.State, running.Attempt, running.WorkerID, running.Attempts = StateRunning, 2, "b", hist
 	cancelAsked := running
 	cancelAsked.CancelRequested = true
 	lastAttempt := running
 	lastAttempt.MaxAttempts = 2
 	out := map[string]Invocation{"queued": queued, "requeued": requeued, "running": running,
 		"running, cancel asked": cancelAsked, "running its last attempt": lastAttempt}
-	for _, s := range []string{wire.StateSucceeded, wire.StateFailed, wire.StateCancelled} {
+	for _, s := range []string{StateSucceeded, StateFailed, StateCancelled} {
 		done := running
 		done.State, done.FinishedAt = s, t0
 		out[s] = done
@@ -43,21 +41,16 @@ func invocationStates() map[string]Invocation {
 // step is what one event did: the code of its error ("" for none), whether
 // it changed the invocation, and the state it left.
 type step struct {
-	code    wire.Code
+	code    Kind
 	changed bool
 	state   string
 }
 
 func (s step) String() string {
-	return fmt.Sprintf("{code %q changed %v state %s}", s.code, s.changed, s.state)
+	return fmt.Sprintf("{kind %d changed %v state %s}", s.code, s.changed, s.state)
 }
 
-func codeOf(err error) wire.Code {
-	if err == nil {
-		return ""
-	}
-	return wire.CodeOf(err)
-}
+func codeOf(err error) Kind { return KindOf(err) }
 
 func TestInvocationTransitions(t *testing.T) {
 	now := t0.Add(time.Minute)
@@ -67,13 +60,13 @@ func TestInvocationTransitions(t *testing.T) {
 			next, err := inv.Claim(worker("c", ""), now)
 			return next, step{codeOf(err), err == nil, next.State}
 		},
-		"record succeeded by b (attempt 2)": record(Outcome{WorkerID: "b", Attempt: 2, State: wire.StateSucceeded}, now),
-		"record failed by b (attempt 2)":    record(Outcome{WorkerID: "b", Attempt: 2, State: wire.StateFailed}, now),
-		"record cancelled by b (attempt 2)": record(Outcome{WorkerID: "b", Attempt: 2, State: wire.StateCancelled}, now),
-		"record succeeded by a (attempt 1)": record(Outcome{WorkerID: "a", Attempt: 1, State: wire.StateSucceeded}, now),
-		"record cancelled by a (attempt 1)": record(Outcome{WorkerID: "a", Attempt: 1, State: wire.StateCancelled}, now),
-		"record by a for attempt 2":         record(Outcome{WorkerID: "a", Attempt: 2, State: wire.StateSucceeded}, now),
-		"record a non-terminal state":       record(Outcome{WorkerID: "b", Attempt: 2, State: wire.StateRunning}, now),
+		"record succeeded by b (attempt 2)": record(Outcome{WorkerID: "b", Attempt: 2, State: StateSucceeded}, now),
+		"record failed by b (attempt 2)":    record(Outcome{WorkerID: "b", Attempt: 2, State: StateFailed}, now),
+		"record cancelled by b (attempt 2)": record(Outcome{WorkerID: "b", Attempt: 2, State: StateCancelled}, now),
+		"record succeeded by a (attempt 1)": record(Outcome{WorkerID: "a", Attempt: 1, State: StateSucceeded}, now),
+		"record cancelled by a (attempt 1)": record(Outcome{WorkerID: "a", Attempt: 1, State: StateCancelled}, now),
+		"record by a for attempt 2":         record(Outcome{WorkerID: "a", Attempt: 2, State: StateSucceeded}, now),
+		"record a non-terminal state":       record(Outcome{WorkerID: "b", Attempt: 2, State: StateRunning}, now),
 		"cancel": func(inv Invocation) (Invocation, step) {
 			next, changed, err := inv.Cancel(now)
 			return next, step{codeOf(err), changed, next.State}
@@ -82,15 +75,15 @@ func TestInvocationTransitions(t *testing.T) {
 		"requeue from a": requeue("a", now),
 	}
 	const (
-		conflict  = wire.CodeConflict
-		forbidden = wire.CodeForbidden
-		invalid   = wire.CodeInvalid
-		Q, R      = wire.StateQueued, wire.StateRunning
-		S, F, C   = wire.StateSucceeded, wire.StateFailed, wire.StateCancelled
+		conflict  = KindConflict
+		forbidden = KindForbidden
+		invalid   = KindInvalid
+		Q, R      = StateQueued, StateRunning
+		S, F, C   = StateSucceeded, StateFailed, StateCancelled
 	)
 	want := map[string]map[string]step{
 		"queued": {
-			"claim by c":                        {"", true, R},
+			"claim by c":                        {0, true, R},
 			"record succeeded by b (attempt 2)": {forbidden, false, Q},
 			"record failed by b (attempt 2)":    {forbidden, false, Q},
 			"record cancelled by b (attempt 2)": {forbidden, false, Q},
@@ -98,76 +91,76 @@ func TestInvocationTransitions(t *testing.T) {
 			"record cancelled by a (attempt 1)": {forbidden, false, Q},
 			"record by a for attempt 2":         {forbidden, false, Q},
 			"record a non-terminal state":       {invalid, false, Q},
-			"cancel":                            {"", true, C},
-			"requeue from b":                    {"", false, Q},
-			"requeue from a":                    {"", false, Q},
+			"cancel":                            {0, true, C},
+			"requeue from b":                    {0, false, Q},
+			"requeue from a":                    {0, false, Q},
 		},
 		"requeued": {
-			"claim by c":                        {"", true, R},
-			"record succeeded by b (attempt 2)": {"", true, S}, // a late outcome of a handed-back attempt counts
-			"record failed by b (attempt 2)":    {"", true, F},
-			"record cancelled by b (attempt 2)": {"", false, Q},
-			"record succeeded by a (attempt 1)": {"", true, S},
-			"record cancelled by a (attempt 1)": {"", false, Q},
+			"claim by c":                        {0, true, R},
+			"record succeeded by b (attempt 2)": {0, true, S}, // a late outcome of a handed-back attempt counts
+			"record failed by b (attempt 2)":    {0, true, F},
+			"record cancelled by b (attempt 2)": {0, false, Q},
+			"record succeeded by a (attempt 1)": {0, true, S},
+			"record cancelled by a (attempt 1)": {0, false, Q},
 			"record by a for attempt 2":         {forbidden, false, Q},
 			"record a non-terminal state":       {invalid, false, Q},
-			"cancel":                            {"", true, C},
-			"requeue from b":                    {"", false, Q},
-			"requeue from a":                    {"", false, Q},
+			"cancel":                            {0, true, C},
+			"requeue from b":                    {0, false, Q},
+			"requeue from a":                    {0, false, Q},
 		},
 		"running": {
 			"claim by c":                        {conflict, false, R},
-			"record succeeded by b (attempt 2)": {"", true, S},
-			"record failed by b (attempt 2)":    {"", true, F},
-			"record cancelled by b (attempt 2)": {"", false, R}, // nobody cancelled it
-			"record succeeded by a (attempt 1)": {"", true, S},  // superseded, but first: the work was done
-			"record cancelled by a (attempt 1)": {"", false, R}, // superseded: never cancels
+			"record succeeded by b (attempt 2)": {0, true, S},
+			"record failed by b (attempt 2)":    {0, true, F},
+			"record cancelled by b (attempt 2)": {0, false, R}, // nobody cancelled it
+			"record succeeded by a (attempt 1)": {0, true, S},  // superseded, but first: the work was done
+			"record cancelled by a (attempt 1)": {0, false, R}, // superseded: never cancels
 			"record by a for attempt 2":         {forbidden, false, R},
 			"record a non-terminal state":       {invalid, false, R},
-			"cancel":                            {"", true, R}, // flagged; its worker is told
-			"requeue from b":                    {"", true, Q},
-			"requeue from a":                    {"", false, R},
+			"cancel":                            {0, true, R}, // flagged; its worker is told
+			"requeue from b":                    {0, true, Q},
+			"requeue from a":                    {0, false, R},
 		},
 		"running, cancel asked": {
 			"claim by c":                        {conflict, false, R},
-			"record succeeded by b (attempt 2)": {"", true, S},
-			"record failed by b (attempt 2)":    {"", true, F},
-			"record cancelled by b (attempt 2)": {"", true, C},
-			"record succeeded by a (attempt 1)": {"", true, S},
-			"record cancelled by a (attempt 1)": {"", false, R},
+			"record succeeded by b (attempt 2)": {0, true, S},
+			"record failed by b (attempt 2)":    {0, true, F},
+			"record cancelled by b (attempt 2)": {0, true, C},
+			"record succeeded by a (attempt 1)": {0, true, S},
+			"record cancelled by a (attempt 1)": {0, false, R},
 			"record by a for attempt 2":         {forbidden, false, R},
 			"record a non-terminal state":       {invalid, false, R},
-			"cancel":                            {"", false, R},
-			"requeue from b":                    {"", true, C},
-			"requeue from a":                    {"", false, R},
+			"cancel":                            {0, false, R},
+			"requeue from b":                    {0, true, C},
+			"requeue from a":                    {0, false, R},
 		},
 		"running its last attempt": {
 			"claim by c":                        {conflict, false, R},
-			"record succeeded by b (attempt 2)": {"", true, S},
-			"record failed by b (attempt 2)":    {"", true, F},
-			"record cancelled by b (attempt 2)": {"", false, R},
-			"record succeeded by a (attempt 1)": {"", true, S},
-			"record cancelled by a (attempt 1)": {"", false, R},
+			"record succeeded by b (attempt 2)": {0, true, S},
+			"record failed by b (attempt 2)":    {0, true, F},
+			"record cancelled by b (attempt 2)": {0, false, R},
+			"record succeeded by a (attempt 1)": {0, true, S},
+			"record cancelled by a (attempt 1)": {0, false, R},
 			"record by a for attempt 2":         {forbidden, false, R},
 			"record a non-terminal state":       {invalid, false, R},
-			"cancel":                            {"", true, R},
-			"requeue from b":                    {"", true, F}, // worker_lost
-			"requeue from a":                    {"", false, R},
+			"cancel":                            {0, true, R},
+			"requeue from b":                    {0, true, F}, // worker_lost
+			"requeue from a":                    {0, false, R},
 		},
 	}
 	for _, done := range []string{S, F, C} {
 		want[done] = map[string]step{
 			"claim by c":                        {conflict, false, done},
-			"record succeeded by b (attempt 2)": {"", false, done},
-			"record failed by b (attempt 2)":    {"", false, done},
-			"record cancelled by b (attempt 2)": {"", false, done},
-			"record succeeded by a (attempt 1)": {"", false, done},
-			"record cancelled by a (attempt 1)": {"", false, done},
+			"record succeeded by b (attempt 2)": {0, false, done},
+			"record failed by b (attempt 2)":    {0, false, done},
+			"record cancelled by b (attempt 2)": {0, false, done},
+			"record succeeded by a (attempt 1)": {0, false, done},
+			"record cancelled by a (attempt 1)": {0, false, done},
 			"record by a for attempt 2":         {forbidden, false, done},
 			"record a non-terminal state":       {invalid, false, done},
 			"cancel":                            {conflict, false, done},
-			"requeue from b":                    {"", false, done},
-			"requeue from a":                    {"", false, done},
+			"requeue from b":                    {0, false, done},
+			"requeue from a":                    {0, false, done},
 		}
 	}
 	states := invocationStates()
@@ -210,7 +203,7 @@ func record(o Outcome, now time.Time) func(Invocation) (Invocation, step) {
 func requeue(worker string, now time.Time) func(Invocation) (Invocation, step) {
 	return func(inv Invocation) (Invocation, step) {
 		next, changed := inv.Requeue(worker, "lost", now)
-		return next, step{"", changed, next.State}
+		return next, step{0, changed, next.State}
 	}
 }
 
@@ -230,16 +223,16 @@ func TestInvocationTransitionDetails(t *testing.T) {
 	}
 	keyed := st["queued"]
 	keyed.HostKey = "hk1_x"
-	if _, err := keyed.Claim(Worker{ID: "c", HostKey: "hk1_y"}, now); wire.CodeOf(err) != wire.CodeConflict {
+	if _, err := keyed.Claim(Worker{ID: "c", HostKey: "hk1_y"}, now); KindOf(err) != KindConflict {
 		t.Errorf("claim by a worker with another host key: %v, want a conflict", err)
 	}
-	if got, err := keyed.Claim(Worker{ID: "c", HostKey: "hk1_x"}, now); err != nil || got.State != wire.StateRunning {
+	if got, err := keyed.Claim(Worker{ID: "c", HostKey: "hk1_x"}, now); err != nil || got.State != StateRunning {
 		t.Errorf("claim by a worker with its host key: %+v %v", got, err)
 	}
 
 	code := 3
-	o := Outcome{WorkerID: "a", Attempt: 1, State: wire.StateFailed, ExitCode: &code, ResultBlob: `{"k":1}`,
-		Error: &wire.ErrorInfo{Type: "exit", Message: "exit 3"}, StdoutTail: "out", StderrTail: "err"}
+	o := Outcome{WorkerID: "a", Attempt: 1, State: StateFailed, ExitCode: &code, ResultBlob: `{"k":1}`,
+		Error: &ErrorInfo{Type: "exit", Message: "exit 3"}, StdoutTail: "out", StderrTail: "err"}
 	rec, ok, err := st["running"].Record(o, now)
 	if err != nil || !ok || rec.WorkerID != "a" || rec.ExitCode != &code || rec.ResultBlob != o.ResultBlob ||
 		rec.Error != o.Error || rec.StdoutTail != "out" || rec.StderrTail != "err" || !rec.FinishedAt.Equal(now) {
@@ -260,7 +253,7 @@ func TestInvocationTransitionDetails(t *testing.T) {
 		t.Errorf("requeue: %+v; want queued, no holder, attempt kept for the next claim", q)
 	}
 	f, _ := st["running its last attempt"].Requeue("b", "bye", now)
-	if f.Error == nil || f.Error.Type != wire.ErrorTypeWorkerLost || !f.FinishedAt.Equal(now) || f.WorkerID != "" {
+	if f.Error == nil || f.Error.Type != ErrorTypeWorkerLost || !f.FinishedAt.Equal(now) || f.WorkerID != "" {
 		t.Errorf("requeue of the last attempt: %+v; want failed worker_lost", f)
 	}
 	x, _ := st["running, cancel asked"].Requeue("b", "bye", now)
@@ -271,8 +264,8 @@ func TestInvocationTransitionDetails(t *testing.T) {
 
 func TestNewInvocation(t *testing.T) {
 	inv := NewInvocation("inv_1", Spec{Queue: "q", Argv: []string{"true"}, MaxAttempts: 3,
-		RunConfig: wire.RunConfig{HostSetup: []string{"apt-get install -y x"}}}, t0)
-	if inv.State != wire.StateQueued || inv.Attempt != 0 || inv.HostKey == "" || !inv.CreatedAt.Equal(t0) || inv.Version != 0 {
+		RunConfig: RunConfig{HostSetup: []string{"apt-get install -y x"}}}, t0)
+	if inv.State != StateQueued || inv.Attempt != 0 || inv.HostKey == "" || !inv.CreatedAt.Equal(t0) || inv.Version != 0 {
 		t.Errorf("NewInvocation = %+v", inv)
 	}
 	if NewInvocation("inv_2", Spec{Queue: "q"}, t0).HostKey != "" {

@@ -4,35 +4,33 @@ import (
 	"fmt"
 	"slices"
 	"time"
-
-	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
 // Worker is the stored row of one daemon process (one machine boot).
 type Worker struct {
-	ID                 string            `dynamodbav:"worker_id"`
-	MachineID          string            `dynamodbav:"machine_id"`
-	BootID             string            `dynamodbav:"boot_id"`
-	Label              string            `dynamodbav:"label,omitempty"`
-	Tags               map[string]string `dynamodbav:"tags,omitempty"`
-	Lanes              []string          `dynamodbav:"lanes,omitempty"`
-	Versions           map[string]string `dynamodbav:"versions,omitempty"`
-	HostKey            string            `dynamodbav:"host_key,omitempty"`
-	MaxConcurrency     int               `dynamodbav:"max_concurrency"`
-	CurrentInvocations int               `dynamodbav:"current_invocations"`
-	State              string            `dynamodbav:"state"`
-	Phase              string            `dynamodbav:"phase,omitempty"`
-	HostStatus         string            `dynamodbav:"host_status,omitempty"`
-	TokenHash          string            `dynamodbav:"token_hash"`
-	ByeReason          string            `dynamodbav:"bye_reason,omitempty"`
-	LastSetupResult    *wire.SetupResult `dynamodbav:"last_setup_result,omitempty"`
-	CreatedAt          time.Time         `dynamodbav:"created_at"`
-	LastSeenAt         time.Time         `dynamodbav:"last_seen_at"`
-	GoneAt             time.Time         `dynamodbav:"gone_at,omitempty"`
+	ID                 string
+	MachineID          string
+	BootID             string
+	Label              string
+	Tags               map[string]string
+	Lanes              []string
+	Versions           map[string]string
+	HostKey            string
+	MaxConcurrency     int
+	CurrentInvocations int
+	State              string
+	Phase              string
+	HostStatus         string
+	TokenHash          string
+	ByeReason          string
+	LastSetupResult    *SetupResult
+	CreatedAt          time.Time
+	LastSeenAt         time.Time
+	GoneAt             time.Time
 	// Reaped marks a gone worker the sweep no longer needs to look at: a
 	// sweep found it holding nothing after the holder index settled.
-	Reaped  bool  `dynamodbav:"reaped,omitempty"`
-	Version int64 `dynamodbav:"version"`
+	Reaped  bool
+	Version int64
 }
 
 // Project reports the state an operator (and the redelivery sweep) sees for
@@ -104,12 +102,12 @@ func HostStatusMoves(from, to string) bool {
 // active or setting_up, and a gone worker is not revived (ErrWorkerGone).
 func PollTransition(cur, phase string) (string, error) {
 	if cur == WorkerGone {
-		return "", wire.Errorf(wire.CodeWorkerGone, "worker is gone; say hello again")
+		return "", refuse(KindGone, "worker is gone; say hello again")
 	}
 	switch phase {
-	case "", wire.PhaseSetup, wire.PhaseReady, wire.PhaseDraining, wire.PhaseTerminating:
+	case "", PhaseSetup, PhaseReady, PhaseDraining, PhaseTerminating:
 	default:
-		return "", wire.Errorf(wire.CodeInvalid, "unknown phase %q", phase)
+		return "", refuse(KindInvalid, "unknown phase %q", phase)
 	}
 	if cur == WorkerDraining {
 		return WorkerDraining, nil
@@ -120,9 +118,9 @@ func PollTransition(cur, phase string) (string, error) {
 			return WorkerActive, nil
 		}
 		return cur, nil
-	case wire.PhaseSetup:
+	case PhaseSetup:
 		return WorkerSettingUp, nil
-	case wire.PhaseReady:
+	case PhaseReady:
 		return WorkerActive, nil
 	default: // draining, terminating
 		return WorkerDraining, nil
@@ -138,7 +136,7 @@ func AcceptsWork(w Worker, setupPending bool) (bool, string) {
 		return false, "retired"
 	case w.State != WorkerActive:
 		return false, "state " + w.State
-	case w.Phase == wire.PhaseSetup || w.Phase == wire.PhaseDraining || w.Phase == wire.PhaseTerminating:
+	case w.Phase == PhaseSetup || w.Phase == PhaseDraining || w.Phase == PhaseTerminating:
 		return false, "phase " + w.Phase
 	case setupPending:
 		return false, "setup commands pending"
@@ -170,14 +168,14 @@ type Poll struct {
 // lanes.
 func (w Worker) Heartbeat(p Poll, now time.Time) (Worker, error) {
 	if Retired(w) {
-		return w, wire.Errorf(wire.CodeWorkerGone, "worker is gone (host %s); say hello again", w.HostStatus)
+		return w, refuse(KindGone, "worker is gone (host %s); say hello again", w.HostStatus)
 	}
 	state, err := PollTransition(w.State, p.Phase)
 	if err != nil {
 		return w, err
 	}
 	if p.Queue != "" && len(w.Lanes) > 0 && !slices.Contains(w.Lanes, p.Queue) {
-		return w, wire.Errorf(wire.CodeInvalid, "queue %q is not one of the lanes %v this worker said hello with", p.Queue, w.Lanes)
+		return w, refuse(KindInvalid, "queue %q is not one of the lanes %v this worker said hello with", p.Queue, w.Lanes)
 	}
 	next := w
 	next.State = state
@@ -223,7 +221,7 @@ func (w Worker) Leave(why string, now time.Time) (Worker, bool) {
 func (w Worker) Drain() (Worker, bool, error) {
 	switch w.State {
 	case WorkerGone:
-		return w, false, wire.Errorf(wire.CodeConflict, "worker %s is gone", w.ID)
+		return w, false, refuse(KindConflict, "worker %s is gone", w.ID)
 	case WorkerDraining:
 		return w, false, nil
 	}
@@ -289,7 +287,7 @@ func (w Worker) LostWhy(now time.Time, staleAfter time.Duration) (string, bool) 
 
 // RecordSetup reports w with r as its latest setup result (what the worker
 // views show as last_setup_result).
-func (w Worker) RecordSetup(r *wire.SetupResult) Worker {
+func (w Worker) RecordSetup(r *SetupResult) Worker {
 	next := w
 	next.LastSetupResult = r
 	return next

@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"testing"
 	"time"
-
-	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
 func TestHostStatusMoves(t *testing.T) {
@@ -50,26 +48,26 @@ func TestWorkerTransitions(t *testing.T) {
 	states["active on a stopped host"] = stopped
 
 	type got struct {
-		code    wire.Code
+		code    Kind
 		changed bool
 		state   string
 	}
 	events := map[string]func(Worker) (Worker, got){
 		"poll ready": func(w Worker) (Worker, got) {
-			next, err := w.Heartbeat(Poll{Phase: wire.PhaseReady, Queue: "q"}, now)
+			next, err := w.Heartbeat(Poll{Phase: PhaseReady, Queue: "q"}, now)
 			return next, got{codeOf(err), err == nil, next.State}
 		},
 		"poll setup": func(w Worker) (Worker, got) {
-			next, err := w.Heartbeat(Poll{Phase: wire.PhaseSetup}, now)
+			next, err := w.Heartbeat(Poll{Phase: PhaseSetup}, now)
 			return next, got{codeOf(err), err == nil, next.State}
 		},
 		"poll another queue": func(w Worker) (Worker, got) {
-			next, err := w.Heartbeat(Poll{Phase: wire.PhaseReady, Queue: "other"}, now)
+			next, err := w.Heartbeat(Poll{Phase: PhaseReady, Queue: "other"}, now)
 			return next, got{codeOf(err), err == nil, next.State}
 		},
 		"leave": func(w Worker) (Worker, got) {
 			next, changed := w.Leave("bye: signal", now)
-			return next, got{"", changed, next.State}
+			return next, got{0, changed, next.State}
 		},
 		"drain": func(w Worker) (Worker, got) {
 			next, changed, err := w.Drain()
@@ -77,20 +75,20 @@ func TestWorkerTransitions(t *testing.T) {
 		},
 		"host terminated": func(w Worker) (Worker, got) {
 			next, changed := w.SetHostStatus(HostTerminated, now)
-			return next, got{"", changed, next.State}
+			return next, got{0, changed, next.State}
 		},
 	}
-	gone, invalid, conflict := wire.CodeWorkerGone, wire.CodeInvalid, wire.CodeConflict
+	gone, invalid, conflict := KindGone, KindInvalid, KindConflict
 	A, S, D, G := WorkerActive, WorkerSettingUp, WorkerDraining, WorkerGone
 	want := map[string]map[string]got{
-		WorkerPending:   {"poll ready": {"", true, A}, "poll setup": {"", true, S}, "poll another queue": {invalid, false, WorkerPending}, "leave": {"", true, G}, "drain": {"", true, D}, "host terminated": {"", true, WorkerPending}},
-		WorkerJoining:   {"poll ready": {"", true, A}, "poll setup": {"", true, S}, "poll another queue": {invalid, false, WorkerJoining}, "leave": {"", true, G}, "drain": {"", true, D}, "host terminated": {"", true, WorkerJoining}},
-		WorkerActive:    {"poll ready": {"", true, A}, "poll setup": {"", true, S}, "poll another queue": {invalid, false, A}, "leave": {"", true, G}, "drain": {"", true, D}, "host terminated": {"", true, A}},
-		WorkerSettingUp: {"poll ready": {"", true, A}, "poll setup": {"", true, S}, "poll another queue": {invalid, false, S}, "leave": {"", true, G}, "drain": {"", true, D}, "host terminated": {"", true, S}},
-		WorkerDraining:  {"poll ready": {"", true, D}, "poll setup": {"", true, D}, "poll another queue": {invalid, false, D}, "leave": {"", true, G}, "drain": {"", false, D}, "host terminated": {"", true, D}},
-		WorkerGone:      {"poll ready": {gone, false, G}, "poll setup": {gone, false, G}, "poll another queue": {gone, false, G}, "leave": {"", false, G}, "drain": {conflict, false, G}, "host terminated": {"", false, G}},
+		WorkerPending:   {"poll ready": {0, true, A}, "poll setup": {0, true, S}, "poll another queue": {invalid, false, WorkerPending}, "leave": {0, true, G}, "drain": {0, true, D}, "host terminated": {0, true, WorkerPending}},
+		WorkerJoining:   {"poll ready": {0, true, A}, "poll setup": {0, true, S}, "poll another queue": {invalid, false, WorkerJoining}, "leave": {0, true, G}, "drain": {0, true, D}, "host terminated": {0, true, WorkerJoining}},
+		WorkerActive:    {"poll ready": {0, true, A}, "poll setup": {0, true, S}, "poll another queue": {invalid, false, A}, "leave": {0, true, G}, "drain": {0, true, D}, "host terminated": {0, true, A}},
+		WorkerSettingUp: {"poll ready": {0, true, A}, "poll setup": {0, true, S}, "poll another queue": {invalid, false, S}, "leave": {0, true, G}, "drain": {0, true, D}, "host terminated": {0, true, S}},
+		WorkerDraining:  {"poll ready": {0, true, D}, "poll setup": {0, true, D}, "poll another queue": {invalid, false, D}, "leave": {0, true, G}, "drain": {0, false, D}, "host terminated": {0, true, D}},
+		WorkerGone:      {"poll ready": {gone, false, G}, "poll setup": {gone, false, G}, "poll another queue": {gone, false, G}, "leave": {0, false, G}, "drain": {conflict, false, G}, "host terminated": {0, false, G}},
 		"active on a stopped host": {"poll ready": {gone, false, A}, "poll setup": {gone, false, A}, "poll another queue": {gone, false, A},
-			"leave": {"", true, G}, "drain": {"", true, D}, "host terminated": {"", true, A}},
+			"leave": {0, true, G}, "drain": {0, true, D}, "host terminated": {0, true, A}},
 	}
 	for sname, w := range states {
 		for ename, ev := range events {
@@ -119,8 +117,8 @@ func TestWorkerTransitionDetails(t *testing.T) {
 	w := Worker{ID: "wrk_1", State: WorkerActive, MaxConcurrency: 2, CurrentInvocations: 2, HostKey: "hk1_a", LastSeenAt: now.Add(-time.Minute)}
 
 	two, four := 2, 4
-	hb, _ := w.Heartbeat(Poll{Phase: wire.PhaseReady, HostKey: "hk1_b", Capabilities: true, MaxConcurrency: &four, CurrentInvocations: &two}, now)
-	if !hb.LastSeenAt.Equal(now) || hb.Phase != wire.PhaseReady || hb.HostKey != "hk1_b" || hb.MaxConcurrency != 4 || hb.CurrentInvocations != 2 {
+	hb, _ := w.Heartbeat(Poll{Phase: PhaseReady, HostKey: "hk1_b", Capabilities: true, MaxConcurrency: &four, CurrentInvocations: &two}, now)
+	if !hb.LastSeenAt.Equal(now) || hb.Phase != PhaseReady || hb.HostKey != "hk1_b" || hb.MaxConcurrency != 4 || hb.CurrentInvocations != 2 {
 		t.Errorf("heartbeat with capabilities: %+v", hb)
 	}
 	old, _ := w.Heartbeat(Poll{Listed: 1}, now)

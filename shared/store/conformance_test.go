@@ -1134,10 +1134,10 @@ func testSetupFIFO(t *testing.T, f *fixture) {
 		t.Fatalf("RecordSetupResults: %v", err)
 	}
 	// The worker row shows the latest result.
-	if got.LastSetupResult == nil || *got.LastSetupResult != result {
+	if got.LastSetupResult == nil || *got.LastSetupResult != domain.SetupResult(result) {
 		t.Fatalf("RecordSetupResults answered last_setup_result %+v, want %+v", got.LastSetupResult, result)
 	}
-	if stored := f.getWorker(w.ID).LastSetupResult; stored == nil || *stored != result {
+	if stored := f.getWorker(w.ID).LastSetupResult; stored == nil || *stored != domain.SetupResult(result) {
 		t.Fatalf("stored last_setup_result %+v, want %+v", stored, result)
 	}
 	if got := cmdIDs(true); !slices.Equal(got, all[1:]) {
@@ -1153,7 +1153,7 @@ func testSetupFIFO(t *testing.T, f *fixture) {
 	if _, err := f.s.RecordSetupResults(f.ctx, other, []wire.SetupResult{{CommandID: added[1].CommandID, Status: wire.SetupSucceeded}}); err != nil {
 		t.Fatalf("RecordSetupResults (other worker): %v", err)
 	}
-	if stored := f.getWorker(w.ID).LastSetupResult; stored == nil || *stored != result {
+	if stored := f.getWorker(w.ID).LastSetupResult; stored == nil || *stored != domain.SetupResult(result) {
 		t.Fatalf("a repeat changed last_setup_result to %+v", stored)
 	}
 	if stored := f.getWorker(other.ID).LastSetupResult; stored != nil {
@@ -1203,10 +1203,10 @@ func testHostSetupResult(t *testing.T, f *fixture) {
 	if err != nil {
 		t.Fatalf("RecordSetupResults: %v", err)
 	}
-	if got.LastSetupResult == nil || *got.LastSetupResult != failed {
+	if got.LastSetupResult == nil || *got.LastSetupResult != domain.SetupResult(failed) {
 		t.Fatalf("RecordSetupResults answered last_setup_result %+v, want %+v", got.LastSetupResult, failed)
 	}
-	if stored := f.getWorker(w.ID).LastSetupResult; stored == nil || *stored != failed {
+	if stored := f.getWorker(w.ID).LastSetupResult; stored == nil || *stored != domain.SetupResult(failed) {
 		t.Fatalf("stored last_setup_result %+v, want %+v", stored, failed)
 	}
 	if cs, err := f.s.SetupCommands(f.ctx, w.ID, false); err != nil || len(cs) != 1 || cs[0].CommandID != pending.CommandID || cs[0].Status != wire.SetupPending {
@@ -1216,7 +1216,7 @@ func testHostSetupResult(t *testing.T, f *fixture) {
 	if _, err := f.s.RecordSetupResults(f.ctx, f.getWorker(w.ID), []wire.SetupResult{{Status: wire.SetupSucceeded}}); err != nil {
 		t.Fatalf("RecordSetupResults (empty): %v", err)
 	}
-	if stored := f.getWorker(w.ID).LastSetupResult; stored == nil || *stored != failed {
+	if stored := f.getWorker(w.ID).LastSetupResult; stored == nil || *stored != domain.SetupResult(failed) {
 		t.Fatalf("an empty result changed last_setup_result to %+v", stored)
 	}
 	// The control-plane repair and the host setup's rerun land in order.
@@ -1225,7 +1225,7 @@ func testHostSetupResult(t *testing.T, f *fixture) {
 	if got, err = f.s.RecordSetupResults(f.ctx, f.getWorker(w.ID), []wire.SetupResult{repaired, rerun}); err != nil {
 		t.Fatalf("RecordSetupResults (repair): %v", err)
 	}
-	if got.LastSetupResult == nil || *got.LastSetupResult != rerun {
+	if got.LastSetupResult == nil || *got.LastSetupResult != domain.SetupResult(rerun) {
 		t.Fatalf("last_setup_result after the repair %+v, want %+v", got.LastSetupResult, rerun)
 	}
 	if cs, err := f.s.SetupCommands(f.ctx, w.ID, true); err != nil || len(cs) != 0 {

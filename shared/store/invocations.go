@@ -22,7 +22,7 @@ import (
 // indexes are keyed on. claim_key and holder are sparse: present only while
 // the invocation is queued, respectively running.
 func (s *Store) invocationItem(inv domain.Invocation) (map[string]types.AttributeValue, error) {
-	item, err := attributevalue.MarshalMap(inv)
+	item, err := attributevalue.MarshalMap(toInvocationRecord(inv))
 	if err != nil {
 		return nil, fmt.Errorf("encode invocation %s: %w", inv.ID, err)
 	}
@@ -67,8 +67,7 @@ func (s *Store) GetInvocation(ctx context.Context, id string) (domain.Invocation
 	if out.Item == nil {
 		return domain.Invocation{}, wire.Errorf(wire.CodeNotFound, "invocation %s not found", id)
 	}
-	var inv domain.Invocation
-	return inv, unmarshal(out.Item, &inv)
+	return decodeInvocation(out.Item)
 }
 
 // idempotencyRecord remembers which invocation a submit key made, and a
@@ -86,7 +85,7 @@ type idempotencyRecord struct {
 func (s *Store) Submit(ctx context.Context, req wire.SubmitRequest) (inv domain.Invocation, created bool, err error) {
 	now := s.now()
 	inv = domain.NewInvocation(s.IDs.New(ids.Invocation), domain.Spec{
-		Queue: req.Queue, Argv: req.Argv, Env: req.Env, RunConfig: req.RunConfig,
+		Queue: req.Queue, Argv: req.Argv, Env: req.Env, RunConfig: domain.RunConfig(req.RunConfig),
 		TimeoutS: req.TimeoutS, MaxAttempts: req.MaxAttempts, IdempotencyKey: req.IdempotencyKey,
 	}, now)
 	put, err := s.invocationPut(0, &inv)
@@ -213,8 +212,8 @@ func (s *Store) claimRound(ctx context.Context, w domain.Worker, part string, wi
 		if lost >= want {
 			return got, true, nil
 		}
-		var inv domain.Invocation
-		if err := unmarshal(item, &inv); err != nil {
+		inv, err := decodeInvocation(item)
+		if err != nil {
 			return got, false, err
 		}
 		next, err := inv.Claim(w, now)
@@ -296,16 +295,18 @@ func (s *Store) readForAck(ctx context.Context, invocationID, workerID string) (
 	var inv *domain.Invocation
 	var w *domain.Worker
 	if item := out.Responses[0].Item; len(item) > 0 {
-		inv = &domain.Invocation{}
-		if err := unmarshal(item, inv); err != nil {
+		got, err := decodeInvocation(item)
+		if err != nil {
 			return nil, nil, err
 		}
+		inv = &got
 	}
 	if item := out.Responses[1].Item; len(item) > 0 {
-		w = &domain.Worker{}
-		if err := unmarshal(item, w); err != nil {
+		got, err := decodeWorker(item)
+		if err != nil {
 			return nil, nil, err
 		}
+		w = &got
 	}
 	return inv, w, nil
 }
@@ -322,7 +323,7 @@ func (s *Store) Ack(ctx context.Context, req wire.AckRequest, auth Authorize, to
 	var resp wire.AckResponse
 	outcome := domain.Outcome{
 		WorkerID: req.WorkerID, Attempt: req.Attempt, State: req.State, ExitCode: req.ExitCode,
-		Error: req.Error, StdoutTail: req.StdoutTail, StderrTail: req.StderrTail,
+		Error: (*domain.ErrorInfo)(req.Error), StdoutTail: req.StdoutTail, StderrTail: req.StderrTail,
 	}
 	if len(req.ResultBlob) > 0 && string(req.ResultBlob) != "null" {
 		outcome.ResultBlob = string(req.ResultBlob)
@@ -346,7 +347,7 @@ func (s *Store) Ack(ctx context.Context, req wire.AckRequest, auth Authorize, to
 		inv := *found
 		next, recorded, err := inv.Record(outcome, s.now())
 		if err != nil {
-			return err
+			return refused(err)
 		}
 		if !recorded {
 			// An outcome already won, or a cancelled attempt nobody cancelled
@@ -385,7 +386,7 @@ func (s *Store) Cancel(ctx context.Context, id string) (domain.Invocation, error
 		next, changed, err := inv.Cancel(s.now())
 		if err != nil || !changed {
 			result = inv
-			return err
+			return refused(err)
 		}
 		if err := s.saveInvocation(ctx, "cancel", inv.Version, &next); err != nil {
 			return err
@@ -455,8 +456,8 @@ func (s *Store) Held(ctx context.Context, workerID string) ([]domain.Invocation,
 			return nil, storeErr("held by "+workerID, err)
 		}
 		for _, item := range page.Items {
-			var inv domain.Invocation
-			if err := unmarshal(item, &inv); err != nil {
+			inv, err := decodeInvocation(item)
+			if err != nil {
 				return nil, err
 			}
 			if inv.Running(workerID) {
@@ -545,8 +546,8 @@ func (s *Store) ListInvocations(ctx context.Context, queue, state string, limit 
 	}
 	invs := make([]domain.Invocation, 0, len(items))
 	for _, item := range items {
-		var inv domain.Invocation
-		if err := unmarshal(item, &inv); err != nil {
+		inv, err := decodeInvocation(item)
+		if err != nil {
 			return nil, "", err
 		}
 		invs = append(invs, inv)

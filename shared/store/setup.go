@@ -31,7 +31,7 @@ func (s *Store) AddSetup(ctx context.Context, id string, argv []string) (domain.
 		Status:    wire.SetupPending,
 		CreatedAt: s.now(),
 	}
-	item, err := attributevalue.MarshalMap(cmd)
+	item, err := attributevalue.MarshalMap(toSetupCommandRecord(cmd))
 	if err != nil {
 		return domain.SetupCommand{}, fmt.Errorf("encode setup command: %w", err)
 	}
@@ -76,8 +76,8 @@ func (s *Store) SetupCommands(ctx context.Context, id string, pendingOnly bool) 
 			return nil, storeErr("setup commands of "+id, err)
 		}
 		for _, item := range page.Items {
-			var c domain.SetupCommand
-			if err := unmarshal(item, &c); err != nil {
+			c, err := decodeSetupCommand(item)
+			if err != nil {
 				return nil, err
 			}
 			out = append(out, c)
@@ -98,11 +98,11 @@ func (s *Store) SetupCommands(ctx context.Context, id string, pendingOnly bool) 
 // returned.
 func (s *Store) RecordSetupResults(ctx context.Context, w domain.Worker, results []wire.SetupResult) (domain.Worker, error) {
 	now := s.now()
-	var last *wire.SetupResult
+	var last *domain.SetupResult
 	for _, r := range results {
 		if r.CommandID == "" {
 			if r.Command != "" {
-				recorded := r
+				recorded := domain.SetupResult(r)
 				last = &recorded
 			}
 			continue
@@ -128,7 +128,7 @@ func (s *Store) RecordSetupResults(ctx context.Context, w domain.Worker, results
 		case err != nil:
 			return w, storeErr("record setup result "+r.CommandID, err)
 		}
-		recorded := r
+		recorded := domain.SetupResult(r)
 		last = &recorded
 	}
 	if last == nil {

@@ -27,6 +27,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go"
 
+	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/ids"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
@@ -253,6 +254,28 @@ func storeErr(op string, err error) error {
 		return &wire.Error{Code: wire.CodeUnavailable, Message: "request cancelled or timed out", Err: fmt.Errorf("%s: %w", op, err)}
 	}
 	return &wire.Error{Code: wire.CodeUnavailable, Message: "the store did not answer; try again", Err: fmt.Errorf("%s: %w", op, err)}
+}
+
+// refusalCodes map a refused domain transition to its wire answer.
+var refusalCodes = map[domain.Kind]wire.Code{
+	domain.KindInvalid:   wire.CodeInvalid,
+	domain.KindConflict:  wire.CodeConflict,
+	domain.KindForbidden: wire.CodeForbidden,
+	domain.KindGone:      wire.CodeWorkerGone,
+}
+
+// refused turns a domain transition's refusal into the wire error the
+// store's callers answer with; any other error passes unchanged.
+func refused(err error) error {
+	var de *domain.Error
+	if !errors.As(err, &de) {
+		return err
+	}
+	code, ok := refusalCodes[de.Kind]
+	if !ok {
+		code = wire.CodeInternal
+	}
+	return &wire.Error{Code: code, Message: de.Message, Err: err}
 }
 
 // retryVersion runs fn until it does not lose a version race, at most

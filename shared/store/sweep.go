@@ -71,8 +71,8 @@ func (s *Store) eachWorker(ctx context.Context, op string, fn func(domain.Worker
 			return errors.Join(append(errs, storeErr(op, err))...)
 		}
 		for _, item := range page.Items {
-			var w domain.Worker
-			if err := unmarshal(item, &w); err != nil {
+			w, err := decodeWorker(item)
+			if err != nil {
 				errs = append(errs, err)
 				continue
 			}

@@ -34,7 +34,7 @@ type machine struct {
 // version prev (0: none yet) with next, at version prev + 1, which it sets.
 func (s *Store) workerPut(prev int64, next *domain.Worker) (*types.Put, error) {
 	next.Version = prev + 1
-	item, err := attributevalue.MarshalMap(*next)
+	item, err := attributevalue.MarshalMap(toWorkerRecord(*next))
 	if err != nil {
 		return nil, fmt.Errorf("encode worker %s: %w", next.ID, err)
 	}
@@ -54,8 +54,7 @@ func (s *Store) GetWorker(ctx context.Context, id string) (domain.Worker, error)
 	if out.Item == nil {
 		return domain.Worker{}, wire.Errorf(wire.CodeNotFound, "worker %s not found", id)
 	}
-	var w domain.Worker
-	return w, unmarshal(out.Item, &w)
+	return decodeWorker(out.Item)
 }
 
 func (s *Store) getMachine(ctx context.Context, id string) (machine, bool, error) {
@@ -251,7 +250,7 @@ func (s *Store) updateWorker(ctx context.Context, op, id string, auth Authorize,
 		}
 		next, write, err := change(w)
 		if err != nil {
-			return err
+			return refused(err)
 		}
 		if !write {
 			result = w
@@ -341,8 +340,8 @@ func (s *Store) ListWorkers(ctx context.Context, limit int, cursor string) ([]do
 	}
 	ws := make([]domain.Worker, 0, len(out.Items))
 	for _, item := range out.Items {
-		var w domain.Worker
-		if err := unmarshal(item, &w); err != nil {
+		w, err := decodeWorker(item)
+		if err != nil {
 			return nil, "", err
 		}
 		ws = append(ws, w)

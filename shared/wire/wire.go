@@ -105,12 +105,12 @@ type HelloResponse struct {
 // (no CommandID: the control plane never queued it; Command holds its shell
 // text). Either field may be absent on the wire, never both.
 type SetupResult struct {
-	CommandID  string `json:"command_id,omitempty" dynamodbav:"command_id,omitempty"`
-	Command    string `json:"command,omitempty" dynamodbav:"command,omitempty"`
-	Status     string `json:"status" dynamodbav:"status"`
-	ExitCode   int    `json:"exit_code" dynamodbav:"exit_code"`
-	DurationMS int64  `json:"duration_ms" dynamodbav:"duration_ms"`
-	OutputTail string `json:"output_tail,omitempty" dynamodbav:"output_tail,omitempty"`
+	CommandID  string `json:"command_id,omitempty"`
+	Command    string `json:"command,omitempty"`
+	Status     string `json:"status"`
+	ExitCode   int    `json:"exit_code"`
+	DurationMS int64  `json:"duration_ms"`
+	OutputTail string `json:"output_tail,omitempty"`
 }
 
 // PollRequest is the body of POST /v1/daemon/poll: the heartbeat.
@@ -134,10 +134,10 @@ type PollRequest struct {
 // RunConfig is how an invocation is run: host setup selects the host (by its
 // key), run setup runs before the body in its workdir.
 type RunConfig struct {
-	HostSetup []string          `json:"host_setup,omitempty" dynamodbav:"host_setup,omitempty"`
-	RunSetup  []string          `json:"run_setup,omitempty" dynamodbav:"run_setup,omitempty"`
-	Env       map[string]string `json:"env,omitempty" dynamodbav:"env,omitempty"`
-	Workdir   string            `json:"workdir,omitempty" dynamodbav:"workdir,omitempty"`
+	HostSetup []string          `json:"host_setup,omitempty"`
+	RunSetup  []string          `json:"run_setup,omitempty"`
+	Env       map[string]string `json:"env,omitempty"`
+	Workdir   string            `json:"workdir,omitempty"`
 }
 
 // RunInvocation is the payload of a run command.
@@ -170,8 +170,8 @@ type PollResponse struct {
 // ErrorInfo is an invocation's error: a type an operator can group by and a
 // human message.
 type ErrorInfo struct {
-	Type    string `json:"type" dynamodbav:"type"`
-	Message string `json:"message,omitempty" dynamodbav:"message,omitempty"`
+	Type    string `json:"type"`
+	Message string `json:"message,omitempty"`
 }
 
 // AckRequest is the body of POST /v1/daemon/ack.

@@ -1,0 +1,279 @@
+package store
+
+import (
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/dreamlake/lakeshore/shared/domain"
+)
+
+// The items of the tables, one struct each, and their mapping to the
+// domain's records (a plain conversion where the fields match one to one). The attribute names here are the table schema: the
+// domain's types carry no storage tags, so a change to them, or to the wire
+// API's JSON, cannot change what is stored by accident.
+
+// workerRecord is the stored form of domain.Worker.
+type workerRecord struct {
+	ID                 string             `dynamodbav:"worker_id"`
+	MachineID          string             `dynamodbav:"machine_id"`
+	BootID             string             `dynamodbav:"boot_id"`
+	Label              string             `dynamodbav:"label,omitempty"`
+	Tags               map[string]string  `dynamodbav:"tags,omitempty"`
+	Lanes              []string           `dynamodbav:"lanes,omitempty"`
+	Versions           map[string]string  `dynamodbav:"versions,omitempty"`
+	HostKey            string             `dynamodbav:"host_key,omitempty"`
+	MaxConcurrency     int                `dynamodbav:"max_concurrency"`
+	CurrentInvocations int                `dynamodbav:"current_invocations"`
+	State              string             `dynamodbav:"state"`
+	Phase              string             `dynamodbav:"phase,omitempty"`
+	HostStatus         string             `dynamodbav:"host_status,omitempty"`
+	TokenHash          string             `dynamodbav:"token_hash"`
+	ByeReason          string             `dynamodbav:"bye_reason,omitempty"`
+	LastSetupResult    *setupResultRecord `dynamodbav:"last_setup_result,omitempty"`
+	CreatedAt          time.Time          `dynamodbav:"created_at"`
+	LastSeenAt         time.Time          `dynamodbav:"last_seen_at"`
+	GoneAt             time.Time          `dynamodbav:"gone_at,omitempty"`
+	Reaped             bool               `dynamodbav:"reaped,omitempty"`
+	Version            int64              `dynamodbav:"version"`
+}
+
+// attemptRecord is the stored form of domain.Attempt.
+type attemptRecord struct {
+	Attempt   int       `dynamodbav:"attempt"`
+	WorkerID  string    `dynamodbav:"worker_id"`
+	ClaimedAt time.Time `dynamodbav:"claimed_at"`
+}
+
+// invocationRecord is the stored form of domain.Invocation.
+type invocationRecord struct {
+	ID              string            `dynamodbav:"invocation_id"`
+	Queue           string            `dynamodbav:"queue"`
+	State           string            `dynamodbav:"state"`
+	Attempt         int               `dynamodbav:"attempt"`
+	MaxAttempts     int               `dynamodbav:"max_attempts"`
+	Argv            []string          `dynamodbav:"argv"`
+	Env             map[string]string `dynamodbav:"env,omitempty"`
+	RunConfig       runConfigRecord   `dynamodbav:"run_config"`
+	TimeoutS        int               `dynamodbav:"timeout_s,omitempty"`
+	HostKey         string            `dynamodbav:"host_key,omitempty"`
+	WorkerID        string            `dynamodbav:"worker_id,omitempty"`
+	Attempts        []attemptRecord   `dynamodbav:"attempts,omitempty"`
+	ExitCode        *int              `dynamodbav:"exit_code,omitempty"`
+	ResultBlob      string            `dynamodbav:"result_blob,omitempty"`
+	Error           *errorInfoRecord  `dynamodbav:"error,omitempty"`
+	StdoutTail      string            `dynamodbav:"stdout_tail,omitempty"`
+	StderrTail      string            `dynamodbav:"stderr_tail,omitempty"`
+	CancelRequested bool              `dynamodbav:"cancel_requested,omitempty"`
+	IdempotencyKey  string            `dynamodbav:"idempotency_key,omitempty"`
+	CreatedAt       time.Time         `dynamodbav:"created_at"`
+	StartedAt       time.Time         `dynamodbav:"started_at,omitempty"`
+	FinishedAt      time.Time         `dynamodbav:"finished_at,omitempty"`
+	Version         int64             `dynamodbav:"version"`
+}
+
+// setupCommandRecord is the stored form of domain.SetupCommand.
+type setupCommandRecord struct {
+	WorkerID   string    `dynamodbav:"worker_id"`
+	CommandID  string    `dynamodbav:"command_id"`
+	Argv       []string  `dynamodbav:"argv"`
+	Status     string    `dynamodbav:"status"`
+	ExitCode   *int      `dynamodbav:"exit_code,omitempty"`
+	DurationMS int64     `dynamodbav:"duration_ms,omitempty"`
+	OutputTail string    `dynamodbav:"output_tail,omitempty"`
+	CreatedAt  time.Time `dynamodbav:"created_at"`
+	FinishedAt time.Time `dynamodbav:"finished_at,omitempty"`
+}
+
+// setupResultRecord is the stored form of domain.SetupResult.
+type setupResultRecord struct {
+	CommandID  string `dynamodbav:"command_id,omitempty"`
+	Command    string `dynamodbav:"command,omitempty"`
+	Status     string `dynamodbav:"status"`
+	ExitCode   int    `dynamodbav:"exit_code"`
+	DurationMS int64  `dynamodbav:"duration_ms"`
+	OutputTail string `dynamodbav:"output_tail,omitempty"`
+}
+
+// runConfigRecord is the stored form of domain.RunConfig.
+type runConfigRecord struct {
+	HostSetup []string          `dynamodbav:"host_setup,omitempty"`
+	RunSetup  []string          `dynamodbav:"run_setup,omitempty"`
+	Env       map[string]string `dynamodbav:"env,omitempty"`
+	Workdir   string            `dynamodbav:"workdir,omitempty"`
+}
+
+// errorInfoRecord is the stored form of domain.ErrorInfo.
+type errorInfoRecord struct {
+	Type    string `dynamodbav:"type"`
+	Message string `dynamodbav:"message,omitempty"`
+}
+
+func toWorkerRecord(v domain.Worker) workerRecord {
+	return workerRecord{
+		ID:                 v.ID,
+		MachineID:          v.MachineID,
+		BootID:             v.BootID,
+		Label:              v.Label,
+		Tags:               v.Tags,
+		Lanes:              v.Lanes,
+		Versions:           v.Versions,
+		HostKey:            v.HostKey,
+		MaxConcurrency:     v.MaxConcurrency,
+		CurrentInvocations: v.CurrentInvocations,
+		State:              v.State,
+		Phase:              v.Phase,
+		HostStatus:         v.HostStatus,
+		TokenHash:          v.TokenHash,
+		ByeReason:          v.ByeReason,
+		LastSetupResult:    ptrMap(v.LastSetupResult, toSetupResultRecord),
+		CreatedAt:          v.CreatedAt,
+		LastSeenAt:         v.LastSeenAt,
+		GoneAt:             v.GoneAt,
+		Reaped:             v.Reaped,
+		Version:            v.Version,
+	}
+}
+
+func (r workerRecord) domain() domain.Worker {
+	return domain.Worker{
+		ID:                 r.ID,
+		MachineID:          r.MachineID,
+		BootID:             r.BootID,
+		Label:              r.Label,
+		Tags:               r.Tags,
+		Lanes:              r.Lanes,
+		Versions:           r.Versions,
+		HostKey:            r.HostKey,
+		MaxConcurrency:     r.MaxConcurrency,
+		CurrentInvocations: r.CurrentInvocations,
+		State:              r.State,
+		Phase:              r.Phase,
+		HostStatus:         r.HostStatus,
+		TokenHash:          r.TokenHash,
+		ByeReason:          r.ByeReason,
+		LastSetupResult:    ptrMap(r.LastSetupResult, setupResultRecord.domain),
+		CreatedAt:          r.CreatedAt,
+		LastSeenAt:         r.LastSeenAt,
+		GoneAt:             r.GoneAt,
+		Reaped:             r.Reaped,
+		Version:            r.Version,
+	}
+}
+
+func toAttemptRecord(v domain.Attempt) attemptRecord { return attemptRecord(v) }
+
+func (r attemptRecord) domain() domain.Attempt { return domain.Attempt(r) }
+
+func toInvocationRecord(v domain.Invocation) invocationRecord {
+	return invocationRecord{
+		ID:              v.ID,
+		Queue:           v.Queue,
+		State:           v.State,
+		Attempt:         v.Attempt,
+		MaxAttempts:     v.MaxAttempts,
+		Argv:            v.Argv,
+		Env:             v.Env,
+		RunConfig:       toRunConfigRecord(v.RunConfig),
+		TimeoutS:        v.TimeoutS,
+		HostKey:         v.HostKey,
+		WorkerID:        v.WorkerID,
+		Attempts:        sliceMap(v.Attempts, toAttemptRecord),
+		ExitCode:        v.ExitCode,
+		ResultBlob:      v.ResultBlob,
+		Error:           ptrMap(v.Error, toErrorInfoRecord),
+		StdoutTail:      v.StdoutTail,
+		StderrTail:      v.StderrTail,
+		CancelRequested: v.CancelRequested,
+		IdempotencyKey:  v.IdempotencyKey,
+		CreatedAt:       v.CreatedAt,
+		StartedAt:       v.StartedAt,
+		FinishedAt:      v.FinishedAt,
+		Version:         v.Version,
+	}
+}
+
+func (r invocationRecord) domain() domain.Invocation {
+	return domain.Invocation{
+		ID:              r.ID,
+		Queue:           r.Queue,
+		State:           r.State,
+		Attempt:         r.Attempt,
+		MaxAttempts:     r.MaxAttempts,
+		Argv:            r.Argv,
+		Env:             r.Env,
+		RunConfig:       r.RunConfig.domain(),
+		TimeoutS:        r.TimeoutS,
+		HostKey:         r.HostKey,
+		WorkerID:        r.WorkerID,
+		Attempts:        sliceMap(r.Attempts, attemptRecord.domain),
+		ExitCode:        r.ExitCode,
+		ResultBlob:      r.ResultBlob,
+		Error:           ptrMap(r.Error, errorInfoRecord.domain),
+		StdoutTail:      r.StdoutTail,
+		StderrTail:      r.StderrTail,
+		CancelRequested: r.CancelRequested,
+		IdempotencyKey:  r.IdempotencyKey,
+		CreatedAt:       r.CreatedAt,
+		StartedAt:       r.StartedAt,
+		FinishedAt:      r.FinishedAt,
+		Version:         r.Version,
+	}
+}
+
+func toSetupCommandRecord(v domain.SetupCommand) setupCommandRecord { return setupCommandRecord(v) }
+
+func (r setupCommandRecord) domain() domain.SetupCommand { return domain.SetupCommand(r) }
+
+func toSetupResultRecord(v domain.SetupResult) setupResultRecord { return setupResultRecord(v) }
+
+func (r setupResultRecord) domain() domain.SetupResult { return domain.SetupResult(r) }
+
+func toRunConfigRecord(v domain.RunConfig) runConfigRecord { return runConfigRecord(v) }
+
+func (r runConfigRecord) domain() domain.RunConfig { return domain.RunConfig(r) }
+
+func toErrorInfoRecord(v domain.ErrorInfo) errorInfoRecord { return errorInfoRecord(v) }
+
+func (r errorInfoRecord) domain() domain.ErrorInfo { return domain.ErrorInfo(r) }
+
+// ptrMap maps a pointer's value with f; nil stays nil.
+func ptrMap[A, B any](p *A, f func(A) B) *B {
+	if p == nil {
+		return nil
+	}
+	v := f(*p)
+	return &v
+}
+
+// sliceMap maps every element with f; nil stays nil.
+func sliceMap[A, B any](s []A, f func(A) B) []B {
+	if s == nil {
+		return nil
+	}
+	out := make([]B, len(s))
+	for i, v := range s {
+		out[i] = f(v)
+	}
+	return out
+}
+
+// decodeInvocation reads an invocations-table item.
+func decodeInvocation(item map[string]types.AttributeValue) (domain.Invocation, error) {
+	var r invocationRecord
+	err := unmarshal(item, &r)
+	return r.domain(), err
+}
+
+// decodeWorker reads a workers-table item.
+func decodeWorker(item map[string]types.AttributeValue) (domain.Worker, error) {
+	var r workerRecord
+	err := unmarshal(item, &r)
+	return r.domain(), err
+}
+
+// decodeSetupCommand reads a commands-table item.
+func decodeSetupCommand(item map[string]types.AttributeValue) (domain.SetupCommand, error) {
+	var r setupCommandRecord
+	err := unmarshal(item, &r)
+	return r.domain(), err
+}

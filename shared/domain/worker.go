@@ -292,3 +292,50 @@ func (w Worker) RecordSetup(r *SetupResult) Worker {
 	next.LastSetupResult = r
 	return next
 }
+
+// Registration is what a daemon's hello says about itself.
+type Registration struct {
+	MachineID, BootID string
+	Label             string
+	Tags              map[string]string
+	Lanes             []string
+	Versions          map[string]string
+	HostKey           string
+	// MaxConcurrency and CurrentInvocations are its capabilities; nil when
+	// it sent none (capacity 1, nothing running).
+	MaxConcurrency, CurrentInvocations *int
+}
+
+// NewWorker reports the worker a hello makes: joining, seen now, holding
+// the hash of the token issued to it.
+func NewWorker(id string, r Registration, tokenHash string, now time.Time) Worker {
+	w := Worker{ID: id, MachineID: r.MachineID, BootID: r.BootID, State: WorkerJoining, CreatedAt: now}
+	return w.Register(r, tokenHash, now)
+}
+
+// Register reports w after a hello of its own boot (a retry: the daemon
+// never saw the first answer): what the daemon says about itself, seen
+// now, with the newly issued token replacing the old.
+func (w Worker) Register(r Registration, tokenHash string, now time.Time) Worker {
+	next := w
+	next.Label, next.Tags, next.Lanes, next.Versions, next.HostKey = r.Label, r.Tags, r.Lanes, r.Versions, r.HostKey
+	next.MaxConcurrency, next.CurrentInvocations = 1, 0
+	if r.MaxConcurrency != nil {
+		next.MaxConcurrency = *r.MaxConcurrency
+	}
+	if r.CurrentInvocations != nil {
+		next.CurrentInvocations = *r.CurrentInvocations
+	}
+	next.TokenHash = tokenHash
+	next.LastSeenAt = now
+	return next
+}
+
+// AddSetup reports the setup command a worker is given: pending, at the
+// end of its FIFO. A gone worker takes none (a conflict).
+func (w Worker) AddSetup(commandID string, argv []string, now time.Time) (SetupCommand, error) {
+	if w.State == WorkerGone {
+		return SetupCommand{}, refuse(KindConflict, "worker %s is gone", w.ID)
+	}
+	return SetupCommand{WorkerID: w.ID, CommandID: commandID, Argv: argv, Status: SetupPending, CreatedAt: now}, nil
+}

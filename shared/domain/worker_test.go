@@ -1,6 +1,7 @@
 package domain
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -167,5 +168,34 @@ func TestWorkerTransitionDetails(t *testing.T) {
 		if lost != c.lost || why != c.why {
 			t.Errorf("%s: LostWhy = %q %v, want %q %v", c.name, why, lost, c.why, c.lost)
 		}
+	}
+}
+
+func TestRegistration(t *testing.T) {
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	four := 4
+	r := Registration{MachineID: "m1", BootID: "b1", Label: "l", Lanes: []string{"q"}, HostKey: "hk1_a", MaxConcurrency: &four}
+	w := NewWorker("wrk_1", r, "h1", now)
+	if w.State != WorkerJoining || w.MaxConcurrency != 4 || w.CurrentInvocations != 0 || w.TokenHash != "h1" ||
+		!w.CreatedAt.Equal(now) || !w.LastSeenAt.Equal(now) || w.MachineID != "m1" || w.HostKey != "hk1_a" || w.Version != 0 {
+		t.Errorf("NewWorker = %+v", w)
+	}
+	if d := NewWorker("wrk_2", Registration{MachineID: "m2", BootID: "b"}, "h", now); d.MaxConcurrency != 1 {
+		t.Errorf("no capabilities: capacity %d, want 1", d.MaxConcurrency)
+	}
+	active := w
+	active.State = WorkerActive
+	later := now.Add(time.Minute)
+	again := active.Register(Registration{MachineID: "m1", BootID: "b1", Label: "l2"}, "h2", later)
+	if again.State != WorkerActive || again.TokenHash != "h2" || again.Label != "l2" || !again.LastSeenAt.Equal(later) ||
+		!again.CreatedAt.Equal(now) || again.MaxConcurrency != 1 {
+		t.Errorf("Register (a retried hello) = %+v", again)
+	}
+	if _, err := active.AddSetup("cmd_1", []string{"true"}, now); err != nil {
+		t.Errorf("AddSetup to an active worker: %v", err)
+	}
+	gone, _ := active.Leave("bye", now)
+	if _, err := gone.AddSetup("cmd_1", []string{"true"}, now); !errors.Is(err, ErrConflict) {
+		t.Errorf("AddSetup to a gone worker: %v, want a conflict", err)
 	}
 }

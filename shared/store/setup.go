@@ -21,15 +21,13 @@ import (
 // transaction bumps the worker row's version, which ends a long poll waiting
 // for that worker, and refuses a gone worker.
 func (s *Store) AddSetup(ctx context.Context, id string, argv []string) (domain.SetupCommand, error) {
-	if _, err := s.GetWorker(ctx, id); err != nil {
+	w, err := s.GetWorker(ctx, id)
+	if err != nil {
 		return domain.SetupCommand{}, err
 	}
-	cmd := domain.SetupCommand{
-		WorkerID:  id,
-		CommandID: s.IDs.New(ids.Command),
-		Argv:      argv,
-		Status:    wire.SetupPending,
-		CreatedAt: s.now(),
+	cmd, err := w.AddSetup(s.IDs.New(ids.Command), argv, s.now())
+	if err != nil {
+		return domain.SetupCommand{}, refused(err)
 	}
 	item, err := attributevalue.MarshalMap(toSetupCommandRecord(cmd))
 	if err != nil {
@@ -47,7 +45,11 @@ func (s *Store) AddSetup(ctx context.Context, id string, argv []string) (domain.
 		}},
 	}})
 	if failed, ok := cancelledBy(err); ok && slices.Contains(failed, 1) {
-		return domain.SetupCommand{}, wire.Errorf(wire.CodeConflict, "worker %s is gone", id)
+		// It went gone since it was read: refused as AddSetup refuses a
+		// gone worker.
+		gone, _ := w.Leave("", cmd.CreatedAt)
+		_, err := gone.AddSetup(cmd.CommandID, argv, cmd.CreatedAt)
+		return domain.SetupCommand{}, refused(err)
 	}
 	if err != nil {
 		return domain.SetupCommand{}, storeErr("add setup", err)

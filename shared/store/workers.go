@@ -117,10 +117,7 @@ func (s *Store) Hello(ctx context.Context, req wire.HelloRequest, issue TokenIss
 				if err != nil {
 					return fmt.Errorf("issue token: %w", err)
 				}
-				next := w
-				applyHello(&next, req)
-				next.TokenHash = hash
-				next.LastSeenAt = now
+				next := w.Register(registration(req), hash, now)
 				put, err := s.workerPut(w.Version, &next)
 				if err != nil {
 					return err
@@ -141,16 +138,7 @@ func (s *Store) Hello(ctx context.Context, req wire.HelloRequest, issue TokenIss
 		if err != nil {
 			return fmt.Errorf("issue token: %w", err)
 		}
-		w := domain.Worker{
-			ID:         id,
-			MachineID:  req.MachineID,
-			BootID:     req.BootID,
-			State:      domain.WorkerJoining,
-			TokenHash:  hash,
-			CreatedAt:  now,
-			LastSeenAt: now,
-		}
-		applyHello(&w, req)
+		w := domain.NewWorker(id, registration(req), hash, now)
 		wput, err := s.workerPut(0, &w)
 		if err != nil {
 			return err
@@ -200,20 +188,12 @@ func (s *Store) Hello(ctx context.Context, req wire.HelloRequest, issue TokenIss
 	return res, err
 }
 
-// applyHello copies what a hello says about the daemon onto its row.
-func applyHello(w *domain.Worker, req wire.HelloRequest) {
-	w.Label = req.Label
-	w.Tags = req.Tags
-	w.Lanes = req.Lanes
-	w.Versions = req.Versions
-	w.HostKey = req.HostKey
-	w.MaxConcurrency = 1
-	if req.Capabilities.MaxConcurrency != nil {
-		w.MaxConcurrency = *req.Capabilities.MaxConcurrency
-	}
-	w.CurrentInvocations = 0
-	if req.Capabilities.CurrentInvocations != nil {
-		w.CurrentInvocations = *req.Capabilities.CurrentInvocations
+// registration is what hello request req says of its daemon.
+func registration(req wire.HelloRequest) domain.Registration {
+	return domain.Registration{
+		MachineID: req.MachineID, BootID: req.BootID, Label: req.Label, Tags: req.Tags, Lanes: req.Lanes,
+		Versions: req.Versions, HostKey: req.HostKey,
+		MaxConcurrency: req.Capabilities.MaxConcurrency, CurrentInvocations: req.Capabilities.CurrentInvocations,
 	}
 }
 

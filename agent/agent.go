@@ -60,6 +60,9 @@ type Agent struct {
 	// testHookPolled, when set, is called on the loop's goroutine after
 	// each poll the control plane answered, with what it carried.
 	testHookPolled func(req wire.PollRequest)
+	// testHookFlushing, when set, is called as the final ack flush starts,
+	// before it waits (tests release a held ack there).
+	testHookFlushing func()
 
 	// spot: EC2 spot notices for the loop (spot.go); nil when not watching.
 	spotc        <-chan SpotNotice
@@ -149,6 +152,8 @@ type state struct {
 	hostSetupNext    int
 	hostSetupFailure wire.SetupResult // what failed, reported again to a new worker after a re-hello
 	hostSetupRerun   bool             // a CP setup command succeeded since the failure
+	setupRunning     string           // the setup command running, as the log names it (while setupBusy)
+	notReady         string           // why keep-alive found the daemon not ready (empty: it was ready)
 	// setupCtx bounds every setup command: cancelled when the daemon
 	// terminates, so a hung one is killed (SIGTERM, --kill-after, SIGKILL)
 	// instead of outliving the process; setupWG counts their goroutines.
@@ -177,7 +182,7 @@ type setupDone struct {
 // or the loop's panic (ErrLoopPanicked) — reads failed:runtime in health.
 func (a *Agent) Run(ctx context.Context) (err error) {
 	defer func() {
-		if err != nil && !errors.Is(err, ErrHelloFailed) && !errors.Is(err, ErrHostSetupFailed) {
+		if err != nil && !errors.Is(err, ErrHelloFailed) && !errors.Is(err, ErrNotReady) {
 			a.health.Failed(FailedRuntime)
 		}
 	}()
@@ -340,10 +345,14 @@ func (a *Agent) loop(ctx context.Context, st *state, hello wire.HelloRequest) (e
 	st.loopDone = make(chan struct{})
 	defer func() {
 		a.endSetups(st)
-		// Leaving by keep-alive with a host setup nobody repaired is not a
-		// clean exit: the service manager and the operator must see it.
-		if err == nil && st.byeReason == wire.ByeIdle && !st.hostSetupOK {
-			err = ErrHostSetupFailed
+		// Leaving by keep-alive without being ready is not a clean exit:
+		// the service manager and the operator must see it (exit 4).
+		if err == nil && st.byeReason == wire.ByeIdle && st.notReady != "" {
+			if !st.hostSetupOK {
+				err = fmt.Errorf("%w: %s", ErrHostSetupFailed, st.notReady)
+			} else {
+				err = fmt.Errorf("%w: %s", ErrNotReady, st.notReady)
+			}
 		}
 	}()
 	runDone := make(chan *running, cfg.Capacity+1)
@@ -395,18 +404,12 @@ func (a *Agent) loop(ctx context.Context, st *state, hello wire.HelloRequest) (e
 		case <-tick.C:
 			a.health.Tick()
 			a.health.SetInflight(len(st.runs))
-			// Idle is ready with nothing to do, or stuck in setup on a failed
-			// host setup that no setup command is repairing: such a worker
-			// must not burn its instance for ever.
-			idle := st.phase == wire.PhaseReady || (st.phase == wire.PhaseSetup && st.hostSetupErr)
-			if cfg.KeepAlive > 0 && !st.draining && idle && len(st.runs) == 0 &&
-				!st.setupBusy && len(st.setupQueue) == 0 && time.Since(st.idleSince) >= cfg.KeepAlive {
-				if st.hostSetupErr {
-					a.log.Error("host setup failed and was not repaired within keep-alive; draining", "keep_alive", cfg.KeepAlive)
-				} else {
-					a.log.Info("idle for keep-alive; draining", "keep_alive", cfg.KeepAlive)
-				}
-				a.startDrain(st, wire.ByeIdle)
+			// Keep-alive counts whenever no invocation runs, whatever the
+			// phase: a worker that cannot become ready (a failed or hung
+			// setup, a workdir it cannot write) must not burn its instance
+			// for ever. Each setup command's start and end restart the count.
+			if cfg.KeepAlive > 0 && !st.draining && len(st.runs) == 0 && time.Since(st.idleSince) >= cfg.KeepAlive {
+				a.keepAliveExpired(st)
 				kick()
 			}
 		case <-stopc:
@@ -459,6 +462,31 @@ func (a *Agent) loop(ctx context.Context, st *state, hello wire.HelloRequest) (e
 			st.stopSetup() // a setup command still running is killed with the bodies
 		}
 	}
+}
+
+// keepAliveExpired drains a daemon that ran no invocation for --keep-alive.
+// Ready, that is idleness (exit 0). In setup it could not become ready: a
+// host setup that failed and was not repaired, a setup command still
+// running after --keep-alive (taken for hung: terminate kills it, SIGTERM
+// to its process group, --kill-after, SIGKILL), or a workdir it cannot
+// write; st.notReady says which, and Run answers ErrNotReady (exit 4).
+func (a *Agent) keepAliveExpired(st *state) {
+	ka := a.cfg.KeepAlive
+	switch {
+	case st.phase != wire.PhaseSetup:
+		a.log.Info("idle for keep-alive; draining", "keep_alive", ka)
+	case st.hostSetupErr:
+		st.notReady = "the host setup failed and was not repaired"
+		a.log.Error("host setup failed and was not repaired within keep-alive; draining", "keep_alive", ka)
+	case st.setupBusy:
+		st.notReady = "a setup command was still running after keep-alive (" + st.setupRunning + ")"
+		a.log.Error("a setup command has run for longer than keep-alive: taking it for hung; draining, which kills it",
+			"command", st.setupRunning, "keep_alive", ka)
+	default:
+		st.notReady = "the workdir is not writable"
+		a.log.Error("not ready within keep-alive: the workdir is not writable; draining", "workdir", a.cfg.Workdir, "keep_alive", ka)
+	}
+	a.startDrain(st, wire.ByeIdle)
 }
 
 // startDrain enters draining: no more claims, heartbeats go on, in-flight
@@ -589,6 +617,9 @@ func (a *Agent) settle(ctx context.Context, st *state, r *running) {
 func (a *Agent) flushAcks() {
 	ctx, cancel := context.WithTimeout(context.Background(), byeTimeout)
 	defer cancel()
+	if a.testHookFlushing != nil {
+		a.testHookFlushing()
+	}
 	if left := a.acker.Flush(ctx); left > 0 {
 		a.log.Warn("acks still unanswered at bye; they stay spooled and the next start sends them again (the first outcome counts), but bye may hand their invocations out again meanwhile",
 			"pending", left, "invocation_ids", a.acker.Pending())
@@ -902,7 +933,8 @@ func (a *Agent) submitAck(ctx context.Context, r *running, o Outcome) {
 // startHostSetup runs the --host-setup commands from index from on (0 at
 // start; the one that failed on a rerun), off the loop's goroutine.
 func (a *Agent) startHostSetup(st *state, from int) {
-	st.setupBusy = true
+	st.setupBusy, st.idleSince = true, time.Now()
+	st.setupRunning = hostSetupText(a.cfg.HostSetup[from])
 	st.hostSetupErr, st.hostSetupRerun = false, false
 	a.goSetup(st, func(ctx context.Context, report func(setupDone) bool) {
 		a.runHostSetup(ctx, from, report)
@@ -989,7 +1021,8 @@ func hostSetupText(cmd string) string {
 func isHostSetupResult(r wire.SetupResult) bool { return r.CommandID == "" }
 
 func (a *Agent) setupFinished(st *state, ev setupDone) {
-	// Setup work is not idleness: keep-alive counts from its end.
+	// Keep-alive counts from each setup command's start and end: one that
+	// runs longer than --keep-alive is taken for hung.
 	st.idleSince = time.Now()
 	st.setupResults = append(st.setupResults, ev.result)
 	if ev.host {
@@ -1005,6 +1038,8 @@ func (a *Agent) setupFinished(st *state, ev setupDone) {
 		case ev.index == len(a.cfg.HostSetup)-1:
 			st.setupBusy = false
 			st.hostSetupOK = true
+		default:
+			st.setupRunning = hostSetupText(a.cfg.HostSetup[ev.index+1])
 		}
 	} else {
 		st.setupBusy = false
@@ -1035,7 +1070,8 @@ func (a *Agent) nextSetup(st *state) {
 	}
 	c := st.setupQueue[0]
 	st.setupQueue = st.setupQueue[1:]
-	st.setupBusy = true
+	st.setupBusy, st.idleSince = true, time.Now()
+	st.setupRunning = "command_id " + c.CommandID
 	a.setPhase(st, wire.PhaseSetup)
 	a.goSetup(st, func(ctx context.Context, report func(setupDone) bool) {
 		res := setupResult(a.runner.Exec(ctx, c.Argv, a.cfg.Workdir))

@@ -1,6 +1,9 @@
 package agent
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // Exit codes of the nymph process (docs/agent.md lists them). A service
 // manager restarts on the retryable ones and stops on the others
@@ -17,8 +20,10 @@ const (
 	// ExitHelloRefused: the control plane refused hello (a wrong or revoked
 	// enrollment token). Retrying with the same token cannot help.
 	ExitHelloRefused = 3
-	// ExitHostSetupFailed: --host-setup failed, nobody repaired the host
-	// within --keep-alive, and the daemon left (bye idle).
+	// ExitHostSetupFailed: the daemon left by --keep-alive (bye idle)
+	// while not ready (in setup): --host-setup failed and nobody repaired
+	// the host, or a setup command hung (it is killed), or the workdir is
+	// not writable. A restart would meet the same host.
 	ExitHostSetupFailed = 4
 )
 
@@ -28,9 +33,17 @@ const (
 // ErrHelloFailed too.
 var ErrHelloRefused = errors.New("hello refused")
 
-// ErrHostSetupFailed is returned by Run when the daemon left by keep-alive
-// while its --host-setup had failed and was never repaired.
-var ErrHostSetupFailed = errors.New("host setup failed and was not repaired")
+// ErrNotReady is matched by Run's error when the daemon left by keep-alive
+// while it was not ready (exit 4): in setup, claiming nothing, because its
+// host setup failed or hung, a setup command hung, or its workdir is not
+// writable.
+var ErrNotReady = errors.New("not ready within keep-alive")
+
+// ErrHostSetupFailed is matched by Run's error when the daemon left by
+// keep-alive while its --host-setup had not succeeded: a command failed and
+// was never repaired, or one was still running (hung). It matches
+// ErrNotReady too.
+var ErrHostSetupFailed = fmt.Errorf("%w: host setup did not succeed", ErrNotReady)
 
 // ExitCode maps what Run returned to the process's exit code.
 func ExitCode(err error) int {
@@ -39,7 +52,7 @@ func ExitCode(err error) int {
 		return ExitOK
 	case errors.Is(err, ErrHelloRefused):
 		return ExitHelloRefused
-	case errors.Is(err, ErrHostSetupFailed):
+	case errors.Is(err, ErrNotReady):
 		return ExitHostSetupFailed
 	default:
 		return ExitFailure

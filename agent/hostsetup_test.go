@@ -351,3 +351,115 @@ func TestHostSetupText(t *testing.T) {
 		}
 	}
 }
+
+// TestHostSetupHungLeavesByKeepAlive: a --host-setup command that never
+// exits (and ignores SIGTERM) does not make a zombie worker: keep-alive
+// counts while it runs, the daemon leaves with bye{idle} and exit 4, and
+// the command is killed as it leaves (SIGTERM to its process group,
+// --kill-after, SIGKILL): Run does not return while it lives. Real time:
+// fake time stands still while a real process runs.
+func TestHostSetupHungLeavesByKeepAlive(t *testing.T) {
+	p := apitest.New(t)
+	fifo := filepath.Join(t.TempDir(), "pid")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const keepAlive = 2 * time.Second
+	a := newFakeTimeAgent(t, p, "hung-setup", func(c *Config) {
+		c.HostSetup = []string{"echo $$ > '" + fifo + "'; trap '' TERM; exec sleep 600"}
+		c.PollInterval = 200 * time.Millisecond
+		c.KillAfter = 500 * time.Millisecond
+		c.KeepAlive = keepAlive
+	})
+	a.testHookRunStarted = func(id string) { t.Errorf("a worker whose host setup hangs started %s", id) }
+	pidc := make(chan int, 1)
+	go func() {
+		b, err := os.ReadFile(fifo) // blocks until the command writes
+		n, aerr := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil || aerr != nil {
+			n = 0
+		}
+		pidc <- n
+	}()
+	start := time.Now()
+	runErr := runBounded(t, a, time.Minute)
+	took := time.Since(start)
+	var pid int
+	select {
+	case pid = <-pidc:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the host setup command never said its pid")
+	}
+	if pid <= 0 {
+		t.Fatal("the host setup command's pid could not be read")
+	}
+	if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+		t.Fatalf("the hung host setup command (pid %d) outlived Run: kill(0) = %v", pid, err)
+	}
+	if !errors.Is(runErr, ErrHostSetupFailed) || ExitCode(runErr) != ExitHostSetupFailed {
+		t.Errorf("Run = %v (exit %d), want ErrHostSetupFailed (exit %d)", runErr, ExitCode(runErr), ExitHostSetupFailed)
+	}
+	if took < keepAlive {
+		t.Errorf("left after %s; want no sooner than the %s keep-alive", took, keepAlive)
+	}
+	if w := workerOf(t, p, "hung-setup"); w.State != "gone" || w.ByeReason != "bye: idle" {
+		t.Errorf("worker after keep-alive: %+v", w)
+	}
+	if a.Health().Snapshot().Phase == wire.PhaseReady {
+		t.Error("health reads ready")
+	}
+}
+
+// TestWorkdirNotWritableLeavesOnFakeTime: a daemon whose workdir it cannot
+// write never becomes ready (it claims nothing), and keep-alive counts in
+// setup all the same: it leaves with bye{idle} and exit 4 (ErrNotReady),
+// not a host-setup failure, once the keep-alive has passed.
+func TestWorkdirNotWritableLeavesOnFakeTime(t *testing.T) {
+	const workdir = "/proc" // exists, and nobody (not even root) creates files in it
+	if writable(workdir) == nil {
+		t.Skipf("%s is writable here", workdir)
+	}
+	p := apitest.New(t)
+	op := operator(p)
+	ctx := context.Background()
+	inv, _, err := op.Submit(ctx, wire.SubmitRequest{Queue: "q", Argv: []string{"true"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		phases []string
+		runErr error
+		took   time.Duration
+	)
+	synctest.Test(t, func(t *testing.T) {
+		a := newFakeTimeAgent(t, p, "readonly", func(c *Config) {
+			c.Workdir = workdir
+			c.KeepAlive = 10 * time.Minute
+		})
+		a.testHookRunStarted = func(id string) { t.Errorf("a worker with an unwritable workdir started %s", id) }
+		a.testHookPolled = func(req wire.PollRequest) {
+			if len(phases) == 0 || phases[len(phases)-1] != req.Phase {
+				phases = append(phases, req.Phase)
+			}
+		}
+		start := time.Now()
+		runErr = runBounded(t, a, 2*time.Hour)
+		took = time.Since(start)
+	})
+	if !errors.Is(runErr, ErrNotReady) || errors.Is(runErr, ErrHostSetupFailed) || ExitCode(runErr) != ExitHostSetupFailed {
+		t.Errorf("Run = %v (exit %d), want ErrNotReady, not ErrHostSetupFailed (exit %d)", runErr, ExitCode(runErr), ExitHostSetupFailed)
+	}
+	if took < 10*time.Minute || took > 11*time.Minute {
+		t.Errorf("fake time until exit %s; want just over the 10 min keep-alive", took)
+	}
+	if slices.Contains(phases, wire.PhaseReady) {
+		t.Errorf("phases polled %v; want never ready", phases)
+	}
+	if w := workerOf(t, p, "readonly"); w.State != "gone" || w.ByeReason != "bye: idle" {
+		t.Errorf("worker after keep-alive: %+v", w)
+	}
+	if got, err := op.GetInvocation(ctx, inv.InvocationID); err != nil || got.State != wire.StateQueued || got.Attempt != 0 {
+		t.Errorf("work for the worker that never got ready: %+v %v; want never claimed", got, err)
+	}
+}

@@ -1,9 +1,14 @@
 package agent
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -471,5 +476,133 @@ func TestAgentStartupErrorIsARuntimeFailure(t *testing.T) {
 	}
 	if s := a.Health().Snapshot(); s.Live || s.LiveReason != FailedRuntime {
 		t.Errorf("live = %v %q; want false %q", s.Live, s.LiveReason, FailedRuntime)
+	}
+}
+
+// ackHolder is the daemon's HTTP transport in a test: it holds every ack
+// unanswered until opened, and records the order in which acks are answered
+// and bye is sent.
+type ackHolder struct {
+	base     http.RoundTripper
+	held     chan struct{} // closed when the first ack is held
+	heldOnce sync.Once
+	release  chan struct{} // closed by open
+	openOnce sync.Once
+	mu       sync.Mutex
+	events   []string
+}
+
+func newAckHolder() *ackHolder {
+	return &ackHolder{base: &http.Transport{DisableKeepAlives: true}, held: make(chan struct{}), release: make(chan struct{})}
+}
+
+// open lets held acks (and later ones) through.
+func (h *ackHolder) open() { h.openOnce.Do(func() { close(h.release) }) }
+
+func (h *ackHolder) record(e string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.events = append(h.events, e)
+}
+
+func (h *ackHolder) log() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.events)
+}
+
+func (h *ackHolder) RoundTrip(r *http.Request) (*http.Response, error) {
+	switch r.URL.Path {
+	case "/v1/daemon/ack":
+		h.record("ack held")
+		h.heldOnce.Do(func() { close(h.held) })
+		select {
+		case <-h.release:
+		case <-r.Context().Done():
+			h.record("ack given up")
+			return nil, fmt.Errorf("held ack: %w", r.Context().Err())
+		}
+		resp, err := h.base.RoundTrip(r)
+		if err != nil {
+			h.record("ack failed")
+			return nil, fmt.Errorf("held ack: %w", err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			h.record("ack failed")
+			return nil, fmt.Errorf("held ack: read the answer: %w", err)
+		}
+		resp.Body = io.NopCloser(bytes.NewReader(body))
+		var ar wire.AckResponse
+		_ = json.Unmarshal(body, &ar)
+		h.record(fmt.Sprintf("ack answered %d recorded=%v", resp.StatusCode, ar.Recorded))
+		return resp, nil
+	case "/v1/daemon/bye":
+		h.record("bye")
+		h.open() // a daemon that did not wait must still be able to end
+	}
+	return h.base.RoundTrip(r)
+}
+
+// TestAgentFlushesAHeldAckBeforeBye: the body has ended and its outcome is
+// known, but its ack is held unanswered when the daemon is told to stop.
+// The daemon flushes the ack before bye: the control plane answers it
+// (recorded) before bye hands anything back, the invocation succeeds at
+// attempt 1, and bye's inflight_abandoned is 0. The ack is let through only
+// once the final flush has started (a hook), so a daemon that said bye
+// without waiting would send it while the ack is still held.
+func TestAgentFlushesAHeldAckBeforeBye(t *testing.T) {
+	p, srvLogs := shutdownPlane(t)
+	op := operator(p)
+	ctx := context.Background()
+	inv, _, err := op.Submit(ctx, wire.SubmitRequest{Queue: "q", Argv: []string{"true"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := newLogRecorder()
+	h := newAckHolder()
+	t.Cleanup(h.open)
+	a := newFakeTimeAgent(t, p, "held-ack", func(c *Config) {
+		c.PollInterval = 100 * time.Millisecond
+		c.HTTP = &http.Client{Transport: h, Timeout: requestTimeout}
+		c.Logger = logs.logger()
+	})
+	a.testHookFlushing = h.open
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	select {
+	case <-h.held:
+	case <-time.After(30 * time.Second):
+		a.Stop()
+		a.Stop()
+		<-done
+		t.Fatal("no ack within 30 s")
+	}
+	a.Stop() // the ack is still held
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("Run did not return within a minute of the stop")
+	}
+	events := h.log()
+	answered := slices.IndexFunc(events, func(e string) bool { return strings.HasPrefix(e, "ack answered") })
+	bye := slices.Index(events, "bye")
+	if answered < 0 || bye < 0 || answered > bye || events[answered] != "ack answered 200 recorded=true" {
+		t.Fatalf("transport events %q; want the held ack answered (200, recorded) before bye", events)
+	}
+	got, err := op.GetInvocation(ctx, inv.InvocationID)
+	if err != nil || got.State != wire.StateSucceeded || got.Attempt != 1 {
+		t.Fatalf("invocation %+v %v; want succeeded at attempt 1: its outcome was known before bye", got, err)
+	}
+	w := workerOf(t, p, "held-ack")
+	if b := byeOf(t, srvLogs, w.WorkerID); b.Attrs["inflight_abandoned"] != int64(0) || b.Attrs["reason"] != wire.ByeSignal {
+		t.Fatalf("bye %v; want reason signal, inflight_abandoned 0", b)
+	}
+	if left := logs.find(func(r logRecord) bool { return strings.HasPrefix(r.Msg, "acks still unanswered at bye") }); len(left) != 0 {
+		t.Fatalf("logged %v", left)
 	}
 }

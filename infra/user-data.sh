@@ -192,8 +192,9 @@ TimeoutStartSec=300
 #   3  hello refused (401/403): the enrollment token is wrong or revoked, and
 #      the same token gets the same answer. Put the right one in nymph.env,
 #      then `systemctl start nymph`.
-#   4  --host-setup failed and nothing repaired the host within
-#      --keep-alive: a restart would run the same setup on the same host.
+#   4  not ready within --keep-alive: --host-setup failed and nothing
+#      repaired the host, a setup command hung, or the workdir is not
+#      writable: a restart would meet the same host.
 # RestartPreventExitStatus keeps 2, 3 and 4 down (the unit reads "failed").
 Restart=on-failure
 RestartSec=30
@@ -227,8 +228,8 @@ if [[ $SHUTDOWN_WHEN_DONE == yes ]]; then
 	cat >"$work/dropin.conf" <<'DROPIN'
 # Written by infra/user-data.sh (SHUTDOWN_WHEN_DONE=yes). Once nymph exits 0
 # by itself (an idle keep-alive, a drain command, a spot notice), or exits 4
-# (its host setup failed and nobody repaired it within --keep-alive: the
-# instance is of no use), power the instance off. Not when systemd stopped or
+# (not ready within --keep-alive: a host setup nobody repaired, a hung setup
+# command, an unwritable workdir: the instance is of no use), power it off. Not when systemd stopped or
 # restarted it (a job for the unit is running then), and not after another
 # failure (Restart= takes over).
 # SuccessAction=poweroff would also fire on restarts before systemd 254.

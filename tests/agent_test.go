@@ -2,6 +2,7 @@ package tests
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -296,4 +297,51 @@ func TestAgentHostSetupGates(t *testing.T) {
 			t.Fatalf("work for another host key was claimed: %+v", got)
 		}
 	})
+}
+
+// logLines parses the daemon's JSON log and returns the records whose msg
+// is msg.
+func (p *nymphProc) logLines(t *testing.T, msg string) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	for _, line := range strings.Split(p.logs.String(), "\n") {
+		var rec map[string]any
+		if !strings.HasPrefix(line, "{") || json.Unmarshal([]byte(line), &rec) != nil {
+			continue
+		}
+		if rec["msg"] == msg {
+			out = append(out, rec)
+		}
+	}
+	return out
+}
+
+// TestAgentLogsOperatorCancel: an operator cancels a running invocation;
+// the cancel command says why (reason operator) and nymph logs that reason
+// with the invocation and attempt, so a reader of its log can tell an
+// operator's cancel from a superseded attempt's (tests/stale_return_test.go).
+// The invocation ends cancelled, as the operator asked.
+func TestAgentLogsOperatorCancel(t *testing.T) {
+	d := startDev(t, backends[0], "--stale-after", "60s")
+	op := d.Operator()
+	ctx := context.Background()
+	n := startNymph(t, d, "cancelled")
+	g := newExitGate(t)
+	inv := submitSh(t, op, g.started()+g.await(), 0) // runs until cancelled (at most two minutes)
+	g.waitStarted(t)
+	if c, err := op.CancelInvocation(ctx, inv.InvocationID); err != nil || !c.CancelRequested {
+		t.Fatalf("cancel: %+v %v", c, err)
+	}
+	n.waitLog(t, 30*time.Second, `"msg":"cancel"`)
+	recs := n.logLines(t, "cancel")
+	if len(recs) != 1 || recs[0]["invocation_id"] != inv.InvocationID || recs[0]["reason"] != wire.CancelOperator || recs[0]["attempt"] != float64(1) {
+		t.Fatalf("cancel log records %v; want one for %s attempt 1 with reason %q", recs, inv.InvocationID, wire.CancelOperator)
+	}
+	got := waitTerminal(t, op, inv.InvocationID, 30*time.Second)
+	if got.State != wire.StateCancelled || !got.CancelRequested || got.Attempt != 1 {
+		t.Fatalf("invocation %+v; want cancelled at attempt 1, by the operator", got)
+	}
+	if strings.Contains(n.logs.String(), `"reason":"`+wire.CancelSuperseded+`"`) {
+		t.Fatal("an operator's cancel was logged as superseded")
+	}
 }

@@ -428,30 +428,77 @@ func TestFaultSIGTERM(t *testing.T) {
 	})
 }
 
+// holdBody is faultBody whose run, on a daemon that passes $FAULT_HOLD to
+// it, waits while that file exists (at most 300 s): the test decides when
+// that agent's bodies may end.
+const holdBody = `echo "$NYMPH_INVOCATION_ID $NYMPH_ATTEMPT $NYMPH_WORKER_ID $(date +%s.%N)" >> "$LEDGER"; ` +
+	`i=0; while [ -n "$FAULT_HOLD" ] && [ -e "$FAULT_HOLD" ] && [ $i -lt 3000 ]; do sleep 0.1; i=$((i+1)); done; ` +
+	`sleep 0.$((RANDOM % 5 + 2))`
+
 // TestFaultSIGTERMTwice: a second SIGTERM skips the grace: bodies are
-// killed, and the bye hands their work back at once. The stale window is set
-// long (30 s) so that only the bye can explain a hand-back inside 10 s — a
-// generous bound for a loaded machine (about 1 s is typical).
+// killed, and the bye hands their work back at once. Agent f0's bodies wait
+// on a file the test never removes before the signals, so f0 certainly
+// holds work when they come: each held invocation must be handed back and
+// run again (attempt > its held one) elsewhere, and f0's bye must count
+// them in inflight_abandoned. The stale window (30 s) and the grace (2 min)
+// are set long so that only the second signal and the bye can explain a
+// hand-back inside 10 s — a generous bound for a loaded machine (about 1 s
+// is typical).
 func TestFaultSIGTERMTwice(t *testing.T) {
-	res := runFault(t, "SIGTERM twice (no grace): bye hands back", backends[0], func(e *faultEnv) (time.Time, []wire.Invocation) {
-		var v int
-		var held []wire.Invocation
-		eventually(t, time.Minute, "an agent holding work", func() bool {
-			v = e.victim()
-			held = e.heldBy(v)
-			return len(held) > 0
-		})
-		p := e.agents[v]
-		at := time.Now()
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
-		// The second signal counts as a second only once the first started
-		// the drain: the daemon's log says when.
-		p.waitLog(t, 10*time.Second, `"msg":"signal: draining"`)
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
-		return at, held
-	}, "--stale-after", "30s")
+	hold := filepath.Join(t.TempDir(), "hold")
+	if err := os.WriteFile(hold, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const capacity = 2
+	var (
+		held []wire.Invocation
+		env  *faultEnv
+	)
+	res := runFaultSpec(t, faultSpec{name: "SIGTERM twice (no grace): bye hands back", backend: backends[0],
+		devArgs: []string{"--stale-after", "30s"}, capacity: capacity, body: holdBody,
+		// Only f0's daemon has FAULT_HOLD in its environment; --pass-env
+		// hands it to its bodies.
+		agent0Env: []string{"FAULT_HOLD=" + hold},
+		// A grace longer than every bound here: only the second signal can
+		// end f0's held bodies in time.
+		agentArgs: []string{"--pass-env", "FAULT_HOLD", "--grace", "2m"},
+		inject: func(e *faultEnv) (time.Time, []wire.Invocation) {
+			eventually(t, time.Minute, "f0 holding a full load", func() bool {
+				held = e.heldBy(0)
+				return len(held) == capacity
+			})
+			env = e
+			p := e.agents[0]
+			at := time.Now()
+			_ = p.cmd.Process.Signal(syscall.SIGTERM)
+			// The second signal counts as a second only once the first started
+			// the drain: the daemon's log says when.
+			p.waitLog(t, 10*time.Second, `"msg":"signal: draining"`)
+			_ = p.cmd.Process.Signal(syscall.SIGTERM)
+			return at, held
+		}})
 	if res.worstRedelivery >= 10*time.Second {
 		t.Fatalf("work handed back %s after the signal; a bye must beat the 30 s stale window", res.worstRedelivery)
+	}
+	if res.redelivered < len(held) {
+		t.Fatalf("%d invocations redelivered; want at least the %d f0 held at the signals", res.redelivered, len(held))
+	}
+	for _, h := range held {
+		inv, err := env.op.GetInvocation(context.Background(), h.InvocationID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if inv.State != wire.StateSucceeded || inv.Attempt <= h.Attempt || inv.WorkerID == h.WorkerID {
+			t.Errorf("%s held by f0 as attempt %d ended %s as attempt %d on %s; want succeeded, run again elsewhere",
+				h.InvocationID, h.Attempt, inv.State, inv.Attempt, inv.WorkerID)
+		}
+	}
+	p := env.agents[0]
+	if code := p.wait(t, 30*time.Second); code != 0 {
+		t.Fatalf("f0 exit code %d after two SIGTERMs; want 0", code)
+	}
+	if want := fmt.Sprintf(`"inflight_abandoned":%d`, len(held)); !strings.Contains(p.logs.String(), want) {
+		t.Fatalf("f0's exit does not show %s: the bye did not hand back the work it held", want)
 	}
 }
 

@@ -1,0 +1,71 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/dreamlake/lakeshore/shared/client"
+	"github.com/dreamlake/lakeshore/shared/wire"
+)
+
+// hello says hello with bounded, jittered retries. Its error matches
+// ErrHelloFailed, and ErrHelloRefused too when the answer was 401 or 403
+// (never retried).
+func (a *Agent) hello(ctx context.Context, req wire.HelloRequest) (session, error) {
+	enroll := client.New(a.cfg.ControlPlane, a.cfg.EnrollToken, client.WithHTTPClient(a.cfg.HTTP))
+	backoff := helloBackoffMin
+	for attempt := 1; ; attempt++ {
+		done := a.health.RequestStarted("hello")
+		res, err := enroll.Hello(ctx, req)
+		done(err == nil)
+		if err == nil {
+			s, err := a.newSession(res)
+			if err == nil {
+				a.health.Registered(s.workerID, req.HostKey, a.cfg.Queue)
+				a.log.Info("hello", "worker_id", s.workerID, "poll_interval", s.interval, "stale_after", s.staleAfter)
+				a.notify.readyAfterHello(s.workerID, a.cfg.Queue)
+			}
+			return s, err
+		}
+		if !client.Retryable(err) || attempt >= a.cfg.HelloAttempts || ctx.Err() != nil {
+			// 401/403: the enrollment token is wrong or revoked; the same
+			// token gets the same answer however often it asks.
+			refused := errors.Is(err, wire.ErrUnauthorized) || errors.Is(err, wire.ErrForbidden)
+			a.log.Error("hello failed", "attempt", attempt, "refused", refused, "error", err.Error())
+			if refused {
+				return session{}, fmt.Errorf("%w: %w: %w", ErrHelloFailed, ErrHelloRefused, err)
+			}
+			return session{}, fmt.Errorf("%w: %w", ErrHelloFailed, err)
+		}
+		a.log.Warn("hello failed; retrying", "attempt", attempt, "error", err.Error())
+		if !sleep(ctx, jitter(backoff)) {
+			return session{}, fmt.Errorf("%w: %v", ErrHelloFailed, ctx.Err())
+		}
+		backoff = min(backoff*2, helloBackoffMax)
+	}
+}
+
+func (a *Agent) newSession(res wire.HelloResponse) (session, error) {
+	s := session{
+		workerID:   res.WorkerID,
+		token:      res.Token,
+		staleAfter: time.Duration(res.StaleAfterS * float64(time.Second)),
+		interval:   time.Duration(res.PollIntervalS * float64(time.Second)),
+		api:        client.New(a.cfg.ControlPlane, res.Token, client.WithHTTPClient(a.cfg.HTTP)),
+	}
+	if a.cfg.PollInterval > 0 {
+		s.interval = a.cfg.PollInterval
+	}
+	if s.interval <= 0 {
+		s.interval = 5 * time.Second
+	}
+	// The heartbeat ratio is the correctness argument: several polls must
+	// fit in the stale window, or a live worker reads stale.
+	if s.staleAfter > 0 && s.interval*3 > s.staleAfter {
+		return s, fmt.Errorf("poll interval %s is not several times shorter than the control plane's stale_after %s; use at most %s",
+			s.interval, s.staleAfter, s.staleAfter/3)
+	}
+	return s, nil
+}

@@ -1,0 +1,191 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"time"
+
+	"github.com/dreamlake/lakeshore/shared/wire"
+)
+
+// loop is the phase machine: setup → ready → draining → terminating.
+func (a *Agent) loop(ctx context.Context, st *state, hello wire.HelloRequest) (err error) {
+	cfg := a.cfg
+	a.setupc = make(chan setupDone, 1)
+	st.setupCtx, st.stopSetup = context.WithCancel(ctx)
+	st.loopDone = make(chan struct{})
+	defer func() {
+		a.endSetups(st)
+		// Leaving by keep-alive without being ready is not a clean exit:
+		// the service manager and the operator must see it (exit 4).
+		if err == nil && st.byeReason == wire.ByeIdle && st.notReady != "" {
+			if !st.hostSetupOK {
+				err = fmt.Errorf("%w: %s", ErrHostSetupFailed, st.notReady)
+			} else {
+				err = fmt.Errorf("%w: %s", ErrNotReady, st.notReady)
+			}
+		}
+	}()
+	runDone := make(chan *running, cfg.Capacity+1)
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	pollNow := make(chan struct{}, 1)
+	kick := func() {
+		select {
+		case pollNow <- struct{}{}:
+		default:
+		}
+	}
+	a.setPhase(st, wire.PhaseSetup)
+	a.health.PollerRunning(true)
+	if len(cfg.HostSetup) > 0 {
+		a.startHostSetup(st, 0)
+	} else {
+		st.hostSetupOK = true
+	}
+
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	var graceTimer <-chan time.Time
+	var graceEnd time.Time
+	graceStarted := false
+	stopc, hurryc, ctxDone, spotc := a.stopc, a.hurryc, ctx.Done(), a.spotc
+	for {
+		select {
+		case <-timer.C:
+			wait := a.poll(ctx, st, hello, runDone)
+			if st.phase == wire.PhaseTerminating {
+				return a.finish(st)
+			}
+			timer.Reset(wait)
+		case <-pollNow:
+			if !timer.Stop() {
+				select {
+				case <-timer.C:
+				default:
+				}
+			}
+			timer.Reset(0)
+		case ev := <-a.setupc:
+			a.setupFinished(st, ev)
+			kick()
+		case r := <-runDone:
+			a.runFinished(ctx, st, r)
+			kick()
+		case <-tick.C:
+			a.health.Tick()
+			a.health.SetInflight(len(st.runs))
+			// Keep-alive counts whenever no invocation runs, whatever the
+			// phase: a worker that cannot become ready (a failed or hung
+			// setup, a workdir it cannot write) must not burn its instance
+			// for ever. Each setup command's start and end restart the count.
+			if cfg.KeepAlive > 0 && !st.draining && len(st.runs) == 0 && time.Since(st.idleSince) >= cfg.KeepAlive {
+				a.keepAliveExpired(st)
+				kick()
+			}
+		case <-stopc:
+			stopc = nil
+			if !st.draining {
+				a.log.Info("signal: draining", "grace", cfg.Grace, "inflight", len(st.runs))
+				a.startDrain(st, wire.ByeSignal)
+				kick()
+			}
+		case <-ctxDone:
+			ctxDone = nil
+			if !st.draining {
+				a.startDrain(st, wire.ByeSignal)
+			}
+			kick()
+		case <-hurryc:
+			hurryc = nil
+			a.log.Info("second signal: skipping the grace period")
+			a.terminate(st)
+			kick()
+		case n, ok := <-spotc: // spot
+			if !ok {
+				spotc = nil
+				break
+			}
+			a.spotNotice(st, n)
+			kick()
+		case <-graceTimer:
+			graceTimer = nil
+			a.log.Warn("grace expired with work still running; terminating", "inflight", len(st.runs))
+			a.terminate(st)
+			kick()
+		}
+		// One grace period, whatever started the drain (signal, idle, command,
+		// spot notice); a spot reclaim sooner than its end shortens it.
+		if st.draining && !graceStarted {
+			graceStarted = true
+			grace := spotGrace(cfg.Grace, cfg.KillAfter, st.spotReclaim, time.Now())
+			graceEnd, graceTimer = time.Now().Add(grace), time.After(grace)
+		} else if graceStarted && st.phase == wire.PhaseDraining && !st.spotReclaim.IsZero() {
+			if grace := spotGrace(cfg.Grace, cfg.KillAfter, st.spotReclaim, time.Now()); time.Now().Add(grace).Before(graceEnd) {
+				graceEnd, graceTimer = time.Now().Add(grace), time.After(grace)
+			}
+		}
+		if st.draining && st.phase == wire.PhaseDraining && len(st.runs) == 0 {
+			a.terminate(st)
+			kick()
+		}
+		if st.phase == wire.PhaseTerminating {
+			st.stopSetup() // a setup command still running is killed with the bodies
+		}
+	}
+}
+
+// keepAliveExpired drains a daemon that ran no invocation for --keep-alive.
+// Ready, that is idleness (exit 0). In setup it could not become ready: a
+// host setup that failed and was not repaired, a setup command still
+// running after --keep-alive (taken for hung: terminate kills it, SIGTERM
+// to its process group, --kill-after, SIGKILL), or a workdir it cannot
+// write; st.notReady says which, and Run answers ErrNotReady (exit 4).
+func (a *Agent) keepAliveExpired(st *state) {
+	ka := a.cfg.KeepAlive
+	switch {
+	case st.phase != wire.PhaseSetup:
+		a.log.Info("idle for keep-alive; draining", "keep_alive", ka)
+	case st.hostSetupErr:
+		st.notReady = "the host setup failed and was not repaired"
+		a.log.Error("host setup failed and was not repaired within keep-alive; draining", "keep_alive", ka)
+	case st.setupBusy:
+		st.notReady = "a setup command was still running after keep-alive (" + st.setupRunning + ")"
+		a.log.Error("a setup command has run for longer than keep-alive: taking it for hung; draining, which kills it",
+			"command", st.setupRunning, "keep_alive", ka)
+	default:
+		st.notReady = "the workdir is not writable"
+		a.log.Error("not ready within keep-alive: the workdir is not writable; draining", "workdir", a.cfg.Workdir, "keep_alive", ka)
+	}
+	a.startDrain(st, wire.ByeIdle)
+}
+
+// ErrLoopPanicked is returned by Run when its loop panicked (failed:runtime).
+var ErrLoopPanicked = errors.New("the agent's loop panicked")
+
+// runLoop runs the loop. A panic in it is a runtime failure: it is logged
+// with its stack, health reads failed:runtime, and salvage stops what runs.
+func (a *Agent) runLoop(ctx context.Context, st *state, hello wire.HelloRequest) (err error) {
+	defer func() {
+		p := recover()
+		if p == nil {
+			return
+		}
+		a.health.Failed(FailedRuntime)
+		a.log.Error("the agent's loop panicked; stopping every body and exiting", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+		err = fmt.Errorf("%w: %v", ErrLoopPanicked, p)
+		a.salvage(st)
+	}()
+	return a.loop(ctx, st, hello)
+}
+
+func (a *Agent) setPhase(st *state, phase string) {
+	if st.phase != phase {
+		a.log.Info("phase", "phase", phase, "worker_id", st.sess.workerID)
+		a.notify.phase(phase, st.byeReason, st.sess.workerID, len(st.runs))
+	}
+	st.phase = phase
+	a.health.SetPhase(phase)
+}

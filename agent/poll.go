@@ -1,0 +1,243 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/dreamlake/lakeshore/shared/client"
+	"github.com/dreamlake/lakeshore/shared/wire"
+)
+
+// poll sends one heartbeat, handles its commands and reports how long to
+// wait before the next.
+func (a *Agent) poll(ctx context.Context, st *state, hello wire.HelloRequest, runDone chan<- *running) time.Duration {
+	a.maybeReady(st)
+	// At most a poll's worth of setup results; the rest go with the next.
+	sent := st.setupResults[:min(len(st.setupResults), wire.MaxSetupResults)]
+	req := wire.PollRequest{
+		WorkerID:            st.sess.workerID,
+		Queue:               a.cfg.Queue,
+		Invocations:         a.inflightIDs(st),
+		Phase:               st.phase,
+		HostKey:             hello.HostKey,
+		UpdatedCapabilities: &wire.Capabilities{MaxConcurrency: &a.cfg.Capacity, CurrentInvocations: ptr(len(st.runs))},
+		SetupResults:        sent,
+	}
+	pctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	if ctx.Err() != nil { // shutting down: the last polls must still go out
+		pctx, cancel = context.WithTimeout(context.Background(), requestTimeout)
+	}
+	done := a.health.RequestStarted("poll")
+	resp, err := st.sess.api.Poll(pctx, req)
+	cancel()
+	done(err == nil)
+	switch {
+	case errors.Is(err, wire.ErrWorkerGone) || errors.Is(err, wire.ErrUnauthorized):
+		// 410: the control plane retired this worker (its work is already
+		// handed out again). 401: it no longer knows this worker's token (a
+		// newer hello, or a control plane that lost its state). Either way
+		// this worker is over: a draining daemon just finishes; any other
+		// says hello again and carries on as a new worker.
+		if st.draining {
+			a.log.Warn("the control plane let go of this worker while it drained", "worker_id", st.sess.workerID, "error", err.Error())
+			a.terminate(st)
+			return 0
+		}
+		a.log.Warn("the control plane let go of this worker; saying hello again", "worker_id", st.sess.workerID, "error", err.Error())
+		a.health.Unregistered()
+		sess, herr := a.hello(ctx, hello)
+		if herr != nil && ctx.Err() != nil {
+			// Stopped while saying hello again: a clean end, as a stop
+			// before the first hello was answered is. No worker is left
+			// to say bye for.
+			a.log.Info("stopped before the new hello was answered; no worker to say bye for")
+			a.terminate(st)
+			return 0
+		}
+		if herr != nil {
+			a.health.Failed("failed:registration")
+			st.byeReason = wire.ByeHelloFailed
+			st.helloErr = herr // a refusal exits 3, not 1
+			a.terminate(st)
+			return 0
+		}
+		st.sess = sess
+		if st.hostSetupErr {
+			// The new worker must show why it claims nothing, too.
+			st.setupResults = append(st.setupResults, st.hostSetupFailure)
+		}
+		return 0
+	case errors.Is(err, wire.ErrInvalid) && slices.ContainsFunc(sent, isHostSetupResult):
+		// A control plane older than host-setup reports refuses a result
+		// without a command id, and would refuse every heartbeat carrying
+		// it: drop those reports (the log has them) rather than go stale.
+		a.log.Warn("the control plane refused host-setup results; not reporting them", "error", err.Error())
+		st.setupResults = slices.DeleteFunc(st.setupResults, isHostSetupResult)
+		return 0
+	case err != nil:
+		st.pollFailures++
+		a.health.SetRunState(RunBackoff)
+		wait := min(st.sess.interval*time.Duration(1<<min(st.pollFailures, 4)), st.sess.staleAfter/3)
+		a.log.Warn("poll failed", "error", err.Error(), "retry_in", wait)
+		return jitter(max(wait, st.sess.interval))
+	}
+	st.pollFailures = 0
+	st.setupResults = st.setupResults[len(sent):]
+	if a.testHookPolled != nil {
+		a.testHookPolled(req)
+	}
+	gotWork := false
+	for _, c := range resp.Commands {
+		switch c.Type {
+		case wire.CommandRun:
+			gotWork = a.startRun(ctx, st, c, runDone) || gotWork
+		case wire.CommandSetup:
+			if !st.setupSeen[c.CommandID] {
+				st.setupSeen[c.CommandID] = true
+				st.setupQueue = append(st.setupQueue, c)
+			}
+		case wire.CommandCancel:
+			if r, ok := st.runs[c.InvocationID]; ok {
+				// reason "superseded": this attempt no longer counts (its work
+				// was handed out again, or an outcome won); its cancelled ack
+				// is a no-op. "operator": somebody cancelled the invocation.
+				// An old control plane sends none.
+				a.log.Info("cancel", "invocation_id", c.InvocationID, "attempt", r.run.Attempt(), "reason", c.Reason)
+				r.run.Cancel()
+			}
+		case wire.CommandDrain:
+			if !st.draining {
+				a.log.Info("drain command: draining", "grace", a.cfg.Grace)
+				a.startDrain(st, wire.ByeDrain)
+			}
+		}
+	}
+	a.nextSetup(st)
+	switch {
+	case st.draining:
+		a.health.SetRunState(RunDraining)
+	case len(st.runs) == 0 && time.Since(st.idleSince) > st.sess.interval:
+		a.health.SetRunState(RunHibernating)
+	default:
+		a.health.SetRunState(RunPolling)
+	}
+	if gotWork && len(st.runs) < a.cfg.Capacity {
+		return 0 // room for more: ask again at once
+	}
+	return jitter(st.sess.interval)
+}
+
+// maybeReady moves setup → ready once host setup succeeded, the setup FIFO
+// is empty and the workdir is writable.
+func (a *Agent) maybeReady(st *state) {
+	if st.phase != wire.PhaseSetup || !st.hostSetupOK || st.setupBusy || len(st.setupQueue) > 0 {
+		return
+	}
+	if err := writable(a.cfg.Workdir); err != nil {
+		a.log.Error("workdir not writable; staying in setup", "workdir", a.cfg.Workdir, "error", err.Error())
+		return
+	}
+	a.setPhase(st, wire.PhaseReady)
+}
+
+func writable(dir string) error {
+	f, err := os.CreateTemp(dir, ".nymph-probe-*")
+	if err != nil {
+		return err
+	}
+	name := f.Name()
+	f.Close()
+	return os.Remove(name)
+}
+
+// inflightIDs lists what the poll must report: bodies running, and
+// outcomes whose ack the control plane has not answered yet (so it does not
+// hand them out again meanwhile). Never nil: an empty list is authoritative.
+func (a *Agent) inflightIDs(st *state) []string {
+	out := []string{}
+	for id := range st.runs {
+		out = append(out, id)
+	}
+	for _, id := range a.acker.Pending() {
+		if !slices.Contains(out, id) {
+			out = append(out, id)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func (a *Agent) startRun(ctx context.Context, st *state, c wire.Command, runDone chan<- *running) bool {
+	inv := c.Invocation
+	if inv == nil {
+		return false
+	}
+	if _, ok := st.runs[inv.InvocationID]; ok {
+		return false
+	}
+	if st.draining || st.phase != wire.PhaseReady || len(st.runs) >= a.cfg.Capacity {
+		// Not ours to run now. Leaving it out of the next poll's list hands it
+		// straight back to the queue.
+		a.log.Warn("refusing a run command", "invocation_id", inv.InvocationID, "phase", st.phase, "inflight", len(st.runs))
+		return false
+	}
+	r := &running{run: a.runner.Start(*inv, st.sess.workerID), session: st.sess}
+	st.runs[inv.InvocationID] = r
+	a.health.SetInflight(len(st.runs))
+	a.log.Info("run", "invocation_id", inv.InvocationID, "attempt", inv.Attempt, "worker_id", st.sess.workerID)
+	if a.testHookRunStarted != nil {
+		a.testHookRunStarted(inv.InvocationID)
+	}
+	go func() {
+		<-r.run.Done()
+		runDone <- r
+	}()
+	return true
+}
+
+func (a *Agent) runFinished(ctx context.Context, st *state, r *running) {
+	id := r.run.InvocationID()
+	if st.runs[id] != r {
+		return // already handled at termination
+	}
+	delete(st.runs, id)
+	a.health.SetInflight(len(st.runs))
+	if len(st.runs) == 0 {
+		st.idleSince = time.Now()
+	}
+	a.settle(ctx, st, r)
+}
+
+// ackAnswered records an ack's final answer in the health record: any
+// answer, even a refusal, shows the control plane reachable.
+func (a *Agent) ackAnswered(sa SpooledAck, _ wire.AckResponse, err error) {
+	key := fmt.Sprintf("%s/%d", sa.Ack.InvocationID, sa.Ack.Attempt)
+	a.ackMu.Lock()
+	done := a.ackDone[key]
+	delete(a.ackDone, key)
+	a.ackMu.Unlock()
+	if done != nil {
+		done(err == nil || !client.Retryable(err))
+	}
+}
+
+func (a *Agent) submitAck(ctx context.Context, r *running, o Outcome) {
+	ack := SpooledAck{
+		ControlPlane: a.cfg.ControlPlane,
+		WorkerID:     r.session.workerID,
+		Token:        r.session.token,
+		Ack:          o.Ack(r.session.workerID, r.run.InvocationID(), r.run.Attempt()),
+		SpooledAt:    time.Now().UTC(),
+	}
+	a.ackMu.Lock()
+	a.ackDone[fmt.Sprintf("%s/%d", ack.Ack.InvocationID, ack.Ack.Attempt)] = a.health.RequestStarted("ack")
+	a.ackMu.Unlock()
+	if err := a.acker.Submit(context.WithoutCancel(ctx), ack); err != nil {
+		a.log.Error("could not spool an ack; sending it unspooled", "invocation_id", ack.Ack.InvocationID, "error", err.Error())
+	}
+	a.log.Info("finished", "invocation_id", ack.Ack.InvocationID, "attempt", ack.Ack.Attempt, "state", o.State, "duration", o.Duration)
+}

@@ -1,0 +1,224 @@
+package agent
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dreamlake/lakeshore/shared/api/apitest"
+	"github.com/dreamlake/lakeshore/shared/wire"
+)
+
+// newSpotAgent builds a real-time agent whose spot watcher polls the fake.
+func newSpotAgent(t *testing.T, p *apitest.Plane, f *spotIMDS, machine string, grace time.Duration, mods ...func(*Config)) *Agent {
+	t.Helper()
+	a := newFakeTimeAgent(t, p, machine, func(c *Config) {
+		c.IMDSEndpoint = f.URL
+		c.Grace = grace
+		c.PollInterval = 100 * time.Millisecond
+		for _, m := range mods {
+			m(c)
+		}
+	})
+	a.spotInterval = 50 * time.Millisecond
+	return a
+}
+
+// TestSpotAgentHandsBackBeforeReclaim: a body runs for a minute; the
+// interruption notice says the reclaim is 3 s away, less than kill-after +
+// 5 s, so the 20 s grace shrinks to nothing: the body is terminated at
+// once and handed back (queued again) by bye{spot_interruption}, all before
+// the reclaim.
+func TestSpotAgentHandsBackBeforeReclaim(t *testing.T) {
+	p := apitest.New(t)
+	f := newSpotIMDS(t, nil)
+	op := operator(p)
+	inv, _, err := op.Submit(context.Background(), wire.SubmitRequest{Queue: "q", Argv: []string{"sleep", "60"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newSpotAgent(t, p, f, "spot-reclaim", 20*time.Second)
+	var reclaim time.Time
+	a.testHookRunStarted = func(string) {
+		reclaim = time.Now().Add(3 * time.Second)
+		f.set(func(f *spotIMDS) { f.action, f.at = "terminate", reclaim })
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := a.Run(ctx); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	exited := time.Now()
+	if reclaim.IsZero() {
+		t.Fatal("the body never started")
+	}
+	// The notice's time has whole seconds; the reclaim is its truncation.
+	if exited.After(reclaim.Truncate(time.Second)) {
+		t.Fatalf("exited %s after the reclaim", exited.Sub(reclaim.Truncate(time.Second)))
+	}
+	if w := workerOf(t, p, "spot-reclaim"); w.State != "gone" || w.ByeReason != "bye: spot_interruption" {
+		t.Fatalf("worker after the interruption: %+v", w)
+	}
+	got, err := op.GetInvocation(context.Background(), inv.InvocationID)
+	if err != nil || got.State != wire.StateQueued {
+		t.Fatalf("invocation after the interruption: %+v %v; want it handed back (queued)", got, err)
+	}
+}
+
+// TestSpotAgentFinishesWithinGrace: the reclaim is two minutes away, so a
+// short body finishes (and is acked) within the grace before the daemon
+// says bye{spot_interruption}.
+func TestSpotAgentFinishesWithinGrace(t *testing.T) {
+	p := apitest.New(t)
+	f := newSpotIMDS(t, nil)
+	op := operator(p)
+	inv, _, err := op.Submit(context.Background(), wire.SubmitRequest{Queue: "q", Argv: []string{"sleep", "1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newSpotAgent(t, p, f, "spot-finish", 10*time.Minute)
+	var reclaim time.Time
+	a.testHookRunStarted = func(string) {
+		reclaim = time.Now().Add(2 * time.Minute)
+		f.set(func(f *spotIMDS) { f.action, f.at = "stop", reclaim })
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := a.Run(ctx); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if reclaim.IsZero() || time.Now().After(reclaim.Truncate(time.Second)) {
+		t.Fatalf("exited after the reclaim (or the body never started)")
+	}
+	if w := workerOf(t, p, "spot-finish"); w.State != "gone" || w.ByeReason != "bye: spot_interruption" {
+		t.Fatalf("worker after the interruption: %+v", w)
+	}
+	got, err := op.GetInvocation(context.Background(), inv.InvocationID)
+	if err != nil || got.State != wire.StateSucceeded {
+		t.Fatalf("invocation after a drain within the shortened grace: %+v %v", got, err)
+	}
+}
+
+// TestSpotAgentShortensSignalGrace: a signal starts the drain (20 s grace)
+// and an interruption notice with the reclaim 3 s away then shortens that
+// same grace: the body is handed back at once; the bye keeps the signal's
+// reason.
+func TestSpotAgentShortensSignalGrace(t *testing.T) {
+	p := apitest.New(t)
+	f := newSpotIMDS(t, nil)
+	op := operator(p)
+	inv, _, err := op.Submit(context.Background(), wire.SubmitRequest{Queue: "q", Argv: []string{"sleep", "60"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newSpotAgent(t, p, f, "spot-signal", 20*time.Second)
+	var reclaim time.Time
+	a.testHookRunStarted = func(string) {
+		a.Stop()
+		reclaim = time.Now().Add(3 * time.Second)
+		f.set(func(f *spotIMDS) { f.action, f.at = "terminate", reclaim })
+	}
+	if err := a.Run(context.Background()); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if reclaim.IsZero() || time.Now().After(reclaim.Truncate(time.Second)) {
+		t.Fatalf("exited after the reclaim (or the body never started)")
+	}
+	if w := workerOf(t, p, "spot-signal"); w.State != "gone" || w.ByeReason != "bye: signal" {
+		t.Fatalf("worker: %+v", w)
+	}
+	if got, err := op.GetInvocation(context.Background(), inv.InvocationID); err != nil || got.State != wire.StateQueued {
+		t.Fatalf("invocation: %+v %v; want it handed back (queued)", got, err)
+	}
+}
+
+// TestSpotAgentRebalanceDrains: with --on-rebalance drain, a rebalance
+// recommendation that appears while a body runs starts the drain: the body
+// finishes within the grace and is acked, and the daemon says bye{drain}.
+func TestSpotAgentRebalanceDrains(t *testing.T) {
+	p := apitest.New(t)
+	f := newSpotIMDS(t, nil)
+	op := operator(p)
+	inv, _, err := op.Submit(context.Background(), wire.SubmitRequest{Queue: "q", Argv: []string{"sleep", "1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newSpotAgent(t, p, f, "spot-rebalance", 10*time.Minute, func(c *Config) { c.OnRebalance = OnRebalanceDrain })
+	a.testHookRunStarted = func(string) { f.set(func(f *spotIMDS) { f.rebalance = time.Now() }) }
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := a.Run(ctx); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if ctx.Err() != nil {
+		t.Fatal("the daemon ran until the test's deadline: the rebalance recommendation did not drain it")
+	}
+	if w := workerOf(t, p, "spot-rebalance"); w.State != "gone" || w.ByeReason != "bye: drain" {
+		t.Fatalf("worker after the rebalance recommendation: %+v", w)
+	}
+	if got, err := op.GetInvocation(context.Background(), inv.InvocationID); err != nil || got.State != wire.StateSucceeded {
+		t.Fatalf("invocation after a drain within the grace: %+v %v", got, err)
+	}
+}
+
+// TestSpotAgentRebalanceLogs: by default (--on-rebalance log) a rebalance
+// recommendation is logged and changes nothing: the daemon drains only
+// when the signal comes, and says bye{signal}.
+func TestSpotAgentRebalanceLogs(t *testing.T) {
+	p := apitest.New(t)
+	f := newSpotIMDS(t, nil)
+	f.set(func(f *spotIMDS) { f.rebalance = time.Now() })
+	logs := newLogRecorder()
+	a := newSpotAgent(t, p, f, "spot-rebalance-log", 10*time.Minute, func(c *Config) { c.Logger = logs.logger() })
+	if a.cfg.OnRebalance != OnRebalanceLog {
+		t.Fatalf("OnRebalance defaulted to %q; want %q", a.cfg.OnRebalance, OnRebalanceLog)
+	}
+	done := make(chan error, 1)
+	go func() { done <- a.Run(context.Background()) }()
+	rec := logs.wait(t, "the rebalance recommendation logged", func(r logRecord) bool {
+		return strings.HasPrefix(r.Msg, "EC2 rebalance recommendation")
+	})
+	if rec.Level != slog.LevelWarn || !strings.Contains(rec.Msg, "--on-rebalance log") {
+		t.Errorf("rebalance logged as %s %q", rec.Level, rec.Msg)
+	}
+	a.Stop() // handled by the loop after the notice
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("Run did not return after the signal")
+	}
+	if w := workerOf(t, p, "spot-rebalance-log"); w.State != "gone" || w.ByeReason != "bye: signal" {
+		t.Fatalf("worker: %+v; want bye signal (the recommendation alone must not drain)", w)
+	}
+}
+
+func TestSpotOnRebalanceConfig(t *testing.T) {
+	for _, tc := range []struct {
+		in, want string
+		ok       bool
+	}{
+		{"", OnRebalanceLog, true},
+		{"log", OnRebalanceLog, true},
+		{"drain", OnRebalanceDrain, true},
+		{"Drain", "", false},
+		{"terminate", "", false},
+	} {
+		cfg := Config{
+			ControlPlane: "http://127.0.0.1:1", EnrollToken: "t", Queue: "q",
+			Workdir: t.TempDir(), StateDir: t.TempDir(), IntrospectAddr: "off",
+			Logger: slog.New(slog.DiscardHandler), OnRebalance: tc.in,
+		}
+		got, err := cfg.withDefaults()
+		switch {
+		case tc.ok && (err != nil || got.OnRebalance != tc.want):
+			t.Errorf("OnRebalance %q: %q, %v; want %q", tc.in, got.OnRebalance, err, tc.want)
+		case !tc.ok && (err == nil || !strings.Contains(err.Error(), "--on-rebalance")):
+			t.Errorf("OnRebalance %q: error %v; want one naming --on-rebalance", tc.in, err)
+		}
+	}
+}

@@ -8,32 +8,33 @@ package wire
 import (
 	"encoding/json"
 	"time"
+
+	"github.com/dreamlake/lakeshore/shared/domain"
 )
 
-// Invocation states.
+// Invocation states. The lifecycle's words are the domain's
+// (shared/domain); the wire sends them as they are.
 const (
-	StateQueued    = "queued"
-	StateRunning   = "running"
-	StateSucceeded = "succeeded"
-	StateFailed    = "failed"
-	StateCancelled = "cancelled"
+	StateQueued    = domain.StateQueued
+	StateRunning   = domain.StateRunning
+	StateSucceeded = domain.StateSucceeded
+	StateFailed    = domain.StateFailed
+	StateCancelled = domain.StateCancelled
 )
 
 // InvocationStates lists every invocation state, in lifecycle order.
 var InvocationStates = []string{StateQueued, StateRunning, StateSucceeded, StateFailed, StateCancelled}
 
 // Terminal reports whether an invocation state is final.
-func Terminal(state string) bool {
-	return state == StateSucceeded || state == StateFailed || state == StateCancelled
-}
+func Terminal(state string) bool { return domain.Terminal(state) }
 
 // Daemon phases (docs/design.md §6). Booting is never sent.
 const (
 	PhaseBooting     = "booting"
-	PhaseSetup       = "setup"
-	PhaseReady       = "ready"
-	PhaseDraining    = "draining"
-	PhaseTerminating = "terminating"
+	PhaseSetup       = domain.PhaseSetup
+	PhaseReady       = domain.PhaseReady
+	PhaseDraining    = domain.PhaseDraining
+	PhaseTerminating = domain.PhaseTerminating
 )
 
 // Bye reasons.
@@ -56,20 +57,20 @@ const (
 // Why a cancel command was sent. Only an operator's cancel can make an
 // invocation cancelled; a superseded attempt's cancelled ack is a no-op.
 const (
-	CancelOperator   = "operator"   // an operator cancelled the invocation
-	CancelSuperseded = "superseded" // this attempt no longer counts: handed to another attempt, or an outcome already won
+	CancelOperator   = domain.CancelOperator   // an operator cancelled the invocation
+	CancelSuperseded = domain.CancelSuperseded // this attempt no longer counts: handed to another attempt, or an outcome already won
 )
 
 // Setup command statuses. A command is pending until the daemon reports it.
 const (
-	SetupPending   = "pending"
-	SetupSucceeded = "succeeded"
-	SetupFailed    = "failed"
+	SetupPending   = domain.SetupPending
+	SetupSucceeded = domain.SetupSucceeded
+	SetupFailed    = domain.SetupFailed
 )
 
 // Error types the control plane itself writes into an invocation's error.
 const (
-	ErrorTypeWorkerLost = "worker_lost"
+	ErrorTypeWorkerLost = domain.ErrorTypeWorkerLost
 	ErrorTypeTimeout    = "timeout"
 )
 

@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"github.com/dreamlake/lakeshore/agent/internal/imds"
+
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -15,9 +17,8 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
-	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/credentials/ec2rolecreds"
-	"github.com/aws/aws-sdk-go-v2/feature/ec2/imds"
+	sdkimds "github.com/aws/aws-sdk-go-v2/feature/ec2/imds"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
@@ -167,35 +168,22 @@ func iamHTTPClient(cfg Config, hc *http.Client, getenv func(string) string) (*ht
 	return &cp, nil
 }
 
-// iamIMDSEndpoint picks the IMDS base URL for the role credentials: the
-// configured one, else $AWS_EC2_METADATA_SERVICE_ENDPOINT, else the
-// default. AWS_EC2_METADATA_DISABLED=true (without a configured endpoint)
-// leaves IAM mode no credentials, which is an error.
+// iamIMDSEndpoint picks the IMDS base URL for the role credentials
+// (imds.Resolve). With IMDS turned off (AWS_EC2_METADATA_DISABLED=true and
+// no endpoint configured) IAM mode has no credentials, which is an error.
 func iamIMDSEndpoint(configured string, getenv func(string) string) (string, error) {
-	if configured != "" {
-		return configured, nil
-	}
-	if strings.EqualFold(strings.TrimSpace(getenv("AWS_EC2_METADATA_DISABLED")), "true") {
+	endpoint, src := imds.Resolve(configured, getenv)
+	if src == imds.None {
 		return "", errors.New("--iam signs with the instance role's credentials from the EC2 instance metadata service, which AWS_EC2_METADATA_DISABLED=true turns off")
 	}
-	if env := getenv("AWS_EC2_METADATA_SERVICE_ENDPOINT"); env != "" {
-		return env, nil
-	}
-	return DefaultIMDSEndpoint, nil
+	return endpoint, nil
 }
 
-// newIAMIMDSClient is an IMDSv2 client for endpoint with every setting
-// explicit (as instanceID's), so the SDK reads no environment behind our
-// back: no proxy (IMDS is link-local), no fallback to IMDSv1. Unlike the
-// machine-id lookup it keeps the SDK's retries: a credentials refresh that
-// fails stops every request.
-func newIAMIMDSClient(endpoint string) *imds.Client {
-	return imds.New(imds.Options{
-		HTTPClient:        awshttp.NewBuildableClient().WithTransportOptions(func(tr *http.Transport) { tr.Proxy = nil }),
-		Endpoint:          endpoint,
-		ClientEnableState: imds.ClientEnabled,
-		EnableFallback:    aws.FalseTernary,
-	})
+// newIAMIMDSClient is the IMDSv2 client for the role credentials. Unlike
+// the machine-id lookup it keeps the SDK's retries: a credentials refresh
+// that fails stops every request.
+func newIAMIMDSClient(endpoint string) *sdkimds.Client {
+	return imds.New(endpoint, imds.Options{Retries: true})
 }
 
 // Where iamRegion found the region.
@@ -234,12 +222,7 @@ func iamRegion(ctx context.Context, flag, controlPlane string, md ec2rolecreds.G
 // name, unlike the SDK's GetRegion, which parses the whole instance
 // identity document for it).
 func imdsRegion(ctx context.Context, md ec2rolecreds.GetMetadataAPIClient) (string, error) {
-	out, err := md.GetMetadata(ctx, &imds.GetMetadataInput{Path: "placement/region"})
-	if err != nil {
-		return "", err
-	}
-	defer out.Content.Close()
-	b, err := io.ReadAll(io.LimitReader(out.Content, 64))
+	b, _, err := imds.Get(ctx, md, "placement/region", 64)
 	if err != nil {
 		return "", err
 	}

@@ -7,15 +7,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"strings"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
-	"github.com/aws/aws-sdk-go-v2/feature/ec2/imds"
+	"github.com/dreamlake/lakeshore/agent/internal/imds"
 
 	"github.com/dreamlake/lakeshore/shared/ids"
 	"github.com/dreamlake/lakeshore/shared/wire"
@@ -31,7 +27,7 @@ const (
 
 // Defaults of MachineIDOptions.
 const (
-	DefaultIMDSEndpoint  = "http://169.254.169.254"
+	DefaultIMDSEndpoint  = imds.DefaultEndpoint
 	DefaultMachineIDFile = "/etc/machine-id"
 	// DefaultIMDSTimeout bounds the whole IMDS exchange (token and instance
 	// id): off EC2 nothing answers, and start-up should not wait for it.
@@ -82,14 +78,7 @@ func MachineID(ctx context.Context, flag string, opts MachineIDOptions) (id, sou
 	if getenv == nil {
 		getenv = os.Getenv
 	}
-	if !strings.EqualFold(strings.TrimSpace(getenv("AWS_EC2_METADATA_DISABLED")), "true") {
-		endpoint := opts.IMDSEndpoint
-		if endpoint == "" {
-			endpoint = getenv("AWS_EC2_METADATA_SERVICE_ENDPOINT")
-		}
-		if endpoint == "" {
-			endpoint = DefaultIMDSEndpoint
-		}
+	if endpoint, src := imds.Resolve(opts.IMDSEndpoint, getenv); src != imds.None {
 		timeout := opts.IMDSTimeout
 		if timeout <= 0 {
 			timeout = DefaultIMDSTimeout
@@ -126,28 +115,12 @@ func MachineID(ctx context.Context, flag string, opts MachineIDOptions) (id, sou
 func instanceID(ctx context.Context, endpoint string, timeout time.Duration) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	// Every setting explicit, so the SDK does not read the process
-	// environment behind Getenv's back. IMDS is link-local: through an
-	// HTTP proxy it would answer for the proxy's host, if at all.
-	httpClient := awshttp.NewBuildableClient().WithTransportOptions(func(tr *http.Transport) { tr.Proxy = nil })
-	client := imds.New(imds.Options{
-		HTTPClient:        httpClient,
-		Endpoint:          endpoint,
-		ClientEnableState: imds.ClientEnabled,
-		EnableFallback:    aws.FalseTernary,
-		Retryer:           aws.NopRetryer{},
-	})
-	out, err := client.GetMetadata(ctx, &imds.GetMetadataInput{Path: "instance-id"})
-	if err != nil {
-		return "", err
-	}
-	defer out.Content.Close()
-	b, err := io.ReadAll(io.LimitReader(out.Content, wire.MaxIDLen+1))
+	b, ok, err := imds.Get(ctx, imds.New(endpoint, imds.Options{}), "instance-id", wire.MaxIDLen+1)
 	if err != nil {
 		return "", err
 	}
 	id := strings.TrimSpace(string(b))
-	if id == "" || len(id) > wire.MaxIDLen || strings.ContainsFunc(id, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
+	if !ok || id == "" || len(id) > wire.MaxIDLen || strings.ContainsFunc(id, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
 		return "", errors.New("imds: implausible instance id")
 	}
 	return id, nil

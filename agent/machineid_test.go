@@ -150,9 +150,17 @@ func TestMachineID(t *testing.T) {
 		},
 		{
 			name: "AWS_EC2_METADATA_DISABLED=true skips imds",
-			imds: func(*machineIDIMDS) {}, useFake: "opt", env: []string{"AWS_EC2_METADATA_DISABLED", "TRUE"},
+			imds: func(*machineIDIMDS) {}, useFake: "env", env: []string{"AWS_EC2_METADATA_DISABLED", "TRUE"},
 			file: rawMachineID, hostname: machineIDHostname("h"),
 			wantID: hashedMachineID, wantSource: MachineIDSourceFile, wantHits: 0,
+		},
+		{
+			// One rule for every IMDS user (internal/imds.Resolve): the
+			// agent's own configuration is an explicit choice and wins.
+			name: "a configured endpoint wins over AWS_EC2_METADATA_DISABLED",
+			imds: func(*machineIDIMDS) {}, useFake: "opt", env: []string{"AWS_EC2_METADATA_DISABLED", "true"},
+			file: rawMachineID, hostname: machineIDHostname("h"),
+			wantID: machineIDInstanceID, wantSource: MachineIDSourceIMDS, wantHits: 2,
 		},
 		{
 			name:     "imds down falls through to the machine-id file",

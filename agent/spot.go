@@ -3,16 +3,14 @@ package agent
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"os"
-	"strconv"
-	"strings"
 	"time"
 
+	sdkimds "github.com/aws/aws-sdk-go-v2/feature/ec2/imds"
+	"github.com/dreamlake/lakeshore/agent/internal/imds"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
@@ -31,20 +29,15 @@ const (
 // Defaults of SpotOptions.
 const (
 	DefaultSpotInterval = 5 * time.Second
-	// DefaultSpotTokenTTL is the IMDSv2 session token's lifetime; the watcher
-	// asks for a new one shortly before it runs out.
-	DefaultSpotTokenTTL = 6 * time.Hour
-	// spotRequestTimeout bounds each IMDS request: a slow answer is retried on
-	// the next tick rather than waited for.
+	// spotRequestTimeout bounds each IMDS exchange (its token and its GET):
+	// a slow answer is retried on the next tick rather than waited for.
 	spotRequestTimeout = 2 * time.Second
 )
 
+// The notice paths, under latest/meta-data/.
 const (
-	spotActionPath    = "/latest/meta-data/spot/instance-action"
-	spotRebalancePath = "/latest/meta-data/events/recommendations/rebalance"
-	imdsTokenPath     = "/latest/api/token"
-	imdsTTLHeader     = "X-aws-ec2-metadata-token-ttl-seconds"
-	imdsTokenHeader   = "X-aws-ec2-metadata-token"
+	spotActionPath    = "spot/instance-action"
+	spotRebalancePath = "events/recommendations/rebalance"
 )
 
 // SpotNotice is one notice from EC2's instance metadata: an interruption
@@ -63,16 +56,10 @@ type SpotOptions struct {
 	Endpoint string
 	// Interval between polls; zero means DefaultSpotInterval.
 	Interval time.Duration
-	// TokenTTL is the lifetime asked for each IMDSv2 token (whole seconds, at
-	// least 1 s); zero means DefaultSpotTokenTTL.
-	TokenTTL time.Duration
 	// HTTP is the client for IMDS; nil means a proxy-less, keep-alive-less
-	// client with a 2 s timeout.
+	// one. The session token is the SDK's to keep (imds.New).
 	HTTP   *http.Client
 	Logger *slog.Logger
-	// Now is the clock the token's lifetime is measured with; nil means
-	// time.Now. The poll interval always runs on a real ticker.
-	Now func() time.Time
 }
 
 // WatchSpot polls IMDSv2 every Interval for a spot interruption notice and
@@ -83,20 +70,13 @@ func WatchSpot(ctx context.Context, opts SpotOptions) <-chan SpotNotice {
 	if opts.Interval <= 0 {
 		opts.Interval = DefaultSpotInterval
 	}
-	if opts.TokenTTL <= 0 {
-		opts.TokenTTL = DefaultSpotTokenTTL
-	}
-	opts.TokenTTL = max(opts.TokenTTL.Truncate(time.Second), time.Second)
 	if opts.HTTP == nil {
-		opts.HTTP = imdsHTTPClient()
+		opts.HTTP = &http.Client{Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
-	w := &spotWatcher{opts: opts, endpoint: strings.TrimRight(opts.Endpoint, "/"), seen: map[string]SpotNotice{}}
+	w := &spotWatcher{opts: opts, md: imds.New(opts.Endpoint, imds.Options{HTTP: opts.HTTP}), seen: map[string]SpotNotice{}}
 	out := make(chan SpotNotice)
 	go func() {
 		defer close(out)
@@ -120,25 +100,11 @@ func WatchSpot(ctx context.Context, opts SpotOptions) <-chan SpotNotice {
 	return out
 }
 
-// imdsHTTPClient talks to IMDS directly (never through a proxy: it would
-// answer for the proxy's host) and keeps no idle connection between polls.
-func imdsHTTPClient() *http.Client {
-	return &http.Client{
-		Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true},
-		Timeout:   spotRequestTimeout,
-	}
-}
-
 type spotWatcher struct {
-	opts     SpotOptions
-	endpoint string
-	token    string
-	expires  time.Time // when to stop using token (a margin before its TTL)
-	seen     map[string]SpotNotice
+	opts SpotOptions
+	md   *sdkimds.Client
+	seen map[string]SpotNotice
 }
-
-// errIMDSUnauthorized means IMDS refused the token (expired or revoked).
-var errIMDSUnauthorized = errors.New("imds: token refused")
 
 // check polls both paths once and returns the notices not sent before.
 func (w *spotWatcher) check(ctx context.Context) []SpotNotice {
@@ -169,11 +135,9 @@ func (w *spotWatcher) fetch(ctx context.Context, kind string) (SpotNotice, bool,
 	if kind == SpotRebalance {
 		path = spotRebalancePath
 	}
-	body, ok, err := w.get(ctx, path)
-	if errors.Is(err, errIMDSUnauthorized) {
-		w.token = "" // a fresh token, once
-		body, ok, err = w.get(ctx, path)
-	}
+	ctx, cancel := context.WithTimeout(ctx, spotRequestTimeout)
+	defer cancel()
+	body, ok, err := imds.Get(ctx, w.md, path, 64<<10)
 	if err != nil || !ok {
 		return SpotNotice{}, false, err
 	}
@@ -205,73 +169,6 @@ func (w *spotWatcher) fetch(ctx context.Context, kind string) (SpotNotice, bool,
 	return n, true, nil
 }
 
-// get GETs path with a valid token: (body, true) on 200, (nil, false) on
-// 404, errIMDSUnauthorized on 401, an error otherwise.
-func (w *spotWatcher) get(ctx context.Context, path string) ([]byte, bool, error) {
-	token, err := w.sessionToken(ctx)
-	if err != nil {
-		return nil, false, err
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, w.endpoint+path, nil)
-	if err != nil {
-		return nil, false, err
-	}
-	req.Header.Set(imdsTokenHeader, token)
-	resp, err := w.opts.HTTP.Do(req)
-	if err != nil {
-		return nil, false, err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	switch {
-	case resp.StatusCode == http.StatusNotFound:
-		return nil, false, nil
-	case resp.StatusCode == http.StatusUnauthorized:
-		return nil, false, errIMDSUnauthorized
-	case resp.StatusCode != http.StatusOK:
-		return nil, false, fmt.Errorf("imds: GET %s: %s", path, resp.Status)
-	case err != nil:
-		return nil, false, err
-	}
-	return body, true, nil
-}
-
-// sessionToken returns the current IMDSv2 token, asking for a new one when
-// there is none or it is about to expire.
-func (w *spotWatcher) sessionToken(ctx context.Context) (string, error) {
-	if w.token != "" && w.opts.Now().Before(w.expires) {
-		return w.token, nil
-	}
-	w.token = ""
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, w.endpoint+imdsTokenPath, nil)
-	if err != nil {
-		return "", err
-	}
-	ttl := w.opts.TokenTTL
-	req.Header.Set(imdsTTLHeader, strconv.Itoa(int(ttl/time.Second)))
-	asked := w.opts.Now()
-	resp, err := w.opts.HTTP.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
-	if err != nil {
-		return "", err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("imds: token: %s", resp.Status)
-	}
-	token := strings.TrimSpace(string(b))
-	if token == "" {
-		return "", errors.New("imds: empty token")
-	}
-	// Stop using it a margin before it runs out: a quarter of its life, at
-	// most a minute.
-	w.token, w.expires = token, asked.Add(ttl-min(ttl/4, time.Minute))
-	return token, nil
-}
-
 // spotEndpoint says whether and where the agent watches for spot notices:
 // only on EC2 (the machine id came from IMDS) or when an endpoint was set
 // explicitly (Config.IMDSEndpoint or $AWS_EC2_METADATA_SERVICE_ENDPOINT), so
@@ -282,19 +179,18 @@ func spotEndpoint(configured, machineIDSource string, getenv func(string) string
 	if getenv == nil {
 		getenv = os.Getenv
 	}
-	if configured != "" {
-		return configured, true
-	}
-	if strings.EqualFold(strings.TrimSpace(getenv("AWS_EC2_METADATA_DISABLED")), "true") {
+	endpoint, src := imds.Resolve(configured, getenv)
+	switch src {
+	case imds.Configured, imds.FromEnv:
+		return endpoint, true
+	case imds.Default:
+		if machineIDSource == MachineIDSourceIMDS {
+			return endpoint, true
+		}
+		return "", false
+	default:
 		return "", false
 	}
-	if env := getenv("AWS_EC2_METADATA_SERVICE_ENDPOINT"); env != "" {
-		return env, true
-	}
-	if machineIDSource == MachineIDSourceIMDS {
-		return DefaultIMDSEndpoint, true
-	}
-	return "", false
 }
 
 // spotGrace is how long in-flight work may still run once the instance is

@@ -642,6 +642,8 @@ type imdsFake struct {
 func (f *imdsFake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case r.Method == http.MethodPut && r.URL.Path == "/latest/api/token":
+		// As IMDS answers: the token and the lifetime it was given.
+		w.Header().Set("X-aws-ec2-metadata-token-ttl-seconds", r.Header.Get("X-aws-ec2-metadata-token-ttl-seconds"))
 		_, _ = w.Write([]byte("token"))
 	case r.Header.Get("X-aws-ec2-metadata-token") != "token":
 		w.WriteHeader(http.StatusUnauthorized)

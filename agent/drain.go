@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"time"
 
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
@@ -37,10 +36,6 @@ func (a *Agent) terminate(st *state) {
 	}
 }
 
-// defaultFinishSlack is how much longer than --kill-after finish waits for
-// the bodies terminate killed: the runner's killConfirmWait, and margin.
-const defaultFinishSlack = 5 * time.Second
-
 // finish waits for the bodies terminate killed (bounded), acks every
 // outcome that is known, flushes the acks within the bye budget and then
 // says bye once, with inflight_abandoned counting only the runs whose
@@ -67,11 +62,7 @@ func (a *Agent) finish(st *state) error {
 // could not be confirmed dead: that fails the shutdown (failed:shutdown)
 // and it is handed back, counted in inflight_abandoned.
 func (a *Agent) reap(st *state) {
-	slack := a.finishSlack
-	if slack <= 0 {
-		slack = defaultFinishSlack
-	}
-	wait := a.cfg.KillAfter + slack
+	wait := terminateWithin(a.cfg.KillAfter, a.finishSlack)
 	deadline, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
 	ids := slices.Sorted(maps.Keys(st.runs))

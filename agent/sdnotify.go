@@ -176,14 +176,3 @@ func HelloBackoffTotal() time.Duration {
 	}
 	return total
 }
-
-// StopBudget reports the longest a drain takes from its start to exit with
-// the given --grace and --kill-after: the grace, a poll in flight when it
-// ends and the terminating poll after it, the wait for killed bodies
-// (agent.finish: kill-after + 5 s), the bounded ack flush (bye timeout +
-// kill-after), bye itself and the introspection server's shutdown. A
-// service manager's stop timeout (systemd TimeoutStopSec) must exceed it;
-// nymph also sends it as EXTEND_TIMEOUT_USEC with STOPPING=1.
-func StopBudget(grace, killAfter time.Duration) time.Duration {
-	return grace + 2*requestTimeout + (killAfter + 5*time.Second) + (byeTimeout + killAfter) + byeTimeout + time.Second
-}

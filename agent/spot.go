@@ -193,17 +193,6 @@ func spotEndpoint(configured, machineIDSource string, getenv func(string) string
 	}
 }
 
-// spotGrace is how long in-flight work may still run once the instance is
-// reclaimed at reclaim: enough before it that bodies are terminated
-// (kill-after) and handed back (bye) in time — at most grace, never
-// negative.
-func spotGrace(grace, killAfter time.Duration, reclaim, now time.Time) time.Duration {
-	if reclaim.IsZero() {
-		return grace
-	}
-	return max(min(grace, reclaim.Sub(now)-killAfter-5*time.Second), 0)
-}
-
 // spotNotice is the loop's handling of a notice: an interruption starts the
 // drain (bye spot_interruption) and records the reclaim time, which the loop
 // uses to shorten the grace (spotGrace); a rebalance recommendation starts

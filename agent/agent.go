@@ -9,18 +9,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dreamlake/lakeshore/agent/internal/health"
 	"github.com/dreamlake/lakeshore/shared/client"
 	"github.com/dreamlake/lakeshore/shared/hostkey"
 	"github.com/dreamlake/lakeshore/shared/wire"
-)
-
-// Run states: the daemon's local view, never sent over the wire.
-const (
-	RunStarting    = "Starting"
-	RunPolling     = "Polling"
-	RunBackoff     = "Backoff"
-	RunHibernating = "Hibernating"
-	RunDraining    = "Draining"
 )
 
 // ErrHelloFailed is returned by Run when hello was refused or its retries ran
@@ -32,7 +24,7 @@ var ErrHelloFailed = errors.New("hello failed")
 type Agent struct {
 	cfg    Config
 	log    *slog.Logger
-	health *Health
+	health *health.Tracker
 	runner *Runner
 	acker  *Acker
 
@@ -90,7 +82,7 @@ func New(cfg Config) (*Agent, error) {
 		runAs:  runAs,
 		cfg:    cfg,
 		log:    cfg.Logger,
-		health: NewHealth(time.Now, HealthOptions{RequestOverdue: requestTimeout, RequestStall: 4 * requestTimeout}),
+		health: health.New(time.Now, health.Options{RequestOverdue: requestTimeout, RequestStall: 4 * requestTimeout}),
 		notify: newServiceNotify(cfg),
 		stopc:  make(chan struct{}),
 		hurryc: make(chan struct{}),
@@ -98,7 +90,7 @@ func New(cfg Config) (*Agent, error) {
 }
 
 // Health reports the agent's health record (for tests and introspection).
-func (a *Agent) Health() *Health { return a.health }
+func (a *Agent) Health() *health.Tracker { return a.health }
 
 // Stop asks the agent to drain (the first call: a signal) and then to skip
 // the grace period (a second call: a second signal).
@@ -178,7 +170,7 @@ type setupDone struct {
 func (a *Agent) Run(ctx context.Context) (err error) {
 	defer func() {
 		if err != nil && !errors.Is(err, ErrHelloFailed) && !errors.Is(err, ErrNotReady) {
-			a.health.Failed(FailedRuntime)
+			a.health.Failed(health.FailedRuntime)
 		}
 	}()
 	cfg := a.cfg
@@ -197,9 +189,9 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 		}
 	}()
 	a.health.SetPhase(wire.PhaseBooting)
-	a.health.SetRunState(RunStarting)
+	a.health.SetRunState(health.RunStarting)
 
-	stopIntrospect, bound, err := ServeIntrospect(cfg.IntrospectAddr, a.health, a.log)
+	stopIntrospect, bound, err := health.ServeIntrospect(cfg.IntrospectAddr, a.health, a.log)
 	if err != nil {
 		return err
 	}
@@ -268,7 +260,7 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 			a.health.Stopped()
 			return nil
 		}
-		a.health.Failed("failed:registration")
+		a.health.Failed(health.FailedRegistration)
 		return err
 	}
 	return a.runLoop(ctx, st, hello)

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/dreamlake/lakeshore/agent/internal/health"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
@@ -15,7 +16,7 @@ func (a *Agent) startDrain(st *state, reason string) {
 	st.draining = true
 	st.byeReason = reason
 	a.setPhase(st, wire.PhaseDraining)
-	a.health.SetRunState(RunDraining)
+	a.health.SetRunState(health.RunDraining)
 }
 
 // terminate ends the drain: every body still running is killed
@@ -86,7 +87,7 @@ func (a *Agent) reap(st *state) {
 		}
 		st.abandoned++
 		if st.phase == wire.PhaseTerminating {
-			a.health.Failed(FailedShutdown)
+			a.health.Failed(health.FailedShutdown)
 		}
 		pid := r.run.Pid()
 		a.log.Error("cleanup not confirmed: the run was still going at the shutdown deadline; handing it back (counted in inflight_abandoned) although its processes may still be running",
@@ -106,7 +107,7 @@ func (a *Agent) settle(ctx context.Context, st *state, r *running) {
 	id, attempt := r.run.InvocationID(), r.run.Attempt()
 	if pgid, pids := r.run.Unconfirmed(); pgid != 0 {
 		if st.phase == wire.PhaseTerminating {
-			a.health.Failed(FailedShutdown)
+			a.health.Failed(health.FailedShutdown)
 		}
 		msg := "cleanup not confirmed: processes of a finished run outlived SIGKILL; its outcome is acked"
 		if o.Abandoned {

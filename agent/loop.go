@@ -7,6 +7,7 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/dreamlake/lakeshore/agent/internal/health"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
@@ -173,7 +174,7 @@ func (a *Agent) runLoop(ctx context.Context, st *state, hello wire.HelloRequest)
 		if p == nil {
 			return
 		}
-		a.health.Failed(FailedRuntime)
+		a.health.Failed(health.FailedRuntime)
 		a.log.Error("the agent's loop panicked; stopping every body and exiting", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
 		err = fmt.Errorf("%w: %v", ErrLoopPanicked, p)
 		a.salvage(st)

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/dreamlake/lakeshore/agent/internal/health"
 	"github.com/dreamlake/lakeshore/shared/client"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
@@ -59,7 +60,7 @@ func (a *Agent) poll(ctx context.Context, st *state, hello wire.HelloRequest, ru
 			return 0
 		}
 		if herr != nil {
-			a.health.Failed("failed:registration")
+			a.health.Failed(health.FailedRegistration)
 			st.byeReason = wire.ByeHelloFailed
 			st.helloErr = herr // a refusal exits 3, not 1
 			a.terminate(st)
@@ -80,7 +81,7 @@ func (a *Agent) poll(ctx context.Context, st *state, hello wire.HelloRequest, ru
 		return 0
 	case err != nil:
 		st.pollFailures++
-		a.health.SetRunState(RunBackoff)
+		a.health.SetRunState(health.RunBackoff)
 		wait := min(st.sess.interval*time.Duration(1<<min(st.pollFailures, 4)), st.sess.staleAfter/3)
 		a.log.Warn("poll failed", "error", err.Error(), "retry_in", wait)
 		return jitter(max(wait, st.sess.interval))
@@ -119,11 +120,11 @@ func (a *Agent) poll(ctx context.Context, st *state, hello wire.HelloRequest, ru
 	a.nextSetup(st)
 	switch {
 	case st.draining:
-		a.health.SetRunState(RunDraining)
+		a.health.SetRunState(health.RunDraining)
 	case len(st.runs) == 0 && time.Since(st.idleSince) > st.sess.interval:
-		a.health.SetRunState(RunHibernating)
+		a.health.SetRunState(health.RunHibernating)
 	default:
-		a.health.SetRunState(RunPolling)
+		a.health.SetRunState(health.RunPolling)
 	}
 	if gotWork && len(st.runs) < a.cfg.Capacity {
 		return 0 // room for more: ask again at once

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dreamlake/lakeshore/agent/internal/health"
 	"github.com/dreamlake/lakeshore/shared/api/apitest"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
@@ -80,8 +81,8 @@ func TestFinishDeadlineCoversEveryRun(t *testing.T) {
 	if rec := exitRecord(t, logs); rec.Attrs["inflight_abandoned"] != int64(2) {
 		t.Fatalf("exit %v; want inflight_abandoned 2", rec)
 	}
-	if s := a.Health().Snapshot(); s.LiveReason != FailedShutdown {
-		t.Errorf("live reason %q; want %q", s.LiveReason, FailedShutdown)
+	if s := a.Health().Snapshot(); s.LiveReason != health.FailedShutdown {
+		t.Errorf("live reason %q; want %q", s.LiveReason, health.FailedShutdown)
 	}
 	errs := logs.find(func(r logRecord) bool {
 		return r.Level == slog.LevelError && strings.HasPrefix(r.Msg, "cleanup not confirmed") && r.Attrs["attempt"] == int64(2)
@@ -120,8 +121,8 @@ func TestAgentLoopPanicIsARuntimeFailure(t *testing.T) {
 	if ExitCode(err) != ExitFailure {
 		t.Errorf("exit code %d; want %d", ExitCode(err), ExitFailure)
 	}
-	if s := a.Health().Snapshot(); s.Live || s.LiveReason != FailedRuntime || s.Ready {
-		t.Errorf("health after a loop panic: ready %v live %v %q; want not live, %q", s.Ready, s.Live, s.LiveReason, FailedRuntime)
+	if s := a.Health().Snapshot(); s.Live || s.LiveReason != health.FailedRuntime || s.Ready {
+		t.Errorf("health after a loop panic: ready %v live %v %q; want not live, %q", s.Ready, s.Live, s.LiveReason, health.FailedRuntime)
 	}
 	runnerTestAssertGone(t, "body of the panicked daemon", bodyPid)
 	if recs := logs.find(func(r logRecord) bool {
@@ -146,8 +147,8 @@ func TestAgentStartupErrorIsARuntimeFailure(t *testing.T) {
 	if err := a.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "state dir") {
 		t.Fatalf("Run = %v; want the state dir's error", err)
 	}
-	if s := a.Health().Snapshot(); s.Live || s.LiveReason != FailedRuntime {
-		t.Errorf("live = %v %q; want false %q", s.Live, s.LiveReason, FailedRuntime)
+	if s := a.Health().Snapshot(); s.Live || s.LiveReason != health.FailedRuntime {
+		t.Errorf("live = %v %q; want false %q", s.Live, s.LiveReason, health.FailedRuntime)
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/dreamlake/lakeshore/agent/internal/health"
 	"github.com/dreamlake/lakeshore/shared/api"
 	"github.com/dreamlake/lakeshore/shared/api/apitest"
 	"github.com/dreamlake/lakeshore/shared/client"
@@ -247,8 +248,8 @@ func TestAgentAcksAnOutcomeKnownAtTermination(t *testing.T) {
 	if ab := logs.find(func(r logRecord) bool { return strings.HasPrefix(r.Msg, "abandoned") }); len(ab) != 0 {
 		t.Fatalf("logged as abandoned: %v", ab)
 	}
-	if s := a.Health().Snapshot(); s.LiveReason != ReasonStopped {
-		t.Errorf("live reason after a clean shutdown %q; want %q", s.LiveReason, ReasonStopped)
+	if s := a.Health().Snapshot(); s.LiveReason != health.ReasonStopped {
+		t.Errorf("live reason after a clean shutdown %q; want %q", s.LiveReason, health.ReasonStopped)
 	}
 }
 
@@ -284,8 +285,8 @@ func TestAgentShutdownNotConfirmed(t *testing.T) {
 	if ctx.Err() != nil {
 		t.Fatal("Run ended by the test's deadline")
 	}
-	if s := a.Health().Snapshot(); s.Live || s.LiveReason != FailedShutdown {
-		t.Errorf("live = %v %q after an unconfirmed cleanup; want false %q", s.Live, s.LiveReason, FailedShutdown)
+	if s := a.Health().Snapshot(); s.Live || s.LiveReason != health.FailedShutdown {
+		t.Errorf("live = %v %q after an unconfirmed cleanup; want false %q", s.Live, s.LiveReason, health.FailedShutdown)
 	}
 	errs := logs.find(func(r logRecord) bool {
 		return r.Level == slog.LevelError && strings.HasPrefix(r.Msg, "cleanup not confirmed") && r.Attrs["invocation_id"] == inv.InvocationID

@@ -95,14 +95,23 @@ var _ Getter = (*sdkimds.Client)(nil)
 // Get reads metadata path (under latest/meta-data/), at most limit bytes
 // of it. ok is false when IMDS has nothing there (404). A token IMDS
 // refused (401: it restarted, or the token ran out) makes the client drop
-// it; Get then asks once more, with a fresh one.
+// it and mark the error retryable; Get then asks once more, with a fresh
+// token, whatever the client's own retries.
 func Get(ctx context.Context, c Getter, path string, limit int64) (body []byte, ok bool, err error) {
 	for try := 0; ; try++ {
 		body, ok, err = get(ctx, c, path, limit)
-		if try > 0 || Status(err) != http.StatusUnauthorized {
+		if try > 0 || !tokenRefused(err) {
 			return body, ok, err
 		}
 	}
+}
+
+// tokenRefused reports whether err is IMDS refusing the session token: the
+// SDK's client answers a 401 with an error it marks retryable (and drops
+// the token), the one error it marks so.
+func tokenRefused(err error) bool {
+	var r interface{ RetryableError() bool }
+	return Status(err) == http.StatusUnauthorized || (errors.As(err, &r) && r.RetryableError())
 }
 
 func get(ctx context.Context, c Getter, path string, limit int64) ([]byte, bool, error) {
@@ -123,7 +132,7 @@ func get(ctx context.Context, c Getter, path string, limit int64) ([]byte, bool,
 
 // Status reports the HTTP status IMDS answered err with (0: none).
 func Status(err error) int {
-	var re *awshttp.ResponseError
+	var re interface{ HTTPStatusCode() int } // the SDK's smithy response error
 	if errors.As(err, &re) {
 		return re.HTTPStatusCode()
 	}

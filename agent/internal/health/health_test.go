@@ -1,4 +1,4 @@
-package agent
+package health
 
 import (
 	"encoding/json"
@@ -15,7 +15,7 @@ var healthEpoch = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 
 // healthServing brings h to the steady state: registered, phase ready, polling,
 // poller running, loop ticking, one successful poll.
-func healthServing(h *Health) {
+func healthServing(h *Tracker) {
 	h.SetRunState(RunStarting)
 	h.RequestStarted(RoleHello)(true)
 	h.Registered("wrk_01JD2K0000000000000000000A", "hk1_abc", "gpu")
@@ -28,7 +28,7 @@ func healthServing(h *Health) {
 
 // healthAdvance moves the clock by d in one-second steps with the loop
 // ticking, as a healthy main loop does.
-func healthAdvance(h *Health, c *clock.Fake, d time.Duration) {
+func healthAdvance(h *Tracker, c *clock.Fake, d time.Duration) {
 	for ; d > 0; d -= time.Second {
 		c.Advance(min(time.Second, d))
 		h.Tick()
@@ -38,8 +38,8 @@ func healthAdvance(h *Health, c *clock.Fake, d time.Duration) {
 func TestHealthReasons(t *testing.T) {
 	tests := []struct {
 		name        string
-		opts        HealthOptions
-		do          func(h *Health, c *clock.Fake)
+		opts        Options
+		do          func(h *Tracker, c *clock.Fake)
 		ready       bool
 		readyReason string
 		live        bool
@@ -47,12 +47,12 @@ func TestHealthReasons(t *testing.T) {
 	}{
 		{
 			name:        "not started: constructed, loop not running",
-			do:          func(h *Health, c *clock.Fake) {},
+			do:          func(h *Tracker, c *clock.Fake) {},
 			readyReason: ReasonNotStarted, liveReason: ReasonNotStarted,
 		},
 		{
 			name: "registering: hello outstanding",
-			do: func(h *Health, c *clock.Fake) {
+			do: func(h *Tracker, c *clock.Fake) {
 				h.SetRunState(RunStarting)
 				h.RequestStarted(RoleHello)
 				c.Advance(5 * time.Second)
@@ -61,7 +61,7 @@ func TestHealthReasons(t *testing.T) {
 		},
 		{
 			name: "registering: hello failed and is being retried",
-			do: func(h *Health, c *clock.Fake) {
+			do: func(h *Tracker, c *clock.Fake) {
 				h.SetRunState(RunStarting)
 				h.RequestStarted(RoleHello)(false)
 			},
@@ -69,7 +69,7 @@ func TestHealthReasons(t *testing.T) {
 		},
 		{
 			name: "registering: a slow start-up before the first tick is not a stall",
-			do: func(h *Health, c *clock.Fake) {
+			do: func(h *Tracker, c *clock.Fake) {
 				h.SetRunState(RunStarting)
 				c.Advance(time.Minute)
 			},
@@ -77,7 +77,7 @@ func TestHealthReasons(t *testing.T) {
 		},
 		{
 			name: "registering: unregistered after a 410",
-			do: func(h *Health, c *clock.Fake) {
+			do: func(h *Tracker, c *clock.Fake) {
 				healthServing(h)
 				h.Unregistered()
 				h.RequestStarted(RoleHello)
@@ -86,7 +86,7 @@ func TestHealthReasons(t *testing.T) {
 		},
 		{
 			name: "setup: heartbeats yes, claims no",
-			do: func(h *Health, c *clock.Fake) {
+			do: func(h *Tracker, c *clock.Fake) {
 				healthServing(h)
 				h.SetPhase(wire.PhaseSetup)
 			},
@@ -94,7 +94,7 @@ func TestHealthReasons(t *testing.T) {
 		},
 		{
 			name: "draining: phase",
-			do: func(h *Health, c *clock.Fake) {
+			do: func(h *Tracker, c *clock.Fake) {
 				healthServing(h)
 				h.SetPhase(wire.PhaseDraining)
 			},
@@ -102,7 +102,7 @@ func TestHealthReasons(t *testing.T) {
 		},
 		{
 			name: "draining: run state",
-			do: func(h *Health, c *clock.Fake) {
+			do: func(h *Tracker, c *clock.Fake) {
 				healthServing(h)
 				h.SetRunState(RunDraining)
 			},
@@ -110,7 +110,7 @@ func TestHealthReasons(t *testing.T) {
 		},
 		{
 			name: "draining: terminating",
-			do: func(h *Health, c *clock.Fake) {
+			do: func(h *Tracker, c *clock.Fake) {
 				healthServing(h)
 				h.SetPhase(wire.PhaseTerminating)
 				h.PollerRunning(false)
@@ -119,7 +119,7 @@ func TestHealthReasons(t *testing.T) {
 		},
 		{
 			name: "server unavailable: the latest poll failed, and live stays true",
-			do: func(h *Health, c *clock.Fake) {
+			do: func(h *Tracker, c *clock.Fake) {
 				healthServing(h)
 				for range 10 {
 					healthAdvance(h, c, 10*time.Second)
@@ -131,7 +131,7 @@ func TestHealthReasons(t *testing.T) {
 		},
 		{
 			name: "server unavailable: still, while the retry is outstanding",
-			do: func(h *Health, c *clock.Fake) {
+			do: func(h *Tracker, c *clock.Fake) {
 				healthServing(h)
 				h.RequestStarted(RolePoll)(false)
 				h.RequestStarted(RolePoll)
@@ -140,7 +140,7 @@ func TestHealthReasons(t *testing.T) {
 		},
 		{
 			name: "server unavailable: ack",
-			do: func(h *Health, c *clock.Fake) {
+			do: func(h *Tracker, c *clock.Fake) {
 				healthServing(h)
 				h.RequestStarted(RoleAck)(false)
 			},
@@ -148,7 +148,7 @@ func TestHealthReasons(t *testing.T) {
 		},
 		{
 			name: "ready again after a later exchange of the failed role succeeds",
-			do: func(h *Health, c *clock.Fake) {
+			do: func(h *Tracker, c *clock.Fake) {
 				healthServing(h)
 				h.RequestStarted(RolePoll)(false)
 				h.RequestStarted(RoleAck)(false)
@@ -160,7 +160,7 @@ func TestHealthReasons(t *testing.T) {
 		},
 		{
 			name: "ready: an idle long poll inside the overdue bound",
-			do: func(h *Health, c *clock.Fake) {
+			do: func(h *Tracker, c *clock.Fake) {
 				healthServing(h)
 				h.RequestStarted(RolePoll)
 				healthAdvance(h, c, 30*time.Second)
@@ -169,7 +169,7 @@ func TestHealthReasons(t *testing.T) {
 		},
 		{
 			name: "server unavailable: a poll unanswered past the overdue bound, while the client still retries",
-			do: func(h *Health, c *clock.Fake) {
+			do: func(h *Tracker, c *clock.Fake) {
 				healthServing(h)
 				h.RequestStarted(RolePoll)
 				healthAdvance(h, c, 31*time.Second)
@@ -178,7 +178,7 @@ func TestHealthReasons(t *testing.T) {
 		},
 		{
 			name: "server unavailable: overdue, the oldest of two concurrent acks",
-			do: func(h *Health, c *clock.Fake) {
+			do: func(h *Tracker, c *clock.Fake) {
 				healthServing(h)
 				h.RequestStarted(RoleAck)
 				healthAdvance(h, c, 20*time.Second)
@@ -189,8 +189,8 @@ func TestHealthReasons(t *testing.T) {
 		},
 		{
 			name: "server unavailable: overdue bound from options",
-			opts: HealthOptions{RequestOverdue: 5 * time.Second},
-			do: func(h *Health, c *clock.Fake) {
+			opts: Options{RequestOverdue: 5 * time.Second},
+			do: func(h *Tracker, c *clock.Fake) {
 				healthServing(h)
 				h.RequestStarted(RolePoll)
 				healthAdvance(h, c, 6*time.Second)
@@ -199,7 +199,7 @@ func TestHealthReasons(t *testing.T) {
 		},
 		{
 			name: "server unavailable: overdue although the role's last exchange succeeded",
-			do: func(h *Health, c *clock.Fake) {
+			do: func(h *Tracker, c *clock.Fake) {
 				healthServing(h)
 				h.RequestStarted(RoleBye)(true)
 				h.RequestStarted(RoleBye)
@@ -209,7 +209,7 @@ func TestHealthReasons(t *testing.T) {
 		},
 		{
 			name: "request stalled (live) wins over server unavailable (ready)",
-			do: func(h *Health, c *clock.Fake) {
+			do: func(h *Tracker, c *clock.Fake) {
 				healthServing(h)
 				h.RequestStarted(RoleAck)(false)
 				h.RequestStarted(RoleAck)
@@ -219,7 +219,7 @@ func TestHealthReasons(t *testing.T) {
 		},
 		{
 			name: "poller stopped",
-			do: func(h *Health, c *clock.Fake) {
+			do: func(h *Tracker, c *clock.Fake) {
 				healthServing(h)
 				h.PollerRunning(false)
 			},
@@ -227,12 +227,12 @@ func TestHealthReasons(t *testing.T) {
 		},
 		{
 			name:  "ready",
-			do:    func(h *Health, c *clock.Fake) { healthServing(h) },
+			do:    func(h *Tracker, c *clock.Fake) { healthServing(h) },
 			ready: true, readyReason: ReasonReady, live: true, liveReason: ReasonLive,
 		},
 		{
 			name: "ready: long-running work never affects either signal",
-			do: func(h *Health, c *clock.Fake) {
+			do: func(h *Tracker, c *clock.Fake) {
 				healthServing(h)
 				h.SetInflight(3)
 				for range 60 {
@@ -244,7 +244,7 @@ func TestHealthReasons(t *testing.T) {
 		},
 		{
 			name: "event loop stalled: no tick for longer than LoopStall",
-			do: func(h *Health, c *clock.Fake) {
+			do: func(h *Tracker, c *clock.Fake) {
 				healthServing(h)
 				c.Advance(31 * time.Second)
 			},
@@ -252,7 +252,7 @@ func TestHealthReasons(t *testing.T) {
 		},
 		{
 			name: "live: a tick exactly LoopStall old",
-			do: func(h *Health, c *clock.Fake) {
+			do: func(h *Tracker, c *clock.Fake) {
 				healthServing(h)
 				c.Advance(30 * time.Second)
 			},
@@ -260,8 +260,8 @@ func TestHealthReasons(t *testing.T) {
 		},
 		{
 			name: "event loop stalled: bound from options",
-			opts: HealthOptions{LoopStall: 3 * time.Second},
-			do: func(h *Health, c *clock.Fake) {
+			opts: Options{LoopStall: 3 * time.Second},
+			do: func(h *Tracker, c *clock.Fake) {
 				healthServing(h)
 				c.Advance(4 * time.Second)
 			},
@@ -269,7 +269,7 @@ func TestHealthReasons(t *testing.T) {
 		},
 		{
 			name: "request stalled: poll outlived every retry window",
-			do: func(h *Health, c *clock.Fake) {
+			do: func(h *Tracker, c *clock.Fake) {
 				healthServing(h)
 				h.RequestStarted(RolePoll)
 				healthAdvance(h, c, 121*time.Second)
@@ -278,7 +278,7 @@ func TestHealthReasons(t *testing.T) {
 		},
 		{
 			name: "request stalled: hello, before the loop ticks",
-			do: func(h *Health, c *clock.Fake) {
+			do: func(h *Tracker, c *clock.Fake) {
 				h.SetRunState(RunStarting)
 				h.RequestStarted(RoleHello)
 				c.Advance(121 * time.Second)
@@ -287,7 +287,7 @@ func TestHealthReasons(t *testing.T) {
 		},
 		{
 			name: "failed: registration",
-			do: func(h *Health, c *clock.Fake) {
+			do: func(h *Tracker, c *clock.Fake) {
 				h.SetRunState(RunStarting)
 				h.RequestStarted(RoleHello)(false)
 				h.Failed(FailedRegistration)
@@ -296,7 +296,7 @@ func TestHealthReasons(t *testing.T) {
 		},
 		{
 			name: "failed: runtime, bare suffix",
-			do: func(h *Health, c *clock.Fake) {
+			do: func(h *Tracker, c *clock.Fake) {
 				healthServing(h)
 				h.Failed("runtime")
 			},
@@ -304,7 +304,7 @@ func TestHealthReasons(t *testing.T) {
 		},
 		{
 			name: "failed: shutdown, kept through Stopped",
-			do: func(h *Health, c *clock.Fake) {
+			do: func(h *Tracker, c *clock.Fake) {
 				healthServing(h)
 				h.Failed(FailedShutdown)
 				h.Stopped()
@@ -313,7 +313,7 @@ func TestHealthReasons(t *testing.T) {
 		},
 		{
 			name: "failed: the first failure is kept",
-			do: func(h *Health, c *clock.Fake) {
+			do: func(h *Tracker, c *clock.Fake) {
 				healthServing(h)
 				h.Failed(FailedRegistration)
 				h.Failed(FailedShutdown)
@@ -322,7 +322,7 @@ func TestHealthReasons(t *testing.T) {
 		},
 		{
 			name: "failed: a token reason outside the seed's three is kept",
-			do: func(h *Health, c *clock.Fake) {
+			do: func(h *Tracker, c *clock.Fake) {
 				healthServing(h)
 				h.Failed("failed:host_setup")
 			},
@@ -330,7 +330,7 @@ func TestHealthReasons(t *testing.T) {
 		},
 		{
 			name: "failed: free text never reaches the snapshot",
-			do: func(h *Health, c *clock.Fake) {
+			do: func(h *Tracker, c *clock.Fake) {
 				healthServing(h)
 				h.Failed("failed: dial tcp 10.0.0.7:443: token=sekrit refused")
 			},
@@ -338,7 +338,7 @@ func TestHealthReasons(t *testing.T) {
 		},
 		{
 			name: "stopped",
-			do: func(h *Health, c *clock.Fake) {
+			do: func(h *Tracker, c *clock.Fake) {
 				healthServing(h)
 				h.SetPhase(wire.PhaseTerminating)
 				h.RequestStarted(RoleBye)(true)
@@ -350,7 +350,7 @@ func TestHealthReasons(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c := clock.NewFake(healthEpoch)
-			h := NewHealth(c.Now, tt.opts)
+			h := New(c.Now, tt.opts)
 			tt.do(h, c)
 			s := h.Snapshot()
 			if s.Ready != tt.ready || s.ReadyReason != tt.readyReason {
@@ -365,7 +365,7 @@ func TestHealthReasons(t *testing.T) {
 
 func TestHealthSnapshotAges(t *testing.T) {
 	c := clock.NewFake(healthEpoch)
-	h := NewHealth(c.Now, HealthOptions{})
+	h := New(c.Now, Options{})
 	if s := h.Snapshot(); s.Phase != wire.PhaseBooting || s.SinceLastTickS != nil || s.SinceLastPollOKS != nil || len(s.Roles) != 0 {
 		t.Fatalf("fresh snapshot = %+v, want booting with no ages and no roles", s)
 	}
@@ -415,7 +415,7 @@ func TestHealthSnapshotAges(t *testing.T) {
 // argv, env or an error message.
 func TestHealthSnapshotFields(t *testing.T) {
 	c := clock.NewFake(healthEpoch)
-	h := NewHealth(c.Now, HealthOptions{})
+	h := New(c.Now, Options{})
 	healthServing(h)
 	h.RequestStarted(RoleAck)
 	b, err := json.Marshal(h.Snapshot())
@@ -462,7 +462,7 @@ func healthSorted(s []string) []string {
 
 // TestHealthConcurrent exercises every recorder against Snapshot for -race.
 func TestHealthConcurrent(t *testing.T) {
-	h := NewHealth(nil, HealthOptions{})
+	h := New(nil, Options{})
 	var wg sync.WaitGroup
 	for i := range 8 {
 		wg.Go(func() {

@@ -1,4 +1,4 @@
-package agent
+package health
 
 import (
 	"context"
@@ -21,7 +21,7 @@ import (
 // (127.0.0.0/8, ::1) or "localhost" — because the run state never leaves the
 // host. An empty addr or "off" disables it: stop is then a no-op and
 // boundAddr is empty. stop shuts the server down gracefully within ctx.
-func ServeIntrospect(addr string, h *Health, log *slog.Logger) (stop func(context.Context) error, boundAddr string, err error) {
+func ServeIntrospect(addr string, h *Tracker, log *slog.Logger) (stop func(context.Context) error, boundAddr string, err error) {
 	noop := func(context.Context) error { return nil }
 	if addr == "" || addr == "off" {
 		return noop, "", nil
@@ -77,7 +77,7 @@ func introspectListenAddr(addr string) (string, error) {
 
 // introspectHandler answers /status, /readyz and /livez from h.Snapshot,
 // which does no I/O and never waits on the main loop.
-func introspectHandler(h *Health) http.Handler {
+func introspectHandler(h *Tracker) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, _ *http.Request) {
 		writeSnapshot(w, http.StatusOK, h.Snapshot())

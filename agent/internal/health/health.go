@@ -1,4 +1,9 @@
-package agent
+// Package health is nymph's record of how it is doing — phase, run state,
+// the requests in flight by role, the loop's pulse — and the ready and live
+// rules read from it (docs/agent.md, after the readiness seed), served on
+// the introspection address as /status, /readyz and /livez. It does no
+// work of its own: the daemon reports to it, and it answers.
+package health
 
 import (
 	"slices"
@@ -7,6 +12,15 @@ import (
 	"time"
 
 	"github.com/dreamlake/lakeshore/shared/wire"
+)
+
+// Run states: the daemon's local view, never sent over the wire.
+const (
+	RunStarting    = "Starting"
+	RunPolling     = "Polling"
+	RunBackoff     = "Backoff"
+	RunHibernating = "Hibernating"
+	RunDraining    = "Draining"
 )
 
 // Default bounds of the ready and live rules (docs/design.md §6).
@@ -58,9 +72,9 @@ const (
 	ReasonRequestStalled    = "request_stalled:"
 )
 
-// HealthOptions bounds the ready and live rules. Zero fields take the
+// Options bounds the ready and live rules. Zero fields take the
 // defaults above.
-type HealthOptions struct {
+type Options struct {
 	// RequestOverdue is the readiness bound for an outstanding request. Set
 	// it to at least the longest single HTTP attempt, a long poll included:
 	// an idle long poll is healthy.
@@ -71,7 +85,7 @@ type HealthOptions struct {
 	LoopStall time.Duration
 }
 
-func (o HealthOptions) withDefaults() HealthOptions {
+func (o Options) withDefaults() Options {
 	if o.RequestOverdue <= 0 {
 		o.RequestOverdue = DefaultRequestOverdue
 	}
@@ -89,9 +103,9 @@ func (o HealthOptions) withDefaults() HealthOptions {
 // It performs no I/O and holds its lock only briefly, so a probe served from
 // another goroutine answers even while the main loop is stuck. It is safe for
 // concurrent use.
-type Health struct {
+type Tracker struct {
 	now  func() time.Time
-	opts HealthOptions
+	opts Options
 
 	mu            sync.Mutex
 	created       time.Time
@@ -119,11 +133,11 @@ type roleRecord struct {
 
 // NewHealth returns a record in phase booting, before the main loop. now is
 // read once per recording and per snapshot; nil means time.Now.
-func NewHealth(now func() time.Time, opts HealthOptions) *Health {
+func New(now func() time.Time, opts Options) *Tracker {
 	if now == nil {
 		now = time.Now
 	}
-	return &Health{
+	return &Tracker{
 		now:     now,
 		opts:    opts.withDefaults(),
 		created: now(),
@@ -134,14 +148,14 @@ func NewHealth(now func() time.Time, opts HealthOptions) *Health {
 
 // markStarted records the first sign of life of the main loop; before it the
 // daemon is neither ready nor live (not_started).
-func (h *Health) markStarted(now time.Time) {
+func (h *Tracker) markStarted(now time.Time) {
 	if h.started.IsZero() {
 		h.started = now
 	}
 }
 
 // SetPhase records the daemon phase: booting or one of the wire.Phase values.
-func (h *Health) SetPhase(phase string) {
+func (h *Tracker) SetPhase(phase string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.phase = phase
@@ -149,7 +163,7 @@ func (h *Health) SetPhase(phase string) {
 
 // SetRunState records the local run state (RunStarting … RunDraining). It
 // marks the main loop as started.
-func (h *Health) SetRunState(s string) {
+func (h *Tracker) SetRunState(s string) {
 	now := h.now()
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -158,7 +172,7 @@ func (h *Health) SetRunState(s string) {
 }
 
 // Registered records the control plane's answer to hello.
-func (h *Health) Registered(workerID, hostKey, queue string) {
+func (h *Tracker) Registered(workerID, hostKey, queue string) {
 	now := h.now()
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -169,7 +183,7 @@ func (h *Health) Registered(workerID, hostKey, queue string) {
 
 // Unregistered records that the registration is gone (the control plane
 // answered 410) and the daemon must say hello again.
-func (h *Health) Unregistered() {
+func (h *Tracker) Unregistered() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.registered = false
@@ -180,7 +194,7 @@ func (h *Health) Unregistered() {
 // (RoleHello, RolePoll, RoleAck or RoleBye). The request is outstanding until
 // done is called with whether the control plane answered it; the answer
 // becomes the role's latest result. Calls of done after the first are ignored.
-func (h *Health) RequestStarted(role string) (done func(ok bool)) {
+func (h *Tracker) RequestStarted(role string) (done func(ok bool)) {
 	now := h.now()
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -206,7 +220,7 @@ func (h *Health) RequestStarted(role string) (done func(ok bool)) {
 	}
 }
 
-func (h *Health) role(role string) *roleRecord {
+func (h *Tracker) role(role string) *roleRecord {
 	r, ok := h.roles[role]
 	if !ok {
 		r = &roleRecord{outstanding: map[uint64]time.Time{}}
@@ -217,7 +231,7 @@ func (h *Health) role(role string) *roleRecord {
 
 // Tick records progress of the main loop. The agent ticks about once a
 // second from the loop itself, so a blocked loop stops ticking.
-func (h *Health) Tick() {
+func (h *Tracker) Tick() {
 	now := h.now()
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -226,14 +240,14 @@ func (h *Health) Tick() {
 }
 
 // SetInflight records the number of invocations running now.
-func (h *Health) SetInflight(n int) {
+func (h *Tracker) SetInflight(n int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.inflight = n
 }
 
 // PollerRunning records whether the poll loop is running.
-func (h *Health) PollerRunning(running bool) {
+func (h *Tracker) PollerRunning(running bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.pollerRunning = running
@@ -246,7 +260,7 @@ func (h *Health) PollerRunning(running bool) {
 // FailedRuntime, so free text — an error message — never reaches the
 // snapshot. The first failure is kept: it is the cause, later ones are
 // consequences.
-func (h *Health) Failed(reason string) {
+func (h *Tracker) Failed(reason string) {
 	if !strings.HasPrefix(reason, "failed:") {
 		reason = "failed:" + reason
 	}
@@ -261,7 +275,7 @@ func (h *Health) Failed(reason string) {
 }
 
 // Stopped records that shutdown finished.
-func (h *Health) Stopped() {
+func (h *Tracker) Stopped() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.stopped = true
@@ -323,7 +337,7 @@ type RoleStatus struct {
 // several roles are unhealthy at once.
 var healthRoleOrder = []string{RoleHello, RolePoll, RoleAck, RoleBye}
 
-func (h *Health) orderedRoles() []string {
+func (h *Tracker) orderedRoles() []string {
 	names := make([]string, 0, len(h.roles))
 	for name := range h.roles {
 		names = append(names, name)
@@ -355,7 +369,7 @@ func (r *roleRecord) oldestOutstanding() (time.Time, bool) {
 }
 
 // Snapshot reports the daemon's health now.
-func (h *Health) Snapshot() Snapshot {
+func (h *Tracker) Snapshot() Snapshot {
 	now := h.now()
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -394,7 +408,7 @@ func (h *Health) Snapshot() Snapshot {
 
 // readiness answers "should this daemon count as serving its queue?". The
 // first rule that fails names the reason. h.mu is held.
-func (h *Health) readiness(now time.Time) (bool, string) {
+func (h *Tracker) readiness(now time.Time) (bool, string) {
 	// A daemon that is not live is not ready either — failed, stopped, not
 	// started, or a stalled loop that claims nothing whatever its last poll
 	// said — and the live reason says why.
@@ -428,7 +442,7 @@ func (h *Health) readiness(now time.Time) (bool, string) {
 // liveness answers "is this daemon's local machinery progressing?". A
 // control-plane outage alone never makes it false: only a request stuck past
 // any retry window does. h.mu is held.
-func (h *Health) liveness(now time.Time) (bool, string) {
+func (h *Tracker) liveness(now time.Time) (bool, string) {
 	switch {
 	case h.failed != "":
 		return false, h.failed

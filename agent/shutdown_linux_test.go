@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -59,15 +60,37 @@ func waitZombie(t *testing.T, pid int) {
 	}
 }
 
+// waitExec waits until process pid runs the program named comm (an exec
+// has happened).
+func waitExec(t *testing.T, pid int, comm string) {
+	t.Helper()
+	deadline := time.Now().Add(runnerTestWait)
+	for {
+		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); err == nil && strings.TrimSpace(string(b)) == comm {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pid %d does not run %s within %s", pid, comm, runnerTestWait)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // TestRunnerLiveGroupMembers: the check that confirms a group dead counts
 // every member that runs, and no zombie: one whose parent never reaps it
 // (or, reparented, an init that does not) runs nothing.
 func TestRunnerLiveGroupMembers(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	// sleep 0 exits at once; its parent becomes the exec'd sleep 60, which
-	// never reaps it.
-	cmd := exec.Command("/bin/sh", "-c", `sleep 0 & echo $! > zombie; sleep 60 & echo $! > child; exec sleep 60`)
+	// The would-be zombie (cat) waits on a fifo until the shell has exec'd
+	// sleep 60, which never reaps it. Had it exited before the exec, the
+	// shell could have reaped it first (it did, now and then, under load),
+	// and there would be no zombie to see.
+	gate := filepath.Join(dir, "gate")
+	if err := syscall.Mkfifo(gate, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("/bin/sh", "-c", `cat gate > /dev/null & echo $! > zombie; sleep 60 & echo $! > child; exec sleep 60`)
 	cmd.Dir = dir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
@@ -80,6 +103,12 @@ func TestRunnerLiveGroupMembers(t *testing.T) {
 	})
 	zombie := runnerTestPid(t, filepath.Join(dir, "zombie"))
 	child := runnerTestPid(t, filepath.Join(dir, "child"))
+	waitExec(t, pgid, "sleep")
+	f, err := os.OpenFile(gate, os.O_WRONLY, 0) // cat sees EOF once this closes, and exits
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
 	waitZombie(t, zombie)
 
 	got := liveGroupMembers(pgid)

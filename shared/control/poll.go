@@ -31,7 +31,7 @@ func (s *Service) Poll(ctx context.Context, req wire.PollRequest, auth store.Aut
 	}
 
 	cmds := []wire.Command{}
-	if w.State == domain.WorkerDraining && req.Phase != wire.PhaseDraining && req.Phase != wire.PhaseTerminating {
+	if w.OwesDrain(req.Phase) {
 		cmds = append(cmds, wire.Command{Type: wire.CommandDrain})
 	}
 	pending, err := st.SetupCommands(ctx, w.ID, true)

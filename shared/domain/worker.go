@@ -339,3 +339,16 @@ func (w Worker) AddSetup(commandID string, argv []string, now time.Time) (SetupC
 	}
 	return SetupCommand{WorkerID: w.ID, CommandID: commandID, Argv: argv, Status: SetupPending, CreatedAt: now}, nil
 }
+
+// HostStatusMayChange reports whether w's host status is still worth
+// asking EC2 about: not stored gone (its host no longer matters) and not on
+// a terminated host (that never comes back).
+func (w Worker) HostStatusMayChange() bool {
+	return w.State != WorkerGone && w.HostStatus != HostTerminated
+}
+
+// OwesDrain reports whether a poll in phase must carry a drain command to
+// w: an operator asked it to drain and the daemon is not draining yet.
+func (w Worker) OwesDrain(phase string) bool {
+	return w.State == WorkerDraining && phase != PhaseDraining && phase != PhaseTerminating
+}

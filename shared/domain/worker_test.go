@@ -199,3 +199,26 @@ func TestRegistration(t *testing.T) {
 		t.Errorf("AddSetup to a gone worker: %v, want a conflict", err)
 	}
 }
+
+func TestWorkerSmallRules(t *testing.T) {
+	for _, c := range []struct {
+		w      Worker
+		ask    bool
+		phases map[string]bool // phase → owes a drain
+	}{
+		{Worker{State: WorkerActive}, true, map[string]bool{"": false, PhaseReady: false}},
+		{Worker{State: WorkerDraining}, true, map[string]bool{"": true, PhaseReady: true, PhaseSetup: true, PhaseDraining: false, PhaseTerminating: false}},
+		{Worker{State: WorkerGone}, false, map[string]bool{PhaseReady: false}},
+		{Worker{State: WorkerActive, HostStatus: HostStopped}, true, map[string]bool{PhaseReady: false}},
+		{Worker{State: WorkerActive, HostStatus: HostTerminated}, false, map[string]bool{PhaseReady: false}},
+	} {
+		if got := c.w.HostStatusMayChange(); got != c.ask {
+			t.Errorf("%+v: HostStatusMayChange = %v, want %v", c.w, got, c.ask)
+		}
+		for phase, want := range c.phases {
+			if got := c.w.OwesDrain(phase); got != want {
+				t.Errorf("%+v: OwesDrain(%q) = %v, want %v", c.w, phase, got, want)
+			}
+		}
+	}
+}

@@ -43,7 +43,7 @@ func (s *Store) SetHostStatus(ctx context.Context, id, status string) (domain.Wo
 func (s *Store) LiveWorkersByMachine(ctx context.Context) (map[string][]domain.Worker, error) {
 	out := map[string][]domain.Worker{}
 	err := s.eachWorker(ctx, "live workers", func(w domain.Worker) error {
-		if w.State != domain.WorkerGone && w.HostStatus != domain.HostTerminated && w.MachineID != "" {
+		if w.HostStatusMayChange() && w.MachineID != "" {
 			out[w.MachineID] = append(out[w.MachineID], w)
 		}
 		return nil

@@ -128,7 +128,7 @@ func NewAcker(spool *Spool, opts AckerOptions) *Acker {
 		k.attemptTimeout = DefaultAckAttemptTimeout
 	}
 	if k.sleep == nil {
-		k.sleep = ackSleep
+		k.sleep = sleep
 	}
 	if k.rand == nil {
 		k.rand = rand.Float64
@@ -405,16 +405,4 @@ func normalizeAck(a SpooledAck) (SpooledAck, error) {
 		return a, fmt.Errorf("worker id %q and the ack's worker id %q differ", a.WorkerID, a.Ack.WorkerID)
 	}
 	return a, checkSpooledAck(a)
-}
-
-// ackSleep waits d or until ctx ends.
-func ackSleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

@@ -176,7 +176,7 @@ func isDone(r *Run) bool {
 func (a *Agent) bye(st *state, abandoned int) {
 	ctx, cancel := context.WithTimeout(context.Background(), byeTimeout)
 	defer cancel()
-	done := a.health.RequestStarted("bye")
+	done := a.health.RequestStarted(health.RoleBye)
 	err := st.sess.api.Bye(ctx, wire.ByeRequest{WorkerID: st.sess.workerID, Reason: st.byeReason, InflightAbandoned: abandoned})
 	done(err == nil)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/dreamlake/lakeshore/agent/internal/health"
 	"github.com/dreamlake/lakeshore/shared/client"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
@@ -15,9 +16,8 @@ import (
 // (never retried).
 func (a *Agent) hello(ctx context.Context, req wire.HelloRequest) (session, error) {
 	enroll := client.New(a.cfg.ControlPlane, a.cfg.EnrollToken, client.WithHTTPClient(a.cfg.HTTP))
-	backoff := helloBackoffMin
 	for attempt := 1; ; attempt++ {
-		done := a.health.RequestStarted("hello")
+		done := a.health.RequestStarted(health.RoleHello)
 		res, err := enroll.Hello(ctx, req)
 		done(err == nil)
 		if err == nil {
@@ -40,10 +40,9 @@ func (a *Agent) hello(ctx context.Context, req wire.HelloRequest) (session, erro
 			return session{}, fmt.Errorf("%w: %w", ErrHelloFailed, err)
 		}
 		a.log.Warn("hello failed; retrying", "attempt", attempt, "error", err.Error())
-		if !sleep(ctx, jitter(backoff)) {
-			return session{}, fmt.Errorf("%w: %v", ErrHelloFailed, ctx.Err())
+		if err := sleep(ctx, jitter(helloBackoff(attempt))); err != nil {
+			return session{}, fmt.Errorf("%w: %v", ErrHelloFailed, err)
 		}
-		backoff = min(backoff*2, helloBackoffMax)
 	}
 }
 

@@ -32,7 +32,7 @@ func (a *Agent) poll(ctx context.Context, st *state, hello wire.HelloRequest, ru
 	if ctx.Err() != nil { // shutting down: the last polls must still go out
 		pctx, cancel = context.WithTimeout(context.Background(), requestTimeout)
 	}
-	done := a.health.RequestStarted("poll")
+	done := a.health.RequestStarted(health.RolePoll)
 	resp, err := st.sess.api.Poll(pctx, req)
 	cancel()
 	done(err == nil)
@@ -235,7 +235,7 @@ func (a *Agent) submitAck(ctx context.Context, r *running, o Outcome) {
 		SpooledAt:    time.Now().UTC(),
 	}
 	a.ackMu.Lock()
-	a.ackDone[fmt.Sprintf("%s/%d", ack.Ack.InvocationID, ack.Ack.Attempt)] = a.health.RequestStarted("ack")
+	a.ackDone[fmt.Sprintf("%s/%d", ack.Ack.InvocationID, ack.Ack.Attempt)] = a.health.RequestStarted(health.RoleAck)
 	a.ackMu.Unlock()
 	if err := a.acker.Submit(context.WithoutCancel(ctx), ack); err != nil {
 		a.log.Error("could not spool an ack; sending it unspooled", "invocation_id", ack.Ack.InvocationID, "error", err.Error())

@@ -135,13 +135,6 @@ func (s *serviceNotify) phase(phase, reason, workerID string, inflight int) {
 	s.send(status)
 }
 
-// Hello's retry schedule (agent.hello): the backoff starts here, doubles
-// up to helloBackoffMax, and is jittered by up to +10%.
-const (
-	helloBackoffMin = 500 * time.Millisecond
-	helloBackoffMax = 10 * time.Second
-)
-
 // StartBudget reports the longest nymph takes from start to READY=1 with
 // the default hello retries against a control plane that never answers:
 // the spooled-ack resend, the IMDS lookup, then every hello attempt timing
@@ -150,12 +143,10 @@ const (
 // daemon that was about to give up on its own (exit 1) or succeed.
 func StartBudget() time.Duration {
 	total := requestTimeout + DefaultIMDSTimeout
-	backoff := helloBackoffMin
 	for attempt := 1; attempt <= DefaultHelloAttempts; attempt++ {
 		total += requestTimeout
 		if attempt < DefaultHelloAttempts {
-			total += backoff * 11 / 10
-			backoff = min(backoff*2, helloBackoffMax)
+			total += scaled(helloBackoff(attempt), jitterHigh)
 		}
 	}
 	return total
@@ -169,10 +160,8 @@ func StartBudget() time.Duration {
 // exits 3 at once, which the unit does not restart at all.
 func HelloBackoffTotal() time.Duration {
 	var total time.Duration
-	backoff := helloBackoffMin
 	for attempt := 1; attempt < DefaultHelloAttempts; attempt++ {
-		total += backoff * 9 / 10
-		backoff = min(backoff*2, helloBackoffMax)
+		total += scaled(helloBackoff(attempt), jitterLow)
 	}
 	return total
 }

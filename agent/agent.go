@@ -149,13 +149,19 @@ type state struct {
 	setupWG   sync.WaitGroup
 	loopDone  chan struct{} // closed as the loop returns: no one reads setupc any more
 
-	draining     bool
 	byeReason    string
 	helloErr     error // why the hello after a 410/401 failed: what Run returns
 	idleSince    time.Time
 	pollFailures int
 	spotReclaim  time.Time // spot: when EC2 reclaims the instance (zero: no notice)
 	abandoned    int       // runs whose outcome is not known, for bye's inflight_abandoned
+}
+
+// draining reports whether the daemon has begun to leave: no more claims,
+// the grace running or over. It is read off the phase, which never returns
+// from draining or terminating.
+func (st *state) draining() bool {
+	return st.phase == wire.PhaseDraining || st.phase == wire.PhaseTerminating
 }
 
 type setupDone struct {

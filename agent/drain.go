@@ -13,7 +13,6 @@ import (
 // startDrain enters draining: no more claims, heartbeats go on, in-flight
 // work has the grace period to finish (the loop starts its timer).
 func (a *Agent) startDrain(st *state, reason string) {
-	st.draining = true
 	st.byeReason = reason
 	a.setPhase(st, wire.PhaseDraining)
 	a.health.SetRunState(health.RunDraining)
@@ -27,7 +26,6 @@ func (a *Agent) terminate(st *state) {
 	if st.phase == wire.PhaseTerminating {
 		return
 	}
-	st.draining = true
 	if st.byeReason == "" {
 		st.byeReason = wire.ByeSignal
 	}

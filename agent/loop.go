@@ -82,20 +82,20 @@ func (a *Agent) loop(ctx context.Context, st *state, hello wire.HelloRequest) (e
 			// phase: a worker that cannot become ready (a failed or hung
 			// setup, a workdir it cannot write) must not burn its instance
 			// for ever. Each setup command's start and end restart the count.
-			if cfg.KeepAlive > 0 && !st.draining && len(st.runs) == 0 && time.Since(st.idleSince) >= cfg.KeepAlive {
+			if cfg.KeepAlive > 0 && !st.draining() && len(st.runs) == 0 && time.Since(st.idleSince) >= cfg.KeepAlive {
 				a.keepAliveExpired(st)
 				kick()
 			}
 		case <-stopc:
 			stopc = nil
-			if !st.draining {
+			if !st.draining() {
 				a.log.Info("signal: draining", "grace", cfg.Grace, "inflight", len(st.runs))
 				a.startDrain(st, wire.ByeSignal)
 				kick()
 			}
 		case <-ctxDone:
 			ctxDone = nil
-			if !st.draining {
+			if !st.draining() {
 				a.startDrain(st, wire.ByeSignal)
 			}
 			kick()
@@ -119,7 +119,7 @@ func (a *Agent) loop(ctx context.Context, st *state, hello wire.HelloRequest) (e
 		}
 		// One grace period, whatever started the drain (signal, idle, command,
 		// spot notice); a spot reclaim sooner than its end shortens it.
-		if st.draining && !graceStarted {
+		if st.draining() && !graceStarted {
 			graceStarted = true
 			grace := spotGrace(cfg.Grace, cfg.KillAfter, st.spotReclaim, time.Now())
 			graceEnd, graceTimer = time.Now().Add(grace), time.After(grace)
@@ -128,7 +128,7 @@ func (a *Agent) loop(ctx context.Context, st *state, hello wire.HelloRequest) (e
 				graceEnd, graceTimer = time.Now().Add(grace), time.After(grace)
 			}
 		}
-		if st.draining && st.phase == wire.PhaseDraining && len(st.runs) == 0 {
+		if st.draining() && st.phase == wire.PhaseDraining && len(st.runs) == 0 {
 			a.terminate(st)
 			kick()
 		}

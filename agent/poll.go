@@ -43,7 +43,7 @@ func (a *Agent) poll(ctx context.Context, st *state, hello wire.HelloRequest, ru
 		// newer hello, or a control plane that lost its state). Either way
 		// this worker is over: a draining daemon just finishes; any other
 		// says hello again and carries on as a new worker.
-		if st.draining {
+		if st.draining() {
 			a.log.Warn("the control plane let go of this worker while it drained", "worker_id", st.sess.workerID, "error", err.Error())
 			a.terminate(st)
 			return 0
@@ -111,7 +111,7 @@ func (a *Agent) poll(ctx context.Context, st *state, hello wire.HelloRequest, ru
 				r.run.Cancel()
 			}
 		case wire.CommandDrain:
-			if !st.draining {
+			if !st.draining() {
 				a.log.Info("drain command: draining", "grace", a.cfg.Grace)
 				a.startDrain(st, wire.ByeDrain)
 			}
@@ -119,7 +119,7 @@ func (a *Agent) poll(ctx context.Context, st *state, hello wire.HelloRequest, ru
 	}
 	a.nextSetup(st)
 	switch {
-	case st.draining:
+	case st.draining():
 		a.health.SetRunState(health.RunDraining)
 	case len(st.runs) == 0 && time.Since(st.idleSince) > st.sess.interval:
 		a.health.SetRunState(health.RunHibernating)
@@ -180,7 +180,7 @@ func (a *Agent) startRun(ctx context.Context, st *state, c wire.Command, runDone
 	if _, ok := st.runs[inv.InvocationID]; ok {
 		return false
 	}
-	if st.draining || st.phase != wire.PhaseReady || len(st.runs) >= a.cfg.Capacity {
+	if st.draining() || st.phase != wire.PhaseReady || len(st.runs) >= a.cfg.Capacity {
 		// Not ours to run now. Leaving it out of the next poll's list hands it
 		// straight back to the queue.
 		a.log.Warn("refusing a run command", "invocation_id", inv.InvocationID, "phase", st.phase, "inflight", len(st.runs))

@@ -136,7 +136,7 @@ func (a *Agent) setupFinished(st *state, ev setupDone) {
 // succeeded since the failure, the host setup reruns from the command that
 // failed.
 func (a *Agent) nextSetup(st *state) {
-	if st.setupBusy || st.draining {
+	if st.setupBusy || st.draining() {
 		return
 	}
 	if len(st.setupQueue) == 0 {

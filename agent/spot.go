@@ -207,8 +207,8 @@ func (a *Agent) spotNotice(st *state, n SpotNotice) {
 			return
 		}
 		a.log.Warn("EC2 rebalance recommendation: this spot instance is at elevated risk of interruption; draining (--on-rebalance drain)",
-			"notice_time", n.Time, "grace", a.cfg.Grace, "inflight", len(st.runs), "already_draining", st.draining)
-		if !st.draining {
+			"notice_time", n.Time, "grace", a.cfg.Grace, "inflight", len(st.runs), "already_draining", st.draining())
+		if !st.draining() {
 			a.startDrain(st, wire.ByeDrain)
 		}
 	case SpotInterruption:
@@ -218,7 +218,7 @@ func (a *Agent) spotNotice(st *state, n SpotNotice) {
 		a.log.Warn("spot interruption notice: draining before the reclaim", "action", n.Action, "time", n.Time,
 			"seconds_left", int(time.Until(n.Time).Seconds()),
 			"grace", spotGrace(a.cfg.Grace, a.cfg.KillAfter, st.spotReclaim, time.Now()), "inflight", len(st.runs))
-		if !st.draining {
+		if !st.draining() {
 			a.startDrain(st, wire.ByeSpotInterruption)
 		}
 	}

@@ -49,9 +49,7 @@ func (a *Agent) loop(ctx context.Context, st *state, hello wire.HelloRequest) (e
 
 	timer := time.NewTimer(0)
 	defer timer.Stop()
-	var graceTimer <-chan time.Time
-	var graceEnd time.Time
-	graceStarted := false
+	var g gracePeriod
 	stopc, hurryc, ctxDone, spotc := a.stopc, a.hurryc, ctx.Done(), a.spotc
 	for {
 		select {
@@ -111,29 +109,45 @@ func (a *Agent) loop(ctx context.Context, st *state, hello wire.HelloRequest) (e
 			}
 			a.spotNotice(st, n)
 			kick()
-		case <-graceTimer:
-			graceTimer = nil
+		case <-g.expired:
+			g.expired = nil
 			a.log.Warn("grace expired with work still running; terminating", "inflight", len(st.runs))
 			a.terminate(st)
 			kick()
 		}
-		// One grace period, whatever started the drain (signal, idle, command,
-		// spot notice); a spot reclaim sooner than its end shortens it.
-		if st.draining() && !graceStarted {
-			graceStarted = true
-			grace := spotGrace(cfg.Grace, cfg.KillAfter, st.spotReclaim, time.Now())
-			graceEnd, graceTimer = time.Now().Add(grace), time.After(grace)
-		} else if graceStarted && st.phase == wire.PhaseDraining && !st.spotReclaim.IsZero() {
-			if grace := spotGrace(cfg.Grace, cfg.KillAfter, st.spotReclaim, time.Now()); time.Now().Add(grace).Before(graceEnd) {
-				graceEnd, graceTimer = time.Now().Add(grace), time.After(grace)
-			}
-		}
-		if st.draining() && st.phase == wire.PhaseDraining && len(st.runs) == 0 {
+		// After every event: the drain's grace, then draining → terminating
+		// once nothing runs.
+		g.update(cfg, st, time.Now())
+		if st.phase == wire.PhaseDraining && len(st.runs) == 0 {
 			a.terminate(st)
 			kick()
 		}
 		if st.phase == wire.PhaseTerminating {
 			st.stopSetup() // a setup command still running is killed with the bodies
+		}
+	}
+}
+
+// gracePeriod is the drain's one grace period, whatever started the drain
+// (signal, idle, drain command, spot notice): it starts with the drain, and
+// a spot reclaim sooner than its end shortens it (spotGrace). expired
+// fires when it ends.
+type gracePeriod struct {
+	started bool
+	end     time.Time
+	expired <-chan time.Time
+}
+
+func (g *gracePeriod) update(cfg Config, st *state, now time.Time) {
+	switch {
+	case !st.draining():
+	case !g.started:
+		g.started = true
+		grace := spotGrace(cfg.Grace, cfg.KillAfter, st.spotReclaim, now)
+		g.end, g.expired = now.Add(grace), time.After(grace)
+	case st.phase == wire.PhaseDraining && !st.spotReclaim.IsZero():
+		if grace := spotGrace(cfg.Grace, cfg.KillAfter, st.spotReclaim, now); now.Add(grace).Before(g.end) {
+			g.end, g.expired = now.Add(grace), time.After(grace)
 		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dreamlake/lakeshore/agent/internal/process"
 	"github.com/dreamlake/lakeshore/shared/api/apitest"
 	"github.com/dreamlake/lakeshore/shared/client"
 	"github.com/dreamlake/lakeshore/shared/wire"
@@ -72,7 +73,7 @@ func (w ackerTestWorker) ack(i int, url string) SpooledAck {
 		ControlPlane: url,
 		WorkerID:     w.workerID,
 		Token:        w.token,
-		Ack: Outcome{State: wire.StateSucceeded, ExitCode: &code, StdoutTail: "done\n"}.
+		Ack: process.Outcome{State: wire.StateSucceeded, ExitCode: &code, StdoutTail: "done\n"}.
 			Ack(w.workerID, run.InvocationID, run.Attempt),
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dreamlake/lakeshore/agent/internal/health"
+	"github.com/dreamlake/lakeshore/agent/internal/process"
 	"github.com/dreamlake/lakeshore/shared/client"
 	"github.com/dreamlake/lakeshore/shared/hostkey"
 	"github.com/dreamlake/lakeshore/shared/wire"
@@ -25,11 +26,11 @@ type Agent struct {
 	cfg    Config
 	log    *slog.Logger
 	health *health.Tracker
-	runner *Runner
+	runner *process.Runner
 	acker  *Acker
 
 	notify *serviceNotify // READY/STOPPING/STATUS to a service manager (sdnotify.go)
-	runAs  *RunAs         // --run-as, resolved at New; nil: the daemon's account
+	runAs  *process.RunAs // --run-as, resolved at New; nil: the daemon's account
 
 	stopc  chan struct{} // closed by the first Stop: drain
 	hurryc chan struct{} // closed by the second Stop: skip the grace
@@ -57,7 +58,7 @@ type Agent struct {
 
 	// testRunnerConfig, when set, adjusts the runner's config before Run
 	// makes the runner (tests: hooks, the group liveness check).
-	testRunnerConfig func(*RunnerConfig)
+	testRunnerConfig func(*process.Config)
 	// finishSlack is how much longer than --kill-after finish waits for
 	// killed bodies (zero: defaultFinishSlack; tests shorten it).
 	finishSlack time.Duration
@@ -69,12 +70,12 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	var runAs *RunAs
+	var runAs *process.RunAs
 	if cfg.RunAs != "" {
-		if runAs, err = LookupRunAs(cfg.RunAs, os.Geteuid()); err != nil {
+		if runAs, err = process.LookupRunAs(cfg.RunAs, os.Geteuid()); err != nil {
 			return nil, err
 		}
-		if err := runAs.reachable(cfg.Workdir); err != nil {
+		if err := runAs.Reachable(cfg.Workdir); err != nil {
 			return nil, err
 		}
 	}
@@ -115,9 +116,24 @@ type session struct {
 	api        *client.Client
 }
 
+// body is what the loop needs of one run under way (a *process.Run; tests
+// put in runs that never end).
+type body interface {
+	InvocationID() string
+	Attempt() int
+	Done() <-chan struct{}
+	Outcome() process.Outcome
+	Cancel()
+	Kill()
+	Pid() int
+	Unconfirmed() (pgid int, pids []int)
+}
+
+var _ body = (*process.Run)(nil)
+
 // running is one invocation in flight.
 type running struct {
-	run     *Run
+	run     body
 	session session // the worker (and token) that claimed it
 }
 
@@ -243,14 +259,14 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 	}
 	cancelResend()
 
-	rcfg := RunnerConfig{
+	rcfg := process.Config{
 		Workdir: cfg.Workdir, KillAfter: cfg.KillAfter,
-		BaseEnv: DefaultBaseEnv(os.Getenv, cfg.PassEnv...), Logger: a.log, RunAs: a.runAs,
+		BaseEnv: process.DefaultBaseEnv(os.Getenv, cfg.PassEnv...), Logger: a.log, RunAs: a.runAs,
 	}
 	if a.testRunnerConfig != nil {
 		a.testRunnerConfig(&rcfg)
 	}
-	a.runner = NewRunner(rcfg)
+	a.runner = process.New(rcfg)
 	hello := wire.HelloRequest{
 		MachineID: machineID, BootID: bootID, Label: cfg.Label, Tags: cfg.Tags,
 		Lanes:        []string{cfg.Queue},

@@ -160,7 +160,7 @@ func (a *Agent) salvage(st *state) {
 	a.log.Error("exit after a panic, without bye", "inflight_abandoned", st.abandoned)
 }
 
-func isDone(r *Run) bool {
+func isDone(r body) bool {
 	select {
 	case <-r.Done():
 		return true

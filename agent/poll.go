@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dreamlake/lakeshore/agent/internal/health"
+	"github.com/dreamlake/lakeshore/agent/internal/process"
 	"github.com/dreamlake/lakeshore/shared/client"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
@@ -226,7 +227,7 @@ func (a *Agent) ackAnswered(sa SpooledAck, _ wire.AckResponse, err error) {
 	}
 }
 
-func (a *Agent) submitAck(ctx context.Context, r *running, o Outcome) {
+func (a *Agent) submitAck(ctx context.Context, r *running, o process.Outcome) {
 	ack := SpooledAck{
 		ControlPlane: a.cfg.ControlPlane,
 		WorkerID:     r.session.workerID,

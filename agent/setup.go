@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dreamlake/lakeshore/agent/internal/process"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
@@ -62,7 +63,7 @@ func (a *Agent) endSetups(st *state) {
 		st.setupWG.Wait()
 		close(ended)
 	}()
-	t := time.NewTimer(a.cfg.KillAfter + execDrainWait + 5*time.Second)
+	t := time.NewTimer(terminateWithin(a.cfg.KillAfter, 0) + process.ExecDrainWait)
 	defer t.Stop()
 	select {
 	case <-ended:
@@ -79,7 +80,7 @@ func setupResult(code int, tail string, dur time.Duration, err error) wire.Setup
 		res.Status = wire.SetupFailed
 	}
 	if err != nil && tail == "" {
-		res.OutputTail = clipString(strings.ToValidUTF8(err.Error(), "\uFFFD"), wire.MaxTailBytes-len("…"))
+		res.OutputTail = process.ClipString(strings.ToValidUTF8(err.Error(), "\uFFFD"), wire.MaxTailBytes-len("…"))
 	}
 	return res
 }
@@ -91,7 +92,7 @@ func hostSetupText(cmd string) string {
 	if len(cmd) <= wire.MaxSetupTextBytes {
 		return cmd
 	}
-	return clipString(cmd, wire.MaxSetupTextBytes-len("…"))
+	return process.ClipString(cmd, wire.MaxSetupTextBytes-len("…"))
 }
 
 // isHostSetupResult reports whether r is a --host-setup command's result
@@ -111,7 +112,7 @@ func (a *Agent) setupFinished(st *state, ev setupDone) {
 			st.setupBusy = false
 			st.hostSetupErr, st.hostSetupNext, st.hostSetupFailure = true, ev.index, ev.result
 			a.log.Error("host setup failed; staying in setup without claiming until a setup command repairs the host",
-				"index", ev.index, "command", clipString(ev.result.Command, 200), "exit_code", ev.result.ExitCode,
+				"index", ev.index, "command", process.ClipString(ev.result.Command, 200), "exit_code", ev.result.ExitCode,
 				"keep_alive", a.cfg.KeepAlive)
 		case ev.index == len(a.cfg.HostSetup)-1:
 			st.setupBusy = false

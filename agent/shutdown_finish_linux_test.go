@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/dreamlake/lakeshore/agent/internal/health"
+	"github.com/dreamlake/lakeshore/agent/internal/process"
+	"github.com/dreamlake/lakeshore/agent/internal/process/proctest"
 	"github.com/dreamlake/lakeshore/shared/api/apitest"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
@@ -29,17 +31,18 @@ func TestFinishCountsRunsTheLoopSawAbandoned(t *testing.T) {
 	p := apitest.New(t)
 	logs := newLogRecorder()
 	a, st := newFinishAgent(t, p, logs, nil)
-	r := &running{run: a.runner.Start(wire.RunInvocation{InvocationID: "inv_killed", Attempt: 1, Argv: []string{"sleep", "60"}}, st.sess.workerID), session: st.sess}
+	run := a.runner.Start(wire.RunInvocation{InvocationID: "inv_killed", Attempt: 1, Argv: []string{"sleep", "60"}}, st.sess.workerID)
+	r := &running{run: run, session: st.sess}
 	st.runs["inv_killed"] = r
 	select {
-	case <-r.run.Started():
-	case <-time.After(runnerTestWait):
+	case <-run.Started():
+	case <-time.After(proctest.Wait):
 		t.Fatal("the body did not start")
 	}
 	a.terminate(st)
 	select {
 	case <-r.run.Done():
-	case <-time.After(runnerTestWait):
+	case <-time.After(proctest.Wait):
 		t.Fatal("the body did not end after terminate")
 	}
 	if o := r.run.Outcome(); !o.Abandoned {
@@ -64,9 +67,7 @@ func TestFinishDeadlineCoversEveryRun(t *testing.T) {
 	a.finishSlack = 100 * time.Millisecond
 	st.phase = wire.PhaseTerminating
 	for _, id := range []string{"inv_stuck_1", "inv_stuck_2"} {
-		stuck := &Run{inv: wire.RunInvocation{InvocationID: id, Attempt: 2}, log: a.log,
-			started: make(chan struct{}), done: make(chan struct{}), stopc: make(chan struct{})}
-		st.runs[id] = &running{run: stuck, session: st.sess}
+		st.runs[id] = &running{run: &stuckBody{id: id, attempt: 2, done: make(chan struct{})}, session: st.sess}
 	}
 	done := make(chan error, 1)
 	go func() { done <- a.finish(st) }()
@@ -111,7 +112,7 @@ func TestAgentLoopPanicIsARuntimeFailure(t *testing.T) {
 	})
 	var bodyPid int
 	a.testHookRunStarted = func(id string) { // on the loop's goroutine
-		bodyPid = runnerTestPid(t, filepath.Join(a.cfg.Workdir, id, "1", "pid"))
+		bodyPid = proctest.Pid(t, filepath.Join(a.cfg.Workdir, id, "1", "pid"))
 		panic("boom")
 	}
 	err := a.Run(context.Background())
@@ -124,7 +125,7 @@ func TestAgentLoopPanicIsARuntimeFailure(t *testing.T) {
 	if s := a.Health().Snapshot(); s.Live || s.LiveReason != health.FailedRuntime || s.Ready {
 		t.Errorf("health after a loop panic: ready %v live %v %q; want not live, %q", s.Ready, s.Live, s.LiveReason, health.FailedRuntime)
 	}
-	runnerTestAssertGone(t, "body of the panicked daemon", bodyPid)
+	proctest.AssertGone(t, "body of the panicked daemon", bodyPid)
 	if recs := logs.find(func(r logRecord) bool {
 		return r.Level == slog.LevelError && strings.Contains(r.Msg, "panicked") && r.Attrs["panic"] == "boom"
 	}); len(recs) != 1 {
@@ -279,3 +280,20 @@ func TestAgentFlushesAHeldAckBeforeBye(t *testing.T) {
 		t.Fatalf("logged %v", left)
 	}
 }
+
+// stuckBody is a run whose leader is stuck where SIGKILL cannot reach it:
+// it never ends, and its cleanup is never confirmed.
+type stuckBody struct {
+	id      string
+	attempt int
+	done    chan struct{} // never closed
+}
+
+func (b *stuckBody) InvocationID() string                { return b.id }
+func (b *stuckBody) Attempt() int                        { return b.attempt }
+func (b *stuckBody) Done() <-chan struct{}               { return b.done }
+func (b *stuckBody) Outcome() process.Outcome            { return process.Outcome{} }
+func (b *stuckBody) Cancel()                             {}
+func (b *stuckBody) Kill()                               {}
+func (b *stuckBody) Pid() int                            { return 0 }
+func (b *stuckBody) Unconfirmed() (pgid int, pids []int) { return 0, nil }

@@ -2,20 +2,16 @@ package agent
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/dreamlake/lakeshore/agent/internal/health"
+	"github.com/dreamlake/lakeshore/agent/internal/process"
+	"github.com/dreamlake/lakeshore/agent/internal/process/proctest"
 	"github.com/dreamlake/lakeshore/shared/api"
 	"github.com/dreamlake/lakeshore/shared/api/apitest"
 	"github.com/dreamlake/lakeshore/shared/client"
@@ -25,188 +21,6 @@ import (
 // The shutdown paths: outcomes known at termination are acked, never
 // handed back; a body whose cleanup cannot be confirmed fails the shutdown;
 // a panicking loop or a failed start is a runtime failure.
-
-// waitExitedNoReap blocks until child pid of this process has exited,
-// leaving it a zombie for its own Wait to reap (waitid WNOWAIT).
-func waitExitedNoReap(pid int) error {
-	const pPID = 1 // idtype_t P_PID
-	var info [128]byte
-	for {
-		_, _, e := syscall.Syscall6(syscall.SYS_WAITID, pPID, uintptr(pid), uintptr(unsafe.Pointer(&info[0])),
-			syscall.WEXITED|syscall.WNOWAIT, 0, 0)
-		switch e {
-		case 0:
-			return nil
-		case syscall.EINTR:
-			continue
-		default:
-			return e
-		}
-	}
-}
-
-// waitZombie waits until pid, not this process's child, is a zombie.
-func waitZombie(t *testing.T, pid int) {
-	t.Helper()
-	deadline := time.Now().Add(runnerTestWait)
-	for {
-		if state, _, err := procStat(pid); err == nil && state == 'Z' {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("pid %d not a zombie within %s", pid, runnerTestWait)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-// waitExec waits until process pid runs the program named comm (an exec
-// has happened).
-func waitExec(t *testing.T, pid int, comm string) {
-	t.Helper()
-	deadline := time.Now().Add(runnerTestWait)
-	for {
-		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); err == nil && strings.TrimSpace(string(b)) == comm {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("pid %d does not run %s within %s", pid, comm, runnerTestWait)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-// TestRunnerLiveGroupMembers: the check that confirms a group dead counts
-// every member that runs, and no zombie: one whose parent never reaps it
-// (or, reparented, an init that does not) runs nothing.
-func TestRunnerLiveGroupMembers(t *testing.T) {
-	t.Parallel()
-	dir := t.TempDir()
-	// The would-be zombie (cat) waits on a fifo until the shell has exec'd
-	// sleep 60, which never reaps it. Had it exited before the exec, the
-	// shell could have reaped it first (it did, now and then, under load),
-	// and there would be no zombie to see.
-	gate := filepath.Join(dir, "gate")
-	if err := syscall.Mkfifo(gate, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command("/bin/sh", "-c", `cat gate > /dev/null & echo $! > zombie; sleep 60 & echo $! > child; exec sleep 60`)
-	cmd.Dir = dir
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	pgid := cmd.Process.Pid
-	t.Cleanup(func() {
-		_ = syscall.Kill(-pgid, syscall.SIGKILL)
-		_ = cmd.Wait()
-	})
-	zombie := runnerTestPid(t, filepath.Join(dir, "zombie"))
-	child := runnerTestPid(t, filepath.Join(dir, "child"))
-	waitExec(t, pgid, "sleep")
-	f, err := os.OpenFile(gate, os.O_WRONLY, 0) // cat sees EOF once this closes, and exits
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	waitZombie(t, zombie)
-
-	got := liveGroupMembers(pgid)
-	slices.Sort(got)
-	want := []int{pgid, child}
-	slices.Sort(want)
-	if !slices.Equal(got, want) {
-		t.Fatalf("live members of group %d = %v; want the leader and the child %v, not the zombie %d", pgid, got, want, zombie)
-	}
-	if err := syscall.Kill(-pgid, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	_ = cmd.Wait()
-	// The child dies asynchronously; the zombie may stay for good.
-	deadline := time.Now().Add(runnerTestWait)
-	for got = liveGroupMembers(pgid); len(got) > 0; got = liveGroupMembers(pgid) {
-		if time.Now().After(deadline) {
-			t.Fatalf("live members of group %d after SIGKILL: %v", pgid, got)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-// TestRunStopAfterTheBodyExitedKeepsItsOutcome: a stop (here Kill, the
-// daemon's shutdown) that arrives after the body exited on its own, but
-// before the runner reaped it, must not turn a known outcome into an
-// abandoned one. The hooks hold the reaping until the stop is dealt with.
-func TestRunStopAfterTheBodyExitedKeepsItsOutcome(t *testing.T) {
-	t.Parallel()
-	exited := make(chan int, 1)
-	handled := make(chan bool, 1)
-	release := make(chan struct{})
-	r := runnerTestNew(t, func(c *RunnerConfig) {
-		c.hooks.beforeWait = func(pid int) {
-			if err := waitExitedNoReap(pid); err != nil {
-				t.Errorf("waitid: %v", err)
-			}
-			exited <- pid
-			<-release
-		}
-		c.hooks.stopHandled = func(_ int, terminated bool) { handled <- terminated }
-	})
-	inv := wire.RunInvocation{InvocationID: "inv_exited_first", Argv: runnerTestSh(`echo finished; exit 3`)}
-	run := runnerTestStart(t, r, inv)
-	letGo := sync.OnceFunc(func() { close(release) })
-	t.Cleanup(letGo) // before runnerTestStart's, which waits for the end
-	select {
-	case <-exited:
-	case <-time.After(runnerTestWait):
-		t.Fatal("the body did not exit")
-	}
-	run.Kill()
-	select {
-	case terminated := <-handled:
-		if terminated {
-			t.Errorf("the runner signalled the group of a body that had already exited")
-		}
-	case <-time.After(runnerTestWait):
-		t.Fatal("the stop was not dealt with")
-	}
-	letGo()
-	o := runnerTestOutcome(t, run)
-	if o.Abandoned || o.State != wire.StateFailed || o.StdoutTail != "finished\n" {
-		t.Fatalf("outcome = %+v; want the body's own: failed, exit 3, not abandoned", o)
-	}
-	runnerTestError(t, o, ErrorTypeExitCode, "exited with status 3")
-	runnerTestExitCode(t, o, 3)
-	if pgid, pids := run.Unconfirmed(); pgid != 0 {
-		t.Errorf("Unconfirmed = %d %v; want the group confirmed gone", pgid, pids)
-	}
-}
-
-// TestRunUnconfirmedCleanup: when the group cannot be confirmed gone after
-// its SIGKILL, the run still ends (bounded by killConfirmWait), says so in
-// Unconfirmed, and logs it as an error.
-func TestRunUnconfirmedCleanup(t *testing.T) {
-	t.Parallel()
-	logs := newLogRecorder()
-	r := runnerTestNew(t, func(c *RunnerConfig) {
-		c.Logger = logs.logger()
-		c.liveMembers = func(pgid int) []int { return []int{pgid} } // never confirmed gone
-	})
-	run := runnerTestStart(t, r, wire.RunInvocation{InvocationID: "inv_unconfirmed", Argv: []string{"true"}})
-	o := runnerTestOutcome(t, run)
-	if o.State != wire.StateSucceeded || o.Abandoned {
-		t.Fatalf("outcome = %+v; want succeeded: the body's own end is known", o)
-	}
-	pgid, pids := run.Unconfirmed()
-	if pgid == 0 || pgid != run.Pid() || !slices.Equal(pids, []int{pgid}) {
-		t.Fatalf("Unconfirmed = %d %v; want the body's group %d", pgid, pids, run.Pid())
-	}
-	errs := logs.find(func(r logRecord) bool {
-		return r.Level == slog.LevelError && strings.Contains(r.Msg, "cleanup not confirmed")
-	})
-	if len(errs) != 1 || errs[0].Attrs["invocation_id"] != "inv_unconfirmed" || errs[0].Attrs["pgid"] != int64(pgid) {
-		t.Fatalf("error records %v; want one naming the invocation and the group", errs)
-	}
-}
 
 // shutdownPlane is a control plane whose log the test reads (bye's
 // inflight_abandoned).
@@ -246,18 +60,18 @@ func TestAgentAcksAnOutcomeKnownAtTermination(t *testing.T) {
 	released := make(chan struct{})
 	release := sync.OnceFunc(func() { close(released) })
 	t.Cleanup(release)
-	a.testRunnerConfig = func(rc *RunnerConfig) {
-		rc.hooks.beforeWait = func(pid int) {
+	a.testRunnerConfig = func(rc *process.Config) {
+		rc.Hooks.BeforeWait = func(pid int) {
 			// The body has exited when the drain starts, and stays
 			// unreaped until the grace has expired and terminate's stop
 			// has been dealt with.
-			if err := waitExitedNoReap(pid); err != nil {
+			if err := proctest.WaitExitedNoReap(pid); err != nil {
 				t.Errorf("waitid: %v", err)
 			}
 			a.Stop()
 			<-released
 		}
-		rc.hooks.stopHandled = func(int, bool) { release() }
+		rc.Hooks.StopHandled = func(int, bool) { release() }
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -302,9 +116,9 @@ func TestAgentShutdownNotConfirmed(t *testing.T) {
 		c.Logger = logs.logger()
 	})
 	var bodyPid int
-	a.testRunnerConfig = func(rc *RunnerConfig) {
-		rc.liveMembers = func(pgid int) []int { return []int{pgid} }
-		rc.hooks.beforeWait = func(pid int) { bodyPid = pid; a.Stop() } // the signal comes once the body runs
+	a.testRunnerConfig = func(rc *process.Config) {
+		rc.LiveMembers = func(pgid int) []int { return []int{pgid} }
+		rc.Hooks.BeforeWait = func(pid int) { bodyPid = pid; a.Stop() } // the signal comes once the body runs
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -355,7 +169,7 @@ func newFinishAgent(t *testing.T, p *apitest.Plane, logs *logRecorder, mod func(
 	}
 	a.ackDone = map[string]func(bool){}
 	a.acker = NewAcker(spool, AckerOptions{Logger: a.log, HTTP: a.cfg.HTTP, OnAnswered: a.ackAnswered})
-	a.runner = NewRunner(RunnerConfig{Workdir: a.cfg.Workdir, KillAfter: a.cfg.KillAfter, BaseEnv: DefaultBaseEnv(os.Getenv), Logger: a.log})
+	a.runner = process.New(process.Config{Workdir: a.cfg.Workdir, KillAfter: a.cfg.KillAfter, BaseEnv: process.DefaultBaseEnv(os.Getenv), Logger: a.log})
 	sess := session{workerID: "wrk_finish", token: "refused", interval: time.Second,
 		api: client.New(p.URL, "refused", client.WithHTTPClient(noKeepAlive()))}
 	st := &state{runs: map[string]*running{}, setupSeen: map[string]bool{}, sess: sess,

@@ -1,4 +1,4 @@
-package agent
+package process
 
 import (
 	"bytes"
@@ -13,10 +13,10 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/dreamlake/lakeshore/agent/internal/process/proctest"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
@@ -25,9 +25,8 @@ import (
 // re-running the test binary).
 const runnerTestHelperEnv = "LAKESHORE_RUNNER_TEST_HELPER"
 
-// runnerTestWait bounds every wait. It is generous on purpose: the tests
-// assert what happened, never how fast.
-const runnerTestWait = 10 * time.Second
+// runnerTestWait bounds every wait (proctest.Wait).
+const runnerTestWait = proctest.Wait
 
 const runnerTestKillAfter = 200 * time.Millisecond
 
@@ -57,9 +56,9 @@ func runnerTestBaseEnv() []string {
 	return []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/nonexistent", "LANG=C.UTF-8"}
 }
 
-func runnerTestNew(t *testing.T, mods ...func(*RunnerConfig)) *Runner {
+func runnerTestNew(t *testing.T, mods ...func(*Config)) *Runner {
 	t.Helper()
-	cfg := RunnerConfig{
+	cfg := Config{
 		Workdir:   t.TempDir(),
 		KillAfter: runnerTestKillAfter,
 		BaseEnv:   runnerTestBaseEnv(),
@@ -68,7 +67,7 @@ func runnerTestNew(t *testing.T, mods ...func(*RunnerConfig)) *Runner {
 	for _, m := range mods {
 		m(&cfg)
 	}
-	return NewRunner(cfg)
+	return New(cfg)
 }
 
 func runnerTestSh(script string) []string { return []string{"/bin/sh", "-c", script} }
@@ -115,59 +114,6 @@ func runnerTestDir(r *Runner, inv wire.RunInvocation) string {
 	return filepath.Join(r.cfg.Workdir, inv.InvocationID, fmt.Sprint(attempt))
 }
 
-// runnerTestWaitFile waits for a body to write path (a line ending in a
-// newline) and reports its content without the newline.
-func runnerTestWaitFile(t *testing.T, path string) string {
-	t.Helper()
-	deadline := time.Now().Add(runnerTestWait)
-	for {
-		b, err := os.ReadFile(path)
-		if err == nil && bytes.HasSuffix(b, []byte("\n")) {
-			return strings.TrimSpace(string(b))
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s not written within %s (err %v)", path, runnerTestWait, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-func runnerTestPid(t *testing.T, path string) int {
-	t.Helper()
-	var pid int
-	if _, err := fmt.Sscan(runnerTestWaitFile(t, path), &pid); err != nil || pid <= 1 {
-		t.Fatalf("pid file %s: %v (pid %d)", path, err, pid)
-	}
-	return pid
-}
-
-// runnerTestProcessGone reports whether pid has exited. A zombie counts as
-// gone: it runs nothing, and init in a container may never reap it.
-func runnerTestProcessGone(pid int) bool {
-	if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
-		return true
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return errors.Is(err, fs.ErrNotExist)
-	}
-	i := bytes.LastIndexByte(b, ')')
-	fields := strings.Fields(string(b[i+1:]))
-	return len(fields) > 0 && (fields[0] == "Z" || fields[0] == "X")
-}
-
-func runnerTestAssertGone(t *testing.T, what string, pid int) {
-	t.Helper()
-	deadline := time.Now().Add(runnerTestWait)
-	for !runnerTestProcessGone(pid) {
-		if time.Now().After(deadline) {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-			t.Fatalf("%s (pid %d) still running %s after the run ended", what, pid, runnerTestWait)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func runnerTestExitCode(t *testing.T, o Outcome, want int) {
 	t.Helper()
 	if o.ExitCode == nil {
@@ -205,7 +151,7 @@ func (c *runnerTestClock) Now() time.Time {
 func TestRunSucceedsWithTailsAndResult(t *testing.T) {
 	t.Parallel()
 	clk := &runnerTestClock{now: time.Unix(1700000000, 0)}
-	r := runnerTestNew(t, func(c *RunnerConfig) { c.Now = clk.Now })
+	r := runnerTestNew(t, func(c *Config) { c.Now = clk.Now })
 	inv := wire.RunInvocation{InvocationID: "inv_ok", Attempt: 2, Argv: runnerTestSh(
 		`echo out; echo err >&2; printf '{"ok": true,  "n": [1, 2], "html": "<b>"}\n' > "$NYMPH_RESULT_FILE"`)}
 	run := runnerTestStart(t, r, inv)
@@ -359,7 +305,7 @@ func TestRunEnvIsExactlyTheCleanEnvironment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := runnerTestNew(t, func(c *RunnerConfig) { c.BaseEnv = append(c.BaseEnv, "SHARED=base", "malformed") })
+	r := runnerTestNew(t, func(c *Config) { c.BaseEnv = append(c.BaseEnv, "SHARED=base", "malformed") })
 	inv := wire.RunInvocation{
 		InvocationID: "inv_env", Attempt: 3,
 		Argv: []string{exe, "-test.run=^TestRunnerHelperProcess$"},

@@ -1,4 +1,4 @@
-package agent
+package process
 
 import (
 	"bytes"
@@ -95,8 +95,8 @@ func (r *Runner) runGroup(cmd *exec.Cmd, stop <-chan struct{}, onStart func(pid 
 	}
 	waited := make(chan struct{})
 	go func() {
-		if r.cfg.hooks.beforeWait != nil {
-			r.cfg.hooks.beforeWait(pgid)
+		if r.cfg.Hooks.BeforeWait != nil {
+			r.cfg.Hooks.BeforeWait(pgid)
 		}
 		// The error only restates ProcessState, or reports a failed copy
 		// into a writer, which the runner does not use.
@@ -119,8 +119,8 @@ func (r *Runner) runGroup(cmd *exec.Cmd, stop <-chan struct{}, onStart func(pid 
 			if leaderExited(pgid, waited) {
 				// Its end is known already; whatever is left of the
 				// group is SIGKILLed once the leader is reaped.
-				if r.cfg.hooks.stopHandled != nil {
-					r.cfg.hooks.stopHandled(pgid, false)
+				if r.cfg.Hooks.StopHandled != nil {
+					r.cfg.Hooks.StopHandled(pgid, false)
 				}
 				continue
 			}
@@ -128,8 +128,8 @@ func (r *Runner) runGroup(cmd *exec.Cmd, stop <-chan struct{}, onStart func(pid 
 			r.signalGroup(pgid, syscall.SIGTERM)
 			grace = time.NewTimer(r.cfg.KillAfter)
 			graceC = grace.C
-			if r.cfg.hooks.stopHandled != nil {
-				r.cfg.hooks.stopHandled(pgid, true)
+			if r.cfg.Hooks.StopHandled != nil {
+				r.cfg.Hooks.StopHandled(pgid, true)
 			}
 		case <-graceC:
 			graceC = nil
@@ -174,7 +174,7 @@ func (r *Runner) confirmGroupGone(pgid int) []int {
 	tick := time.NewTicker(groupPollInterval)
 	defer tick.Stop()
 	for {
-		live := r.cfg.liveMembers(pgid)
+		live := r.cfg.LiveMembers(pgid)
 		if len(live) == 0 {
 			return nil
 		}

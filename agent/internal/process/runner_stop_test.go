@@ -1,4 +1,4 @@
-package agent
+package process
 
 import (
 	"errors"
@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dreamlake/lakeshore/agent/internal/process/proctest"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
@@ -52,8 +53,8 @@ func TestRunIgnoringSIGTERMIsKilled(t *testing.T) {
 		Argv: runnerTestSh(`trap '' TERM; sleep 60 & echo $! > child; echo $$ > pid; wait`)}
 	run := runnerTestStart(t, r, inv)
 	dir := runnerTestDir(r, inv)
-	pid := runnerTestPid(t, filepath.Join(dir, "pid"))
-	child := runnerTestPid(t, filepath.Join(dir, "child"))
+	pid := proctest.Pid(t, filepath.Join(dir, "pid"))
+	child := proctest.Pid(t, filepath.Join(dir, "child"))
 	cancelled := time.Now()
 	run.Cancel()
 	o := runnerTestOutcome(t, run)
@@ -65,8 +66,8 @@ func TestRunIgnoringSIGTERMIsKilled(t *testing.T) {
 	}
 	runnerTestError(t, o, ErrorTypeCancelled, "killed by SIGKILL")
 	runnerTestExitCode(t, o, 128+9)
-	runnerTestAssertGone(t, "body", pid)
-	runnerTestAssertGone(t, "child", child)
+	proctest.AssertGone(t, "body", pid)
+	proctest.AssertGone(t, "child", child)
 }
 
 // TestRunZeroKillAfterKillsAtOnce: KillAfter 0 (nymph --kill-after 0s) is
@@ -74,13 +75,13 @@ func TestRunIgnoringSIGTERMIsKilled(t *testing.T) {
 // SIGTERM ends at once (it used to get 10 s).
 func TestRunZeroKillAfterKillsAtOnce(t *testing.T) {
 	t.Parallel()
-	r := runnerTestNew(t, func(c *RunnerConfig) { c.KillAfter = 0 })
+	r := runnerTestNew(t, func(c *Config) { c.KillAfter = 0 })
 	inv := wire.RunInvocation{InvocationID: "inv_no_kill_after",
 		Argv: runnerTestSh(`trap '' TERM; sleep 60 & echo $! > child; echo $$ > pid; wait`)}
 	run := runnerTestStart(t, r, inv)
 	dir := runnerTestDir(r, inv)
-	pid := runnerTestPid(t, filepath.Join(dir, "pid")) // written after the trap is set
-	child := runnerTestPid(t, filepath.Join(dir, "child"))
+	pid := proctest.Pid(t, filepath.Join(dir, "pid")) // written after the trap is set
+	child := proctest.Pid(t, filepath.Join(dir, "child"))
 	killed := time.Now()
 	run.Kill()
 	o := runnerTestOutcome(t, run)
@@ -91,8 +92,8 @@ func TestRunZeroKillAfterKillsAtOnce(t *testing.T) {
 		t.Fatalf("outcome = %+v, want abandoned", o)
 	}
 	runnerTestError(t, o, ErrorTypeAbandoned, "killed by SIGKILL")
-	runnerTestAssertGone(t, "body", pid)
-	runnerTestAssertGone(t, "child", child)
+	proctest.AssertGone(t, "body", pid)
+	proctest.AssertGone(t, "child", child)
 }
 
 // TestRunBackgroundGrandchildIsKilled: a body that exits leaving a
@@ -106,7 +107,7 @@ func TestRunBackgroundGrandchildIsKilled(t *testing.T) {
 	if o.State != wire.StateSucceeded || o.StdoutTail != "done\n" {
 		t.Fatalf("outcome = %+v", o)
 	}
-	runnerTestAssertGone(t, "background grandchild", runnerTestPid(t, filepath.Join(runnerTestDir(r, inv), "child")))
+	proctest.AssertGone(t, "background grandchild", proctest.Pid(t, filepath.Join(runnerTestDir(r, inv), "child")))
 }
 
 func TestRunCancelWinsOverTheExitStatus(t *testing.T) {
@@ -116,8 +117,8 @@ func TestRunCancelWinsOverTheExitStatus(t *testing.T) {
 		Argv: runnerTestSh(`trap 'exit 3' TERM; sleep 60 & echo $! > child; echo ready > ready; wait`)}
 	run := runnerTestStart(t, r, inv)
 	dir := runnerTestDir(r, inv)
-	runnerTestWaitFile(t, filepath.Join(dir, "ready"))
-	child := runnerTestPid(t, filepath.Join(dir, "child"))
+	proctest.WaitFile(t, filepath.Join(dir, "ready"))
+	child := proctest.Pid(t, filepath.Join(dir, "child"))
 	run.Cancel()
 	run.Kill() // the first stop wins
 	o := runnerTestOutcome(t, run)
@@ -126,7 +127,7 @@ func TestRunCancelWinsOverTheExitStatus(t *testing.T) {
 	}
 	runnerTestError(t, o, ErrorTypeCancelled, "exited with status 3")
 	runnerTestExitCode(t, o, 3)
-	runnerTestAssertGone(t, "child", child)
+	proctest.AssertGone(t, "child", child)
 }
 
 func TestRunCancelDuringSetup(t *testing.T) {
@@ -136,7 +137,7 @@ func TestRunCancelDuringSetup(t *testing.T) {
 		RunConfig: wire.RunConfig{RunSetup: []string{"echo go > setup-started; sleep 60"}}}
 	run := runnerTestStart(t, r, inv)
 	dir := runnerTestDir(r, inv)
-	runnerTestWaitFile(t, filepath.Join(dir, "setup-started"))
+	proctest.WaitFile(t, filepath.Join(dir, "setup-started"))
 	run.Cancel()
 	o := runnerTestOutcome(t, run)
 	if o.State != wire.StateCancelled {
@@ -163,7 +164,7 @@ func TestRunKillAbandons(t *testing.T) {
 	r := runnerTestNew(t)
 	inv := wire.RunInvocation{InvocationID: "inv_kill", Argv: runnerTestSh(`echo $$ > pid; sleep 60 & wait`)}
 	run := runnerTestStart(t, r, inv)
-	pid := runnerTestPid(t, filepath.Join(runnerTestDir(r, inv), "pid"))
+	pid := proctest.Pid(t, filepath.Join(runnerTestDir(r, inv), "pid"))
 	run.Kill()
 	run.Cancel() // too late: Kill came first
 	o := runnerTestOutcome(t, run)
@@ -171,7 +172,7 @@ func TestRunKillAbandons(t *testing.T) {
 		t.Fatalf("outcome = %+v, want abandoned", o)
 	}
 	runnerTestError(t, o, ErrorTypeAbandoned, "shutting down")
-	runnerTestAssertGone(t, "body", pid)
+	proctest.AssertGone(t, "body", pid)
 }
 
 func TestRunTailsKeepTheLast4KiB(t *testing.T) {

@@ -1,4 +1,10 @@
-package agent
+// Package process runs nymph's work: each invocation's body (after its
+// run_setup) and each setup command, in a process group of its own, in its
+// own run directory, with a clean environment; a stop is SIGTERM to the
+// group, --kill-after, SIGKILL, and a wait for the kernel to confirm every
+// member gone. It reports how each run ended (Outcome) and knows nothing of
+// the control plane.
+package process
 
 import (
 	"log/slog"
@@ -39,8 +45,8 @@ const (
 // fallbackPath is the PATH a body gets when the daemon itself has none.
 const fallbackPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-// RunnerConfig configures how bodies run.
-type RunnerConfig struct {
+// Config configures how bodies run.
+type Config struct {
 	// Workdir is the root; each run gets <Workdir>/<invocation_id>/<attempt>,
 	// created 0700. Empty means <os.TempDir()>/nymph. A relative root is made
 	// absolute at NewRunner, so NYMPH_RESULT_FILE is absolute.
@@ -63,22 +69,22 @@ type RunnerConfig struct {
 	// attempt's directory.
 	RunAs *RunAs
 
-	// liveMembers reports the processes of group pgid that still run
-	// (default liveGroupMembers); tests make a group outlive its SIGKILL.
-	liveMembers func(pgid int) []int
-	// hooks stop the runner at points where a race would otherwise decide
+	// LiveMembers reports the processes of group pgid that still run
+	// (default: read from /proc); tests make a group outlive its SIGKILL.
+	LiveMembers func(pgid int) []int
+	// Hooks stop the runner at points where a race would otherwise decide
 	// (tests only).
-	hooks runnerHooks
+	Hooks Hooks
 }
 
-// runnerHooks are the runner's test hooks; nil ones do nothing.
-type runnerHooks struct {
-	// beforeWait is called on the goroutine that reaps a group's leader,
+// Hooks are the runner's test hooks; nil ones do nothing.
+type Hooks struct {
+	// BeforeWait is called on the goroutine that reaps a group's leader,
 	// before it does.
-	beforeWait func(pid int)
-	// stopHandled is called once runGroup has dealt with a stop: terminated
+	BeforeWait func(pid int)
+	// StopHandled is called once runGroup has dealt with a stop: terminated
 	// says it signalled the group (false: the leader had already exited).
-	stopHandled func(pid int, terminated bool)
+	StopHandled func(pid int, terminated bool)
 }
 
 // Runner starts bodies and setup commands, each in its own process group.
@@ -89,12 +95,12 @@ type runnerHooks struct {
 // kill(-pgid)). A descendant that leaves the group (setsid, a daemonising
 // double fork) escapes termination; containing that needs cgroups.
 type Runner struct {
-	cfg RunnerConfig
+	cfg Config
 	log *slog.Logger
 }
 
 // NewRunner returns a runner for cfg, with its zero fields defaulted.
-func NewRunner(cfg RunnerConfig) *Runner {
+func New(cfg Config) *Runner {
 	if cfg.Workdir == "" {
 		cfg.Workdir = filepath.Join(os.TempDir(), "nymph")
 	}
@@ -105,8 +111,8 @@ func NewRunner(cfg RunnerConfig) *Runner {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	if cfg.liveMembers == nil {
-		cfg.liveMembers = liveGroupMembers
+	if cfg.LiveMembers == nil {
+		cfg.LiveMembers = liveGroupMembers
 	}
 	cfg.BaseEnv = slices.Clone(cfg.BaseEnv)
 	log := cfg.Logger

@@ -1,4 +1,4 @@
-package agent
+package process
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dreamlake/lakeshore/agent/internal/process/proctest"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
@@ -150,14 +151,14 @@ func TestRunLooksUpArgvInTheBodysPATH(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(bin, "runner-test-hello"), []byte("#!/bin/sh\necho hello \"$@\"\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	r := runnerTestNew(t, func(c *RunnerConfig) { c.BaseEnv = []string{"PATH=relative:" + bin + ":/usr/bin:/bin"} })
+	r := runnerTestNew(t, func(c *Config) { c.BaseEnv = []string{"PATH=relative:" + bin + ":/usr/bin:/bin"} })
 	o := runnerTestOutcome(t, runnerTestStart(t, r, wire.RunInvocation{InvocationID: "inv_path", Argv: []string{"runner-test-hello", "world"}}))
 	if o.State != wire.StateSucceeded || o.StdoutTail != "hello world\n" {
 		t.Fatalf("outcome = %+v", o)
 	}
 
 	// sh is in the daemon's PATH, but not in this body's.
-	r = runnerTestNew(t, func(c *RunnerConfig) { c.BaseEnv = []string{"PATH=" + bin} })
+	r = runnerTestNew(t, func(c *Config) { c.BaseEnv = []string{"PATH=" + bin} })
 	o = runnerTestOutcome(t, runnerTestStart(t, r, wire.RunInvocation{InvocationID: "inv_path", Argv: []string{"sh", "-c", "true"}}))
 	runnerTestError(t, o, ErrorTypeStartFailed, "not found in PATH")
 }
@@ -193,7 +194,7 @@ func TestExecSetupCommand(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			clk := &runnerTestClock{now: time.Unix(1700000000, 0)}
-			r := runnerTestNew(t, func(c *RunnerConfig) { c.Now = clk.Now })
+			r := runnerTestNew(t, func(c *Config) { c.Now = clk.Now })
 			dir := t.TempDir()
 			if name == "missing dir" {
 				dir = filepath.Join(dir, "absent")
@@ -243,8 +244,8 @@ func TestExecCancelTerminatesTheGroup(t *testing.T) {
 				code, tail, _, err := r.Exec(ctx, runnerTestSh(tc.script), dir)
 				done <- result{code, tail, err}
 			}()
-			pid := runnerTestPid(t, filepath.Join(dir, "pid"))
-			child := runnerTestPid(t, filepath.Join(dir, "child"))
+			pid := proctest.Pid(t, filepath.Join(dir, "pid"))
+			child := proctest.Pid(t, filepath.Join(dir, "child"))
 			cancelled := time.Now()
 			cancel()
 			var res result
@@ -259,8 +260,8 @@ func TestExecCancelTerminatesTheGroup(t *testing.T) {
 			if res.code != tc.wantCode || res.tail != tc.wantTail || !errors.Is(res.err, context.Canceled) {
 				t.Errorf("Exec = %d, %q, %v; want %d, %q, context.Canceled", res.code, res.tail, res.err, tc.wantCode, tc.wantTail)
 			}
-			runnerTestAssertGone(t, "command", pid)
-			runnerTestAssertGone(t, "child", child)
+			proctest.AssertGone(t, "command", pid)
+			proctest.AssertGone(t, "child", child)
 		})
 	}
 }
@@ -275,7 +276,7 @@ func TestExecBackgroundGrandchildHoldingThePipe(t *testing.T) {
 	if code != 0 || tail != "hi\n" || err != nil {
 		t.Fatalf("Exec = %d, %q, %v", code, tail, err)
 	}
-	runnerTestAssertGone(t, "background grandchild", runnerTestPid(t, filepath.Join(dir, "child")))
+	proctest.AssertGone(t, "background grandchild", proctest.Pid(t, filepath.Join(dir, "child")))
 }
 
 func TestExecWithADoneContextDoesNotStart(t *testing.T) {

@@ -1,4 +1,4 @@
-package agent
+package process
 
 import (
 	"bytes"
@@ -25,7 +25,7 @@ import (
 func runDirs(root string, inv wire.RunInvocation) (dir, bodyDir string, err error) {
 	id := inv.InvocationID
 	if id == "" || id == "." || id == ".." || strings.ContainsAny(id, `/\`+"\x00") {
-		return "", "", fmt.Errorf("invocation id %q is not a plain directory name", clipString(id, 200))
+		return "", "", fmt.Errorf("invocation id %q is not a plain directory name", ClipString(id, 200))
 	}
 	dir = filepath.Join(root, id, strconv.Itoa(inv.Attempt))
 	sub := inv.RunConfig.Workdir
@@ -33,7 +33,7 @@ func runDirs(root string, inv wire.RunInvocation) (dir, bodyDir string, err erro
 		return dir, dir, nil
 	}
 	if filepath.IsAbs(sub) || !filepath.IsLocal(sub) || strings.ContainsRune(sub, 0) {
-		return "", "", fmt.Errorf("run_config.workdir %q must be a relative path inside the run directory", clipString(sub, 200))
+		return "", "", fmt.Errorf("run_config.workdir %q must be a relative path inside the run directory", ClipString(sub, 200))
 	}
 	return dir, filepath.Join(dir, sub), nil
 }
@@ -203,9 +203,9 @@ func (t *tailBuffer) String() string {
 	return tailText(b, t.total > int64(len(b)), t.max)
 }
 
-// clip shortens s to at most n bytes on a rune boundary, for quoting
+// ClipString shortens s to at most n bytes on a rune boundary, for quoting
 // caller-supplied strings in messages.
-func clipString(s string, n int) string {
+func ClipString(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
@@ -222,7 +222,7 @@ func clipMessage(msg string) string {
 	if len(msg) <= wire.MaxMessageBytes {
 		return msg
 	}
-	return clipString(msg, wire.MaxMessageBytes-len("…"))
+	return ClipString(msg, wire.MaxMessageBytes-len("…"))
 }
 
 // handOver makes a run directory the --run-as account's: dir and bodyDir

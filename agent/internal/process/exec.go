@@ -1,4 +1,4 @@
-package agent
+package process
 
 import (
 	"context"
@@ -15,10 +15,10 @@ import (
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
-// execDrainWait bounds how long Exec waits for its output pipe to reach EOF
+// ExecDrainWait bounds how long Exec waits for its output pipe to reach EOF
 // once the command's process group is gone. Only a descendant that left the
 // group (setsid) can still hold the pipe then, and it must not hang setup.
-const execDrainWait = 2 * time.Second
+const ExecDrainWait = 2 * time.Second
 
 // Exec runs argv to completion in dir, for setup commands: argv[0] is looked
 // up in BaseEnv's PATH, the environment is BaseEnv alone, stdin is /dev/null,
@@ -38,7 +38,7 @@ func (r *Runner) Exec(ctx context.Context, argv []string, dir string) (exitCode 
 		return -1, "", elapsed(), errors.New("exec: argv is empty")
 	}
 	if err := ctx.Err(); err != nil {
-		return -1, "", elapsed(), fmt.Errorf("exec %q: not started: %w", clipString(argv[0], 200), err)
+		return -1, "", elapsed(), fmt.Errorf("exec %q: not started: %w", ClipString(argv[0], 200), err)
 	}
 	env := mergeEnv(r.cfg.BaseEnv)
 	path, err := lookPathIn(argv[0], envValue(env, "PATH"))
@@ -47,7 +47,7 @@ func (r *Runner) Exec(ctx context.Context, argv []string, dir string) (exitCode 
 	}
 	pr, pw, err := os.Pipe()
 	if err != nil {
-		return -1, "", elapsed(), fmt.Errorf("exec %q: output pipe: %w", clipString(argv[0], 200), err)
+		return -1, "", elapsed(), fmt.Errorf("exec %q: output pipe: %w", ClipString(argv[0], 200), err)
 	}
 	tail := &tailBuffer{max: wire.MaxTailBytes}
 	copied := make(chan struct{})
@@ -62,7 +62,7 @@ func (r *Runner) Exec(ctx context.Context, argv []string, dir string) (exitCode 
 			"process", "exec", "pgid", res.pgid, "pids", res.survivors)
 	}
 	_ = pw.Close()
-	drain := time.NewTimer(execDrainWait)
+	drain := time.NewTimer(ExecDrainWait)
 	select {
 	case <-copied:
 	case <-drain.C:
@@ -74,12 +74,12 @@ func (r *Runner) Exec(ctx context.Context, argv []string, dir string) (exitCode 
 	outputTail = tail.String()
 
 	if res.startErr != nil {
-		return -1, outputTail, elapsed(), fmt.Errorf("exec %q: %w", clipString(argv[0], 200), res.startErr)
+		return -1, outputTail, elapsed(), fmt.Errorf("exec %q: %w", ClipString(argv[0], 200), res.startErr)
 	}
 	exitCode = res.exitCode()
 	r.log.Debug("exec finished", "exit_code", exitCode, "terminated", res.terminated)
 	if res.terminated {
-		return exitCode, outputTail, elapsed(), fmt.Errorf("exec %q: terminated (%s): %w", clipString(argv[0], 200), res.describe(), ctx.Err())
+		return exitCode, outputTail, elapsed(), fmt.Errorf("exec %q: terminated (%s): %w", ClipString(argv[0], 200), res.describe(), ctx.Err())
 	}
 	return exitCode, outputTail, elapsed(), nil
 }
@@ -104,5 +104,5 @@ func lookPathIn(file, path string) (string, error) {
 			return p, nil
 		}
 	}
-	return "", fmt.Errorf("%q not found in PATH %q", clipString(file, 200), clipString(path, 1000))
+	return "", fmt.Errorf("%q not found in PATH %q", ClipString(file, 200), ClipString(path, 1000))
 }

@@ -1,4 +1,4 @@
-package agent
+package process
 
 import (
 	"encoding/json"

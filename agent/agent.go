@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dreamlake/lakeshore/agent/internal/acks"
 	"github.com/dreamlake/lakeshore/agent/internal/health"
 	"github.com/dreamlake/lakeshore/agent/internal/process"
 	"github.com/dreamlake/lakeshore/shared/client"
@@ -27,7 +28,7 @@ type Agent struct {
 	log    *slog.Logger
 	health *health.Tracker
 	runner *process.Runner
-	acker  *Acker
+	acker  *acks.Acker
 
 	notify *serviceNotify // READY/STOPPING/STATUS to a service manager (sdnotify.go)
 	runAs  *process.RunAs // --run-as, resolved at New; nil: the daemon's account
@@ -228,12 +229,12 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 	if err := os.MkdirAll(cfg.Workdir, 0o700); err != nil {
 		return fmt.Errorf("workdir: %w", err)
 	}
-	spool, err := OpenSpool(cfg.StateDir)
+	spool, err := acks.OpenSpool(cfg.StateDir)
 	if err != nil {
 		return fmt.Errorf("state dir: %w", err)
 	}
 	a.ackDone = map[string]func(bool){}
-	a.acker = NewAcker(spool, AckerOptions{Logger: a.log, HTTP: cfg.HTTP, OnAnswered: a.ackAnswered})
+	a.acker = acks.New(spool, acks.Options{Logger: a.log, HTTP: cfg.HTTP, OnAnswered: a.ackAnswered})
 	machineID, source, err := MachineID(ctx, cfg.MachineID, MachineIDOptions{IMDSEndpoint: cfg.IMDSEndpoint})
 	if err != nil {
 		return fmt.Errorf("machine id: %w", err)

@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"context"
 	"math/rand/v2"
 	"time"
 )
@@ -41,16 +40,4 @@ func helloBackoff(attempt int) time.Duration {
 		d = min(d*2, helloBackoffMax)
 	}
 	return d
-}
-
-// sleep waits d, or until ctx ends (its error).
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/dreamlake/lakeshore/agent/internal/health"
 	"github.com/dreamlake/lakeshore/shared/client"
+	"github.com/dreamlake/lakeshore/shared/clock"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
@@ -40,7 +41,7 @@ func (a *Agent) hello(ctx context.Context, req wire.HelloRequest) (session, erro
 			return session{}, fmt.Errorf("%w: %w", ErrHelloFailed, err)
 		}
 		a.log.Warn("hello failed; retrying", "attempt", attempt, "error", err.Error())
-		if err := sleep(ctx, jitter(helloBackoff(attempt))); err != nil {
+		if err := clock.Sleep(ctx, jitter(helloBackoff(attempt))); err != nil {
 			return session{}, fmt.Errorf("%w: %v", ErrHelloFailed, err)
 		}
 	}

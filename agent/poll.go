@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/dreamlake/lakeshore/agent/internal/acks"
 	"github.com/dreamlake/lakeshore/agent/internal/health"
 	"github.com/dreamlake/lakeshore/agent/internal/process"
 	"github.com/dreamlake/lakeshore/shared/client"
@@ -216,7 +217,7 @@ func (a *Agent) runFinished(ctx context.Context, st *state, r *running) {
 
 // ackAnswered records an ack's final answer in the health record: any
 // answer, even a refusal, shows the control plane reachable.
-func (a *Agent) ackAnswered(sa SpooledAck, _ wire.AckResponse, err error) {
+func (a *Agent) ackAnswered(sa acks.SpooledAck, _ wire.AckResponse, err error) {
 	key := fmt.Sprintf("%s/%d", sa.Ack.InvocationID, sa.Ack.Attempt)
 	a.ackMu.Lock()
 	done := a.ackDone[key]
@@ -228,7 +229,7 @@ func (a *Agent) ackAnswered(sa SpooledAck, _ wire.AckResponse, err error) {
 }
 
 func (a *Agent) submitAck(ctx context.Context, r *running, o process.Outcome) {
-	ack := SpooledAck{
+	ack := acks.SpooledAck{
 		ControlPlane: a.cfg.ControlPlane,
 		WorkerID:     r.session.workerID,
 		Token:        r.session.token,

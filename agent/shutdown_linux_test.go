@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dreamlake/lakeshore/agent/internal/acks"
 	"github.com/dreamlake/lakeshore/agent/internal/health"
 	"github.com/dreamlake/lakeshore/agent/internal/process"
 	"github.com/dreamlake/lakeshore/agent/internal/process/proctest"
@@ -163,12 +164,12 @@ func newFinishAgent(t *testing.T, p *apitest.Plane, logs *logRecorder, mod func(
 			mod(c)
 		}
 	})
-	spool, err := OpenSpool(a.cfg.StateDir)
+	spool, err := acks.OpenSpool(a.cfg.StateDir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	a.ackDone = map[string]func(bool){}
-	a.acker = NewAcker(spool, AckerOptions{Logger: a.log, HTTP: a.cfg.HTTP, OnAnswered: a.ackAnswered})
+	a.acker = acks.New(spool, acks.Options{Logger: a.log, HTTP: a.cfg.HTTP, OnAnswered: a.ackAnswered})
 	a.runner = process.New(process.Config{Workdir: a.cfg.Workdir, KillAfter: a.cfg.KillAfter, BaseEnv: process.DefaultBaseEnv(os.Getenv), Logger: a.log})
 	sess := session{workerID: "wrk_finish", token: "refused", interval: time.Second,
 		api: client.New(p.URL, "refused", client.WithHTTPClient(noKeepAlive()))}

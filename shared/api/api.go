@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/dreamlake/lakeshore/shared/auth"
+	"github.com/dreamlake/lakeshore/shared/clock"
 	"github.com/dreamlake/lakeshore/shared/control"
 	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/store"
@@ -84,7 +85,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.Now = func() time.Time { return time.Now().UTC() }
 	}
 	if cfg.Sleep == nil {
-		cfg.Sleep = control.Sleep
+		cfg.Sleep = clock.Sleep
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()

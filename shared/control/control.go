@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/dreamlake/lakeshore/shared/clock"
 	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/store"
 	"github.com/dreamlake/lakeshore/shared/wire"
@@ -72,24 +73,12 @@ func New(c Config) *Service {
 		s.maxWait = wire.MaxPollTimeoutS * time.Second
 	}
 	if s.sleep == nil {
-		s.sleep = Sleep
+		s.sleep = clock.Sleep
 	}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
 	return s
-}
-
-// Sleep waits d, or until ctx ends (its error).
-func Sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 // PollInterval reports the interval hello tells daemons to poll at: five

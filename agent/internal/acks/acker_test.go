@@ -1,4 +1,4 @@
-package agent
+package acks
 
 import (
 	"context"
@@ -194,7 +194,7 @@ func TestAckerRetriesAHungTry(t *testing.T) {
 	t.Cleanup(func() { close(done) })
 	rec := &ackerTestRecorder{}
 	s := spoolTestOpen(t, t.TempDir())
-	k := NewAcker(s, AckerOptions{
+	k := New(s, Options{
 		AttemptTimeout: 50 * time.Millisecond, Sleep: rec.sleep, OnAnswered: rec.onAnswered,
 		Logger: (&spoolTestLog{}).logger(),
 	})
@@ -386,7 +386,7 @@ func TestAckerContextEndLeavesSpoolForResend(t *testing.T) {
 	rec := &ackerTestRecorder{}
 	var fast atomic.Bool
 	s := spoolTestOpen(t, state)
-	k := NewAcker(s, AckerOptions{
+	k := New(s, Options{
 		Logger:     log.logger(),
 		OnAnswered: rec.onAnswered,
 		// Until fast is set a wait between tries lasts until ctx ends, so

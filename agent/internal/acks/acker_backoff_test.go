@@ -1,4 +1,4 @@
-package agent
+package acks
 
 import (
 	"context"
@@ -45,7 +45,7 @@ func TestAckerSubmitValidates(t *testing.T) {
 }
 
 func TestAckerBackoff(t *testing.T) {
-	k := NewAcker(nil, AckerOptions{Rand: func() float64 { return 1 }})
+	k := New(nil, Options{Rand: func() float64 { return 1 }})
 	cases := []struct {
 		try  int
 		want time.Duration

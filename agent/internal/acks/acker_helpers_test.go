@@ -1,4 +1,4 @@
-package agent
+package acks
 
 import (
 	"context"
@@ -128,7 +128,7 @@ func ackerTestNew(t *testing.T, stateDir string) (*Acker, *Spool, *ackerTestReco
 	var log spoolTestLog
 	rec := &ackerTestRecorder{}
 	s := spoolTestOpen(t, stateDir, WithSpoolLogger(log.logger()))
-	k := NewAcker(s, AckerOptions{
+	k := New(s, Options{
 		Logger:     log.logger(),
 		Sleep:      rec.sleep,
 		Rand:       func() float64 { return 0.5 },

@@ -1,4 +1,9 @@
-package agent
+// Package acks delivers nymph's outcomes: each ack is spooled to disk
+// (0600, atomic rename, in a 0700 directory) before it is sent, and retried
+// with jittered backoff until the control plane answers, across restarts of
+// the daemon; the first outcome of an attempt is the one that counts, so a
+// resend is always safe.
+package acks
 
 import (
 	"cmp"

@@ -1,4 +1,4 @@
-package agent
+package acks
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dreamlake/lakeshore/shared/client"
+	"github.com/dreamlake/lakeshore/shared/clock"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
@@ -22,8 +23,8 @@ const (
 	DefaultAckAttemptTimeout = 30 * time.Second
 )
 
-// AckerOptions configures an Acker. Every field is optional.
-type AckerOptions struct {
+// Options configures an Acker. Every field is optional.
+type Options struct {
 	// Logger receives one line per answered, rejected or retried ack; nil
 	// means slog.Default().
 	Logger *slog.Logger
@@ -97,7 +98,7 @@ type pendingAck struct {
 }
 
 // NewAcker returns an Acker that spools in spool.
-func NewAcker(spool *Spool, opts AckerOptions) *Acker {
+func New(spool *Spool, opts Options) *Acker {
 	k := &Acker{
 		spool:          spool,
 		log:            opts.Logger,
@@ -128,7 +129,7 @@ func NewAcker(spool *Spool, opts AckerOptions) *Acker {
 		k.attemptTimeout = DefaultAckAttemptTimeout
 	}
 	if k.sleep == nil {
-		k.sleep = sleep
+		k.sleep = clock.Sleep
 	}
 	if k.rand == nil {
 		k.rand = rand.Float64

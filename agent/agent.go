@@ -165,6 +165,9 @@ type state struct {
 	stopSetup context.CancelFunc
 	setupWG   sync.WaitGroup
 	loopDone  chan struct{} // closed as the loop returns: no one reads setupc any more
+	// stopCtx ends at the first stop (Run): a re-hello's retries give way
+	// to it, the loop's own requests do not.
+	stopCtx context.Context
 
 	byeReason    string
 	helloErr     error // why the hello after a 410/401 failed: what Run returns
@@ -197,18 +200,21 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 		}
 	}()
 	cfg := a.cfg
-	// A stop cancels ctx. Before the loop runs (boot, hello's retries) that
-	// ends what is under way. Inside the loop the stop also starts the
-	// drain (stopc), and what must still go out after it — the drain's
-	// polls, acks, bye — runs on contexts of its own (poll, submitAck,
-	// finish), never on this one.
+	// Two contexts. stopCtx ends at the first stop: it carries what a stop
+	// cuts short — boot, hello's retries, a re-hello's retries. ctx carries
+	// what must still go out after a stop: the loop's polls during the
+	// drain (a poll in flight when the signal comes must not be cut off),
+	// the resend of spooled acks. Inside the loop the stop starts the drain
+	// (stopc).
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	stopCtx, cancelStop := context.WithCancel(ctx)
+	defer cancelStop()
 	go func() {
 		select {
 		case <-a.stopc:
-			cancel()
-		case <-ctx.Done():
+			cancelStop()
+		case <-stopCtx.Done():
 		}
 	}()
 	a.health.SetPhase(wire.PhaseBooting)
@@ -235,7 +241,7 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 	}
 	a.ackDone = map[string]func(bool){}
 	a.acker = acks.New(spool, acks.Options{Logger: a.log, HTTP: cfg.HTTP, OnAnswered: a.ackAnswered})
-	machineID, source, err := MachineID(ctx, cfg.MachineID, MachineIDOptions{IMDSEndpoint: cfg.IMDSEndpoint})
+	machineID, source, err := MachineID(stopCtx, cfg.MachineID, MachineIDOptions{IMDSEndpoint: cfg.IMDSEndpoint})
 	if err != nil {
 		return fmt.Errorf("machine id: %w", err)
 	}
@@ -253,7 +259,7 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 
 	// Acks a previous process spooled go first: its outcomes must land before
 	// this hello retires that process's worker and hands its work out again.
-	resendCtx, cancelResend := context.WithTimeout(ctx, requestTimeout)
+	resendCtx, cancelResend := context.WithTimeout(stopCtx, requestTimeout)
 	if err := a.acker.Resend(resendCtx); err != nil {
 		a.log.Warn("spooled acks not all delivered before hello; still retrying", "error", err.Error())
 		go func() { _ = a.acker.Resend(ctx) }()
@@ -276,9 +282,9 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 		HostKey:      hk,
 	}
 	st := &state{runs: map[string]*running{}, setupSeen: map[string]bool{}, idleSince: time.Now()}
-	st.sess, err = a.hello(ctx, hello)
+	st.sess, err = a.hello(stopCtx, hello)
 	if err != nil {
-		if ctx.Err() != nil {
+		if stopCtx.Err() != nil {
 			a.log.Info("stopped before hello was answered; no worker to say bye for")
 			a.health.Stopped()
 			return nil
@@ -286,5 +292,6 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 		a.health.Failed(health.FailedRegistration)
 		return err
 	}
+	st.stopCtx = stopCtx
 	return a.runLoop(ctx, st, hello)
 }

@@ -52,8 +52,12 @@ func (a *Agent) poll(ctx context.Context, st *state, hello wire.HelloRequest, ru
 		}
 		a.log.Warn("the control plane let go of this worker; saying hello again", "worker_id", st.sess.workerID, "error", err.Error())
 		a.health.Unregistered()
-		sess, herr := a.hello(ctx, hello)
-		if herr != nil && ctx.Err() != nil {
+		hctx := st.stopCtx
+		if hctx == nil { // a loop not started by Run (tests)
+			hctx = ctx
+		}
+		sess, herr := a.hello(hctx, hello)
+		if herr != nil && hctx.Err() != nil {
 			// Stopped while saying hello again: a clean end, as a stop
 			// before the first hello was answered is. No worker is left
 			// to say bye for.

@@ -172,7 +172,7 @@ func TestStoreFaultsOneFault(t *testing.T) {
 		t.Parallel()
 		r := newSFRig(t)
 		inv := r.submit(t, "k")
-		ag := startSFAgent(t, r.p, "bye-lost", 1, r.stopWhenIdle(Put, fa))
+		ag := startSFAgent(t, r.p, "bye-lost", 1, r.stopByeFaults(fa))
 		r.waitDone(t, inv)
 		if err := ag.wait(t, 30*time.Second); err != nil {
 			t.Errorf("Run = %v", err)
@@ -194,7 +194,7 @@ func TestStoreFaultsOneFault(t *testing.T) {
 		t.Parallel()
 		r := newSFRig(t)
 		inv := r.submit(t, "k")
-		ag := startSFAgent(t, r.p, "bye-lost-thrice", 1, r.stopWhenIdle(Put, fb, fb, fb))
+		ag := startSFAgent(t, r.p, "bye-lost-thrice", 1, r.stopByeFaults(fb, fb, fb))
 		r.waitDone(t, inv)
 		if err := ag.wait(t, 30*time.Second); err != nil {
 			t.Errorf("Run = %v", err)
@@ -205,10 +205,9 @@ func TestStoreFaultsOneFault(t *testing.T) {
 			t.Errorf("bye failed %d times, want 1", n)
 		}
 		w := r.worker(t, ag)
-		// Idle when stopped, the daemon went straight to bye: its row still
-		// says what its last poll said.
-		if got := domain.Project(w, time.Now(), sfStaleAfter); got != domain.WorkerActive {
-			t.Errorf("worker whose bye was lost reads %s, want active (its last poll)", got)
+		// Its row says what its last poll, the terminating one, said.
+		if got := domain.Project(w, time.Now(), sfStaleAfter); got != domain.WorkerDraining {
+			t.Errorf("worker whose bye was lost reads %s, want draining (its last poll)", got)
 		}
 		later := time.Now().Add(sfStaleAfter + time.Second)
 		if got := domain.Project(w, later, sfStaleAfter); got != domain.WorkerStale {

@@ -77,11 +77,12 @@ func (r *sfRig) worker(t *testing.T, ag *sfAgent) domain.Worker {
 	return w
 }
 
-// stopWhenIdle makes the daemon, once it has run something and its ack is
-// answered (its poll lists nothing), aim faults at the next requests of op
-// and stop: the drain, one last poll, then bye, all on the loop's goroutine
-// so nothing else comes between.
-func (r *sfRig) stopWhenIdle(op string, faults ...storetest.Fault) func(*Agent) {
+// stopByeFaults makes the daemon, once it has run something and its ack is
+// answered (its poll lists nothing), stop, and aims faults at bye's write
+// of the worker row: the drain (nothing runs, so straight to terminating),
+// the terminating poll, whose heartbeat is the next PutItem and meets no
+// fault, then bye, whose PutItem (one per SDK attempt) meets faults.
+func (r *sfRig) stopByeFaults(faults ...storetest.Fault) func(*Agent) {
 	return func(a *Agent) {
 		var ran atomic.Bool
 		var once sync.Once
@@ -89,7 +90,7 @@ func (r *sfRig) stopWhenIdle(op string, faults ...storetest.Fault) func(*Agent) 
 		a.testHookPolled = func(req wire.PollRequest) {
 			if ran.Load() && len(req.Invocations) == 0 {
 				once.Do(func() {
-					r.tr.Next(op, faults...)
+					r.tr.Next("PutItem", append([]storetest.Fault{storetest.NoFault}, faults...)...)
 					a.Stop()
 				})
 			}

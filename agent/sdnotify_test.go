@@ -181,10 +181,8 @@ func TestAgentNotifiesOverSocket(t *testing.T) {
 	}
 
 	a.Stop()
-	var all []map[string]string
 	for {
 		m := notifyLines(notifyNext(t, msgs, 10*time.Second))
-		all = append(all, m)
 		if m["STOPPING"] == "1" {
 			if want := fmt.Sprint(StopBudget(3*time.Second, time.Second).Microseconds()); m["EXTEND_TIMEOUT_USEC"] != want {
 				t.Errorf("EXTEND_TIMEOUT_USEC %q, want %s", m["EXTEND_TIMEOUT_USEC"], want)

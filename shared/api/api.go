@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/dreamlake/lakeshore/shared/auth"
-	"github.com/dreamlake/lakeshore/shared/clock"
 	"github.com/dreamlake/lakeshore/shared/control"
 	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/store"
@@ -31,11 +30,13 @@ type Config struct {
 	OperatorToken string
 	// StaleAfter is how long a silent worker stays live (default 60 s).
 	StaleAfter time.Duration
-	// MaxPollWait caps a long poll (default 20 s, under API Gateway's 30 s).
+	// MaxPollWait caps a long poll (default 20 s, under API Gateway's 30 s;
+	// control.New sets it).
 	MaxPollWait time.Duration
 	// Now is the clock used for computed worker state.
 	Now func() time.Time
-	// Sleep waits between long-poll checks; tests may replace it.
+	// Sleep waits between long-poll checks; tests may replace it (default
+	// clock.Sleep, set by control.New).
 	Sleep  func(ctx context.Context, d time.Duration) error
 	Logger *slog.Logger
 	// DaemonAuth is auth.DaemonAuthToken (the default) or auth.DaemonAuthIAM.
@@ -78,14 +79,8 @@ func New(cfg Config) (*Server, error) {
 	if cfg.StaleAfter <= 0 {
 		cfg.StaleAfter = domain.DefaultStaleAfter
 	}
-	if cfg.MaxPollWait <= 0 {
-		cfg.MaxPollWait = wire.MaxPollTimeoutS * time.Second
-	}
 	if cfg.Now == nil {
 		cfg.Now = func() time.Time { return time.Now().UTC() }
-	}
-	if cfg.Sleep == nil {
-		cfg.Sleep = clock.Sleep
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()

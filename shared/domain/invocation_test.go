@@ -50,15 +50,13 @@ func (s step) String() string {
 	return fmt.Sprintf("{kind %d changed %v state %s}", s.code, s.changed, s.state)
 }
 
-func codeOf(err error) Kind { return KindOf(err) }
-
 func TestInvocationTransitions(t *testing.T) {
 	now := t0.Add(time.Minute)
 	worker := func(id, hk string) Worker { return Worker{ID: id, HostKey: hk} }
 	events := map[string]func(Invocation) (Invocation, step){
 		"claim by c": func(inv Invocation) (Invocation, step) {
 			next, err := inv.Claim(worker("c", ""), now)
-			return next, step{codeOf(err), err == nil, next.State}
+			return next, step{KindOf(err), err == nil, next.State}
 		},
 		"record succeeded by b (attempt 2)": record(Outcome{WorkerID: "b", Attempt: 2, State: StateSucceeded}, now),
 		"record failed by b (attempt 2)":    record(Outcome{WorkerID: "b", Attempt: 2, State: StateFailed}, now),
@@ -69,7 +67,7 @@ func TestInvocationTransitions(t *testing.T) {
 		"record a non-terminal state":       record(Outcome{WorkerID: "b", Attempt: 2, State: StateRunning}, now),
 		"cancel": func(inv Invocation) (Invocation, step) {
 			next, changed, err := inv.Cancel(now)
-			return next, step{codeOf(err), changed, next.State}
+			return next, step{KindOf(err), changed, next.State}
 		},
 		"requeue from b": requeue("b", now),
 		"requeue from a": requeue("a", now),
@@ -196,7 +194,7 @@ func TestInvocationTransitions(t *testing.T) {
 func record(o Outcome, now time.Time) func(Invocation) (Invocation, step) {
 	return func(inv Invocation) (Invocation, step) {
 		next, recorded, err := inv.Record(o, now)
-		return next, step{codeOf(err), recorded, next.State}
+		return next, step{KindOf(err), recorded, next.State}
 	}
 }
 

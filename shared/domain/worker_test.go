@@ -56,15 +56,15 @@ func TestWorkerTransitions(t *testing.T) {
 	events := map[string]func(Worker) (Worker, got){
 		"poll ready": func(w Worker) (Worker, got) {
 			next, err := w.Heartbeat(Poll{Phase: PhaseReady, Queue: "q"}, now)
-			return next, got{codeOf(err), err == nil, next.State}
+			return next, got{KindOf(err), err == nil, next.State}
 		},
 		"poll setup": func(w Worker) (Worker, got) {
 			next, err := w.Heartbeat(Poll{Phase: PhaseSetup}, now)
-			return next, got{codeOf(err), err == nil, next.State}
+			return next, got{KindOf(err), err == nil, next.State}
 		},
 		"poll another queue": func(w Worker) (Worker, got) {
 			next, err := w.Heartbeat(Poll{Phase: PhaseReady, Queue: "other"}, now)
-			return next, got{codeOf(err), err == nil, next.State}
+			return next, got{KindOf(err), err == nil, next.State}
 		},
 		"leave": func(w Worker) (Worker, got) {
 			next, changed := w.Leave("bye: signal", now)
@@ -72,7 +72,7 @@ func TestWorkerTransitions(t *testing.T) {
 		},
 		"drain": func(w Worker) (Worker, got) {
 			next, changed, err := w.Drain()
-			return next, got{codeOf(err), changed, next.State}
+			return next, got{KindOf(err), changed, next.State}
 		},
 		"host terminated": func(w Worker) (Worker, got) {
 			next, changed := w.SetHostStatus(HostTerminated, now)

@@ -169,20 +169,13 @@ func (s *Store) Hello(ctx context.Context, req wire.HelloRequest, issue TokenIss
 		return res, err
 	}
 	why := "machine " + req.MachineID + " said hello from a new boot"
-	wasGone := false
-	if retried {
-		old, err := s.GetWorker(ctx, res.Retired)
-		if err != nil && !errors.Is(err, wire.ErrNotFound) {
-			return res, err
-		}
-		wasGone = err != nil || old.State == domain.WorkerGone
-	}
-	if _, err := s.MarkGone(ctx, res.Retired, nil, why); err != nil && !errors.Is(err, wire.ErrNotFound) {
+	_, left, err := s.markGone(ctx, res.Retired, nil, why)
+	if err != nil && !errors.Is(err, wire.ErrNotFound) {
 		return res, err
 	}
 	n, err := s.RequeueHeld(ctx, res.Retired, why)
 	res.Requeued = n
-	if err == nil && wasGone && n == 0 {
+	if err == nil && retried && !left && n == 0 {
 		res.Retired = "" // the first try finished it: nothing retired now
 	}
 	return res, err
@@ -292,10 +285,23 @@ func (s *Store) Bye(ctx context.Context, req wire.ByeRequest, auth Authorize) (r
 // (domain.Worker.Leave). It does not requeue; callers follow with
 // RequeueHeld.
 func (s *Store) MarkGone(ctx context.Context, id string, auth Authorize, why string) (domain.Worker, error) {
+	w, _, err := s.markGone(ctx, id, auth, why)
+	return w, err
+}
+
+// markGone is MarkGone that also reports whether this call made the worker
+// gone (false: it already was), without a read of its own.
+func (s *Store) markGone(ctx context.Context, id string, auth Authorize, why string) (domain.Worker, bool, error) {
 	now := s.now()
-	return s.updateWorker(ctx, "mark gone", id, auth, noError(func(w domain.Worker) (domain.Worker, bool) {
-		return w.Leave(why, now)
+	left := false
+	w, err := s.updateWorker(ctx, "mark gone", id, auth, noError(func(w domain.Worker) (domain.Worker, bool) {
+		next, changed := w.Leave(why, now)
+		// A retry after a write whose answer was lost finds the worker gone
+		// already: the first try's write still counts as this call's.
+		left = left || changed
+		return next, changed
 	}))
+	return w, left, err
 }
 
 // RequestDrain marks a worker draining (domain.Worker.Drain): it claims

@@ -11,11 +11,13 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
 
+	"github.com/dreamlake/lakeshore/shared/control"
 	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/hoststatus"
 	"github.com/dreamlake/lakeshore/shared/reaper"
@@ -63,7 +65,7 @@ type sfOps struct {
 }
 
 func (o *sfOps) sweep(ctx context.Context) error {
-	res, err := reaper.Handler(o.p.Store, sfStaleAfter, o.log)(ctx, nil)
+	res, err := reaper.Handler(sfControl(o.p.Store, nil), o.log)(ctx, nil)
 	o.sweeps.Add(1)
 	o.requeued.Add(int64(res.Requeued))
 	if err != nil {
@@ -72,8 +74,14 @@ func (o *sfOps) sweep(ctx context.Context) error {
 	return err
 }
 
+// sfControl is the use cases over st with the rig's stale window, on clock
+// now (nil: real time).
+func sfControl(st *store.Store, now func() time.Time) *control.Service {
+	return control.New(control.Config{Store: st, StaleAfter: sfStaleAfter, Now: now, Logger: slog.New(slog.DiscardHandler)})
+}
+
 func (o *sfOps) poller() *hoststatus.Poller {
-	return &hoststatus.Poller{Store: o.p.Store, EC2: o.ec2, Logger: o.log}
+	return &hoststatus.Poller{Store: o.p.Store, Control: sfControl(o.p.Store, nil), EC2: o.ec2, Logger: o.log}
 }
 
 func (o *sfOps) poll(ctx context.Context) error {

@@ -215,7 +215,7 @@ func TestStoreFaultsOneFault(t *testing.T) {
 		}
 		sweeper := store.New(r.p.DB, r.p.Prefix)
 		sweeper.Now = func() time.Time { return later }
-		if res, err := sweeper.Sweep(context.Background(), sfStaleAfter); err != nil || res.Lost != 1 || res.Requeued != 0 {
+		if res, err := sfControl(sweeper, sweeper.Now).Sweep(context.Background()); err != nil || res.Lost != 1 || res.Requeued != 0 {
 			t.Errorf("sweep after the stale window: %+v %v; want the worker lost, nothing to hand back", res, err)
 		}
 	})
@@ -237,7 +237,7 @@ func TestStoreFaultsOneFault(t *testing.T) {
 		sweeper := store.New(storetest.FaultyClient(r.p.Endpoint, r.tr, sfRigTimeout), r.p.Prefix)
 		sweeper.Now = func() time.Time { return time.Now().Add(sfStaleAfter + time.Second) }
 		r.tr.Next(Put, drop)
-		res, err := reaper.Handler(sweeper, sfStaleAfter, slog.New(slog.DiscardHandler))(context.Background(), nil)
+		res, err := reaper.Handler(sfControl(sweeper, sweeper.Now), slog.New(slog.DiscardHandler))(context.Background(), nil)
 		if err != nil || res.Lost != 1 || res.Requeued != 1 {
 			t.Fatalf("sweep: %+v %v; want one lost worker, one invocation handed back", res, err)
 		}

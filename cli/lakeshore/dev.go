@@ -17,6 +17,7 @@ import (
 
 	"github.com/dreamlake/lakeshore/shared/api"
 	"github.com/dreamlake/lakeshore/shared/auth"
+	"github.com/dreamlake/lakeshore/shared/control"
 	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/hoststatus"
 	"github.com/dreamlake/lakeshore/shared/store"
@@ -103,6 +104,7 @@ func runDev(ctx context.Context, o devOptions) error {
 		}
 	}
 	st := store.New(db, o.tablePrefix)
+	svc := control.New(control.Config{Store: st, StaleAfter: o.staleAfter, Logger: log})
 	var handler http.Handler
 	var sweepOnce, pollHostsOnce func(context.Context) error
 	if o.lambdas != "" {
@@ -127,7 +129,7 @@ func runDev(ctx context.Context, o devOptions) error {
 			return err
 		}
 		handler = srv
-		sweepOnce = func(ctx context.Context) error { return sweepStore(ctx, st, o.staleAfter, log) }
+		sweepOnce = func(ctx context.Context) error { return sweep(ctx, svc, log) }
 	}
 
 	ln, err := net.Listen("tcp", o.addr)
@@ -155,7 +157,7 @@ func runDev(ctx context.Context, o devOptions) error {
 			if err != nil {
 				return fmt.Errorf("load AWS config: %w", err)
 			}
-			p := &hoststatus.Poller{Store: st, EC2: ec2.NewFromConfig(cfg), Logger: log}
+			p := &hoststatus.Poller{Store: st, Control: svc, EC2: ec2.NewFromConfig(cfg), Logger: log}
 			pollHostsOnce = func(ctx context.Context) error { return pollHostsStore(ctx, p, log) }
 		}
 		// The hoststatus function's EC2 poll: the Lambda's schedule is a
@@ -205,9 +207,9 @@ func openStore(ctx context.Context, kind string) (*dynamodb.Client, string, func
 	}
 }
 
-// sweepStore runs the reaper's sweep in process.
-func sweepStore(ctx context.Context, st *store.Store, staleAfter time.Duration, log *slog.Logger) error {
-	res, err := st.Sweep(ctx, staleAfter)
+// sweep runs the reaper's sweep in process.
+func sweep(ctx context.Context, svc *control.Service, log *slog.Logger) error {
+	res, err := svc.Sweep(ctx)
 	if res.Requeued > 0 {
 		log.Info("sweep: handed back the work of lost workers", "lost_workers", res.Lost, "requeued", res.Requeued)
 	}

@@ -14,6 +14,6 @@ import (
 
 func main() {
 	s := lambdamain.Open("hoststatus")
-	p := &hoststatus.Poller{Store: s.Store, EC2: ec2.NewFromConfig(s.AWS), Logger: s.Log}
+	p := &hoststatus.Poller{Store: s.Store, Control: s.Control, EC2: ec2.NewFromConfig(s.AWS), Logger: s.Log}
 	lambda.Start(p.Handle)
 }

@@ -1,5 +1,5 @@
 // Command reaper is the scheduled redelivery sweep. It only wires: the
-// sweep lives in shared/store, the handler in shared/reaper.
+// sweep lives in shared/control, the handler in shared/reaper.
 package main
 
 import (
@@ -11,5 +11,5 @@ import (
 
 func main() {
 	s := lambdamain.Open("reaper")
-	lambda.Start(reaper.Handler(s.Store, s.Config.StaleAfter, s.Log))
+	lambda.Start(reaper.Handler(s.Control, s.Log))
 }

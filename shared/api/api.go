@@ -86,7 +86,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.Logger = slog.Default()
 	}
 	svc := control.New(control.Config{Store: cfg.Store, StaleAfter: cfg.StaleAfter, MaxPollWait: cfg.MaxPollWait,
-		Sleep: cfg.Sleep, Logger: cfg.Logger})
+		Sleep: cfg.Sleep, Now: cfg.Now, Logger: cfg.Logger})
 	s := &Server{cfg: cfg, svc: svc, mux: http.NewServeMux(), log: cfg.Logger}
 	s.routes()
 	return s, nil

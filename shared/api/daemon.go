@@ -71,7 +71,7 @@ func (s *Server) bye(r *http.Request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	if err := s.svc.Bye(r.Context(), req, authorize); err != nil {
+	if _, err := s.svc.Bye(r.Context(), req, authorize); err != nil {
 		return 0, nil, fmt.Errorf("bye %s: %w", req.WorkerID, err)
 	}
 	return http.StatusNoContent, nil, nil

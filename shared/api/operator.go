@@ -17,14 +17,13 @@ func (s *Server) submit(r *http.Request) (int, any, error) {
 	if err := wire.Decode(r.Body, &req); err != nil {
 		return 0, nil, err
 	}
-	inv, created, err := s.cfg.Store.Submit(r.Context(), req)
+	inv, created, err := s.svc.Submit(r.Context(), req)
 	if err != nil {
 		return 0, nil, err
 	}
 	if !created {
 		return http.StatusOK, invocationView(inv), nil
 	}
-	s.log.Info("submitted", "invocation_id", inv.ID, "queue", inv.Queue)
 	return http.StatusCreated, invocationView(inv), nil
 }
 
@@ -53,11 +52,10 @@ func (s *Server) cancel(r *http.Request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	inv, err := s.cfg.Store.Cancel(r.Context(), id)
+	inv, err := s.svc.Cancel(r.Context(), id)
 	if err != nil {
 		return 0, nil, err
 	}
-	s.log.Info("cancel", "invocation_id", id, "state", inv.State)
 	if inv.State == wire.StateRunning {
 		return http.StatusAccepted, invocationView(inv), nil
 	}
@@ -135,11 +133,10 @@ func (s *Server) drain(r *http.Request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	w, err := s.cfg.Store.RequestDrain(r.Context(), id)
+	w, err := s.svc.Drain(r.Context(), id)
 	if err != nil {
 		return 0, nil, err
 	}
-	s.log.Info("drain requested", "worker_id", id)
 	return http.StatusAccepted, wire.DrainAccepted{WorkerID: w.ID, State: domain.Project(w, s.cfg.Now(), s.cfg.StaleAfter)}, nil
 }
 
@@ -152,11 +149,10 @@ func (s *Server) addSetup(r *http.Request) (int, any, error) {
 	if err := wire.Decode(r.Body, &req); err != nil {
 		return 0, nil, err
 	}
-	cmd, err := s.cfg.Store.AddSetup(r.Context(), id, req.Argv)
+	cmd, err := s.svc.AddSetup(r.Context(), id, req.Argv)
 	if err != nil {
 		return 0, nil, err
 	}
-	s.log.Info("setup queued", "worker_id", id, "command_id", cmd.CommandID)
 	return http.StatusAccepted, wire.SetupAccepted{CommandID: cmd.CommandID}, nil
 }
 

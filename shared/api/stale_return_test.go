@@ -2,11 +2,13 @@ package api_test
 
 import (
 	"context"
+	"log/slog"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/dreamlake/lakeshore/shared/api"
+	"github.com/dreamlake/lakeshore/shared/control"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
@@ -30,7 +32,8 @@ func TestWorkerReturnsFromStale(t *testing.T) {
 	}
 
 	c.Advance(4 * time.Second) // a is frozen past stale_after
-	if _, err := h.store.Sweep(context.Background(), 3*time.Second); err != nil {
+	sweeper := control.New(control.Config{Store: h.store, StaleAfter: 3 * time.Second, Now: c.Now, Logger: slog.New(slog.DiscardHandler)})
+	if _, err := sweeper.Sweep(context.Background()); err != nil {
 		t.Fatalf("sweep: %v", err)
 	}
 	b := h.hello("mb", "boot")

@@ -17,19 +17,28 @@ import (
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
-// Store is what the use cases ask of the store.
+// Store is what the use cases ask of the store: loads, and saves that are
+// each one conditional write (or one transaction) of a domain transition.
 type Store interface {
-	Hello(ctx context.Context, req wire.HelloRequest, issue store.TokenIssuer) (store.HelloResult, error)
-	Heartbeat(ctx context.Context, req wire.PollRequest, auth store.Authorize) (domain.Worker, error)
-	RecordSetupResults(ctx context.Context, w domain.Worker, results []wire.SetupResult) (domain.Worker, error)
+	Hello(ctx context.Context, reg domain.Registration, issue store.TokenIssuer) (store.HelloResult, error)
+	Heartbeat(ctx context.Context, id string, p domain.Poll, auth store.Authorize) (domain.Worker, error)
+	RecordSetupResults(ctx context.Context, w domain.Worker, results []domain.SetupResult) (domain.Worker, error)
 	SetupCommands(ctx context.Context, workerID string, pendingOnly bool) ([]domain.SetupCommand, error)
+	AddSetup(ctx context.Context, workerID string, argv []string) (domain.SetupCommand, error)
 	GetWorker(ctx context.Context, id string) (domain.Worker, error)
+	EachWorker(ctx context.Context, op string, fn func(domain.Worker) error) error
+	MarkGone(ctx context.Context, id string, auth store.Authorize, why string) (domain.Worker, bool, error)
+	MarkReaped(ctx context.Context, id string) error
+	RequestDrain(ctx context.Context, id string) (domain.Worker, error)
+	UpdateHostStatus(ctx context.Context, id, status string) (domain.Worker, error)
+	Submit(ctx context.Context, spec domain.Spec, requestHash string) (domain.Invocation, bool, error)
 	GetInvocation(ctx context.Context, id string) (domain.Invocation, error)
 	Held(ctx context.Context, workerID string) ([]domain.Invocation, error)
 	Claim(ctx context.Context, w domain.Worker, queue string, max int) (store.ClaimResult, error)
 	Requeue(ctx context.Context, id, workerID, why string) (domain.Invocation, error)
-	Ack(ctx context.Context, req wire.AckRequest, auth store.Authorize, tokenHash string) (wire.AckResponse, error)
-	Bye(ctx context.Context, req wire.ByeRequest, auth store.Authorize) (int, error)
+	RequeueHeld(ctx context.Context, workerID, why string) (int, error)
+	Ack(ctx context.Context, id string, o domain.Outcome, auth store.Authorize, tokenHash string) (store.AckResult, error)
+	Cancel(ctx context.Context, id string) (domain.Invocation, error)
 }
 
 var _ Store = (*store.Store)(nil)
@@ -46,6 +55,7 @@ type Service struct {
 	staleAfter time.Duration
 	maxWait    time.Duration
 	sleep      func(ctx context.Context, d time.Duration) error
+	now        func() time.Time
 	log        *slog.Logger
 }
 
@@ -59,13 +69,16 @@ type Config struct {
 	MaxPollWait time.Duration
 	// Sleep waits between long-poll checks (default: a timer that ends
 	// early when ctx does); tests may replace it.
-	Sleep  func(ctx context.Context, d time.Duration) error
+	Sleep func(ctx context.Context, d time.Duration) error
+	// Now is the clock the sweep reads staleness by (default: real time,
+	// UTC); give it the store's clock in tests that move one.
+	Now    func() time.Time
 	Logger *slog.Logger
 }
 
 // New returns a Service over c.Store.
 func New(c Config) *Service {
-	s := &Service{store: c.Store, staleAfter: c.StaleAfter, maxWait: c.MaxPollWait, sleep: c.Sleep, log: c.Logger}
+	s := &Service{store: c.Store, staleAfter: c.StaleAfter, maxWait: c.MaxPollWait, sleep: c.Sleep, now: c.Now, log: c.Logger}
 	if s.staleAfter <= 0 {
 		s.staleAfter = domain.DefaultStaleAfter
 	}
@@ -74,6 +87,9 @@ func New(c Config) *Service {
 	}
 	if s.sleep == nil {
 		s.sleep = clock.Sleep
+	}
+	if s.now == nil {
+		s.now = func() time.Time { return time.Now().UTC() }
 	}
 	if s.log == nil {
 		s.log = slog.Default()
@@ -86,46 +102,4 @@ func New(c Config) *Service {
 // fit in every stale window, so losing a few never makes a live worker stale.
 func PollInterval(staleAfter time.Duration) time.Duration {
 	return min(5*time.Second, staleAfter/6)
-}
-
-// Hello registers a daemon (store.Store.Hello: idempotent per machine and
-// boot; a new boot retires the old worker and hands its work back) and
-// answers the stale window and poll interval it must keep; the caller adds
-// the token issue minted.
-func (s *Service) Hello(ctx context.Context, req wire.HelloRequest, issue store.TokenIssuer) (wire.HelloResponse, error) {
-	res, err := s.store.Hello(ctx, req, issue)
-	if err != nil {
-		return wire.HelloResponse{}, err
-	}
-	s.log.Info("hello", "worker_id", res.Worker.ID, "machine_id", req.MachineID,
-		"retired_worker_id", res.Retired, "requeued", res.Requeued)
-	return wire.HelloResponse{
-		WorkerID:      res.Worker.ID,
-		StaleAfterS:   s.staleAfter.Seconds(),
-		PollIntervalS: PollInterval(s.staleAfter).Seconds(),
-	}, nil
-}
-
-// Ack records a worker's outcome for one attempt (domain.Invocation.Record
-// decides whether it counts).
-func (s *Service) Ack(ctx context.Context, req wire.AckRequest, auth store.Authorize, tokenHash string) (wire.AckResponse, error) {
-	resp, err := s.store.Ack(ctx, req, auth, tokenHash)
-	if err != nil {
-		return resp, err
-	}
-	s.log.Info("ack", "worker_id", req.WorkerID, "invocation_id", req.InvocationID, "attempt", req.Attempt,
-		"state", req.State, "recorded", resp.Recorded)
-	return resp, nil
-}
-
-// Bye records a daemon's goodbye: its worker is gone at once and what it
-// still held is handed back without waiting for the stale window.
-func (s *Service) Bye(ctx context.Context, req wire.ByeRequest, auth store.Authorize) error {
-	n, err := s.store.Bye(ctx, req, auth)
-	if err != nil {
-		return err
-	}
-	s.log.Info("bye", "worker_id", req.WorkerID, "reason", req.Reason,
-		"inflight_abandoned", req.InflightAbandoned, "requeued", n)
-	return nil
 }

@@ -36,7 +36,7 @@ func TestPollUseCase(t *testing.T) {
 		t.Fatalf("hello: %+v %v", hello, err)
 	}
 	for range 3 {
-		if _, _, err := st.Submit(ctx, wire.SubmitRequest{Queue: "q", Argv: []string{"true"}, MaxAttempts: 3}); err != nil {
+		if _, _, err := svc.Submit(ctx, wire.SubmitRequest{Queue: "q", Argv: []string{"true"}, MaxAttempts: 3}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -22,11 +22,15 @@ import (
 // every read of its row.
 func (s *Service) Poll(ctx context.Context, req wire.PollRequest, auth store.Authorize) (wire.PollResponse, error) {
 	st := s.store
-	w, err := st.Heartbeat(ctx, req, auth)
+	w, err := s.Heartbeat(ctx, req, auth)
 	if err != nil {
 		return wire.PollResponse{}, err
 	}
-	if w, err = st.RecordSetupResults(ctx, w, req.SetupResults); err != nil {
+	results := make([]domain.SetupResult, len(req.SetupResults))
+	for i, r := range req.SetupResults {
+		results[i] = domain.SetupResult(r)
+	}
+	if w, err = st.RecordSetupResults(ctx, w, results); err != nil {
 		return wire.PollResponse{}, err
 	}
 

@@ -20,6 +20,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	"github.com/aws/smithy-go"
 
+	"github.com/dreamlake/lakeshore/shared/control"
 	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/store"
 )
@@ -65,11 +66,29 @@ func HostStatusOf(state string) (string, bool) {
 	return "", false
 }
 
+// Store is what the poller reads of the workers; *store.Store implements it.
+type Store interface {
+	LiveWorkersByMachine(ctx context.Context) (map[string][]domain.Worker, error)
+	MachineWorker(ctx context.Context, machineID string) (string, bool, error)
+	GetWorker(ctx context.Context, id string) (domain.Worker, error)
+}
+
+var _ Store = (*store.Store)(nil)
+
+// HostStatusSetter records a host status and hands back the work of a host
+// that stopped; *control.Service implements it.
+type HostStatusSetter interface {
+	SetHostStatus(ctx context.Context, id, status string) (domain.Worker, error)
+}
+
+var _ HostStatusSetter = (*control.Service)(nil)
+
 // Poller writes EC2 instance states onto the workers running on them.
 type Poller struct {
-	Store  *store.Store
-	EC2    EC2
-	Logger *slog.Logger // nil: discard
+	Store   Store
+	Control HostStatusSetter
+	EC2     EC2
+	Logger  *slog.Logger // nil: discard
 }
 
 // Result reports what one Poll or event did.
@@ -186,7 +205,7 @@ func (p *Poller) apply(ctx context.Context, instance string, workers []domain.Wo
 		if !domain.HostStatusMoves(w.HostStatus, status) {
 			continue
 		}
-		next, err := p.Store.SetHostStatus(ctx, w.ID, status)
+		next, err := p.Control.SetHostStatus(ctx, w.ID, status)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("worker %s on %s: %w", w.ID, instance, err))
 			continue

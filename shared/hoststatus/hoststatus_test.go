@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 
+	"github.com/dreamlake/lakeshore/shared/control"
 	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/hoststatus"
 	"github.com/dreamlake/lakeshore/shared/store"
@@ -63,6 +64,7 @@ func TestHostIsInstanceID(t *testing.T) {
 type fixture struct {
 	ctx    context.Context
 	store  *store.Store
+	svc    *control.Service
 	ec2    *ec2.Client
 	writes *storetest.Counter
 	poller *hoststatus.Poller
@@ -84,7 +86,8 @@ func newFixture(t *testing.T) *fixture {
 		BaseEndpoint: aws.String(storetest.MotoEndpoint(t)),
 		Credentials:  credentials.NewStaticCredentialsProvider("test", "test", ""),
 	})
-	return &fixture{ctx: ctx, store: s, ec2: e, writes: &c, poller: &hoststatus.Poller{Store: s, EC2: e}}
+	svc := storetest.Control(s, nil)
+	return &fixture{ctx: ctx, store: s, svc: svc, ec2: e, writes: &c, poller: &hoststatus.Poller{Store: s, Control: svc, EC2: e}}
 }
 
 // run starts n instances in moto. ami-12c6146b is one of the AMIs moto
@@ -106,7 +109,7 @@ func (f *fixture) run(t *testing.T, n int) []string {
 
 func (f *fixture) hello(t *testing.T, machine string) domain.Worker {
 	t.Helper()
-	res, err := f.store.Hello(f.ctx, wire.HelloRequest{MachineID: machine, BootID: "b"}, func(string) (string, error) { return "h", nil })
+	res, err := f.svc.Register(f.ctx, wire.HelloRequest{MachineID: machine, BootID: "b"}, func(string) (string, error) { return "h", nil })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +145,7 @@ func TestHostPoll(t *testing.T) {
 	ghost1, ghost2 := f.hello(t, "i-0000000000000dead"), f.hello(t, "i-00000000000000bee")
 	laptop := f.hello(t, "laptop")
 
-	if _, _, err := f.store.Submit(f.ctx, wire.SubmitRequest{Queue: "q", Argv: []string{"x"}, MaxAttempts: 3}); err != nil {
+	if _, _, err := f.svc.Submit(f.ctx, wire.SubmitRequest{Queue: "q", Argv: []string{"x"}, MaxAttempts: 3}); err != nil {
 		t.Fatal(err)
 	}
 	claim, err := f.store.Claim(f.ctx, b, "q", 1)
@@ -231,7 +234,7 @@ func TestHostEvent(t *testing.T) {
 	f := newFixture(t)
 	inst := f.run(t, 1)
 	w := f.hello(t, inst[0])
-	if _, _, err := f.store.Submit(f.ctx, wire.SubmitRequest{Queue: "q", Argv: []string{"x"}, MaxAttempts: 3}); err != nil {
+	if _, _, err := f.svc.Submit(f.ctx, wire.SubmitRequest{Queue: "q", Argv: []string{"x"}, MaxAttempts: 3}); err != nil {
 		t.Fatal(err)
 	}
 	claim, err := f.store.Claim(f.ctx, w, "q", 1)

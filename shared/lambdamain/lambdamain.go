@@ -1,6 +1,6 @@
 // Package lambdamain is the start of every Lambda main: a JSON logger, the
-// AWS SDK's configuration, the control plane's (shared/config) and a store
-// over them. A configuration that is incomplete or malformed ends the
+// AWS SDK's configuration, the control plane's (shared/config), a store
+// over them and the use cases over the store (shared/control). A configuration that is incomplete or malformed ends the
 // process with exit 1, so a misconfigured deploy fails its INIT instead of
 // answering requests. It links no handler: each functions/*/main.go wires
 // the one it serves, so the reaper does not carry the router.
@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/dreamlake/lakeshore/shared/config"
+	"github.com/dreamlake/lakeshore/shared/control"
 	"github.com/dreamlake/lakeshore/shared/store"
 )
 
@@ -26,6 +27,9 @@ type Start struct {
 	AWS    aws.Config
 	Config config.Config
 	Store  *store.Store
+	// Control runs the use cases over Store with the configured stale
+	// window.
+	Control *control.Service
 }
 
 // Open starts function name with what a function that serves no routes
@@ -39,6 +43,7 @@ func Open(name string) Start {
 	s.Check("read configuration", err)
 	s.AWS, s.Config = awsCfg, c
 	s.Store = store.New(dynamodb.NewFromConfig(awsCfg), c.TablePrefix)
+	s.Control = control.New(control.Config{Store: s.Store, StaleAfter: c.StaleAfter, Logger: s.Log})
 	return s
 }
 

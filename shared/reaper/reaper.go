@@ -1,7 +1,7 @@
 // Package reaper is the scheduled redelivery sweep (docs/design.md §5): every run
 // hands back the running work of each worker that reads stale or gone. The
 // Lambda in functions/reaper runs it on a schedule; `lakeshore dev` runs the
-// same store sweep on a ticker.
+// same sweep (control.Service.Sweep) on a ticker.
 package reaper
 
 import (
@@ -11,23 +11,23 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/dreamlake/lakeshore/shared/store"
+	"github.com/dreamlake/lakeshore/shared/control"
 )
 
-// Sweeper is the store call the reaper makes.
+// Sweeper is the use case the reaper runs.
 type Sweeper interface {
-	Sweep(ctx context.Context, staleAfter time.Duration) (store.SweepResult, error)
+	Sweep(ctx context.Context) (control.SweepResult, error)
 }
 
-var _ Sweeper = (*store.Store)(nil)
+var _ Sweeper = (*control.Service)(nil)
 
 // Handler returns the Lambda handler: any event (a schedule's, or a manual
 // invoke) runs one sweep. A failed sweep is returned as an error so the
 // invocation is retried; what it did is logged either way.
-func Handler(s Sweeper, staleAfter time.Duration, log *slog.Logger) func(context.Context, json.RawMessage) (store.SweepResult, error) {
-	return func(ctx context.Context, _ json.RawMessage) (store.SweepResult, error) {
+func Handler(s Sweeper, log *slog.Logger) func(context.Context, json.RawMessage) (control.SweepResult, error) {
+	return func(ctx context.Context, _ json.RawMessage) (control.SweepResult, error) {
 		start := time.Now()
-		res, err := s.Sweep(ctx, staleAfter)
+		res, err := s.Sweep(ctx)
 		attrs := []any{"workers", res.Workers, "lost_workers", res.Lost, "requeued", res.Requeued,
 			"duration_ms", time.Since(start).Milliseconds()}
 		if err != nil {

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dreamlake/lakeshore/shared/control"
 	"github.com/dreamlake/lakeshore/shared/reaper"
-	"github.com/dreamlake/lakeshore/shared/store"
 	"github.com/dreamlake/lakeshore/shared/store/storetest"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
@@ -20,11 +20,12 @@ import (
 func TestHandlerSweeps(t *testing.T) {
 	ctx := context.Background()
 	s, c := storetest.Store(t)
-	res, err := s.Hello(ctx, wire.HelloRequest{MachineID: "m", BootID: "b"}, func(string) (string, error) { return "h", nil })
+	svc := storetest.Control(s, c.Now)
+	res, err := svc.Register(ctx, wire.HelloRequest{MachineID: "m", BootID: "b"}, func(string) (string, error) { return "h", nil })
 	if err != nil {
 		t.Fatal(err)
 	}
-	inv, _, err := s.Submit(ctx, wire.SubmitRequest{Queue: "q", Argv: []string{"x"}, MaxAttempts: 3})
+	inv, _, err := svc.Submit(ctx, wire.SubmitRequest{Queue: "q", Argv: []string{"x"}, MaxAttempts: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,7 +33,7 @@ func TestHandlerSweeps(t *testing.T) {
 		t.Fatalf("claim: %+v %v", r, err)
 	}
 	var logs bytes.Buffer
-	h := reaper.Handler(s, time.Minute, slog.New(slog.NewJSONHandler(&logs, nil)))
+	h := reaper.Handler(svc, slog.New(slog.NewJSONHandler(&logs, nil)))
 	scheduled := json.RawMessage(`{"source":"aws.scheduler","detail-type":"Scheduled Event","detail":{}}`)
 
 	if got, err := h(ctx, scheduled); err != nil || got.Requeued != 0 {
@@ -53,15 +54,15 @@ func TestHandlerSweeps(t *testing.T) {
 
 type failingSweeper struct{}
 
-func (failingSweeper) Sweep(context.Context, time.Duration) (store.SweepResult, error) {
-	return store.SweepResult{Workers: 3}, context.DeadlineExceeded
+func (failingSweeper) Sweep(context.Context) (control.SweepResult, error) {
+	return control.SweepResult{Workers: 3}, context.DeadlineExceeded
 }
 
 // TestHandlerReportsFailure: a failed sweep is an error, so the scheduled
 // invocation is retried, and it is logged.
 func TestHandlerReportsFailure(t *testing.T) {
 	var logs bytes.Buffer
-	h := reaper.Handler(failingSweeper{}, time.Minute, slog.New(slog.NewJSONHandler(&logs, nil)))
+	h := reaper.Handler(failingSweeper{}, slog.New(slog.NewJSONHandler(&logs, nil)))
 	if _, err := h(context.Background(), nil); err == nil {
 		t.Fatal("a failed sweep returned no error")
 	}

@@ -38,11 +38,12 @@ func benchWorker(b *testing.B, s *store.Store, machine, hostKey string) domain.W
 	ctx := context.Background()
 	req := helloReq(machine, "boot-1")
 	req.HostKey = hostKey
-	res, err := s.Hello(ctx, req, benchIssue)
+	svc := storetest.Control(s, nil)
+	res, err := svc.Register(ctx, req, benchIssue)
 	if err != nil {
 		b.Fatalf("Hello: %v", err)
 	}
-	w, err := s.Heartbeat(ctx, wire.PollRequest{WorkerID: res.Worker.ID, Phase: wire.PhaseReady}, nil)
+	w, err := svc.Heartbeat(ctx, wire.PollRequest{WorkerID: res.Worker.ID, Phase: wire.PhaseReady}, nil)
 	if err != nil {
 		b.Fatalf("Heartbeat: %v", err)
 	}
@@ -68,6 +69,7 @@ type claimKnobs struct {
 func benchClaim(b *testing.B, pollers int, knobs claimKnobs) {
 	ctx := context.Background()
 	s, counter := benchStore(b)
+	svc := storetest.Control(s, nil)
 	if knobs.window > 0 {
 		s.ClaimWindow = knobs.window
 	}
@@ -75,7 +77,7 @@ func benchClaim(b *testing.B, pollers int, knobs claimKnobs) {
 		s.Shuffle = func(int, func(i, j int)) {}
 	}
 	for i := range b.N + knobs.backlog {
-		if _, _, err := s.Submit(ctx, submitReq("job", fmt.Sprint(i))); err != nil {
+		if _, _, err := svc.Submit(ctx, submitReq("job", fmt.Sprint(i))); err != nil {
 			b.Fatalf("Submit: %v", err)
 		}
 	}
@@ -177,6 +179,7 @@ func BenchmarkLifecycle(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			ctx := context.Background()
 			s, counter := benchStore(b)
+			svc := storetest.Control(s, nil)
 			w := benchWorker(b, s, "machine-1", c.workerHostKey)
 			counter.Reset()
 			b.ResetTimer()
@@ -188,7 +191,7 @@ func BenchmarkLifecycle(b *testing.B) {
 				if c.idempotencyKey {
 					req.IdempotencyKey = fmt.Sprintf("key-%d", i)
 				}
-				inv, _, err := s.Submit(ctx, req)
+				inv, _, err := svc.Submit(ctx, req)
 				if err != nil {
 					b.Fatalf("Submit: %v", err)
 				}
@@ -196,7 +199,7 @@ func BenchmarkLifecycle(b *testing.B) {
 				if err != nil || len(res.Claimed) != 1 || res.Claimed[0].ID != inv.ID {
 					b.Fatalf("Claim = %v, %v; want %s", invIDs(res.Claimed), err, inv.ID)
 				}
-				resp, err := s.Ack(ctx, ackReq(w, inv, 1, wire.StateSucceeded), authorizeHash("bench-hash"), "bench-hash")
+				resp, err := svc.Ack(ctx, ackReq(w, inv, 1, wire.StateSucceeded), authorizeHash("bench-hash"), "bench-hash")
 				if err != nil || !resp.Recorded {
 					b.Fatalf("Ack = %+v, %v", resp, err)
 				}

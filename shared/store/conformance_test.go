@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/dreamlake/lakeshore/shared/clock"
+	"github.com/dreamlake/lakeshore/shared/control"
 	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/hostkey"
 	"github.com/dreamlake/lakeshore/shared/ids"
@@ -122,6 +123,7 @@ type fixture struct {
 	db      *dynamodb.Client
 	tables  store.TableNames
 	s       *store.Store
+	svc     *control.Service // the use cases over s
 	clock   *clock.Fake
 
 	mu     sync.Mutex
@@ -143,7 +145,8 @@ func newFixture(t *testing.T, b backend, db *dynamodb.Client) *fixture {
 	// Ids from the same clock (ULIDs: they sort by it, and by creation
 	// order within one millisecond).
 	s.IDs = &ids.Generator{Now: c.Now}
-	return &fixture{t: t, ctx: ctx, backend: b, db: db, tables: s.Tables(), s: s, clock: c, hashes: map[string]string{}}
+	return &fixture{t: t, ctx: ctx, backend: b, db: db, tables: s.Tables(), s: s, svc: storetest.Control(s, c.Now),
+		clock: c, hashes: map[string]string{}}
 }
 
 // issue is the fixture's store.TokenIssuer.
@@ -173,7 +176,7 @@ func submitReq(argv ...string) wire.SubmitRequest {
 
 func (f *fixture) submit(req wire.SubmitRequest) domain.Invocation {
 	f.t.Helper()
-	inv, created, err := f.s.Submit(f.ctx, req)
+	inv, created, err := f.svc.Submit(f.ctx, req)
 	if err != nil {
 		f.t.Fatalf("Submit: %v", err)
 	}
@@ -202,9 +205,9 @@ func helloReq(machine, boot string) wire.HelloRequest {
 	return wire.HelloRequest{MachineID: machine, BootID: boot, Label: machine, Lanes: []string{"q"}}
 }
 
-func (f *fixture) hello(req wire.HelloRequest) store.HelloResult {
+func (f *fixture) hello(req wire.HelloRequest) control.Registered {
 	f.t.Helper()
-	res, err := f.s.Hello(f.ctx, req, f.issue)
+	res, err := f.svc.Register(f.ctx, req, f.issue)
 	if err != nil {
 		f.t.Fatalf("Hello(%s, %s): %v", req.MachineID, req.BootID, err)
 	}
@@ -218,7 +221,7 @@ func (f *fixture) worker(machine string, hostKey string) domain.Worker {
 	req := helloReq(machine, "boot-1")
 	req.HostKey = hostKey
 	w := f.hello(req).Worker
-	w, err := f.s.Heartbeat(f.ctx, wire.PollRequest{WorkerID: w.ID, Phase: wire.PhaseReady}, nil)
+	w, err := f.svc.Heartbeat(f.ctx, wire.PollRequest{WorkerID: w.ID, Phase: wire.PhaseReady}, nil)
 	if err != nil {
 		f.t.Fatalf("Heartbeat: %v", err)
 	}
@@ -287,7 +290,7 @@ func authorizeHash(hash string) store.Authorize {
 
 // ackAs acks req presenting a token whose hash is hash.
 func (f *fixture) ackAs(hash string, req wire.AckRequest) (wire.AckResponse, error) {
-	return f.s.Ack(f.ctx, req, authorizeHash(hash), hash)
+	return f.svc.Ack(f.ctx, req, authorizeHash(hash), hash)
 }
 
 func ackReq(w domain.Worker, inv domain.Invocation, attempt int, state string) wire.AckRequest {
@@ -364,7 +367,7 @@ func testSubmitNew(t *testing.T, f *fixture) {
 	req := submitReq("echo", "hi")
 	req.Env = map[string]string{"A": "1"}
 	req.TimeoutS = 30
-	inv, created, err := f.s.Submit(f.ctx, req)
+	inv, created, err := f.svc.Submit(f.ctx, req)
 	if err != nil || !created {
 		t.Fatalf("Submit = created %v, err %v; want created", created, err)
 	}
@@ -391,7 +394,7 @@ func testSubmitReplay(t *testing.T, f *fixture) {
 	req.IdempotencyKey = "key-1"
 	first := f.submit(req)
 	f.clock.Advance(time.Minute)
-	replay, created, err := f.s.Submit(f.ctx, req)
+	replay, created, err := f.svc.Submit(f.ctx, req)
 	if err != nil {
 		t.Fatalf("replay: %v", err)
 	}
@@ -402,7 +405,7 @@ func testSubmitReplay(t *testing.T, f *fixture) {
 	// The replay answers the invocation as it is now, not as submitted.
 	w := f.worker("m1", "")
 	f.claimOne(w, first)
-	replay, _, err = f.s.Submit(f.ctx, req)
+	replay, _, err = f.svc.Submit(f.ctx, req)
 	if err != nil || replay.State != wire.StateRunning {
 		t.Fatalf("replay after claim = %s, %v; want running", replay.State, err)
 	}
@@ -415,7 +418,7 @@ func testSubmitKeyConflict(t *testing.T, f *fixture) {
 	first := f.submit(req)
 	other := submitReq("b")
 	other.IdempotencyKey = "key-1"
-	_, _, err := f.s.Submit(f.ctx, other)
+	_, _, err := f.svc.Submit(f.ctx, other)
 	wantCode(t, err, wire.ErrConflict)
 	if !strings.Contains(err.Error(), first.ID) {
 		t.Errorf("conflict %q does not name the invocation the key made (%s)", err, first.ID)
@@ -597,12 +600,12 @@ func testAckUnauthorized(t *testing.T, f *fixture) {
 	// And so does the store's own check inside the recording transaction,
 	// for a token revoked after the row was read (here: a check that let
 	// anything through).
-	_, err = f.s.Ack(f.ctx, req, func(domain.Worker) error { return nil }, "not-the-hash")
+	_, err = f.svc.Ack(f.ctx, req, func(domain.Worker) error { return nil }, "not-the-hash")
 	wantCode(t, err, wire.ErrUnauthorized)
 	// A worker that does not exist is unauthorized too, not "not found".
 	ghost := req
 	ghost.WorkerID = "wrk_01M8KJT9G0Q60N2201P8JY3JT0"
-	_, err = f.s.Ack(f.ctx, ghost, func(domain.Worker) error { return nil }, "h")
+	_, err = f.svc.Ack(f.ctx, ghost, func(domain.Worker) error { return nil }, "h")
 	wantCode(t, err, wire.ErrUnauthorized)
 	if got := f.get(inv.ID); got.State != wire.StateRunning {
 		t.Fatalf("an unauthorized ack changed the invocation: %+v", got)
@@ -626,7 +629,7 @@ func testAckLateAfterRedelivery(t *testing.T, f *fixture) {
 	b := f.worker("m-b", "")
 	f.claimOne(a, inv)
 	// a is lost (here: it said bye); its attempt is redelivered to b.
-	n, err := f.s.Bye(f.ctx, wire.ByeRequest{WorkerID: a.ID, Reason: wire.ByeSignal}, nil)
+	n, err := f.svc.Bye(f.ctx, wire.ByeRequest{WorkerID: a.ID, Reason: wire.ByeSignal}, nil)
 	if err != nil || n != 1 {
 		t.Fatalf("Bye = %d, %v; want 1 requeued", n, err)
 	}
@@ -888,7 +891,7 @@ func testHelloNewBoot(t *testing.T, f *fixture) {
 	two := 2
 	req.Capabilities.MaxConcurrency = &two
 	old := f.hello(req).Worker
-	if _, err := f.s.Heartbeat(f.ctx, wire.PollRequest{WorkerID: old.ID, Phase: wire.PhaseReady}, nil); err != nil {
+	if _, err := f.svc.Heartbeat(f.ctx, wire.PollRequest{WorkerID: old.ID, Phase: wire.PhaseReady}, nil); err != nil {
 		t.Fatalf("Heartbeat: %v", err)
 	}
 	subs := f.submitN("q", 2)
@@ -914,7 +917,7 @@ func testHelloNewBoot(t *testing.T, f *fixture) {
 		t.Fatalf("Held(old) = %v", h)
 	}
 	// The old process's poll is refused; the new worker gets the work back.
-	_, err := f.s.Heartbeat(f.ctx, wire.PollRequest{WorkerID: old.ID}, nil)
+	_, err := f.svc.Heartbeat(f.ctx, wire.PollRequest{WorkerID: old.ID}, nil)
 	wantCode(t, err, wire.ErrWorkerGone)
 	again := f.claim(res.Worker, "q", 2)
 	if len(again.Claimed) != 2 || again.Claimed[0].Attempt != 2 || again.Claimed[1].Attempt != 2 {
@@ -924,7 +927,7 @@ func testHelloNewBoot(t *testing.T, f *fixture) {
 
 func testHelloAfterGone(t *testing.T, f *fixture) {
 	w := f.hello(helloReq("m1", "boot-1")).Worker
-	if _, err := f.s.Bye(f.ctx, wire.ByeRequest{WorkerID: w.ID, Reason: wire.ByeIdle}, nil); err != nil {
+	if _, err := f.svc.Bye(f.ctx, wire.ByeRequest{WorkerID: w.ID, Reason: wire.ByeIdle}, nil); err != nil {
 		t.Fatalf("Bye: %v", err)
 	}
 	res := f.hello(helloReq("m1", "boot-1"))
@@ -934,7 +937,7 @@ func testHelloAfterGone(t *testing.T, f *fixture) {
 	if g := f.getWorker(w.ID); g.State != domain.WorkerGone {
 		t.Fatalf("old worker state %s, want gone", g.State)
 	}
-	if _, err := f.s.Heartbeat(f.ctx, wire.PollRequest{WorkerID: res.Worker.ID}, nil); err != nil {
+	if _, err := f.svc.Heartbeat(f.ctx, wire.PollRequest{WorkerID: res.Worker.ID}, nil); err != nil {
 		t.Fatalf("Heartbeat of the new worker: %v", err)
 	}
 	// And the machine now maps to the new worker: a retried hello finds it.
@@ -946,7 +949,7 @@ func testHelloAfterGone(t *testing.T, f *fixture) {
 func testHeartbeatProjection(t *testing.T, f *fixture) {
 	w := f.hello(helloReq("m1", "boot-1")).Worker
 	// A phase the daemon never sends is refused (before any write).
-	_, err := f.s.Heartbeat(f.ctx, wire.PollRequest{WorkerID: w.ID, Phase: wire.PhaseBooting}, nil)
+	_, err := f.svc.Heartbeat(f.ctx, wire.PollRequest{WorkerID: w.ID, Phase: wire.PhaseBooting}, nil)
 	wantCode(t, err, wire.ErrInvalid)
 	if got := f.getWorker(w.ID); got.Version != w.Version {
 		t.Fatalf("a refused poll wrote the worker")
@@ -964,7 +967,7 @@ func testHeartbeatProjection(t *testing.T, f *fixture) {
 	}
 	for i, s := range steps {
 		f.clock.Advance(time.Second)
-		got, err := f.s.Heartbeat(f.ctx, wire.PollRequest{WorkerID: w.ID, Phase: s.phase, Invocations: []string{"inv_a", "inv_b"}}, nil)
+		got, err := f.svc.Heartbeat(f.ctx, wire.PollRequest{WorkerID: w.ID, Phase: s.phase, Invocations: []string{"inv_a", "inv_b"}}, nil)
 		if err != nil {
 			t.Fatalf("step %d: Heartbeat(phase %q): %v", i, s.phase, err)
 		}
@@ -979,7 +982,7 @@ func testHeartbeatProjection(t *testing.T, f *fixture) {
 	}
 	// Capabilities and the host key are recorded.
 	four, one := 4, 1
-	_, err = f.s.Heartbeat(f.ctx, wire.PollRequest{
+	_, err = f.svc.Heartbeat(f.ctx, wire.PollRequest{
 		WorkerID: w.ID, HostKey: "hk1_x",
 		UpdatedCapabilities: &wire.Capabilities{MaxConcurrency: &four, CurrentInvocations: &one},
 	}, nil)
@@ -991,29 +994,29 @@ func testHeartbeatProjection(t *testing.T, f *fixture) {
 		t.Fatalf("after heartbeat with capabilities: %+v", stored)
 	}
 	// A poll for a queue outside the lanes of the worker's hello is refused.
-	_, err = f.s.Heartbeat(f.ctx, wire.PollRequest{WorkerID: w.ID, Queue: "not-a-lane"}, nil)
+	_, err = f.svc.Heartbeat(f.ctx, wire.PollRequest{WorkerID: w.ID, Queue: "not-a-lane"}, nil)
 	wantCode(t, err, wire.ErrInvalid)
 	if after := f.getWorker(w.ID); after.Version != stored.Version {
 		t.Fatal("a refused poll wrote the worker")
 	}
-	if _, err := f.s.Heartbeat(f.ctx, wire.PollRequest{WorkerID: w.ID, Queue: "q"}, nil); err != nil {
+	if _, err := f.svc.Heartbeat(f.ctx, wire.PollRequest{WorkerID: w.ID, Queue: "q"}, nil); err != nil {
 		t.Fatalf("poll for its lane: %v", err)
 	}
 }
 
 func testHeartbeatGone(t *testing.T, f *fixture) {
 	w := f.worker("m1", "")
-	if _, err := f.s.Bye(f.ctx, wire.ByeRequest{WorkerID: w.ID, Reason: wire.ByeSignal}, nil); err != nil {
+	if _, err := f.svc.Bye(f.ctx, wire.ByeRequest{WorkerID: w.ID, Reason: wire.ByeSignal}, nil); err != nil {
 		t.Fatalf("Bye: %v", err)
 	}
 	for _, phase := range []string{"", wire.PhaseReady, wire.PhaseSetup} {
-		_, err := f.s.Heartbeat(f.ctx, wire.PollRequest{WorkerID: w.ID, Phase: phase}, nil)
+		_, err := f.svc.Heartbeat(f.ctx, wire.PollRequest{WorkerID: w.ID, Phase: phase}, nil)
 		wantCode(t, err, wire.ErrWorkerGone)
 	}
 	if g := f.getWorker(w.ID); g.State != domain.WorkerGone {
 		t.Fatalf("a poll revived the worker: %s", g.State)
 	}
-	_, err := f.s.Heartbeat(f.ctx, wire.PollRequest{WorkerID: "wrk_missing"}, nil)
+	_, err := f.svc.Heartbeat(f.ctx, wire.PollRequest{WorkerID: "wrk_missing"}, nil)
 	wantCode(t, err, wire.ErrNotFound)
 }
 
@@ -1025,12 +1028,12 @@ func testHeartbeatAuthorize(t *testing.T, f *fixture) {
 		saw = w
 		return wire.Errorf(wire.CodeUnauthorized, "bad token")
 	}
-	_, err := f.s.Heartbeat(f.ctx, wire.PollRequest{WorkerID: w.ID, Phase: wire.PhaseDraining}, deny)
+	_, err := f.svc.Heartbeat(f.ctx, wire.PollRequest{WorkerID: w.ID, Phase: wire.PhaseDraining}, deny)
 	wantCode(t, err, wire.ErrUnauthorized)
 	if saw.ID != w.ID || saw.TokenHash != f.hash(w.ID) {
 		t.Fatalf("Authorize saw %+v", saw)
 	}
-	_, err = f.s.Bye(f.ctx, wire.ByeRequest{WorkerID: w.ID, Reason: wire.ByeIdle}, deny)
+	_, err = f.svc.Bye(f.ctx, wire.ByeRequest{WorkerID: w.ID, Reason: wire.ByeIdle}, deny)
 	wantCode(t, err, wire.ErrUnauthorized)
 	if after := f.getWorker(w.ID); after.Version != before.Version || after.State != domain.WorkerActive {
 		t.Fatalf("a refused poll or bye wrote the worker: version %d → %d, state %s", before.Version, after.Version, after.State)
@@ -1047,7 +1050,7 @@ func testBye(t *testing.T, f *fixture) {
 		t.Fatalf("claimed %d, want 2", len(res.Claimed))
 	}
 	f.clock.Advance(time.Second)
-	n, err := f.s.Bye(f.ctx, wire.ByeRequest{WorkerID: w.ID, Reason: wire.ByeDrain, InflightAbandoned: 2}, nil)
+	n, err := f.svc.Bye(f.ctx, wire.ByeRequest{WorkerID: w.ID, Reason: wire.ByeDrain, InflightAbandoned: 2}, nil)
 	if err != nil || n != 2 {
 		t.Fatalf("Bye = %d, %v; want 2 requeued", n, err)
 	}
@@ -1066,7 +1069,7 @@ func testBye(t *testing.T, f *fixture) {
 	}
 	f.wantStats("q", map[string]int{wire.StateQueued: 2}, 0)
 	// A repeated bye changes nothing.
-	if n, err := f.s.Bye(f.ctx, wire.ByeRequest{WorkerID: w.ID, Reason: wire.ByeIdle}, nil); err != nil || n != 0 {
+	if n, err := f.svc.Bye(f.ctx, wire.ByeRequest{WorkerID: w.ID, Reason: wire.ByeIdle}, nil); err != nil || n != 0 {
 		t.Fatalf("second Bye = %d, %v", n, err)
 	}
 	if g := f.getWorker(w.ID); !strings.Contains(g.ByeReason, wire.ByeDrain) {
@@ -1082,13 +1085,13 @@ func testDrain(t *testing.T, f *fixture) {
 			t.Fatalf("RequestDrain = %s, %v", got.State, err)
 		}
 	}
-	if got, err := f.s.Heartbeat(f.ctx, wire.PollRequest{WorkerID: w.ID, Phase: wire.PhaseReady}, nil); err != nil || got.State != domain.WorkerDraining {
+	if got, err := f.svc.Heartbeat(f.ctx, wire.PollRequest{WorkerID: w.ID, Phase: wire.PhaseReady}, nil); err != nil || got.State != domain.WorkerDraining {
 		t.Fatalf("a ready poll after drain = %s, %v; want draining", got.State, err)
 	}
 	if ok, _ := domain.AcceptsWork(f.getWorker(w.ID), false); ok {
 		t.Fatal("a draining worker accepts work")
 	}
-	if _, err := f.s.Bye(f.ctx, wire.ByeRequest{WorkerID: w.ID, Reason: wire.ByeDrain}, nil); err != nil {
+	if _, err := f.svc.Bye(f.ctx, wire.ByeRequest{WorkerID: w.ID, Reason: wire.ByeDrain}, nil); err != nil {
 		t.Fatalf("Bye: %v", err)
 	}
 	_, err := f.s.RequestDrain(f.ctx, w.ID)
@@ -1128,8 +1131,8 @@ func testSetupFIFO(t *testing.T, f *fixture) {
 		t.Fatalf("pending = %v, want %v (in order)", got, all)
 	}
 
-	result := wire.SetupResult{CommandID: added[0].CommandID, Status: wire.SetupSucceeded, ExitCode: 0, DurationMS: 12, OutputTail: "ok"}
-	got, err := f.s.RecordSetupResults(f.ctx, w, []wire.SetupResult{result})
+	result := domain.SetupResult{CommandID: added[0].CommandID, Status: wire.SetupSucceeded, ExitCode: 0, DurationMS: 12, OutputTail: "ok"}
+	got, err := f.s.RecordSetupResults(f.ctx, w, []domain.SetupResult{result})
 	if err != nil {
 		t.Fatalf("RecordSetupResults: %v", err)
 	}
@@ -1147,10 +1150,10 @@ func testSetupFIFO(t *testing.T, f *fixture) {
 	repeat := result
 	repeat.Status, repeat.ExitCode, repeat.OutputTail = wire.SetupFailed, 7, "again"
 	other := f.worker("m2", "")
-	if _, err := f.s.RecordSetupResults(f.ctx, f.getWorker(w.ID), []wire.SetupResult{repeat, {CommandID: "cmd_unknown", Status: wire.SetupSucceeded}}); err != nil {
+	if _, err := f.s.RecordSetupResults(f.ctx, f.getWorker(w.ID), []domain.SetupResult{repeat, {CommandID: "cmd_unknown", Status: wire.SetupSucceeded}}); err != nil {
 		t.Fatalf("RecordSetupResults (repeat): %v", err)
 	}
-	if _, err := f.s.RecordSetupResults(f.ctx, other, []wire.SetupResult{{CommandID: added[1].CommandID, Status: wire.SetupSucceeded}}); err != nil {
+	if _, err := f.s.RecordSetupResults(f.ctx, other, []domain.SetupResult{{CommandID: added[1].CommandID, Status: wire.SetupSucceeded}}); err != nil {
 		t.Fatalf("RecordSetupResults (other worker): %v", err)
 	}
 	if stored := f.getWorker(w.ID).LastSetupResult; stored == nil || *stored != domain.SetupResult(result) {
@@ -1182,7 +1185,7 @@ func testSetupFIFO(t *testing.T, f *fixture) {
 	if _, err := f.s.AddSetup(f.ctx, "wrk_missing", []string{"x"}); !errors.Is(err, wire.ErrNotFound) {
 		t.Fatalf("AddSetup to an unknown worker: %v", err)
 	}
-	if _, err := f.s.Bye(f.ctx, wire.ByeRequest{WorkerID: w.ID, Reason: wire.ByeIdle}, nil); err != nil {
+	if _, err := f.svc.Bye(f.ctx, wire.ByeRequest{WorkerID: w.ID, Reason: wire.ByeIdle}, nil); err != nil {
 		t.Fatalf("Bye: %v", err)
 	}
 	_, err = f.s.AddSetup(f.ctx, w.ID, []string{"x"})
@@ -1198,8 +1201,8 @@ func testHostSetupResult(t *testing.T, f *fixture) {
 	if err != nil {
 		t.Fatalf("AddSetup: %v", err)
 	}
-	failed := wire.SetupResult{Command: "exit 3", Status: wire.SetupFailed, ExitCode: 3, DurationMS: 4, OutputTail: "boom"}
-	got, err := f.s.RecordSetupResults(f.ctx, f.getWorker(w.ID), []wire.SetupResult{failed})
+	failed := domain.SetupResult{Command: "exit 3", Status: wire.SetupFailed, ExitCode: 3, DurationMS: 4, OutputTail: "boom"}
+	got, err := f.s.RecordSetupResults(f.ctx, f.getWorker(w.ID), []domain.SetupResult{failed})
 	if err != nil {
 		t.Fatalf("RecordSetupResults: %v", err)
 	}
@@ -1213,16 +1216,16 @@ func testHostSetupResult(t *testing.T, f *fixture) {
 		t.Fatalf("setup commands after a host-setup result: %+v, %v; want the one pending command untouched", cs, err)
 	}
 	// A result naming neither a command id nor a command records nothing.
-	if _, err := f.s.RecordSetupResults(f.ctx, f.getWorker(w.ID), []wire.SetupResult{{Status: wire.SetupSucceeded}}); err != nil {
+	if _, err := f.s.RecordSetupResults(f.ctx, f.getWorker(w.ID), []domain.SetupResult{{Status: wire.SetupSucceeded}}); err != nil {
 		t.Fatalf("RecordSetupResults (empty): %v", err)
 	}
 	if stored := f.getWorker(w.ID).LastSetupResult; stored == nil || *stored != domain.SetupResult(failed) {
 		t.Fatalf("an empty result changed last_setup_result to %+v", stored)
 	}
 	// The control-plane repair and the host setup's rerun land in order.
-	repaired := wire.SetupResult{CommandID: pending.CommandID, Status: wire.SetupSucceeded}
-	rerun := wire.SetupResult{Command: "exit 3", Status: wire.SetupSucceeded, DurationMS: 2}
-	if got, err = f.s.RecordSetupResults(f.ctx, f.getWorker(w.ID), []wire.SetupResult{repaired, rerun}); err != nil {
+	repaired := domain.SetupResult{CommandID: pending.CommandID, Status: wire.SetupSucceeded}
+	rerun := domain.SetupResult{Command: "exit 3", Status: wire.SetupSucceeded, DurationMS: 2}
+	if got, err = f.s.RecordSetupResults(f.ctx, f.getWorker(w.ID), []domain.SetupResult{repaired, rerun}); err != nil {
 		t.Fatalf("RecordSetupResults (repair): %v", err)
 	}
 	if got.LastSetupResult == nil || *got.LastSetupResult != domain.SetupResult(rerun) {
@@ -1595,7 +1598,7 @@ func TestSetupFIFOOrderWithinOneMillisecond(t *testing.T) {
 		t.Fatalf("EnsureTables: %v", err)
 	}
 	s := store.New(db, prefix)
-	w, err := s.Hello(ctx, helloReq("m1", "boot-1"), func(string) (string, error) { return "h", nil })
+	w, err := storetest.Control(s, nil).Register(ctx, helloReq("m1", "boot-1"), func(string) (string, error) { return "h", nil })
 	if err != nil {
 		t.Fatalf("Hello: %v", err)
 	}

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dreamlake/lakeshore/shared/control"
 	"github.com/dreamlake/lakeshore/shared/domain"
-	"github.com/dreamlake/lakeshore/shared/store"
 	"github.com/dreamlake/lakeshore/shared/store/storetest"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
@@ -39,7 +39,8 @@ func newFaultFixture(t *testing.T) *faultFixture {
 	fs := storetest.FaultyStore(t, storetest.Never(), faultTimeout)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
-	f := &fixture{t: t, ctx: ctx, backend: backends[0], tables: fs.Store.Tables(), s: fs.Store, clock: fs.Clock, hashes: map[string]string{}}
+	f := &fixture{t: t, ctx: ctx, backend: backends[0], tables: fs.Store.Tables(), s: fs.Store,
+		svc: storetest.Control(fs.Store, fs.Clock.Now), clock: fs.Clock, hashes: map[string]string{}}
 	return &faultFixture{fixture: f, faulty: fs}
 }
 
@@ -86,8 +87,8 @@ func TestFaultHelloNewBootAnswerLost(t *testing.T) {
 			f.claimOne(old, inv)
 
 			hit := f.aim("TransactWriteItems", fault)
-			res, err := untilAnswered(t, "hello", func() (store.HelloResult, error) {
-				return f.s.Hello(f.ctx, helloReq("m1", "boot-2"), f.issue)
+			res, err := untilAnswered(t, "hello", func() (control.Registered, error) {
+				return f.svc.Register(f.ctx, helloReq("m1", "boot-2"), f.issue)
 			})
 			hit()
 			if err != nil {
@@ -115,7 +116,7 @@ func TestFaultHelloNewBootLambdaDied(t *testing.T) {
 		recorded = c.Op == "TransactWriteItems"
 		return storetest.NoFault
 	})
-	if _, err := f.s.Hello(f.ctx, helloReq("m1", "boot-2"), f.issue); err == nil {
+	if _, err := f.svc.Register(f.ctx, helloReq("m1", "boot-2"), f.issue); err == nil {
 		t.Fatal("Hello succeeded although every request after its transaction failed")
 	}
 	f.faulty.Transport.SetSchedule(storetest.Never())
@@ -245,7 +246,7 @@ func TestFaultSubmitAnswerLost(t *testing.T) {
 			req.IdempotencyKey = "k1"
 			hit := f.aim("TransactWriteItems", fault)
 			inv, err := untilAnswered(t, "submit", func() (domain.Invocation, error) {
-				inv, _, err := f.s.Submit(f.ctx, req)
+				inv, _, err := f.svc.Submit(f.ctx, req)
 				return inv, err
 			})
 			hit()

@@ -2,9 +2,6 @@ package store
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -79,29 +76,27 @@ type idempotencyRecord struct {
 	ExpiresAt    int64  `dynamodbav:"expires_at"`
 }
 
-// Submit queues a new invocation. With an idempotency key, a replay of the
-// same request answers the invocation the first one made (created false); a
-// different request under the same key is a conflict.
-func (s *Store) Submit(ctx context.Context, req wire.SubmitRequest) (inv domain.Invocation, created bool, err error) {
+// Submit queues the invocation spec makes. With an idempotency key, the
+// key is recorded with requestHash (what the caller hashes the request to)
+// in the same transaction; a replay with the same hash answers the
+// invocation the first one made (created false), and a different hash
+// under the same key is a conflict.
+func (s *Store) Submit(ctx context.Context, spec domain.Spec, requestHash string) (inv domain.Invocation, created bool, err error) {
 	now := s.now()
-	inv = domain.NewInvocation(s.IDs.New(ids.Invocation), domain.Spec{
-		Queue: req.Queue, Argv: req.Argv, Env: req.Env, RunConfig: domain.RunConfig(req.RunConfig),
-		TimeoutS: req.TimeoutS, MaxAttempts: req.MaxAttempts, IdempotencyKey: req.IdempotencyKey,
-	}, now)
+	inv = domain.NewInvocation(s.IDs.New(ids.Invocation), spec, now)
 	put, err := s.invocationPut(0, &inv)
 	if err != nil {
 		return domain.Invocation{}, false, err
 	}
-	if req.IdempotencyKey == "" {
+	if spec.IdempotencyKey == "" {
 		if err := s.put(ctx, put); err != nil {
 			return domain.Invocation{}, false, storeErr("submit", err)
 		}
 		return inv, true, nil
 	}
 
-	hash := requestHash(req)
 	rec, err := attributevalue.MarshalMap(idempotencyRecord{
-		Key: req.IdempotencyKey, InvocationID: inv.ID, RequestHash: hash,
+		Key: spec.IdempotencyKey, InvocationID: inv.ID, RequestHash: requestHash,
 		ExpiresAt: now.Add(s.TerminalTTL).Unix(),
 	})
 	if err != nil {
@@ -119,7 +114,7 @@ func (s *Store) Submit(ctx context.Context, req wire.SubmitRequest) (inv domain.
 	}
 	// The key was used before: answer what it made.
 	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{
-		TableName: aws.String(s.tables.Idempotency), Key: key("idempotency_key", req.IdempotencyKey),
+		TableName: aws.String(s.tables.Idempotency), Key: key("idempotency_key", spec.IdempotencyKey),
 		ConsistentRead: aws.Bool(true),
 	})
 	if err != nil || out.Item == nil {
@@ -129,18 +124,12 @@ func (s *Store) Submit(ctx context.Context, req wire.SubmitRequest) (inv domain.
 	if err := unmarshal(out.Item, &prev); err != nil {
 		return domain.Invocation{}, false, err
 	}
-	if prev.RequestHash != hash {
+	if prev.RequestHash != requestHash {
 		return domain.Invocation{}, false, wire.Errorf(wire.CodeConflict,
-			"idempotency_key %q was used for a different request (invocation %s)", req.IdempotencyKey, prev.InvocationID)
+			"idempotency_key %q was used for a different request (invocation %s)", spec.IdempotencyKey, prev.InvocationID)
 	}
 	inv, err = s.GetInvocation(ctx, prev.InvocationID)
 	return inv, false, err
-}
-
-func requestHash(req wire.SubmitRequest) string {
-	b, _ := json.Marshal(req) // maps marshal in key order: deterministic
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:])
 }
 
 // ClaimResult is what one claim pass got. Conflicts counts conditional
@@ -311,25 +300,25 @@ func (s *Store) readForAck(ctx context.Context, invocationID, workerID string) (
 	return inv, w, nil
 }
 
-// Ack records a worker's outcome for one attempt. The first succeeded or
-// failed outcome of any attempt wins; a later one is a no-op (recorded
-// false), and so is a cancelled outcome unless an operator cancelled the
-// attempt running now (domain.Invocation.AckRecords). The worker's
+// AckResult is what an ack did: whether its outcome counts (Recorded), and
+// the invocation's state after it.
+type AckResult struct {
+	Recorded bool
+	State    string
+}
+
+// Ack records outcome o of one attempt of invocation id. The first
+// succeeded or failed outcome of any attempt wins; a later one is a no-op
+// (recorded false), and so is a cancelled outcome unless an operator
+// cancelled the attempt running now (domain.Invocation.Record). The worker's
 // token is checked first (auth, against the row read with the invocation),
 // and again inside the recording transaction (its hash must still be
 // tokenHash) so a token revoked meanwhile cannot record. Only the worker that
 // ran that attempt may ack it.
-func (s *Store) Ack(ctx context.Context, req wire.AckRequest, auth Authorize, tokenHash string) (wire.AckResponse, error) {
-	var resp wire.AckResponse
-	outcome := domain.Outcome{
-		WorkerID: req.WorkerID, Attempt: req.Attempt, State: req.State, ExitCode: req.ExitCode,
-		Error: (*domain.ErrorInfo)(req.Error), StdoutTail: req.StdoutTail, StderrTail: req.StderrTail,
-	}
-	if len(req.ResultBlob) > 0 && string(req.ResultBlob) != "null" {
-		outcome.ResultBlob = string(req.ResultBlob)
-	}
-	err := retryVersion("ack "+req.InvocationID, func() error {
-		found, w, err := s.readForAck(ctx, req.InvocationID, req.WorkerID)
+func (s *Store) Ack(ctx context.Context, id string, o domain.Outcome, auth Authorize, tokenHash string) (AckResult, error) {
+	var res AckResult
+	err := retryVersion("ack "+id, func() error {
+		found, w, err := s.readForAck(ctx, id, o.WorkerID)
 		if err != nil {
 			return err
 		}
@@ -342,22 +331,22 @@ func (s *Store) Ack(ctx context.Context, req wire.AckRequest, auth Authorize, to
 			}
 		}
 		if found == nil {
-			return wire.Errorf(wire.CodeNotFound, "invocation %s not found", req.InvocationID)
+			return wire.Errorf(wire.CodeNotFound, "invocation %s not found", id)
 		}
 		inv := *found
-		next, recorded, err := inv.Record(outcome, s.now())
+		next, recorded, err := inv.Record(o, s.now())
 		if err != nil {
 			return refused(err)
 		}
 		if !recorded {
 			// An outcome already won, or a cancelled attempt nobody cancelled
 			// (it was superseded): a recorded no-op.
-			resp = wire.AckResponse{Recorded: false, State: inv.State}
+			res = AckResult{Recorded: false, State: inv.State}
 			return nil
 		}
 		check := types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{
 			TableName:                 aws.String(s.tables.Workers),
-			Key:                       key("worker_id", req.WorkerID),
+			Key:                       key("worker_id", o.WorkerID),
 			ConditionExpression:       aws.String("token_hash = :h"),
 			ExpressionAttributeValues: map[string]types.AttributeValue{":h": str(tokenHash)},
 		}}
@@ -367,10 +356,10 @@ func (s *Store) Ack(ctx context.Context, req wire.AckRequest, auth Authorize, to
 		case err != nil:
 			return err
 		}
-		resp = wire.AckResponse{Recorded: true, State: next.State}
+		res = AckResult{Recorded: true, State: next.State}
 		return nil
 	})
-	return resp, err
+	return res, err
 }
 
 // Cancel cancels an invocation (domain.Invocation.Cancel): a queued one at

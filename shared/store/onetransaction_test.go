@@ -36,7 +36,7 @@ func TestOneOutcomeOneTransaction(t *testing.T) {
 	f := newFixture(t, backends[0], db)
 	s := store.New(rec, strings.TrimSuffix(f.tables.Queues, store.QueuesSuffix))
 	s.Now, s.IDs = f.s.Now, f.s.IDs
-	f.s = s
+	f.s, f.svc = s, storetest.Control(s, s.Now)
 	tables := s.Tables()
 
 	w := f.worker("m1", "")
@@ -67,7 +67,7 @@ func TestOneOutcomeOneTransaction(t *testing.T) {
 	}
 	stale := f.claimOne(w, f.submit(once))
 	f.clock.Advance(10 * time.Minute)
-	if _, err := f.s.Sweep(f.ctx, time.Minute); err != nil {
+	if _, err := f.svc.Sweep(f.ctx); err != nil {
 		t.Fatalf("Sweep: %v", err)
 	}
 	if got := f.get(stale.ID); got.State != wire.StateFailed {

@@ -13,6 +13,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/dreamlake/lakeshore/shared/clock"
+	"github.com/dreamlake/lakeshore/shared/control"
 	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/ids"
 	"github.com/dreamlake/lakeshore/shared/store"
@@ -85,7 +86,7 @@ func TestStorePropertyUnderFaults(t *testing.T) {
 			}
 			s.IDs = &ids.Generator{Now: c.Now}
 			m := &propModel{
-				ctx: ctx, s: s, clock: c, read: truth,
+				ctx: ctx, s: s, svc: storetest.Control(s, c.Now), clock: c, read: truth,
 				machines: map[string]*mMachine{}, workers: map[string]*mWorker{}, invs: map[string]*mInv{},
 				seenAttempt: map[string]int{}, seenTerminal: map[string]string{},
 			}
@@ -195,7 +196,7 @@ func (f *faultModel) hello(rt *rapid.T) {
 	}
 	req := wire.HelloRequest{MachineID: name, BootID: fmt.Sprintf("boot-%d", boot), Label: name, Lanes: []string{propQueue}}
 	rt.Logf("hello %s %s", name, req.BootID)
-	res, err := retry(rt, "hello", func() (store.HelloResult, error) { return f.s.Hello(f.ctx, req, f.issue) })
+	res, err := retry(rt, "hello", func() (control.Registered, error) { return f.svc.Register(f.ctx, req, f.issue) })
 	propWant(rt, "hello", err, "")
 	if res.Worker.State == domain.WorkerGone {
 		rt.Fatalf("hello answered gone worker %s", res.Worker.ID)
@@ -217,7 +218,7 @@ func (f *faultModel) heartbeat(rt *rapid.T) {
 	w := f.workers[id]
 	rt.Logf("heartbeat %s", id)
 	_, err := retry(rt, "heartbeat", func() (domain.Worker, error) {
-		return f.s.Heartbeat(f.ctx, wire.PollRequest{WorkerID: id, Queue: propQueue, Phase: wire.PhaseReady, Invocations: f.believed(w)}, nil)
+		return f.svc.Heartbeat(f.ctx, wire.PollRequest{WorkerID: id, Queue: propQueue, Phase: wire.PhaseReady, Invocations: f.believed(w)}, nil)
 	})
 	if w.gone {
 		propWant(rt, "heartbeat of gone "+id, err, wire.CodeWorkerGone)
@@ -302,7 +303,7 @@ func (f *faultModel) ackAs(rt *rapid.T, inv *mInv, workerID string, n int, state
 	rt.Logf("ack %s attempt %d by %s as %s [model: %s attempt %d]", inv.id, n, workerID, state, inv.state, inv.attempt)
 	exit := 0
 	resp, err := retry(rt, "ack", func() (wire.AckResponse, error) {
-		return f.s.Ack(f.ctx, wire.AckRequest{WorkerID: workerID, InvocationID: inv.id, Attempt: n, State: state, ExitCode: &exit}, nil, w.hash)
+		return f.svc.Ack(f.ctx, wire.AckRequest{WorkerID: workerID, InvocationID: inv.id, Attempt: n, State: state, ExitCode: &exit}, nil, w.hash)
 	})
 	delete(w.runs, inv.id)
 	if wire.CodeOf(err) == wire.CodeUnauthorized {
@@ -329,7 +330,7 @@ func (f *faultModel) bye(rt *rapid.T) {
 	rt.Logf("bye %s", id)
 	// One attempt, as the daemon sends it: a bye lost to a fault is what the
 	// sweep is for.
-	if _, err := f.s.Bye(f.ctx, wire.ByeRequest{WorkerID: id, Reason: "property test"}, nil); err != nil && !unanswered(err) {
+	if _, err := f.svc.Bye(f.ctx, wire.ByeRequest{WorkerID: id, Reason: "property test"}, nil); err != nil && !unanswered(err) {
 		rt.Fatalf("bye: %v", err)
 	}
 }
@@ -341,7 +342,10 @@ func (f *faultModel) markGone(rt *rapid.T) {
 	}
 	id := rapid.SampledFrom(live).Draw(rt, "worker")
 	rt.Logf("markGone %s", id)
-	_, err := retry(rt, "mark gone", func() (domain.Worker, error) { return f.s.MarkGone(f.ctx, id, nil, "host terminated") })
+	_, err := retry(rt, "mark gone", func() (domain.Worker, error) {
+		w, _, err := f.s.MarkGone(f.ctx, id, nil, "host terminated")
+		return w, err
+	})
 	propWant(rt, "mark gone", err, "")
 }
 
@@ -349,7 +353,7 @@ func (f *faultModel) sweep(rt *rapid.T) {
 	rt.Logf("sweep at +%s", f.clock.Now().Sub(t0))
 	// The reaper runs again on its next tick; here, until one run got
 	// through without an error.
-	_, err := retry(rt, "sweep", func() (store.SweepResult, error) { return f.s.Sweep(f.ctx, propStaleAfter) })
+	_, err := retry(rt, "sweep", func() (control.SweepResult, error) { return f.svc.Sweep(f.ctx) })
 	propWant(rt, "sweep", err, "")
 	for _, id := range f.wOrder {
 		w := f.workers[id]
@@ -371,7 +375,7 @@ func (f *faultModel) submit(rt *rapid.T) {
 	f.keys++
 	req := wire.SubmitRequest{Queue: propQueue, Argv: []string{"job"}, MaxAttempts: maxAttempts, IdempotencyKey: fmt.Sprintf("k%d", f.keys)}
 	inv, err := retry(rt, "submit", func() (domain.Invocation, error) {
-		inv, _, err := f.s.Submit(f.ctx, req)
+		inv, _, err := f.svc.Submit(f.ctx, req)
 		return inv, err
 	})
 	propWant(rt, "submit", err, "")
@@ -410,7 +414,7 @@ func (f *faultModel) returnFromStale(rt *rapid.T) {
 	believed := f.believed(w)
 	rt.Logf("return %s believing it runs %v", id, believed)
 	_, err := retry(rt, "heartbeat", func() (domain.Worker, error) {
-		return f.s.Heartbeat(f.ctx, wire.PollRequest{WorkerID: id, Queue: propQueue, Phase: wire.PhaseReady, Invocations: believed}, nil)
+		return f.svc.Heartbeat(f.ctx, wire.PollRequest{WorkerID: id, Queue: propQueue, Phase: wire.PhaseReady, Invocations: believed}, nil)
 	})
 	if err != nil {
 		return // retired meanwhile (410): its daemon says hello again
@@ -498,7 +502,7 @@ func invTransition(want *mInv, got domain.Invocation) string {
 // invocation must be reachable by a claim.
 func (f *faultModel) drainQueue(rt *rapid.T) {
 	req := wire.HelloRequest{MachineID: "drainer", BootID: "boot-1", Lanes: []string{propQueue}}
-	res, err := f.truth.Hello(f.ctx, req, f.issue)
+	res, err := storetest.Control(f.truth, f.clock.Now).Register(f.ctx, req, f.issue)
 	propWant(rt, "hello drainer", err, "")
 	for range len(f.iOrder) + 1 {
 		got, err := f.truth.Claim(f.ctx, res.Worker, propQueue, 3)

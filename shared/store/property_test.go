@@ -16,6 +16,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/dreamlake/lakeshore/shared/clock"
+	"github.com/dreamlake/lakeshore/shared/control"
 	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/ids"
 	"github.com/dreamlake/lakeshore/shared/store"
@@ -124,6 +125,7 @@ type mInv struct {
 type propModel struct {
 	ctx   context.Context
 	s     *store.Store
+	svc   *control.Service // the use cases over s
 	clock *clock.Fake
 	// read, if set, is what check reads the store through (a client without
 	// faults, in TestStorePropertyUnderFaults); nil: s.
@@ -153,7 +155,7 @@ func newPropModel(rt *rapid.T, db *dynamodb.Client, prefix string) *propModel {
 	s.IDs = &ids.Generator{Now: c.Now}
 	s.Shuffle = func(int, func(i, j int)) {} // deterministic claims, so rapid can shrink
 	return &propModel{
-		ctx: ctx, s: s, clock: c,
+		ctx: ctx, s: s, svc: storetest.Control(s, c.Now), clock: c,
 		machines:     map[string]*mMachine{},
 		workers:      map[string]*mWorker{},
 		invs:         map[string]*mInv{},
@@ -263,7 +265,7 @@ func (m *propModel) hello(rt *rapid.T) {
 	}
 	req := wire.HelloRequest{MachineID: name, BootID: fmt.Sprintf("boot-%d", boot), Label: name, Lanes: []string{propQueue}}
 	rt.Logf("hello %s %s", name, req.BootID)
-	res, err := m.s.Hello(m.ctx, req, m.issue)
+	res, err := m.svc.Register(m.ctx, req, m.issue)
 	propWant(rt, "hello", err, "")
 
 	now := m.clock.Now()
@@ -306,7 +308,7 @@ func (m *propModel) heartbeat(rt *rapid.T) {
 	for _, inv := range m.heldBy(id) {
 		held = append(held, inv.id)
 	}
-	_, err := m.s.Heartbeat(m.ctx, wire.PollRequest{WorkerID: id, Queue: propQueue, Phase: phase, Invocations: held}, nil)
+	_, err := m.svc.Heartbeat(m.ctx, wire.PollRequest{WorkerID: id, Queue: propQueue, Phase: phase, Invocations: held}, nil)
 	if w.gone {
 		propWant(rt, "heartbeat of gone "+id, err, wire.CodeWorkerGone)
 		return
@@ -383,7 +385,7 @@ func (m *propModel) ack(rt *rapid.T) {
 	rt.Logf("ack %s attempt %d by %s (%s) as %s revokedToken=%v [model: %s attempt %d holder %s]",
 		inv.id, attempt, workerID, mode, state, revoked, inv.state, inv.attempt, inv.holder)
 	exit := 0
-	resp, err := m.s.Ack(m.ctx, wire.AckRequest{WorkerID: workerID, InvocationID: inv.id, Attempt: attempt, State: state, ExitCode: &exit}, nil, hash)
+	resp, err := m.svc.Ack(m.ctx, wire.AckRequest{WorkerID: workerID, InvocationID: inv.id, Attempt: attempt, State: state, ExitCode: &exit}, nil, hash)
 
 	m.expectAck(rt, inv, workerID, attempt, state, revoked, resp, err)
 }
@@ -432,7 +434,7 @@ func (m *propModel) bye(rt *rapid.T) {
 	}
 	id := rapid.SampledFrom(m.wOrder).Draw(rt, "worker")
 	rt.Logf("bye %s (gone=%v)", id, m.workers[id].gone)
-	n, err := m.s.Bye(m.ctx, wire.ByeRequest{WorkerID: id, Reason: "property test"}, nil)
+	n, err := m.svc.Bye(m.ctx, wire.ByeRequest{WorkerID: id, Reason: "property test"}, nil)
 	propWant(rt, "bye", err, "")
 	m.retire(m.workers[id])
 	if want := m.requeueHeld(id); n != want {
@@ -449,7 +451,7 @@ func (m *propModel) markGoneAction(rt *rapid.T) {
 	}
 	id := rapid.SampledFrom(live).Draw(rt, "worker")
 	rt.Logf("markGone %s (holding %d)", id, len(m.heldBy(id)))
-	_, err := m.s.MarkGone(m.ctx, id, nil, "host terminated")
+	_, _, err := m.s.MarkGone(m.ctx, id, nil, "host terminated")
 	propWant(rt, "mark gone", err, "")
 	m.retire(m.workers[id])
 }
@@ -457,9 +459,9 @@ func (m *propModel) markGoneAction(rt *rapid.T) {
 func (m *propModel) sweep(rt *rapid.T) {
 	now := m.clock.Now()
 	rt.Logf("sweep at +%s", now.Sub(t0))
-	res, err := m.s.Sweep(m.ctx, propStaleAfter)
+	res, err := m.svc.Sweep(m.ctx)
 	propWant(rt, "sweep", err, "")
-	want := store.SweepResult{Workers: len(m.wOrder)}
+	want := control.SweepResult{Workers: len(m.wOrder)}
 	var lost []string
 	for _, id := range m.wOrder {
 		w := m.workers[id]
@@ -497,7 +499,7 @@ func (m *propModel) advance(rt *rapid.T) {
 
 func (m *propModel) submit(rt *rapid.T) {
 	maxAttempts := rapid.IntRange(1, 3).Draw(rt, "maxAttempts")
-	inv, created, err := m.s.Submit(m.ctx, wire.SubmitRequest{Queue: propQueue, Argv: []string{"job"}, MaxAttempts: maxAttempts})
+	inv, created, err := m.svc.Submit(m.ctx, wire.SubmitRequest{Queue: propQueue, Argv: []string{"job"}, MaxAttempts: maxAttempts})
 	propWant(rt, "submit", err, "")
 	if !created {
 		rt.Fatalf("submit: created false without an idempotency key")
@@ -548,7 +550,7 @@ func (m *propModel) returnFromStale(rt *rapid.T) {
 	w := m.workers[id]
 	believed := slices.Sorted(maps.Keys(w.runs))
 	rt.Logf("return %s (silent %s) believing it runs %v", id, m.clock.Now().Sub(w.lastSeen), believed)
-	_, err := m.s.Heartbeat(m.ctx, wire.PollRequest{WorkerID: id, Queue: propQueue, Phase: wire.PhaseReady, Invocations: believed}, nil)
+	_, err := m.svc.Heartbeat(m.ctx, wire.PollRequest{WorkerID: id, Queue: propQueue, Phase: wire.PhaseReady, Invocations: believed}, nil)
 	propWant(rt, "heartbeat of a returning worker", err, "")
 	w.lastSeen = m.clock.Now()
 	for _, invID := range believed {
@@ -557,7 +559,7 @@ func (m *propModel) returnFromStale(rt *rapid.T) {
 			continue // still its own: it runs on
 		}
 		exit := 137
-		resp, err := m.s.Ack(m.ctx, wire.AckRequest{WorkerID: id, InvocationID: invID, Attempt: n, State: wire.StateCancelled, ExitCode: &exit}, nil, w.hash)
+		resp, err := m.svc.Ack(m.ctx, wire.AckRequest{WorkerID: id, InvocationID: invID, Attempt: n, State: wire.StateCancelled, ExitCode: &exit}, nil, w.hash)
 		rt.Logf("  %s attempt %d acks cancelled [model: %s attempt %d holder %s]", invID, n, inv.state, inv.attempt, inv.holder)
 		m.expectAck(rt, inv, id, n, wire.StateCancelled, false, resp, err)
 	}

@@ -83,9 +83,9 @@ func startPollers(t *testing.T, f *fixture, n int, maxFor func(i int) int, once 
 		done.Go(func() {
 			req := helloReq(fmt.Sprintf("machine-%02d", i), "boot-1")
 			req.Capabilities.MaxConcurrency = &p.max
-			res, err := f.s.Hello(f.ctx, req, f.issue)
+			res, err := f.svc.Register(f.ctx, req, f.issue)
 			if err == nil {
-				p.w, err = f.s.Heartbeat(f.ctx, wire.PollRequest{WorkerID: res.Worker.ID, Phase: wire.PhaseReady}, nil)
+				p.w, err = f.svc.Heartbeat(f.ctx, wire.PollRequest{WorkerID: res.Worker.ID, Phase: wire.PhaseReady}, nil)
 			}
 			hellos.Done()
 			if err != nil {
@@ -192,7 +192,7 @@ func TestRaceRetriedHellosOneWorker(t *testing.T) {
 			for i := range n {
 				wg.Go(func() {
 					<-start
-					res, err := f.s.Hello(f.ctx, helloReq("m1", "boot-1"), f.issue)
+					res, err := f.svc.Register(f.ctx, helloReq("m1", "boot-1"), f.issue)
 					got[i], errs[i] = res.Worker.ID, err
 				})
 			}

@@ -98,14 +98,13 @@ func (s *Store) SetupCommands(ctx context.Context, id string, pendingOnly bool) 
 // move, but it is recorded all the same (a failed host setup must show). The
 // last result recorded becomes the worker row's last_setup_result, which is
 // returned.
-func (s *Store) RecordSetupResults(ctx context.Context, w domain.Worker, results []wire.SetupResult) (domain.Worker, error) {
+func (s *Store) RecordSetupResults(ctx context.Context, w domain.Worker, results []domain.SetupResult) (domain.Worker, error) {
 	now := s.now()
 	var last *domain.SetupResult
 	for _, r := range results {
 		if r.CommandID == "" {
 			if r.Command != "" {
-				recorded := domain.SetupResult(r)
-				last = &recorded
+				last = &r
 			}
 			continue
 		}
@@ -130,8 +129,7 @@ func (s *Store) RecordSetupResults(ctx context.Context, w domain.Worker, results
 		case err != nil:
 			return w, storeErr("record setup result "+r.CommandID, err)
 		}
-		recorded := domain.SetupResult(r)
-		last = &recorded
+		last = &r
 	}
 	if last == nil {
 		return w, nil

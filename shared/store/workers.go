@@ -73,51 +73,48 @@ func (s *Store) getMachine(ctx context.Context, id string) (machine, bool, error
 	return m, true, unmarshal(out.Item, &m)
 }
 
-// HelloResult is what a hello did.
+// HelloResult is what a hello's registration did.
 type HelloResult struct {
 	Worker domain.Worker
-	// Retired is the worker of the machine's previous boot that this hello
-	// retired, if any. A retried hello of the same boot names it again only
-	// when it still had work to do there: the first try's answer, or the
-	// Lambda that ran it, was lost before the old worker was gone and its
-	// work handed back.
+	// Retired is the worker of the machine's previous boot, which this
+	// hello replaced and the caller must retire (make gone, hand its work
+	// back). A retried hello of the same boot names it again, since the
+	// first try's answer, or the Lambda that ran it, may have been lost
+	// before the retirement was done; Again reports that case.
 	Retired string
-	// Requeued counts the invocations handed back from the retired worker.
-	Requeued int
+	// Again reports a retried hello of the same boot: the same worker,
+	// with a new token.
+	Again bool
 }
 
 // TokenIssuer mints a token for a worker id and reports the hash to store.
 type TokenIssuer func(workerID string) (hash string, err error)
 
-// Hello registers a daemon. A retried hello from the same machine_id and
-// boot_id returns the same worker, with a newly issued token replacing the old (the
-// daemon never saw the first answer). A hello with a new boot_id proves the
-// old process dead: its worker becomes gone and its running invocations are
-// queued again at once. A hello after the worker went gone (its poll got 410)
-// makes a new worker.
-//
-// Retiring the old worker takes writes after the one that records the new
-// boot. A retried hello of the same boot does them again (each is a no-op
-// once done), so a lost answer or a Lambda that died in between never
-// leaves the old worker live with its invocations held.
-func (s *Store) Hello(ctx context.Context, req wire.HelloRequest, issue TokenIssuer) (HelloResult, error) {
+// Hello registers a daemon (the machines table decides, with one
+// conditional write, which worker a machine's boot is). A retried hello
+// from the same machine_id and boot_id returns the same worker, with a newly
+// issued token replacing the old (the daemon never saw the first answer). A
+// hello with a new boot_id makes a new worker and names the one it
+// replaced in Retired; retiring it is the caller's next step
+// (control.Service.Hello), and a hello after the worker went gone (its poll
+// got 410) makes a new worker.
+func (s *Store) Hello(ctx context.Context, reg domain.Registration, issue TokenIssuer) (HelloResult, error) {
 	var res HelloResult
-	retried := false // the same boot again: its retirement may be done already
-	err := retryVersion("hello "+req.MachineID, func() error {
-		res, retried = HelloResult{}, false
-		m, found, err := s.getMachine(ctx, req.MachineID)
+	err := retryVersion("hello "+reg.MachineID, func() error {
+		res = HelloResult{}
+		m, found, err := s.getMachine(ctx, reg.MachineID)
 		if err != nil {
 			return err
 		}
 		now := s.now()
-		if found && m.BootID == req.BootID {
+		if found && m.BootID == reg.BootID {
 			w, err := s.GetWorker(ctx, m.WorkerID)
 			if err == nil && !domain.Retired(w) {
 				hash, err := issue(w.ID)
 				if err != nil {
 					return fmt.Errorf("issue token: %w", err)
 				}
-				next := w.Register(registration(req), hash, now)
+				next := w.Register(reg, hash, now)
 				put, err := s.workerPut(w.Version, &next)
 				if err != nil {
 					return err
@@ -125,8 +122,7 @@ func (s *Store) Hello(ctx context.Context, req wire.HelloRequest, issue TokenIss
 				if err := s.put(ctx, put); err != nil {
 					return storeErr("hello", err)
 				}
-				res.Worker = next
-				res.Retired, retried = m.RetiredWorkerID, true
+				res = HelloResult{Worker: next, Retired: m.RetiredWorkerID, Again: true}
 				return nil
 			}
 			if err != nil && !errors.Is(err, wire.ErrNotFound) {
@@ -138,12 +134,12 @@ func (s *Store) Hello(ctx context.Context, req wire.HelloRequest, issue TokenIss
 		if err != nil {
 			return fmt.Errorf("issue token: %w", err)
 		}
-		w := domain.NewWorker(id, registration(req), hash, now)
+		w := domain.NewWorker(id, reg, hash, now)
 		wput, err := s.workerPut(0, &w)
 		if err != nil {
 			return err
 		}
-		next := machine{MachineID: req.MachineID, BootID: req.BootID, WorkerID: w.ID, Version: m.Version + 1}
+		next := machine{MachineID: reg.MachineID, BootID: reg.BootID, WorkerID: w.ID, Version: m.Version + 1}
 		if found {
 			next.RetiredWorkerID = m.WorkerID
 		}
@@ -161,33 +157,10 @@ func (s *Store) Hello(ctx context.Context, req wire.HelloRequest, issue TokenIss
 		if err != nil {
 			return storeErr("hello", err)
 		}
-		res.Worker = w
-		res.Retired = next.RetiredWorkerID
+		res = HelloResult{Worker: w, Retired: next.RetiredWorkerID}
 		return nil
 	})
-	if err != nil || res.Retired == "" {
-		return res, err
-	}
-	why := "machine " + req.MachineID + " said hello from a new boot"
-	_, left, err := s.markGone(ctx, res.Retired, nil, why)
-	if err != nil && !errors.Is(err, wire.ErrNotFound) {
-		return res, err
-	}
-	n, err := s.RequeueHeld(ctx, res.Retired, why)
-	res.Requeued = n
-	if err == nil && retried && !left && n == 0 {
-		res.Retired = "" // the first try finished it: nothing retired now
-	}
 	return res, err
-}
-
-// registration is what hello request req says of its daemon.
-func registration(req wire.HelloRequest) domain.Registration {
-	return domain.Registration{
-		MachineID: req.MachineID, BootID: req.BootID, Label: req.Label, Tags: req.Tags, Lanes: req.Lanes,
-		Versions: req.Versions, HostKey: req.HostKey,
-		MaxConcurrency: req.Capabilities.MaxConcurrency, CurrentInvocations: req.Capabilities.CurrentInvocations,
-	}
 }
 
 // Authorize checks a worker row against the presented token; it is given to
@@ -258,40 +231,21 @@ func noError(fn func(domain.Worker) (domain.Worker, bool)) func(domain.Worker) (
 	}
 }
 
-// Heartbeat records a poll (domain.Worker.Heartbeat): last_seen_at, phase,
-// the state the phase projects to, capabilities and host key. A retired
-// worker gets ErrWorkerGone (410): it must say hello again.
-func (s *Store) Heartbeat(ctx context.Context, req wire.PollRequest, auth Authorize) (domain.Worker, error) {
-	p := domain.Poll{Phase: req.Phase, Queue: req.Queue, HostKey: req.HostKey, Listed: len(req.Invocations)}
-	if c := req.UpdatedCapabilities; c != nil {
-		p.Capabilities, p.MaxConcurrency, p.CurrentInvocations = true, c.MaxConcurrency, c.CurrentInvocations
-	}
+// Heartbeat records poll p of worker id (domain.Worker.Heartbeat):
+// last_seen_at, phase, the state the phase projects to, capabilities and
+// host key. A retired worker gets ErrWorkerGone (410): it must say hello
+// again.
+func (s *Store) Heartbeat(ctx context.Context, id string, p domain.Poll, auth Authorize) (domain.Worker, error) {
 	now := s.now()
-	return s.updateWorker(ctx, "poll", req.WorkerID, auth, always(func(w domain.Worker) (domain.Worker, error) {
+	return s.updateWorker(ctx, "poll", id, auth, always(func(w domain.Worker) (domain.Worker, error) {
 		return w.Heartbeat(p, now)
 	}))
 }
 
-// Bye records a daemon's goodbye: the worker is gone at once and the work
-// it still held is queued again without waiting for the stale window.
-func (s *Store) Bye(ctx context.Context, req wire.ByeRequest, auth Authorize) (requeued int, err error) {
-	if _, err := s.MarkGone(ctx, req.WorkerID, auth, "bye: "+req.Reason); err != nil {
-		return 0, err
-	}
-	return s.RequeueHeld(ctx, req.WorkerID, "bye: "+req.Reason)
-}
-
 // MarkGone makes worker id gone (if it is not already), recording why
-// (domain.Worker.Leave). It does not requeue; callers follow with
-// RequeueHeld.
-func (s *Store) MarkGone(ctx context.Context, id string, auth Authorize, why string) (domain.Worker, error) {
-	w, _, err := s.markGone(ctx, id, auth, why)
-	return w, err
-}
-
-// markGone is MarkGone that also reports whether this call made the worker
-// gone (false: it already was), without a read of its own.
-func (s *Store) markGone(ctx context.Context, id string, auth Authorize, why string) (domain.Worker, bool, error) {
+// (domain.Worker.Leave), and reports whether this call made it gone (false:
+// it already was). It does not requeue; callers follow with RequeueHeld.
+func (s *Store) MarkGone(ctx context.Context, id string, auth Authorize, why string) (domain.Worker, bool, error) {
 	now := s.now()
 	left := false
 	w, err := s.updateWorker(ctx, "mark gone", id, auth, noError(func(w domain.Worker) (domain.Worker, bool) {

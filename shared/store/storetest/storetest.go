@@ -35,6 +35,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -52,6 +53,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/dreamlake/lakeshore/shared/clock"
+	"github.com/dreamlake/lakeshore/shared/control"
 	"github.com/dreamlake/lakeshore/shared/ids"
 	"github.com/dreamlake/lakeshore/shared/store"
 	"github.com/dreamlake/lakeshore/shared/store/embedded"
@@ -506,4 +508,10 @@ func FaultyStore(t testing.TB, s Schedule, timeout time.Duration) Faulty {
 	f.Store.Now, f.Truth.Now = c.Now, c.Now
 	f.Store.IDs = &ids.Generator{Now: c.Now}
 	return f
+}
+
+// Control returns the use cases over s on clock now, with the default stale
+// window and a logger that discards.
+func Control(s *store.Store, now func() time.Time) *control.Service {
+	return control.New(control.Config{Store: s, Now: now, Logger: slog.New(slog.DiscardHandler)})
 }

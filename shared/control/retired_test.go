@@ -1,4 +1,4 @@
-package store_test
+package control_test
 
 import (
 	"context"
@@ -15,20 +15,21 @@ import (
 // (same machine and boot) makes a new worker instead of reviving it.
 func TestTerminatedHostIsRetired(t *testing.T) {
 	ctx := context.Background()
-	s, _ := storetest.Store(t)
+	s, c := storetest.Store(t)
+	svc := storetest.Control(s, c.Now)
 	issue := func(string) (string, error) { return "h", nil }
 	hello := wire.HelloRequest{MachineID: "i-0123456789abcdef0", BootID: "b"}
-	first, err := s.Hello(ctx, hello, issue)
+	first, err := svc.Register(ctx, hello, issue)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.SetHostStatus(ctx, first.Worker.ID, domain.HostTerminated); err != nil {
+	if _, err := svc.SetHostStatus(ctx, first.Worker.ID, domain.HostTerminated); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Heartbeat(ctx, wire.PollRequest{WorkerID: first.Worker.ID, Phase: wire.PhaseReady}, nil); !errors.Is(err, wire.ErrWorkerGone) {
+	if _, err := svc.Heartbeat(ctx, wire.PollRequest{WorkerID: first.Worker.ID, Phase: wire.PhaseReady}, nil); !errors.Is(err, wire.ErrWorkerGone) {
 		t.Fatalf("poll of a worker on a terminated host: %v, want 410", err)
 	}
-	again, err := s.Hello(ctx, hello, issue)
+	again, err := svc.Register(ctx, hello, issue)
 	if err != nil || again.Worker.ID == first.Worker.ID {
 		t.Fatalf("hello after the host was terminated: %+v %v; want a new worker", again.Worker.ID, err)
 	}

@@ -1,4 +1,4 @@
-package store_test
+package control_test
 
 import (
 	"context"
@@ -27,19 +27,20 @@ func TestHostStatus(t *testing.T) {
 	c := clock.NewFake(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC))
 	s := store.New(db, prefix)
 	s.Now = c.Now
+	svc := storetest.Control(s, c.Now)
 	issue := func(string) (string, error) { return "h", nil }
 	hello := func(m string) domain.Worker {
-		res, err := s.Hello(ctx, wire.HelloRequest{MachineID: m, BootID: "b"}, issue)
+		res, err := svc.Register(ctx, wire.HelloRequest{MachineID: m, BootID: "b"}, issue)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return res.Worker
 	}
 	w, other, bye := hello("i-0123456789abcdef0"), hello("i-0fedcba9876543210"), hello("laptop")
-	if _, err := s.Bye(ctx, wire.ByeRequest{WorkerID: bye.ID, Reason: "done"}, nil); err != nil {
+	if _, err := svc.Bye(ctx, wire.ByeRequest{WorkerID: bye.ID, Reason: "done"}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := s.Submit(ctx, wire.SubmitRequest{Queue: "q", Argv: []string{"x"}, MaxAttempts: 3}); err != nil {
+	if _, _, err := svc.Submit(ctx, wire.SubmitRequest{Queue: "q", Argv: []string{"x"}, MaxAttempts: 3}); err != nil {
 		t.Fatal(err)
 	}
 	claim, err := s.Claim(ctx, w, "q", 1)
@@ -62,14 +63,14 @@ func TestHostStatus(t *testing.T) {
 		t.Fatalf("MachineWorker(unknown) = %v %v, want not found", ok, err)
 	}
 
-	if _, err := s.SetHostStatus(ctx, w.ID, "exploded"); !errors.Is(err, wire.ErrInvalid) {
+	if _, err := svc.SetHostStatus(ctx, w.ID, "exploded"); !errors.Is(err, wire.ErrInvalid) {
 		t.Fatalf("SetHostStatus(exploded): %v, want invalid", err)
 	}
-	got, err := s.SetHostStatus(ctx, w.ID, domain.HostRunning)
+	got, err := svc.SetHostStatus(ctx, w.ID, domain.HostRunning)
 	if err != nil || got.HostStatus != domain.HostRunning || got.Version != w.Version+1 {
 		t.Fatalf("running: %+v %v", got, err)
 	}
-	if again, err := s.SetHostStatus(ctx, w.ID, domain.HostRunning); err != nil || again.Version != got.Version {
+	if again, err := svc.SetHostStatus(ctx, w.ID, domain.HostRunning); err != nil || again.Version != got.Version {
 		t.Fatalf("running again wrote: version %d → %d, %v", got.Version, again.Version, err)
 	}
 	if i, _ := s.GetInvocation(ctx, inv.ID); i.State != wire.StateRunning {
@@ -77,7 +78,7 @@ func TestHostStatus(t *testing.T) {
 	}
 
 	c.Advance(time.Second)
-	got, err = s.SetHostStatus(ctx, w.ID, domain.HostStopped)
+	got, err = svc.SetHostStatus(ctx, w.ID, domain.HostStopped)
 	if err != nil || got.HostStatus != domain.HostStopped || !got.GoneAt.Equal(c.Now()) {
 		t.Fatalf("stopped: %+v %v", got, err)
 	}
@@ -87,10 +88,10 @@ func TestHostStatus(t *testing.T) {
 	if i, _ := s.GetInvocation(ctx, inv.ID); i.State != wire.StateQueued {
 		t.Fatalf("invocation of a stopped host's worker: %s, want queued at once", i.State)
 	}
-	if back, err := s.SetHostStatus(ctx, w.ID, domain.HostRunning); err != nil || back.HostStatus != domain.HostStopped || back.Version != got.Version {
+	if back, err := svc.SetHostStatus(ctx, w.ID, domain.HostRunning); err != nil || back.HostStatus != domain.HostStopped || back.Version != got.Version {
 		t.Fatalf("stopped → running revived: %+v %v", back, err)
 	}
-	term, err := s.SetHostStatus(ctx, w.ID, domain.HostTerminated)
+	term, err := svc.SetHostStatus(ctx, w.ID, domain.HostTerminated)
 	if err != nil || term.HostStatus != domain.HostTerminated || !term.GoneAt.Equal(got.GoneAt) {
 		t.Fatalf("terminated: %+v %v", term, err)
 	}
@@ -103,10 +104,10 @@ func TestHostStatus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if after, err := s.SetHostStatus(ctx, bye.ID, domain.HostTerminated); err != nil || after.Version != gone.Version || after.HostStatus != "" {
+	if after, err := svc.SetHostStatus(ctx, bye.ID, domain.HostTerminated); err != nil || after.Version != gone.Version || after.HostStatus != "" {
 		t.Fatalf("SetHostStatus on a gone worker wrote: %+v %v", after, err)
 	}
-	if _, err := s.SetHostStatus(ctx, "w-nope", domain.HostRunning); !errors.Is(err, wire.ErrNotFound) {
+	if _, err := svc.SetHostStatus(ctx, "w-nope", domain.HostRunning); !errors.Is(err, wire.ErrNotFound) {
 		t.Fatalf("SetHostStatus(unknown worker): %v, want not found", err)
 	}
 }

@@ -1,11 +1,11 @@
-package store_test
+package control_test
 
 import (
 	"context"
 	"testing"
 	"time"
 
-	"github.com/dreamlake/lakeshore/shared/store"
+	"github.com/dreamlake/lakeshore/shared/control"
 	"github.com/dreamlake/lakeshore/shared/store/storetest"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
@@ -16,9 +16,10 @@ import (
 func TestSweep(t *testing.T) {
 	ctx := context.Background()
 	s, c := storetest.Store(t)
+	svc := storetest.Control(s, c.Now)
 	issue := func(string) (string, error) { return "h", nil }
-	hello := func(m string) store.HelloResult {
-		res, err := s.Hello(ctx, wire.HelloRequest{MachineID: m, BootID: "b", Capabilities: wire.Capabilities{MaxConcurrency: ptrInt(4)}}, issue)
+	hello := func(m string) control.Registered {
+		res, err := svc.Register(ctx, wire.HelloRequest{MachineID: m, BootID: "b", Capabilities: wire.Capabilities{MaxConcurrency: ptr(4)}}, issue)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -26,7 +27,7 @@ func TestSweep(t *testing.T) {
 	}
 	dead, live := hello("dead").Worker, hello("live").Worker
 	for _, arg := range []string{"x", "y"} {
-		if _, _, err := s.Submit(ctx, wire.SubmitRequest{Queue: "q", Argv: []string{arg}, MaxAttempts: 2}); err != nil {
+		if _, _, err := svc.Submit(ctx, wire.SubmitRequest{Queue: "q", Argv: []string{arg}, MaxAttempts: 2}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -42,14 +43,14 @@ func TestSweep(t *testing.T) {
 	a, b := ra.Claimed[0], rb.Claimed[0]
 
 	c.Advance(30 * time.Second)
-	if _, err := s.Heartbeat(ctx, wire.PollRequest{WorkerID: live.ID}, nil); err != nil {
+	if _, err := svc.Heartbeat(ctx, wire.PollRequest{WorkerID: live.ID}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if res, err := s.Sweep(ctx, time.Minute); err != nil || res.Requeued != 0 {
+	if res, err := svc.Sweep(ctx); err != nil || res.Requeued != 0 {
 		t.Fatalf("sweep inside the stale window: %+v %v", res, err)
 	}
 	c.Advance(31 * time.Second) // dead: silent 61 s; live: 31 s
-	res, err := s.Sweep(ctx, time.Minute)
+	res, err := svc.Sweep(ctx)
 	if err != nil || res.Lost != 1 || res.Requeued != 1 {
 		t.Fatalf("sweep: %+v %v; want one lost worker, one invocation handed back", res, err)
 	}
@@ -64,14 +65,14 @@ func TestSweep(t *testing.T) {
 		t.Fatalf("re-claim a: %+v %v", r, err)
 	}
 	c.Advance(2 * time.Minute)
-	if _, err := s.Sweep(ctx, time.Minute); err != nil {
+	if _, err := svc.Sweep(ctx); err != nil {
 		t.Fatal(err)
 	}
 	got, _ := s.GetInvocation(ctx, a.ID)
 	if got.State != wire.StateFailed || got.Error == nil || got.Error.Type != wire.ErrorTypeWorkerLost {
 		t.Fatalf("a after its second worker was lost: %+v", got)
 	}
-	if _, err := s.Sweep(ctx, time.Minute); err != nil {
+	if _, err := svc.Sweep(ctx); err != nil {
 		t.Fatal(err)
 	}
 	// b's worker went silent too, on b's first of two attempts: queued again.
@@ -81,8 +82,6 @@ func TestSweep(t *testing.T) {
 	}
 }
 
-func ptrInt(n int) *int { return &n }
-
 // TestSweepNeverStrandsWorkOnAGoneWorker: a worker made gone without its
 // work being handed back (a failed requeue) is swept however long ago it
 // went gone; once a sweep past the index-lag window finds it holding
@@ -90,28 +89,29 @@ func ptrInt(n int) *int { return &n }
 func TestSweepNeverStrandsWorkOnAGoneWorker(t *testing.T) {
 	ctx := context.Background()
 	s, c := storetest.Store(t)
-	res, err := s.Hello(ctx, wire.HelloRequest{MachineID: "m", BootID: "b"}, func(string) (string, error) { return "h", nil })
+	svc := storetest.Control(s, c.Now)
+	res, err := svc.Register(ctx, wire.HelloRequest{MachineID: "m", BootID: "b"}, func(string) (string, error) { return "h", nil })
 	if err != nil {
 		t.Fatal(err)
 	}
-	inv, _, _ := s.Submit(ctx, wire.SubmitRequest{Queue: "q", Argv: []string{"x"}, MaxAttempts: 3})
+	inv, _, _ := svc.Submit(ctx, wire.SubmitRequest{Queue: "q", Argv: []string{"x"}, MaxAttempts: 3})
 	if r, err := s.Claim(ctx, res.Worker, "q", 1); err != nil || len(r.Claimed) != 1 {
 		t.Fatalf("claim: %+v %v", r, err)
 	}
-	if _, err := s.MarkGone(ctx, res.Worker.ID, nil, "lost without a requeue"); err != nil {
+	if _, _, err := s.MarkGone(ctx, res.Worker.ID, nil, "lost without a requeue"); err != nil {
 		t.Fatal(err)
 	}
 	c.Advance(time.Hour)
-	if got, err := s.Sweep(ctx, time.Minute); err != nil || got.Requeued != 1 {
+	if got, err := svc.Sweep(ctx); err != nil || got.Requeued != 1 {
 		t.Fatalf("sweep an hour later: %+v %v; want the stranded invocation handed back", got, err)
 	}
 	if got, _ := s.GetInvocation(ctx, inv.ID); got.State != wire.StateQueued {
 		t.Fatalf("invocation: %s", got.State)
 	}
-	if got, err := s.Sweep(ctx, time.Minute); err != nil || got.Lost != 1 || got.Requeued != 0 {
+	if got, err := svc.Sweep(ctx); err != nil || got.Lost != 1 || got.Requeued != 0 {
 		t.Fatalf("second sweep: %+v %v; want the worker looked at once more and found empty", got, err)
 	}
-	if got, err := s.Sweep(ctx, time.Minute); err != nil || got.Lost != 0 {
+	if got, err := svc.Sweep(ctx); err != nil || got.Lost != 0 {
 		t.Fatalf("third sweep: %+v %v; want the reaped worker skipped", got, err)
 	}
 }

@@ -1,0 +1,72 @@
+package control
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+
+	"github.com/dreamlake/lakeshore/shared/domain"
+	"github.com/dreamlake/lakeshore/shared/wire"
+)
+
+// Submit queues the invocation req asks for (domain.NewInvocation). With an
+// idempotency key, a replay of the same request answers the invocation the
+// first one made (created false); a different request under the same key
+// is a conflict.
+func (s *Service) Submit(ctx context.Context, req wire.SubmitRequest) (inv domain.Invocation, created bool, err error) {
+	spec := domain.Spec{
+		Queue: req.Queue, Argv: req.Argv, Env: req.Env, RunConfig: domain.RunConfig(req.RunConfig),
+		TimeoutS: req.TimeoutS, MaxAttempts: req.MaxAttempts, IdempotencyKey: req.IdempotencyKey,
+	}
+	hash := ""
+	if req.IdempotencyKey != "" {
+		hash = requestHash(req)
+	}
+	inv, created, err = s.store.Submit(ctx, spec, hash)
+	if err == nil && created {
+		s.log.Info("submitted", "invocation_id", inv.ID, "queue", inv.Queue)
+	}
+	return inv, created, err
+}
+
+// requestHash is what an idempotency key remembers of the request that
+// first used it. It hashes the request as it came over the wire (maps
+// marshal in key order, so it is deterministic); keys recorded before an
+// upgrade keep matching their replays only while this stays the same.
+func requestHash(req wire.SubmitRequest) string {
+	b, _ := json.Marshal(req)
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// Cancel cancels invocation id (domain.Invocation.Cancel): a queued one at
+// once, a running one by flagging it so its worker's next poll carries a
+// cancel command. A finished one is a conflict.
+func (s *Service) Cancel(ctx context.Context, id string) (domain.Invocation, error) {
+	inv, err := s.store.Cancel(ctx, id)
+	if err == nil {
+		s.log.Info("cancel", "invocation_id", id, "state", inv.State)
+	}
+	return inv, err
+}
+
+// Drain asks worker id to drain (domain.Worker.Drain): it claims nothing
+// more, and its next poll carries a drain command.
+func (s *Service) Drain(ctx context.Context, id string) (domain.Worker, error) {
+	w, err := s.store.RequestDrain(ctx, id)
+	if err == nil {
+		s.log.Info("drain requested", "worker_id", id)
+	}
+	return w, err
+}
+
+// AddSetup queues setup command argv for worker id; its polls hand it out
+// until it reports a result.
+func (s *Service) AddSetup(ctx context.Context, id string, argv []string) (domain.SetupCommand, error) {
+	cmd, err := s.store.AddSetup(ctx, id, argv)
+	if err == nil {
+		s.log.Info("setup queued", "worker_id", id, "command_id", cmd.CommandID)
+	}
+	return cmd, err
+}

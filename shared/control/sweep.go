@@ -1,0 +1,80 @@
+package control
+
+import (
+	"context"
+	"time"
+
+	"github.com/dreamlake/lakeshore/shared/domain"
+	"github.com/dreamlake/lakeshore/shared/wire"
+)
+
+// sweepGoneFor is how long after a worker went gone its holder index may
+// still show a late claim (AWS GSIs are eventually consistent). The sweep
+// keeps looking at a gone worker until a sweep after that finds it holding
+// nothing; then it marks the worker reaped and never queries it again. Work
+// is never stranded on a gone worker, and a sweep does not query every
+// worker that ever lived.
+const sweepGoneFor = 10 * time.Minute
+
+// SweepResult reports what one sweep did.
+type SweepResult struct {
+	Workers  int // workers read
+	Lost     int // workers reading stale or gone whose work was looked for
+	Requeued int // invocations handed back
+}
+
+// Sweep hands back the running work of every worker that reads stale
+// (silent past the stale window) or gone (bye, a new boot, a stopped or
+// terminated host; domain.Worker.LostWhy): each invocation goes back to
+// the queue with attempt + 1 at its next claim, or fails as worker_lost
+// once max_attempts is spent. The reaper runs it on a schedule; `lakeshore
+// dev` on a ticker. It scans the workers table: an off-path sweep, never a
+// claim. A worker that cannot be swept is reported in the error and the
+// sweep goes on with the others.
+func (s *Service) Sweep(ctx context.Context) (SweepResult, error) {
+	var res SweepResult
+	now := s.now()
+	err := s.store.EachWorker(ctx, "sweep", func(w domain.Worker) error {
+		res.Workers++
+		why, lost := w.LostWhy(now, s.staleAfter)
+		if !lost {
+			return nil
+		}
+		res.Lost++
+		n, err := s.store.RequeueHeld(ctx, w.ID, why)
+		res.Requeued += n
+		if err != nil {
+			return err
+		}
+		if n == 0 && domain.Retired(w) && now.Sub(w.GoneSince()) > sweepGoneFor {
+			return s.store.MarkReaped(ctx, w.ID)
+		}
+		return nil
+	})
+	return res, err
+}
+
+// SetHostStatus records the EC2 status of worker id's host. A worker stored
+// gone is left as it is, and a host status never moves back from stopped or
+// terminated (domain.HostStatusMoves): those calls are no-ops that return
+// the row unchanged.
+//
+// When the host is stopped or terminated the worker reads gone at once
+// (domain.Project), and its running invocations are handed back here rather
+// than at the next sweep, so a terminated instance frees its work within
+// seconds instead of after the stale window. The hand-back is repeated on
+// every call that finds the host stopped or terminated, so a retry finishes
+// one that failed halfway; it costs a query when nothing is held.
+func (s *Service) SetHostStatus(ctx context.Context, id, status string) (domain.Worker, error) {
+	if !domain.ValidHostStatus(status) {
+		return domain.Worker{}, wire.Errorf(wire.CodeInvalid, "host status %q is not one of pending, running, stopped, terminated", status)
+	}
+	w, err := s.store.UpdateHostStatus(ctx, id, status)
+	if err != nil || w.State == domain.WorkerGone || !domain.HostGone(w.HostStatus) {
+		return w, err
+	}
+	if _, err := s.store.RequeueHeld(ctx, id, "host "+w.HostStatus); err != nil {
+		return w, err
+	}
+	return w, nil
+}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/dreamlake/lakeshore/agent/internal/acks"
 	"github.com/dreamlake/lakeshore/agent/internal/health"
+	"github.com/dreamlake/lakeshore/agent/internal/notify"
 	"github.com/dreamlake/lakeshore/agent/internal/process"
 	"github.com/dreamlake/lakeshore/shared/client"
 	"github.com/dreamlake/lakeshore/shared/hostkey"
@@ -30,8 +31,8 @@ type Agent struct {
 	runner *process.Runner
 	acker  *acks.Acker
 
-	notify *serviceNotify // READY/STOPPING/STATUS to a service manager (sdnotify.go)
-	runAs  *process.RunAs // --run-as, resolved at New; nil: the daemon's account
+	notify *notify.Service // READY/STOPPING/STATUS to a service manager
+	runAs  *process.RunAs  // --run-as, resolved at New; nil: the daemon's account
 
 	stopc  chan struct{} // closed by the first Stop: drain
 	hurryc chan struct{} // closed by the second Stop: skip the grace
@@ -84,12 +85,15 @@ func New(cfg Config) (*Agent, error) {
 		runAs:  runAs,
 		cfg:    cfg,
 		log:    cfg.Logger,
-		health: health.New(time.Now, health.Options{RequestOverdue: requestTimeout, RequestStall: 4 * requestTimeout}),
-		notify: newServiceNotify(cfg),
+		health: health.New(cfg.Clock, health.Options{RequestOverdue: requestTimeout, RequestStall: 4 * requestTimeout}),
+		notify: notify.New(cfg.Notifier, cfg.Logger, StopBudget(cfg.Grace, cfg.KillAfter)),
 		stopc:  make(chan struct{}),
 		hurryc: make(chan struct{}),
 	}, nil
 }
+
+// now reads the daemon's clock (Config.Clock).
+func (a *Agent) now() time.Time { return a.cfg.Clock.Now() }
 
 // Health reports the agent's health record (for tests and introspection).
 func (a *Agent) Health() *health.Tracker { return a.health }
@@ -240,7 +244,7 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 		return fmt.Errorf("state dir: %w", err)
 	}
 	a.ackDone = map[string]func(bool){}
-	a.acker = acks.New(spool, acks.Options{Logger: a.log, HTTP: cfg.HTTP, OnAnswered: a.ackAnswered})
+	a.acker = acks.New(spool, acks.Options{Logger: a.log, HTTP: cfg.HTTP, OnAnswered: a.ackAnswered, Clock: cfg.Clock})
 	machineID, source, err := MachineID(stopCtx, cfg.MachineID, MachineIDOptions{IMDSEndpoint: cfg.IMDSEndpoint})
 	if err != nil {
 		return fmt.Errorf("machine id: %w", err)
@@ -269,6 +273,7 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 	rcfg := process.Config{
 		Workdir: cfg.Workdir, KillAfter: cfg.KillAfter,
 		BaseEnv: process.DefaultBaseEnv(os.Getenv, cfg.PassEnv...), Logger: a.log, RunAs: a.runAs,
+		Clock: cfg.Clock,
 	}
 	if a.testRunnerConfig != nil {
 		a.testRunnerConfig(&rcfg)
@@ -281,7 +286,7 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 		Versions:     map[string]string{"nymph": cfg.Version},
 		HostKey:      hk,
 	}
-	st := &state{runs: map[string]*running{}, setupSeen: map[string]bool{}, idleSince: time.Now()}
+	st := &state{runs: map[string]*running{}, setupSeen: map[string]bool{}, idleSince: a.now()}
 	st.sess, err = a.hello(stopCtx, hello)
 	if err != nil {
 		if stopCtx.Err() != nil {

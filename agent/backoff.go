@@ -41,3 +41,34 @@ func helloBackoff(attempt int) time.Duration {
 	}
 	return d
 }
+
+// StartBudget reports the longest nymph takes from start to READY=1 with
+// the default hello retries against a control plane that never answers:
+// the spooled-ack resend, the IMDS lookup, then every hello attempt timing
+// out with the longest jittered backoff between them. A service manager's
+// start timeout (systemd TimeoutStartSec) must exceed it, or it kills a
+// daemon that was about to give up on its own (exit 1) or succeed.
+func StartBudget() time.Duration {
+	total := requestTimeout + DefaultIMDSTimeout
+	for attempt := 1; attempt <= DefaultHelloAttempts; attempt++ {
+		total += requestTimeout
+		if attempt < DefaultHelloAttempts {
+			total += scaled(helloBackoff(attempt), jitterHigh)
+		}
+	}
+	return total
+}
+
+// HelloBackoffTotal reports the least time hello's retries wait in all
+// before giving up (each backoff at its shortest jitter): even against a
+// control plane that refuses connections at once, a start that ends in
+// exit 1 lasts at least this long. A unit's start rate limit uses it to tell
+// an outage (keep restarting) from a crash loop (stop); a refused token
+// exits 3 at once, which the unit does not restart at all.
+func HelloBackoffTotal() time.Duration {
+	var total time.Duration
+	for attempt := 1; attempt < DefaultHelloAttempts; attempt++ {
+		total += scaled(helloBackoff(attempt), jitterLow)
+	}
+	return total
+}

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dreamlake/lakeshore/agent/internal/notify"
+	"github.com/dreamlake/lakeshore/shared/clock"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
@@ -63,9 +65,15 @@ type Config struct {
 	HelloAttempts int
 	// IMDSEndpoint overrides the EC2 metadata endpoint (tests).
 	IMDSEndpoint string
-	// Notifier hears READY=1, STOPPING=1 and STATUS (sdnotify.go); nil:
-	// $NOTIFY_SOCKET's, when a service manager set it (systemd Type=notify).
-	Notifier Notifier
+	// Notifier hears READY=1, STOPPING=1 and STATUS (agent/internal/notify);
+	// nil: $NOTIFY_SOCKET's, when a service manager set it (systemd
+	// Type=notify).
+	Notifier notify.Notifier
+	// Clock is the one clock every part of the daemon reads: idle and
+	// keep-alive, the drain's grace, run durations, ack stamps, health,
+	// request signing (zero: real time; tests run the daemon in a synctest
+	// bubble or hand it a fake). Deadlines and timers run on real time.
+	Clock clock.Clock
 }
 
 // The flags' defaults (DefaultConfig), for durations left unset.
@@ -149,7 +157,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.Logger = slog.Default()
 	}
 	if c.Notifier == nil {
-		n, err := NotifierFromEnv(os.Getenv)
+		n, err := notify.FromEnv(os.Getenv)
 		if err != nil {
 			c.Logger.Warn("not notifying the service manager", "error", err.Error())
 		}

@@ -26,7 +26,7 @@ func (a *Agent) hello(ctx context.Context, req wire.HelloRequest) (session, erro
 			if err == nil {
 				a.health.Registered(s.workerID, req.HostKey, a.cfg.Queue)
 				a.log.Info("hello", "worker_id", s.workerID, "poll_interval", s.interval, "stale_after", s.staleAfter)
-				a.notify.readyAfterHello(s.workerID, a.cfg.Queue)
+				a.notify.Registered(s.workerID, a.cfg.Queue)
 			}
 			return s, err
 		}

@@ -19,6 +19,7 @@ import (
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	"github.com/aws/aws-sdk-go-v2/credentials/ec2rolecreds"
 	sdkimds "github.com/aws/aws-sdk-go-v2/feature/ec2/imds"
+	"github.com/dreamlake/lakeshore/shared/clock"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
@@ -55,8 +56,8 @@ type iamTransport struct {
 	// host is the control plane's (host[:port]): the only one signed for,
 	// so a redirect elsewhere gets neither a signature nor the role's
 	// session token.
-	host string
-	now  func() time.Time // signing time; nil: time.Now
+	host  string
+	clock clock.Clock // signing time
 }
 
 var _ http.RoundTripper = (*iamTransport)(nil)
@@ -92,12 +93,8 @@ func (t *iamTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil {
 		return nil, fmt.Errorf("iam: instance role credentials from IMDS: %w", err)
 	}
-	now := time.Now
-	if t.now != nil {
-		now = t.now
-	}
 	sum := sha256.Sum256(body)
-	if err := t.signer.SignHTTP(r.Context(), creds, r, hex.EncodeToString(sum[:]), iamService, t.region, now()); err != nil {
+	if err := t.signer.SignHTTP(r.Context(), creds, r, hex.EncodeToString(sum[:]), iamService, t.region, t.clock.Now()); err != nil {
 		return nil, fmt.Errorf("iam: sign request: %w", err)
 	}
 	return t.base.RoundTrip(r)
@@ -164,6 +161,7 @@ func iamHTTPClient(cfg Config, hc *http.Client, getenv func(string) string) (*ht
 		signer: v4.NewSigner(),
 		region: region,
 		host:   u.Host,
+		clock:  cfg.Clock,
 	}
 	return &cp, nil
 }

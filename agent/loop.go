@@ -80,7 +80,7 @@ func (a *Agent) loop(ctx context.Context, st *state, hello wire.HelloRequest) (e
 			// phase: a worker that cannot become ready (a failed or hung
 			// setup, a workdir it cannot write) must not burn its instance
 			// for ever. Each setup command's start and end restart the count.
-			if cfg.KeepAlive > 0 && !st.draining() && len(st.runs) == 0 && time.Since(st.idleSince) >= cfg.KeepAlive {
+			if cfg.KeepAlive > 0 && !st.draining() && len(st.runs) == 0 && a.cfg.Clock.Since(st.idleSince) >= cfg.KeepAlive {
 				a.keepAliveExpired(st)
 				kick()
 			}
@@ -117,7 +117,7 @@ func (a *Agent) loop(ctx context.Context, st *state, hello wire.HelloRequest) (e
 		}
 		// After every event: the drain's grace, then draining → terminating
 		// once nothing runs.
-		g.update(cfg, st, time.Now())
+		g.update(cfg, st, a.now())
 		if st.phase == wire.PhaseDraining && len(st.runs) == 0 {
 			a.terminate(st)
 			kick()
@@ -199,7 +199,7 @@ func (a *Agent) runLoop(ctx context.Context, st *state, hello wire.HelloRequest)
 func (a *Agent) setPhase(st *state, phase string) {
 	if st.phase != phase {
 		a.log.Info("phase", "phase", phase, "worker_id", st.sess.workerID)
-		a.notify.phase(phase, st.byeReason, st.sess.workerID, len(st.runs))
+		a.notify.Phase(phase, st.byeReason, st.sess.workerID, len(st.runs))
 	}
 	st.phase = phase
 	a.health.SetPhase(phase)

@@ -127,7 +127,7 @@ func (a *Agent) poll(ctx context.Context, st *state, hello wire.HelloRequest, ru
 	switch {
 	case st.draining():
 		a.health.SetRunState(health.RunDraining)
-	case len(st.runs) == 0 && time.Since(st.idleSince) > st.sess.interval:
+	case len(st.runs) == 0 && a.cfg.Clock.Since(st.idleSince) > st.sess.interval:
 		a.health.SetRunState(health.RunHibernating)
 	default:
 		a.health.SetRunState(health.RunPolling)
@@ -214,7 +214,7 @@ func (a *Agent) runFinished(ctx context.Context, st *state, r *running) {
 	delete(st.runs, id)
 	a.health.SetInflight(len(st.runs))
 	if len(st.runs) == 0 {
-		st.idleSince = time.Now()
+		st.idleSince = a.now()
 	}
 	a.settle(ctx, st, r)
 }
@@ -238,7 +238,7 @@ func (a *Agent) submitAck(ctx context.Context, r *running, o process.Outcome) {
 		WorkerID:     r.session.workerID,
 		Token:        r.session.token,
 		Ack:          o.Ack(r.session.workerID, r.run.InvocationID(), r.run.Attempt()),
-		SpooledAt:    time.Now().UTC(),
+		SpooledAt:    a.now().UTC(),
 	}
 	a.ackMu.Lock()
 	a.ackDone[fmt.Sprintf("%s/%d", ack.Ack.InvocationID, ack.Ack.Attempt)] = a.health.RequestStarted(health.RoleAck)

@@ -12,7 +12,7 @@ import (
 // startHostSetup runs the --host-setup commands from index from on (0 at
 // start; the one that failed on a rerun), off the loop's goroutine.
 func (a *Agent) startHostSetup(st *state, from int) {
-	st.setupBusy, st.idleSince = true, time.Now()
+	st.setupBusy, st.idleSince = true, a.now()
 	st.setupRunning = hostSetupText(a.cfg.HostSetup[from])
 	st.hostSetupErr, st.hostSetupRerun = false, false
 	a.goSetup(st, func(ctx context.Context, report func(setupDone) bool) {
@@ -102,7 +102,7 @@ func isHostSetupResult(r wire.SetupResult) bool { return r.CommandID == "" }
 func (a *Agent) setupFinished(st *state, ev setupDone) {
 	// Keep-alive counts from each setup command's start and end: one that
 	// runs longer than --keep-alive is taken for hung.
-	st.idleSince = time.Now()
+	st.idleSince = a.now()
 	st.setupResults = append(st.setupResults, ev.result)
 	if ev.host {
 		a.log.Info("host setup", "index", ev.index, "status", ev.result.Status, "exit_code", ev.result.ExitCode,
@@ -149,7 +149,7 @@ func (a *Agent) nextSetup(st *state) {
 	}
 	c := st.setupQueue[0]
 	st.setupQueue = st.setupQueue[1:]
-	st.setupBusy, st.idleSince = true, time.Now()
+	st.setupBusy, st.idleSince = true, a.now()
 	st.setupRunning = "command_id " + c.CommandID
 	a.setPhase(st, wire.PhaseSetup)
 	a.goSetup(st, func(ctx context.Context, report func(setupDone) bool) {

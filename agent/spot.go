@@ -216,8 +216,8 @@ func (a *Agent) spotNotice(st *state, n SpotNotice) {
 			st.spotReclaim = n.Time
 		}
 		a.log.Warn("spot interruption notice: draining before the reclaim", "action", n.Action, "time", n.Time,
-			"seconds_left", int(time.Until(n.Time).Seconds()),
-			"grace", spotGrace(a.cfg.Grace, a.cfg.KillAfter, st.spotReclaim, time.Now()), "inflight", len(st.runs))
+			"seconds_left", int(n.Time.Sub(a.now()).Seconds()),
+			"grace", spotGrace(a.cfg.Grace, a.cfg.KillAfter, st.spotReclaim, a.now()), "inflight", len(st.runs))
 		if !st.draining() {
 			a.startDrain(st, wire.ByeSpotInterruption)
 		}

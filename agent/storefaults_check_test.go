@@ -11,7 +11,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
@@ -65,7 +64,7 @@ type sfOps struct {
 }
 
 func (o *sfOps) sweep(ctx context.Context) error {
-	res, err := reaper.Handler(sfControl(o.p.Store, nil), o.log)(ctx, nil)
+	res, err := reaper.Handler(sfControl(o.p.Store), o.log)(ctx, nil)
 	o.sweeps.Add(1)
 	o.requeued.Add(int64(res.Requeued))
 	if err != nil {
@@ -74,14 +73,14 @@ func (o *sfOps) sweep(ctx context.Context) error {
 	return err
 }
 
-// sfControl is the use cases over st with the rig's stale window, on clock
-// now (nil: real time).
-func sfControl(st *store.Store, now func() time.Time) *control.Service {
-	return control.New(control.Config{Store: st, StaleAfter: sfStaleAfter, Now: now, Logger: slog.New(slog.DiscardHandler)})
+// sfControl is the use cases over st, on st's clock, with the rig's stale
+// window.
+func sfControl(st *store.Store) *control.Service {
+	return control.New(control.Config{Store: st, StaleAfter: sfStaleAfter, Clock: st.Clock, Logger: slog.New(slog.DiscardHandler)})
 }
 
 func (o *sfOps) poller() *hoststatus.Poller {
-	return &hoststatus.Poller{Store: o.p.Store, Control: sfControl(o.p.Store, nil), EC2: o.ec2, Logger: o.log}
+	return &hoststatus.Poller{Store: o.p.Store, Control: sfControl(o.p.Store), EC2: o.ec2, Logger: o.log}
 }
 
 func (o *sfOps) poll(ctx context.Context) error {

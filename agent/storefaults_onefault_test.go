@@ -11,6 +11,7 @@ import (
 
 	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
 
+	"github.com/dreamlake/lakeshore/shared/clock"
 	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/reaper"
 	"github.com/dreamlake/lakeshore/shared/store"
@@ -214,8 +215,8 @@ func TestStoreFaultsOneFault(t *testing.T) {
 			t.Errorf("after the stale window it reads %s, want stale", got)
 		}
 		sweeper := store.New(r.p.DB, r.p.Prefix)
-		sweeper.Now = func() time.Time { return later }
-		if res, err := sfControl(sweeper, sweeper.Now).Sweep(context.Background()); err != nil || res.Lost != 1 || res.Requeued != 0 {
+		sweeper.Clock = clock.Of(func() time.Time { return later })
+		if res, err := sfControl(sweeper).Sweep(context.Background()); err != nil || res.Lost != 1 || res.Requeued != 0 {
 			t.Errorf("sweep after the stale window: %+v %v; want the worker lost, nothing to hand back", res, err)
 		}
 	})
@@ -235,9 +236,9 @@ func TestStoreFaultsOneFault(t *testing.T) {
 		// The reaper Lambda's own store client, through the same faults,
 		// its clock past the stale window.
 		sweeper := store.New(storetest.FaultyClient(r.p.Endpoint, r.tr, sfRigTimeout), r.p.Prefix)
-		sweeper.Now = func() time.Time { return time.Now().Add(sfStaleAfter + time.Second) }
+		sweeper.Clock = clock.Of(func() time.Time { return time.Now().Add(sfStaleAfter + time.Second) })
 		r.tr.Next(Put, drop)
-		res, err := reaper.Handler(sfControl(sweeper, sweeper.Now), slog.New(slog.DiscardHandler))(context.Background(), nil)
+		res, err := reaper.Handler(sfControl(sweeper), slog.New(slog.DiscardHandler))(context.Background(), nil)
 		if err != nil || res.Lost != 1 || res.Requeued != 1 {
 			t.Fatalf("sweep: %+v %v; want one lost worker, one invocation handed back", res, err)
 		}

@@ -25,6 +25,7 @@ import (
 	"github.com/awslabs/goformation/v7/cloudformation/serverless"
 
 	"github.com/dreamlake/lakeshore"
+	"github.com/dreamlake/lakeshore/shared/clock"
 	"github.com/dreamlake/lakeshore/shared/lambdahttp"
 	"github.com/dreamlake/lakeshore/shared/rie"
 	"github.com/dreamlake/lakeshore/shared/store"
@@ -38,7 +39,7 @@ type lambdaGateway struct {
 	routes []gatewayRoute
 	pools  map[string]*rie.Pool // by function name: hello, poll, …, reaper
 	log    *slog.Logger
-	now    func() time.Time
+	clock  clock.Clock
 }
 
 // gatewayRoute is one HttpApi event of template.yaml.
@@ -70,7 +71,7 @@ func newLambdaGateway(cfg lambdaConfig, log *slog.Logger) (*lambdaGateway, error
 	if err != nil {
 		return nil, fmt.Errorf("parse template.yaml: %w", err)
 	}
-	g := &lambdaGateway{pools: map[string]*rie.Pool{}, log: log, now: time.Now}
+	g := &lambdaGateway{pools: map[string]*rie.Pool{}, log: log}
 	var missing []string
 	fns := tmpl.GetAllServerlessFunctionResources()
 	for id, fn := range fns {
@@ -193,7 +194,7 @@ func (g *lambdaGateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	routeKey := rt.method + " /" + strings.Join(rt.segments, "/")
-	ev, err := lambdahttp.Event(r, routeKey, params, g.now())
+	ev, err := lambdahttp.Event(r, routeKey, params, g.clock.Now())
 	if errors.Is(err, lambdahttp.ErrBodyTooLarge) {
 		gatewayError(w, http.StatusRequestEntityTooLarge, "Request Entity Too Large")
 		return
@@ -242,7 +243,7 @@ func (g *lambdaGateway) invokeScheduled(ctx context.Context, fn string) ([]byte,
 	}
 	ev, _ := json.Marshal(events.EventBridgeEvent{
 		Version: "0", ID: "local", DetailType: "Scheduled Event", Source: "aws.scheduler",
-		AccountID: "000000000000", Time: g.now().UTC(), Region: "local", Detail: json.RawMessage("{}"),
+		AccountID: "000000000000", Time: g.clock.Now().UTC(), Region: "local", Detail: json.RawMessage("{}"),
 	})
 	return pool.Invoke(ctx, ev)
 }

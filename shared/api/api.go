@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/dreamlake/lakeshore/shared/auth"
+	"github.com/dreamlake/lakeshore/shared/clock"
 	"github.com/dreamlake/lakeshore/shared/control"
 	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/store"
@@ -33,8 +34,8 @@ type Config struct {
 	// MaxPollWait caps a long poll (default 20 s, under API Gateway's 30 s;
 	// control.New sets it).
 	MaxPollWait time.Duration
-	// Now is the clock used for computed worker state.
-	Now func() time.Time
+	// Clock is what computed worker states are read at (zero: real time).
+	Clock clock.Clock
 	// Sleep waits between long-poll checks; tests may replace it (default
 	// clock.Sleep, set by control.New).
 	Sleep  func(ctx context.Context, d time.Duration) error
@@ -79,14 +80,11 @@ func New(cfg Config) (*Server, error) {
 	if cfg.StaleAfter <= 0 {
 		cfg.StaleAfter = domain.DefaultStaleAfter
 	}
-	if cfg.Now == nil {
-		cfg.Now = func() time.Time { return time.Now().UTC() }
-	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
 	svc := control.New(control.Config{Store: cfg.Store, StaleAfter: cfg.StaleAfter, MaxPollWait: cfg.MaxPollWait,
-		Sleep: cfg.Sleep, Now: cfg.Now, Logger: cfg.Logger})
+		Sleep: cfg.Sleep, Clock: cfg.Clock, Logger: cfg.Logger})
 	s := &Server{cfg: cfg, svc: svc, mux: http.NewServeMux(), log: cfg.Logger}
 	s.routes()
 	return s, nil

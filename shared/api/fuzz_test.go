@@ -52,6 +52,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/dreamlake/lakeshore/shared/api"
+	"github.com/dreamlake/lakeshore/shared/clock"
 	"github.com/dreamlake/lakeshore/shared/ids"
 	"github.com/dreamlake/lakeshore/shared/store"
 	"github.com/dreamlake/lakeshore/shared/store/embedded"
@@ -162,14 +163,14 @@ func newFuzzPlane() (*fuzzPlane, error) {
 	}
 	now := func() time.Time { return fuzzNow }
 	st := store.New(db, prefix)
-	st.Now = now
-	st.IDs = &ids.Generator{Now: now}
+	st.Clock = clock.Of(now)
+	st.IDs = &ids.Generator{Clock: clock.Of(now)}
 	logs := &bytes.Buffer{}
 	srv, err := api.New(api.Config{
 		Store:         st,
 		EnrollToken:   enrollToken,
 		OperatorToken: operatorToken,
-		Now:           now,
+		Clock:         clock.Of(now),
 		// A long poll re-checks a few times and never really waits.
 		MaxPollWait: 250 * time.Millisecond,
 		Sleep:       func(context.Context, time.Duration) error { return nil },

@@ -295,8 +295,8 @@ func newClock() *clock.Fake {
 // withClock drives both the router and its store from c.
 func withClock(c *clock.Fake) option {
 	return func(cfg *api.Config) {
-		cfg.Now = c.Now
-		cfg.Store.Now = c.Now
+		cfg.Clock = c.Clock()
+		cfg.Store.Clock = c.Clock()
 	}
 }
 

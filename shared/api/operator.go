@@ -108,7 +108,7 @@ func (s *Server) listWorkers(r *http.Request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	now := s.cfg.Now()
+	now := s.cfg.Clock.Now()
 	out := wire.WorkerList{Workers: make([]wire.Worker, 0, len(ws)), NextCursor: next}
 	for _, w := range ws {
 		out.Workers = append(out.Workers, s.workerView(w, now))
@@ -125,7 +125,7 @@ func (s *Server) getWorker(r *http.Request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	return http.StatusOK, s.workerView(w, s.cfg.Now()), nil
+	return http.StatusOK, s.workerView(w, s.cfg.Clock.Now()), nil
 }
 
 func (s *Server) drain(r *http.Request) (int, any, error) {
@@ -137,7 +137,7 @@ func (s *Server) drain(r *http.Request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	return http.StatusAccepted, wire.DrainAccepted{WorkerID: w.ID, State: domain.Project(w, s.cfg.Now(), s.cfg.StaleAfter)}, nil
+	return http.StatusAccepted, wire.DrainAccepted{WorkerID: w.ID, State: domain.Project(w, s.cfg.Clock.Now(), s.cfg.StaleAfter)}, nil
 }
 
 func (s *Server) addSetup(r *http.Request) (int, any, error) {

@@ -32,7 +32,7 @@ func TestWorkerReturnsFromStale(t *testing.T) {
 	}
 
 	c.Advance(4 * time.Second) // a is frozen past stale_after
-	sweeper := control.New(control.Config{Store: h.store, StaleAfter: 3 * time.Second, Now: c.Now, Logger: slog.New(slog.DiscardHandler)})
+	sweeper := control.New(control.Config{Store: h.store, StaleAfter: 3 * time.Second, Clock: c.Clock(), Logger: slog.New(slog.DiscardHandler)})
 	if _, err := sweeper.Sweep(context.Background()); err != nil {
 		t.Fatalf("sweep: %v", err)
 	}

@@ -1,5 +1,7 @@
-// Package clock gives code a clock it can be handed: the real one in
-// production, a Fake in tests that only moves when told to.
+// Package clock is the module's one clock seam. Every component that reads
+// the time takes a Clock, whose zero value is real time; a test hands it a
+// Fake's (Fake.Clock), which only moves when told to, or runs the code in a
+// testing/synctest bubble, where real time is the bubble's own.
 package clock
 
 import (
@@ -7,6 +9,23 @@ import (
 	"sync"
 	"time"
 )
+
+// Clock reads the time. The zero value reads real time.
+type Clock struct{ now func() time.Time }
+
+// Of returns a Clock that reads now (nil: real time).
+func Of(now func() time.Time) Clock { return Clock{now: now} }
+
+// Now reports the time.
+func (c Clock) Now() time.Time {
+	if c.now == nil {
+		return time.Now()
+	}
+	return c.now()
+}
+
+// Since reports the time passed since t.
+func (c Clock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
 
 // Fake is a clock for tests: Now stays put until Advance moves it. It is safe
 // for concurrent use.
@@ -24,6 +43,9 @@ func (c *Fake) Now() time.Time {
 	defer c.mu.Unlock()
 	return c.now
 }
+
+// Clock returns a Clock that reads c.
+func (c *Fake) Clock() Clock { return Of(c.Now) }
 
 // Advance moves the clock forward by d.
 func (c *Fake) Advance(d time.Duration) {

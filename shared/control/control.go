@@ -55,7 +55,7 @@ type Service struct {
 	staleAfter time.Duration
 	maxWait    time.Duration
 	sleep      func(ctx context.Context, d time.Duration) error
-	now        func() time.Time
+	clock      clock.Clock
 	log        *slog.Logger
 }
 
@@ -70,15 +70,15 @@ type Config struct {
 	// Sleep waits between long-poll checks (default: a timer that ends
 	// early when ctx does); tests may replace it.
 	Sleep func(ctx context.Context, d time.Duration) error
-	// Now is the clock the sweep reads staleness by (default: real time,
-	// UTC); give it the store's clock in tests that move one.
-	Now    func() time.Time
+	// Clock is what the sweep reads staleness by (zero: real time); give
+	// it the store's in tests that move one.
+	Clock  clock.Clock
 	Logger *slog.Logger
 }
 
 // New returns a Service over c.Store.
 func New(c Config) *Service {
-	s := &Service{store: c.Store, staleAfter: c.StaleAfter, maxWait: c.MaxPollWait, sleep: c.Sleep, now: c.Now, log: c.Logger}
+	s := &Service{store: c.Store, staleAfter: c.StaleAfter, maxWait: c.MaxPollWait, sleep: c.Sleep, clock: c.Clock, log: c.Logger}
 	if s.staleAfter <= 0 {
 		s.staleAfter = domain.DefaultStaleAfter
 	}
@@ -87,9 +87,6 @@ func New(c Config) *Service {
 	}
 	if s.sleep == nil {
 		s.sleep = clock.Sleep
-	}
-	if s.now == nil {
-		s.now = func() time.Time { return time.Now().UTC() }
 	}
 	if s.log == nil {
 		s.log = slog.Default()

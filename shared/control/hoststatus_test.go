@@ -26,8 +26,8 @@ func TestHostStatus(t *testing.T) {
 	}
 	c := clock.NewFake(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC))
 	s := store.New(db, prefix)
-	s.Now = c.Now
-	svc := storetest.Control(s, c.Now)
+	s.Clock = c.Clock()
+	svc := storetest.Control(s)
 	issue := func(string) (string, error) { return "h", nil }
 	hello := func(m string) domain.Worker {
 		res, err := svc.Register(ctx, wire.HelloRequest{MachineID: m, BootID: "b"}, issue)

@@ -15,8 +15,8 @@ import (
 // (same machine and boot) makes a new worker instead of reviving it.
 func TestTerminatedHostIsRetired(t *testing.T) {
 	ctx := context.Background()
-	s, c := storetest.Store(t)
-	svc := storetest.Control(s, c.Now)
+	s, _ := storetest.Store(t)
+	svc := storetest.Control(s)
 	issue := func(string) (string, error) { return "h", nil }
 	hello := wire.HelloRequest{MachineID: "i-0123456789abcdef0", BootID: "b"}
 	first, err := svc.Register(ctx, hello, issue)

@@ -33,7 +33,7 @@ type SweepResult struct {
 // sweep goes on with the others.
 func (s *Service) Sweep(ctx context.Context) (SweepResult, error) {
 	var res SweepResult
-	now := s.now()
+	now := s.clock.Now().UTC()
 	err := s.store.EachWorker(ctx, "sweep", func(w domain.Worker) error {
 		res.Workers++
 		why, lost := w.LostWhy(now, s.staleAfter)

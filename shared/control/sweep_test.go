@@ -16,7 +16,7 @@ import (
 func TestSweep(t *testing.T) {
 	ctx := context.Background()
 	s, c := storetest.Store(t)
-	svc := storetest.Control(s, c.Now)
+	svc := storetest.Control(s)
 	issue := func(string) (string, error) { return "h", nil }
 	hello := func(m string) control.Registered {
 		res, err := svc.Register(ctx, wire.HelloRequest{MachineID: m, BootID: "b", Capabilities: wire.Capabilities{MaxConcurrency: ptr(4)}}, issue)
@@ -89,7 +89,7 @@ func TestSweep(t *testing.T) {
 func TestSweepNeverStrandsWorkOnAGoneWorker(t *testing.T) {
 	ctx := context.Background()
 	s, c := storetest.Store(t)
-	svc := storetest.Control(s, c.Now)
+	svc := storetest.Control(s)
 	res, err := svc.Register(ctx, wire.HelloRequest{MachineID: "m", BootID: "b"}, func(string) (string, error) { return "h", nil })
 	if err != nil {
 		t.Fatal(err)

@@ -86,7 +86,7 @@ func newFixture(t *testing.T) *fixture {
 		BaseEndpoint: aws.String(storetest.MotoEndpoint(t)),
 		Credentials:  credentials.NewStaticCredentialsProvider("test", "test", ""),
 	})
-	svc := storetest.Control(s, nil)
+	svc := storetest.Control(s)
 	return &fixture{ctx: ctx, store: s, svc: svc, ec2: e, writes: &c, poller: &hoststatus.Poller{Store: s, Control: svc, EC2: e}}
 }
 

@@ -7,8 +7,8 @@ import (
 	"io"
 	"strings"
 	"sync"
-	"time"
 
+	"github.com/dreamlake/lakeshore/shared/clock"
 	"github.com/oklog/ulid/v2"
 )
 
@@ -20,9 +20,9 @@ const (
 )
 
 // Generator makes ids from a clock and an entropy source. The zero value uses
-// the real clock and crypto/rand; tests set Now and Entropy.
+// the real clock and crypto/rand; tests set Clock and Entropy.
 type Generator struct {
-	Now     func() time.Time
+	Clock   clock.Clock
 	Entropy io.Reader
 
 	mu        sync.Mutex
@@ -34,10 +34,7 @@ type Generator struct {
 func (g *Generator) New(prefix string) string {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	now := time.Now
-	if g.Now != nil {
-		now = g.Now
-	}
+	now := g.Clock.Now
 	// Monotonic entropy: ids made in the same millisecond still increase,
 	// so the claim index hands out a burst of submits in order.
 	if g.monotonic == nil {

@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"testing"
 	"time"
+
+	clk "github.com/dreamlake/lakeshore/shared/clock"
 )
 
 func TestNewIsValidAndOrdered(t *testing.T) {
 	clock := time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC)
-	g := &Generator{Now: func() time.Time { return clock }, Entropy: bytes.NewReader(bytes.Repeat([]byte{7}, 64))}
+	g := &Generator{Clock: clk.Of(func() time.Time { return clock }), Entropy: bytes.NewReader(bytes.Repeat([]byte{7}, 64))}
 	a := g.New(Invocation)
 	clock = clock.Add(time.Millisecond)
 	b := g.New(Invocation)
@@ -48,7 +50,7 @@ func TestValid(t *testing.T) {
 // still sort in creation order, so the claim index stays FIFO under bursts.
 func TestNewIsMonotonicWithinAMillisecond(t *testing.T) {
 	clock := time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC)
-	g := &Generator{Now: func() time.Time { return clock }}
+	g := &Generator{Clock: clk.Of(func() time.Time { return clock })}
 	prev := g.New(Invocation)
 	for range 1000 {
 		next := g.New(Invocation)

@@ -20,7 +20,7 @@ import (
 func TestHandlerSweeps(t *testing.T) {
 	ctx := context.Background()
 	s, c := storetest.Store(t)
-	svc := storetest.Control(s, c.Now)
+	svc := storetest.Control(s)
 	res, err := svc.Register(ctx, wire.HelloRequest{MachineID: "m", BootID: "b"}, func(string) (string, error) { return "h", nil })
 	if err != nil {
 		t.Fatal(err)

@@ -38,7 +38,7 @@ func benchWorker(b *testing.B, s *store.Store, machine, hostKey string) domain.W
 	ctx := context.Background()
 	req := helloReq(machine, "boot-1")
 	req.HostKey = hostKey
-	svc := storetest.Control(s, nil)
+	svc := storetest.Control(s)
 	res, err := svc.Register(ctx, req, benchIssue)
 	if err != nil {
 		b.Fatalf("Hello: %v", err)
@@ -69,7 +69,7 @@ type claimKnobs struct {
 func benchClaim(b *testing.B, pollers int, knobs claimKnobs) {
 	ctx := context.Background()
 	s, counter := benchStore(b)
-	svc := storetest.Control(s, nil)
+	svc := storetest.Control(s)
 	if knobs.window > 0 {
 		s.ClaimWindow = knobs.window
 	}
@@ -179,7 +179,7 @@ func BenchmarkLifecycle(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			ctx := context.Background()
 			s, counter := benchStore(b)
-			svc := storetest.Control(s, nil)
+			svc := storetest.Control(s)
 			w := benchWorker(b, s, "machine-1", c.workerHostKey)
 			counter.Reset()
 			b.ResetTimer()

@@ -141,11 +141,11 @@ func newFixture(t *testing.T, b backend, db *dynamodb.Client) *fixture {
 	}
 	c := clock.NewFake(t0)
 	s := store.New(db, prefix)
-	s.Now = c.Now
+	s.Clock = c.Clock()
 	// Ids from the same clock (ULIDs: they sort by it, and by creation
 	// order within one millisecond).
-	s.IDs = &ids.Generator{Now: c.Now}
-	return &fixture{t: t, ctx: ctx, backend: b, db: db, tables: s.Tables(), s: s, svc: storetest.Control(s, c.Now),
+	s.IDs = &ids.Generator{Clock: c.Clock()}
+	return &fixture{t: t, ctx: ctx, backend: b, db: db, tables: s.Tables(), s: s, svc: storetest.Control(s),
 		clock: c, hashes: map[string]string{}}
 }
 
@@ -1598,7 +1598,7 @@ func TestSetupFIFOOrderWithinOneMillisecond(t *testing.T) {
 		t.Fatalf("EnsureTables: %v", err)
 	}
 	s := store.New(db, prefix)
-	w, err := storetest.Control(s, nil).Register(ctx, helloReq("m1", "boot-1"), func(string) (string, error) { return "h", nil })
+	w, err := storetest.Control(s).Register(ctx, helloReq("m1", "boot-1"), func(string) (string, error) { return "h", nil })
 	if err != nil {
 		t.Fatalf("Hello: %v", err)
 	}

@@ -40,7 +40,7 @@ func newFaultFixture(t *testing.T) *faultFixture {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
 	f := &fixture{t: t, ctx: ctx, backend: backends[0], tables: fs.Store.Tables(), s: fs.Store,
-		svc: storetest.Control(fs.Store, fs.Clock.Now), clock: fs.Clock, hashes: map[string]string{}}
+		svc: storetest.Control(fs.Store), clock: fs.Clock, hashes: map[string]string{}}
 	return &faultFixture{fixture: f, faulty: fs}
 }
 

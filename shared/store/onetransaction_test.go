@@ -35,8 +35,8 @@ func TestOneOutcomeOneTransaction(t *testing.T) {
 	rec := &recordingDB{next: db}
 	f := newFixture(t, backends[0], db)
 	s := store.New(rec, strings.TrimSuffix(f.tables.Queues, store.QueuesSuffix))
-	s.Now, s.IDs = f.s.Now, f.s.IDs
-	f.s, f.svc = s, storetest.Control(s, s.Now)
+	s.Clock, s.IDs = f.s.Clock, f.s.IDs
+	f.s, f.svc = s, storetest.Control(s)
 	tables := s.Tables()
 
 	w := f.worker("m1", "")

@@ -81,12 +81,12 @@ func TestStorePropertyUnderFaults(t *testing.T) {
 			s := store.New(storetest.FaultyClient(endpoint, tr, 100*time.Millisecond), prefix)
 			truth := store.New(truthDB, prefix)
 			for _, st := range []*store.Store{s, truth} {
-				st.Now = c.Now
+				st.Clock = c.Clock()
 				st.Shuffle = func(int, func(i, j int)) {}
 			}
-			s.IDs = &ids.Generator{Now: c.Now}
+			s.IDs = &ids.Generator{Clock: c.Clock()}
 			m := &propModel{
-				ctx: ctx, s: s, svc: storetest.Control(s, c.Now), clock: c, read: truth,
+				ctx: ctx, s: s, svc: storetest.Control(s), clock: c, read: truth,
 				machines: map[string]*mMachine{}, workers: map[string]*mWorker{}, invs: map[string]*mInv{},
 				seenAttempt: map[string]int{}, seenTerminal: map[string]string{},
 			}
@@ -502,7 +502,7 @@ func invTransition(want *mInv, got domain.Invocation) string {
 // invocation must be reachable by a claim.
 func (f *faultModel) drainQueue(rt *rapid.T) {
 	req := wire.HelloRequest{MachineID: "drainer", BootID: "boot-1", Lanes: []string{propQueue}}
-	res, err := storetest.Control(f.truth, f.clock.Now).Register(f.ctx, req, f.issue)
+	res, err := storetest.Control(f.truth).Register(f.ctx, req, f.issue)
 	propWant(rt, "hello drainer", err, "")
 	for range len(f.iOrder) + 1 {
 		got, err := f.truth.Claim(f.ctx, res.Worker, propQueue, 3)

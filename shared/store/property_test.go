@@ -151,11 +151,11 @@ func newPropModel(rt *rapid.T, db *dynamodb.Client, prefix string) *propModel {
 	}
 	c := clock.NewFake(t0)
 	s := store.New(db, prefix)
-	s.Now = c.Now
-	s.IDs = &ids.Generator{Now: c.Now}
+	s.Clock = c.Clock()
+	s.IDs = &ids.Generator{Clock: c.Clock()}
 	s.Shuffle = func(int, func(i, j int)) {} // deterministic claims, so rapid can shrink
 	return &propModel{
-		ctx: ctx, s: s, svc: storetest.Control(s, c.Now), clock: c,
+		ctx: ctx, s: s, svc: storetest.Control(s), clock: c,
 		machines:     map[string]*mMachine{},
 		workers:      map[string]*mWorker{},
 		invs:         map[string]*mInv{},

@@ -27,6 +27,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go"
 
+	"github.com/dreamlake/lakeshore/shared/clock"
 	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/ids"
 	"github.com/dreamlake/lakeshore/shared/wire"
@@ -71,8 +72,9 @@ type Store struct {
 	db     DB
 	tables TableNames
 
-	// Now is the clock; read once per operation.
-	Now func() time.Time
+	// Clock is read once per operation (zero: real time; times are stored
+	// in UTC).
+	Clock clock.Clock
 	// IDs makes invocation, worker and command ids.
 	IDs *ids.Generator
 	// Shuffle orders claim candidates so racing pollers spread out over the
@@ -89,7 +91,6 @@ func New(db DB, prefix string) *Store {
 	return &Store{
 		db:          db,
 		tables:      NamesFor(prefix),
-		Now:         func() time.Time { return time.Now().UTC() },
 		IDs:         &ids.Generator{},
 		Shuffle:     rand.Shuffle,
 		ClaimWindow: defaultClaimWindow,
@@ -100,7 +101,7 @@ func New(db DB, prefix string) *Store {
 // Tables reports the table names the store uses.
 func (s *Store) Tables() TableNames { return s.tables }
 
-func (s *Store) now() time.Time { return s.Now().UTC() }
+func (s *Store) now() time.Time { return s.Clock.Now().UTC() }
 
 // Ping reports whether the store answers.
 func (s *Store) Ping(ctx context.Context) error {

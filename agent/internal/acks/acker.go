@@ -46,8 +46,8 @@ type Options struct {
 	// Rand returns a number in [0, 1) for the jitter; nil means
 	// math/rand/v2. It is never called concurrently.
 	Rand func() float64
-	// Now stamps SpooledAt; nil means time.Now.
-	Now func() time.Time
+	// Clock stamps SpooledAt (zero: real time).
+	Clock clock.Clock
 	// OnAnswered, when set, is called once the control plane has answered
 	// an ack and it is out of the spool: err is nil with the answer, or the
 	// *wire.Error of a final 4xx. It is called before the ack leaves
@@ -68,7 +68,7 @@ type Acker struct {
 	maxBackoff     time.Duration
 	attemptTimeout time.Duration
 	sleep          func(context.Context, time.Duration) error
-	now            func() time.Time
+	clock          clock.Clock
 	onAnswered     func(SpooledAck, wire.AckResponse, error)
 
 	mu      sync.Mutex
@@ -109,7 +109,7 @@ func New(spool *Spool, opts Options) *Acker {
 		attemptTimeout: opts.AttemptTimeout,
 		sleep:          opts.Sleep,
 		rand:           opts.Rand,
-		now:            opts.Now,
+		clock:          opts.Clock,
 		onAnswered:     opts.OnAnswered,
 		pending:        map[ackKey]*pendingAck{},
 		changed:        make(chan struct{}),
@@ -134,9 +134,6 @@ func New(spool *Spool, opts Options) *Acker {
 	if k.rand == nil {
 		k.rand = rand.Float64
 	}
-	if k.now == nil {
-		k.now = time.Now
-	}
 	return k
 }
 
@@ -156,7 +153,7 @@ func (k *Acker) Submit(ctx context.Context, a SpooledAck) error {
 		return fmt.Errorf("ack: %w", err)
 	}
 	if a.SpooledAt.IsZero() {
-		a.SpooledAt = k.now().UTC()
+		a.SpooledAt = k.clock.Now().UTC()
 	}
 	key := ackKey{a.Ack.InvocationID, a.Ack.Attempt}
 	k.mu.Lock()

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dreamlake/lakeshore/shared/clock"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
@@ -104,8 +105,8 @@ func (o Options) withDefaults() Options {
 // another goroutine answers even while the main loop is stuck. It is safe for
 // concurrent use.
 type Tracker struct {
-	now  func() time.Time
-	opts Options
+	clock clock.Clock
+	opts  Options
 
 	mu            sync.Mutex
 	created       time.Time
@@ -131,16 +132,13 @@ type roleRecord struct {
 	outstanding map[uint64]time.Time // request → start
 }
 
-// NewHealth returns a record in phase booting, before the main loop. now is
-// read once per recording and per snapshot; nil means time.Now.
-func New(now func() time.Time, opts Options) *Tracker {
-	if now == nil {
-		now = time.Now
-	}
+// New returns a record in phase booting, before the main loop. clk is read
+// once per recording and per snapshot (zero: real time).
+func New(clk clock.Clock, opts Options) *Tracker {
 	return &Tracker{
-		now:     now,
+		clock:   clk,
 		opts:    opts.withDefaults(),
-		created: now(),
+		created: clk.Now(),
 		phase:   wire.PhaseBooting,
 		roles:   map[string]*roleRecord{},
 	}
@@ -164,7 +162,7 @@ func (h *Tracker) SetPhase(phase string) {
 // SetRunState records the local run state (RunStarting … RunDraining). It
 // marks the main loop as started.
 func (h *Tracker) SetRunState(s string) {
-	now := h.now()
+	now := h.clock.Now()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.markStarted(now)
@@ -173,7 +171,7 @@ func (h *Tracker) SetRunState(s string) {
 
 // Registered records the control plane's answer to hello.
 func (h *Tracker) Registered(workerID, hostKey, queue string) {
-	now := h.now()
+	now := h.clock.Now()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.markStarted(now)
@@ -195,7 +193,7 @@ func (h *Tracker) Unregistered() {
 // done is called with whether the control plane answered it; the answer
 // becomes the role's latest result. Calls of done after the first are ignored.
 func (h *Tracker) RequestStarted(role string) (done func(ok bool)) {
-	now := h.now()
+	now := h.clock.Now()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.markStarted(now)
@@ -206,7 +204,7 @@ func (h *Tracker) RequestStarted(role string) (done func(ok bool)) {
 	var once sync.Once
 	return func(ok bool) {
 		once.Do(func() {
-			end := h.now()
+			end := h.clock.Now()
 			h.mu.Lock()
 			defer h.mu.Unlock()
 			delete(r.outstanding, id)
@@ -232,7 +230,7 @@ func (h *Tracker) role(role string) *roleRecord {
 // Tick records progress of the main loop. The agent ticks about once a
 // second from the loop itself, so a blocked loop stops ticking.
 func (h *Tracker) Tick() {
-	now := h.now()
+	now := h.clock.Now()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.markStarted(now)
@@ -370,7 +368,7 @@ func (r *roleRecord) oldestOutstanding() (time.Time, bool) {
 
 // Snapshot reports the daemon's health now.
 func (h *Tracker) Snapshot() Snapshot {
-	now := h.now()
+	now := h.clock.Now()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 

@@ -350,7 +350,7 @@ func TestHealthReasons(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c := clock.NewFake(healthEpoch)
-			h := New(c.Now, tt.opts)
+			h := New(clock.Of(c.Now), tt.opts)
 			tt.do(h, c)
 			s := h.Snapshot()
 			if s.Ready != tt.ready || s.ReadyReason != tt.readyReason {
@@ -365,7 +365,7 @@ func TestHealthReasons(t *testing.T) {
 
 func TestHealthSnapshotAges(t *testing.T) {
 	c := clock.NewFake(healthEpoch)
-	h := New(c.Now, Options{})
+	h := New(clock.Of(c.Now), Options{})
 	if s := h.Snapshot(); s.Phase != wire.PhaseBooting || s.SinceLastTickS != nil || s.SinceLastPollOKS != nil || len(s.Roles) != 0 {
 		t.Fatalf("fresh snapshot = %+v, want booting with no ages and no roles", s)
 	}
@@ -415,7 +415,7 @@ func TestHealthSnapshotAges(t *testing.T) {
 // argv, env or an error message.
 func TestHealthSnapshotFields(t *testing.T) {
 	c := clock.NewFake(healthEpoch)
-	h := New(c.Now, Options{})
+	h := New(clock.Of(c.Now), Options{})
 	healthServing(h)
 	h.RequestStarted(RoleAck)
 	b, err := json.Marshal(h.Snapshot())
@@ -462,7 +462,7 @@ func healthSorted(s []string) []string {
 
 // TestHealthConcurrent exercises every recorder against Snapshot for -race.
 func TestHealthConcurrent(t *testing.T) {
-	h := New(nil, Options{})
+	h := New(clock.Clock{}, Options{})
 	var wg sync.WaitGroup
 	for i := range 8 {
 		wg.Go(func() {

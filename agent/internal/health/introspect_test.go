@@ -53,7 +53,7 @@ func introspectGet(t *testing.T, addr, path string) (int, Snapshot) {
 
 func TestIntrospectEndpoints(t *testing.T) {
 	c := clock.NewFake(healthEpoch)
-	h := New(c.Now, Options{})
+	h := New(clock.Of(c.Now), Options{})
 	addr := introspectServe(t, h)
 	if !strings.HasPrefix(addr, "127.0.0.1:") || strings.HasSuffix(addr, ":0") {
 		t.Fatalf("bound %q, want 127.0.0.1 and a real port", addr)
@@ -105,7 +105,7 @@ func TestIntrospectEndpoints(t *testing.T) {
 // so a loop that stopped ticking is reported rather than hiding the probe.
 func TestIntrospectStalledLoop(t *testing.T) {
 	c := clock.NewFake(healthEpoch)
-	h := New(c.Now, Options{})
+	h := New(clock.Of(c.Now), Options{})
 	addr := introspectServe(t, h)
 	healthServing(h)
 	c.Advance(DefaultLoopStall + time.Second)
@@ -141,7 +141,7 @@ func TestIntrospectRefusesRoutable(t *testing.T) {
 		t.Run(tt.addr, func(t *testing.T) {
 			// Refused before any socket is opened: a routable address is
 			// only parsed, never bound or dialled.
-			stop, bound, err := ServeIntrospect(tt.addr, New(nil, Options{}), nil)
+			stop, bound, err := ServeIntrospect(tt.addr, New(clock.Clock{}, Options{}), nil)
 			if err == nil {
 				_ = stop(context.Background())
 				t.Fatalf("ServeIntrospect(%q) bound %s, want an error", tt.addr, bound)
@@ -174,7 +174,7 @@ func TestIntrospectLoopbackAddrs(t *testing.T) {
 }
 
 func TestIntrospectLocalhostBinds(t *testing.T) {
-	stop, addr, err := ServeIntrospect("localhost:0", New(nil, Options{}), nil)
+	stop, addr, err := ServeIntrospect("localhost:0", New(clock.Clock{}, Options{}), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,7 +186,7 @@ func TestIntrospectLocalhostBinds(t *testing.T) {
 
 func TestIntrospectOff(t *testing.T) {
 	for _, addr := range []string{"", "off"} {
-		stop, bound, err := ServeIntrospect(addr, New(nil, Options{}), nil)
+		stop, bound, err := ServeIntrospect(addr, New(clock.Clock{}, Options{}), nil)
 		if err != nil || bound != "" {
 			t.Errorf("ServeIntrospect(%q) = %q, %v; want disabled", addr, bound, err)
 		}
@@ -197,7 +197,7 @@ func TestIntrospectOff(t *testing.T) {
 }
 
 func TestIntrospectStop(t *testing.T) {
-	stop, addr, err := ServeIntrospect("127.0.0.1:0", New(nil, Options{}), nil)
+	stop, addr, err := ServeIntrospect("127.0.0.1:0", New(clock.Clock{}, Options{}), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,8 +32,8 @@ const ExecDrainWait = 2 * time.Second
 // err is non-nil when it could not start (exitCode -1) or when ctx ended it
 // (err wraps ctx's error; exitCode is how it ended).
 func (r *Runner) Exec(ctx context.Context, argv []string, dir string) (exitCode int, outputTail string, dur time.Duration, err error) {
-	begin := r.cfg.Now()
-	elapsed := func() time.Duration { return r.cfg.Now().Sub(begin) }
+	begin := r.cfg.Clock.Now()
+	elapsed := func() time.Duration { return r.cfg.Clock.Since(begin) }
 	if len(argv) == 0 {
 		return -1, "", elapsed(), errors.New("exec: argv is empty")
 	}

@@ -24,7 +24,7 @@ func (r *Run) execute(workerID string) {
 		}()
 		o = r.run(workerID)
 	}()
-	o.Duration = r.runner.cfg.Now().Sub(r.begin)
+	o.Duration = r.runner.cfg.Clock.Since(r.begin)
 	attrs := []any{"state", o.State, "abandoned", o.Abandoned, "duration_ms", o.Duration.Milliseconds()}
 	if o.ExitCode != nil {
 		attrs = append(attrs, "exit_code", *o.ExitCode)

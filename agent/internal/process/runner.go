@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dreamlake/lakeshore/shared/clock"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
@@ -59,9 +60,9 @@ type Config struct {
 	// enroll token cannot leak into a body.
 	BaseEnv []string
 	Logger  *slog.Logger
-	// Now is the clock durations are measured with (default time.Now).
+	// Clock is what durations are measured with (zero: real time).
 	// Deadlines (timeout_s, KillAfter) always run on real timers.
-	Now func() time.Time
+	Clock clock.Clock
 	// RunAs, if set, is the account bodies and their run_setup run as
 	// (Exec, for host and setup commands, stays the daemon's). Their run
 	// directory is then theirs; the directories above it are the daemon's,
@@ -108,9 +109,6 @@ func New(cfg Config) *Runner {
 		cfg.Workdir = abs
 	}
 	cfg.KillAfter = max(cfg.KillAfter, 0)
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
 	if cfg.LiveMembers == nil {
 		cfg.LiveMembers = liveGroupMembers
 	}
@@ -238,7 +236,7 @@ func (r *Runner) Start(inv wire.RunInvocation, workerID string) *Run {
 		runner:  r,
 		inv:     inv,
 		log:     r.log.With("invocation_id", inv.InvocationID, "attempt", inv.Attempt),
-		begin:   r.cfg.Now(),
+		begin:   r.cfg.Clock.Now(),
 		started: make(chan struct{}),
 		done:    make(chan struct{}),
 		stopc:   make(chan struct{}),

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/dreamlake/lakeshore/agent/internal/process/proctest"
+	"github.com/dreamlake/lakeshore/shared/clock"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
@@ -194,7 +195,7 @@ func TestExecSetupCommand(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			clk := &runnerTestClock{now: time.Unix(1700000000, 0)}
-			r := runnerTestNew(t, func(c *Config) { c.Now = clk.Now })
+			r := runnerTestNew(t, func(c *Config) { c.Clock = clock.Of(clk.Now) })
 			dir := t.TempDir()
 			if name == "missing dir" {
 				dir = filepath.Join(dir, "absent")

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/dreamlake/lakeshore/agent/internal/process/proctest"
+	"github.com/dreamlake/lakeshore/shared/clock"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
@@ -151,7 +152,7 @@ func (c *runnerTestClock) Now() time.Time {
 func TestRunSucceedsWithTailsAndResult(t *testing.T) {
 	t.Parallel()
 	clk := &runnerTestClock{now: time.Unix(1700000000, 0)}
-	r := runnerTestNew(t, func(c *Config) { c.Now = clk.Now })
+	r := runnerTestNew(t, func(c *Config) { c.Clock = clock.Of(clk.Now) })
 	inv := wire.RunInvocation{InvocationID: "inv_ok", Attempt: 2, Argv: runnerTestSh(
 		`echo out; echo err >&2; printf '{"ok": true,  "n": [1, 2], "html": "<b>"}\n' > "$NYMPH_RESULT_FILE"`)}
 	run := runnerTestStart(t, r, inv)

@@ -467,7 +467,7 @@ func Store(t testing.TB) (*store.Store, *clock.Fake) {
 	}
 	c := clock.NewFake(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC))
 	s := store.New(db, prefix)
-	s.Now = c.Now
+	s.Clock = c.Clock()
 	return s, c
 }
 
@@ -505,13 +505,13 @@ func FaultyStore(t testing.TB, s Schedule, timeout time.Duration) Faulty {
 		Transport: tr,
 		Clock:     c,
 	}
-	f.Store.Now, f.Truth.Now = c.Now, c.Now
-	f.Store.IDs = &ids.Generator{Now: c.Now}
+	f.Store.Clock, f.Truth.Clock = c.Clock(), c.Clock()
+	f.Store.IDs = &ids.Generator{Clock: c.Clock()}
 	return f
 }
 
-// Control returns the use cases over s on clock now, with the default stale
+// Control returns the use cases over s on s's clock, with the default stale
 // window and a logger that discards.
-func Control(s *store.Store, now func() time.Time) *control.Service {
-	return control.New(control.Config{Store: s, Now: now, Logger: slog.New(slog.DiscardHandler)})
+func Control(s *store.Store) *control.Service {
+	return control.New(control.Config{Store: s, Clock: s.Clock, Logger: slog.New(slog.DiscardHandler)})
 }

@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -15,139 +13,12 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/dreamlake/lakeshore/agent/internal/notify"
+	"github.com/dreamlake/lakeshore/agent/internal/notify/notifytest"
 	"github.com/dreamlake/lakeshore/shared/api/apitest"
 	"github.com/dreamlake/lakeshore/shared/client"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
-
-// notifyListen listens on a unixgram socket named name (a path, or
-// @abstract) like a service manager, and returns each datagram it gets.
-func notifyListen(t *testing.T, name string) <-chan string {
-	t.Helper()
-	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: name, Net: "unixgram"})
-	if err != nil {
-		t.Fatalf("listen %s: %v", name, err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	out := make(chan string, 64)
-	go func() {
-		defer close(out)
-		buf := make([]byte, 4096)
-		for {
-			n, err := conn.Read(buf)
-			if err != nil {
-				return
-			}
-			out <- string(buf[:n])
-		}
-	}()
-	return out
-}
-
-func notifyNext(t *testing.T, msgs <-chan string, limit time.Duration) string {
-	t.Helper()
-	select {
-	case m, ok := <-msgs:
-		if !ok {
-			t.Fatal("notify socket closed")
-		}
-		return m
-	case <-time.After(limit):
-		t.Fatalf("no notification within %s", limit)
-		return ""
-	}
-}
-
-// notifyLines splits a message into its VAR=VALUE assignments.
-func notifyLines(m string) map[string]string {
-	out := map[string]string{}
-	for _, l := range strings.Split(m, "\n") {
-		k, v, _ := strings.Cut(l, "=")
-		out[k] = v
-	}
-	return out
-}
-
-func TestSDNotifierSendsDatagrams(t *testing.T) {
-	for _, tc := range []struct {
-		name   string
-		socket func(t *testing.T) string
-	}{
-		{"path", func(t *testing.T) string { return filepath.Join(t.TempDir(), "notify") }},
-		{"abstract", func(t *testing.T) string { return fmt.Sprintf("@lakeshore-sdnotify-test-%d", os.Getpid()) }},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			socket := tc.socket(t)
-			msgs := notifyListen(t, socket)
-			n, err := NotifierFromEnv(func(k string) string {
-				if k == NotifySocketEnv {
-					return socket
-				}
-				return ""
-			})
-			if err != nil || n == nil {
-				t.Fatalf("NotifierFromEnv: %v, %v", n, err)
-			}
-			for _, want := range []string{"READY=1\nSTATUS=hello", "STOPPING=1"} {
-				if err := n.Notify(want); err != nil {
-					t.Fatalf("Notify(%q): %v", want, err)
-				}
-				if got := notifyNext(t, msgs, 5*time.Second); got != want {
-					t.Fatalf("got %q, want %q", got, want)
-				}
-			}
-		})
-	}
-}
-
-func TestSDNotifierAddresses(t *testing.T) {
-	for _, tc := range []struct {
-		socket string
-		ok     bool
-	}{
-		{"/run/systemd/notify", true},
-		{"@abstract", true},
-		{"relative/notify", false},
-		{"vsock:2:1234", false},
-	} {
-		_, err := NewSDNotifier(tc.socket)
-		if (err == nil) != tc.ok {
-			t.Errorf("NewSDNotifier(%q): %v, want ok=%v", tc.socket, err, tc.ok)
-		}
-	}
-	if n, err := NotifierFromEnv(func(string) string { return "" }); n != nil || err != nil {
-		t.Errorf("NotifierFromEnv without NOTIFY_SOCKET: %v, %v; want nil, nil", n, err)
-	}
-}
-
-// TestSDNotifierNeverStalls: an absent socket fails at once, and a service
-// manager that stops reading costs each message at most the write timeout.
-func TestSDNotifierNeverStalls(t *testing.T) {
-	missing, _ := NewSDNotifier(filepath.Join(t.TempDir(), "absent"))
-	if err := missing.Notify("READY=1"); err == nil {
-		t.Fatal("Notify to an absent socket: no error")
-	}
-
-	socket := filepath.Join(t.TempDir(), "full")
-	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: socket, Net: "unixgram"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close() // never read: its queue fills
-	n, _ := NewSDNotifier(socket)
-	msg := strings.Repeat("STATUS=filling\n", 256)
-	for i := range 100000 {
-		start := time.Now()
-		err := n.Notify(msg)
-		if took := time.Since(start); took > notifyWriteTimeout+2*time.Second {
-			t.Fatalf("message %d took %s", i, took)
-		}
-		if err != nil {
-			return // the queue is full and Notify gave up: as it should
-		}
-	}
-	t.Fatal("100000 messages into a socket nobody reads, and no error")
-}
 
 // TestAgentNotifiesOverSocket: a real agent against a real control plane,
 // with NOTIFY_SOCKET set: READY=1 once the worker is registered (visible to
@@ -156,8 +27,8 @@ func TestSDNotifierNeverStalls(t *testing.T) {
 func TestAgentNotifiesOverSocket(t *testing.T) {
 	p := apitest.New(t)
 	socket := filepath.Join(t.TempDir(), "notify")
-	msgs := notifyListen(t, socket)
-	t.Setenv(NotifySocketEnv, socket) // the default: what systemd sets
+	msgs := notifytest.Listen(t, socket)
+	t.Setenv(notify.SocketEnv, socket) // the default: what systemd sets
 	dir := t.TempDir()
 	a, err := New(Config{
 		ControlPlane: p.URL, EnrollToken: apitest.EnrollToken, Queue: "q",
@@ -171,7 +42,7 @@ func TestAgentNotifiesOverSocket(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- a.Run(context.Background()) }()
 
-	ready := notifyLines(notifyNext(t, msgs, 10*time.Second))
+	ready := notifytest.Lines(notifytest.Next(t, msgs, 10*time.Second))
 	if ready["READY"] != "1" || !strings.HasPrefix(ready["STATUS"], "registered as wrk_") {
 		t.Fatalf("first notification %v, want READY=1 with the worker id", ready)
 	}
@@ -182,7 +53,7 @@ func TestAgentNotifiesOverSocket(t *testing.T) {
 
 	a.Stop()
 	for {
-		m := notifyLines(notifyNext(t, msgs, 10*time.Second))
+		m := notifytest.Lines(notifytest.Next(t, msgs, 10*time.Second))
 		if m["STOPPING"] == "1" {
 			if want := fmt.Sprint(StopBudget(3*time.Second, time.Second).Microseconds()); m["EXTEND_TIMEOUT_USEC"] != want {
 				t.Errorf("EXTEND_TIMEOUT_USEC %q, want %s", m["EXTEND_TIMEOUT_USEC"], want)
@@ -207,7 +78,7 @@ func TestAgentNotifiesOverSocket(t *testing.T) {
 	for {
 		select {
 		case m := <-msgs:
-			if l := notifyLines(m); l["STOPPING"] != "" || l["READY"] != "" {
+			if l := notifytest.Lines(m); l["STOPPING"] != "" || l["READY"] != "" {
 				t.Fatalf("after STOPPING: %q (STOPPING and READY go once)", m)
 			}
 			continue
@@ -222,7 +93,7 @@ func TestAgentNotifiesOverSocket(t *testing.T) {
 func TestAgentBrokenNotifySocket(t *testing.T) {
 	p := apitest.New(t)
 	var logs notifyLog
-	n, _ := NewSDNotifier(filepath.Join(t.TempDir(), "gone"))
+	n, _ := notify.NewSD(filepath.Join(t.TempDir(), "gone"))
 	dir := t.TempDir()
 	a, err := New(Config{
 		ControlPlane: p.URL, EnrollToken: apitest.EnrollToken, Queue: "q",
@@ -305,7 +176,7 @@ func TestAgentNotifiesPhasesOnFakeTime(t *testing.T) {
 	})
 	var got []string
 	for _, m := range rec.got() {
-		l := notifyLines(m)
+		l := notifytest.Lines(m)
 		switch {
 		case l["READY"] == "1":
 			got = append(got, "READY "+l["STATUS"])
@@ -350,7 +221,7 @@ func TestAgentNotifiesReadyOnce(t *testing.T) {
 	})
 	var ready, registered, stopping int
 	for _, m := range rec.got() {
-		l := notifyLines(m)
+		l := notifytest.Lines(m)
 		if l["READY"] == "1" {
 			ready++
 		}

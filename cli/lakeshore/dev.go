@@ -23,6 +23,7 @@ import (
 	"github.com/dreamlake/lakeshore/shared/store"
 	"github.com/dreamlake/lakeshore/shared/store/embedded"
 	"github.com/dreamlake/lakeshore/shared/store/schema"
+	"github.com/dreamlake/lakeshore/shared/wake"
 )
 
 type devOptions struct {
@@ -104,7 +105,10 @@ func runDev(ctx context.Context, o devOptions) error {
 		}
 	}
 	st := store.New(db, o.tablePrefix)
-	svc := control.New(control.Config{Store: st, StaleAfter: o.staleAfter, Logger: log})
+	// One wake hub for the routes and the sweep: work either makes
+	// claimable wakes a poll the routes hold.
+	hub := &wake.Hub{}
+	svc := control.New(control.Config{Store: st, StaleAfter: o.staleAfter, Logger: log, Wake: hub})
 	var handler http.Handler
 	var sweepOnce, pollHostsOnce func(context.Context) error
 	if o.lambdas != "" {
@@ -124,6 +128,8 @@ func runDev(ctx context.Context, o devOptions) error {
 			OperatorToken: o.operatorToken,
 			StaleAfter:    o.staleAfter,
 			Logger:        log,
+			Wake:          hub,
+			LongPoll:      true,
 		})
 		if err != nil {
 			return err

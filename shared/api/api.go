@@ -21,6 +21,7 @@ import (
 	"github.com/dreamlake/lakeshore/shared/control"
 	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/store"
+	"github.com/dreamlake/lakeshore/shared/wake"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
@@ -42,6 +43,10 @@ type Config struct {
 	Logger *slog.Logger
 	// DaemonAuth is auth.DaemonAuthToken (the default) or auth.DaemonAuthIAM.
 	DaemonAuth string
+	// Wake and LongPoll are control.Config's: the hub that wakes this
+	// process's waiting polls, and whether hello offers long polls.
+	Wake     *wake.Hub
+	LongPoll bool
 }
 
 // Operator list bounds.
@@ -84,7 +89,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.Logger = slog.Default()
 	}
 	svc := control.New(control.Config{Store: cfg.Store, StaleAfter: cfg.StaleAfter, MaxPollWait: cfg.MaxPollWait,
-		Sleep: cfg.Sleep, Clock: cfg.Clock, Logger: cfg.Logger})
+		Sleep: cfg.Sleep, Clock: cfg.Clock, Logger: cfg.Logger, Wake: cfg.Wake, LongPoll: cfg.LongPoll})
 	s := &Server{cfg: cfg, svc: svc, mux: http.NewServeMux(), log: cfg.Logger}
 	s.routes()
 	return s, nil

@@ -14,6 +14,7 @@ import (
 	"github.com/dreamlake/lakeshore/shared/clock"
 	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/store"
+	"github.com/dreamlake/lakeshore/shared/wake"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
@@ -36,7 +37,6 @@ type Store interface {
 	Held(ctx context.Context, workerID string) ([]domain.Invocation, error)
 	Claim(ctx context.Context, w domain.Worker, queue string, max int) (store.ClaimResult, error)
 	Requeue(ctx context.Context, id, workerID, why string) (domain.Invocation, error)
-	RequeueHeld(ctx context.Context, workerID, why string) (int, error)
 	Ack(ctx context.Context, id string, o domain.Outcome, auth store.Authorize, tokenHash string) (store.AckResult, error)
 	Cancel(ctx context.Context, id string) (domain.Invocation, error)
 }
@@ -56,6 +56,8 @@ type Service struct {
 	maxWait    time.Duration
 	sleep      func(ctx context.Context, d time.Duration) error
 	clock      clock.Clock
+	wake       *wake.Hub
+	longPoll   bool
 	log        *slog.Logger
 }
 
@@ -72,13 +74,23 @@ type Config struct {
 	Sleep func(ctx context.Context, d time.Duration) error
 	// Clock is what the sweep reads staleness by (zero: real time); give
 	// it the store's in tests that move one.
-	Clock  clock.Clock
-	Logger *slog.Logger
+	Clock clock.Clock
+	// Wake wakes this process's waiting long polls when work they can take
+	// is submitted or handed back (nil: a hub of the Service's own). Give
+	// every Service of one process the same hub: `lakeshore dev` serves
+	// polls and sweeps from two.
+	Wake *wake.Hub
+	// LongPoll makes hello offer long polls (long_poll_s): for a control
+	// plane that serves polls from a long-lived process, where a held poll
+	// costs nothing and is woken the moment work arrives (`lakeshore dev`).
+	// Off on Lambda, which bills a held poll for its whole wait.
+	LongPoll bool
+	Logger   *slog.Logger
 }
 
 // New returns a Service over c.Store.
 func New(c Config) *Service {
-	s := &Service{store: c.Store, staleAfter: c.StaleAfter, maxWait: c.MaxPollWait, sleep: c.Sleep, clock: c.Clock, log: c.Logger}
+	s := &Service{store: c.Store, staleAfter: c.StaleAfter, maxWait: c.MaxPollWait, sleep: c.Sleep, clock: c.Clock, wake: c.Wake, longPoll: c.LongPoll, log: c.Logger}
 	if s.staleAfter <= 0 {
 		s.staleAfter = domain.DefaultStaleAfter
 	}
@@ -87,6 +99,9 @@ func New(c Config) *Service {
 	}
 	if s.sleep == nil {
 		s.sleep = clock.Sleep
+	}
+	if s.wake == nil {
+		s.wake = &wake.Hub{}
 	}
 	if s.log == nil {
 		s.log = slog.Default()

@@ -16,11 +16,15 @@ func (s *Service) Hello(ctx context.Context, req wire.HelloRequest, issue store.
 	if err != nil {
 		return wire.HelloResponse{}, err
 	}
-	return wire.HelloResponse{
+	resp := wire.HelloResponse{
 		WorkerID:      res.Worker.ID,
 		StaleAfterS:   s.staleAfter.Seconds(),
 		PollIntervalS: PollInterval(s.staleAfter).Seconds(),
-	}, nil
+	}
+	if s.longPoll {
+		resp.LongPollS = resp.PollIntervalS
+	}
+	return resp, nil
 }
 
 // Registered is what a hello did.
@@ -55,7 +59,7 @@ func (s *Service) Register(ctx context.Context, req wire.HelloRequest, issue sto
 		if err != nil && !errors.Is(err, wire.ErrNotFound) {
 			return res, err
 		}
-		if res.Requeued, err = s.store.RequeueHeld(ctx, res.Retired, why); err != nil {
+		if res.Requeued, err = s.HandBack(ctx, res.Retired, why); err != nil {
 			return res, err
 		}
 		if reg.Again && !left && res.Requeued == 0 {
@@ -113,7 +117,7 @@ func (s *Service) Bye(ctx context.Context, req wire.ByeRequest, auth store.Autho
 	if _, _, err := s.store.MarkGone(ctx, req.WorkerID, auth, why); err != nil {
 		return 0, err
 	}
-	n, err := s.store.RequeueHeld(ctx, req.WorkerID, why)
+	n, err := s.HandBack(ctx, req.WorkerID, why)
 	if err != nil {
 		return n, err
 	}

@@ -26,6 +26,7 @@ func (s *Service) Submit(ctx context.Context, req wire.SubmitRequest) (inv domai
 	inv, created, err = s.store.Submit(ctx, spec, hash)
 	if err == nil && created {
 		s.log.Info("submitted", "invocation_id", inv.ID, "queue", inv.Queue)
+		s.claimable(inv)
 	}
 	return inv, created, err
 }

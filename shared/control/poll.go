@@ -8,6 +8,7 @@ import (
 
 	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/store"
+	"github.com/dreamlake/lakeshore/shared/wake"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
@@ -88,7 +89,7 @@ func (s *Service) reconcile(ctx context.Context, w domain.Worker, inflight []str
 		if !slices.Contains(inflight, inv.ID) {
 			// Requeue re-reads the invocation and does nothing unless it still
 			// runs this worker's attempt (the holder index may lag on AWS).
-			got, err := st.Requeue(ctx, inv.ID, w.ID, "omitted from its worker's poll")
+			got, err := s.requeue(ctx, inv.ID, w.ID, "omitted from its worker's poll")
 			if err != nil {
 				return nil, err
 			}
@@ -122,9 +123,12 @@ func (s *Service) reconcile(ctx context.Context, w domain.Worker, inflight []str
 }
 
 // claim takes up to the worker's free capacity of queued work, waiting up to
-// the poll's timeout (capped) for some to arrive when wait is set. Any change
-// to the worker's row during the wait (a drain, a setup command, a newer
-// hello, a retirement) ends the wait without a claim: the next poll sees it.
+// the poll's timeout (capped) for some to arrive when wait is set. A wait
+// ends early when this process makes work the worker may claim (a submit,
+// a hand-back: the wake hub), and re-checks the store on a backoff for work
+// made elsewhere. Any change to the worker's row during the wait (a drain, a
+// setup command, a newer hello, a retirement) ends the wait without a
+// claim: the next poll sees it.
 func (s *Service) claim(ctx context.Context, w domain.Worker, queue string, wait bool, timeoutS float64) ([]wire.Command, error) {
 	st := s.store
 	free := w.MaxConcurrency - w.CurrentInvocations
@@ -135,21 +139,24 @@ func (s *Service) claim(ctx context.Context, w domain.Worker, queue string, wait
 	var waited time.Duration
 	backoff := pollBackoffMin
 	for {
+		// Registered before the look, so a wake between the look and the
+		// wait is not lost.
+		woken, stop := s.wake.Wait(wake.Key(queue, ""), wake.Key(queue, w.HostKey))
 		res, err := st.Claim(ctx, w, queue, free)
-		if err != nil {
-			return nil, err
-		}
-		if len(res.Claimed) > 0 {
+		if err != nil || len(res.Claimed) > 0 || waited >= waitFor {
+			stop()
+			if err != nil || len(res.Claimed) == 0 {
+				return nil, err
+			}
 			return s.handOut(ctx, w, res.Claimed)
 		}
-		if waited >= waitFor {
-			return nil, nil
-		}
 		d := min(backoff, waitFor-waited)
-		if err := s.sleep(ctx, d); err != nil {
+		slept, err := s.waitWake(ctx, woken, d)
+		stop()
+		if err != nil {
 			return nil, nil // the client went away; nothing was claimed
 		}
-		waited += d
+		waited += slept
 		backoff = min(backoff*2, pollBackoffMax)
 		cur, err := st.GetWorker(ctx, w.ID)
 		if err != nil {
@@ -159,6 +166,31 @@ func (s *Service) claim(ctx context.Context, w domain.Worker, queue string, wait
 			return nil, nil
 		}
 	}
+}
+
+// waitWake sleeps d (Config.Sleep) or until woken, whichever is first, and
+// reports how much of d it counts as waited: all of it after a full sleep,
+// the time it really waited after a wake. Its error is ctx's: the poll's
+// client went away.
+func (s *Service) waitWake(ctx context.Context, woken <-chan struct{}, d time.Duration) (time.Duration, error) {
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel() // ends the goroutine below, woken or not
+	go func() {
+		select {
+		case <-woken:
+			cancel()
+		case <-sctx.Done():
+		}
+	}()
+	start := time.Now()
+	err := s.sleep(sctx, d)
+	switch {
+	case ctx.Err() != nil:
+		return 0, ctx.Err()
+	case err != nil: // woken
+		return min(d, time.Since(start)), nil
+	}
+	return d, nil
 }
 
 // handOut turns claimed invocations into run commands, unless the worker
@@ -172,7 +204,7 @@ func (s *Service) handOut(ctx context.Context, w domain.Worker, claimed []domain
 	}
 	if cur.State == domain.WorkerGone {
 		for _, inv := range claimed {
-			if _, err := st.Requeue(ctx, inv.ID, w.ID, "its worker was retired as it claimed"); err != nil {
+			if _, err := s.requeue(ctx, inv.ID, w.ID, "its worker was retired as it claimed"); err != nil {
 				return nil, err
 			}
 		}

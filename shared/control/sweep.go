@@ -41,7 +41,7 @@ func (s *Service) Sweep(ctx context.Context) (SweepResult, error) {
 			return nil
 		}
 		res.Lost++
-		n, err := s.store.RequeueHeld(ctx, w.ID, why)
+		n, err := s.HandBack(ctx, w.ID, why)
 		res.Requeued += n
 		if err != nil {
 			return err
@@ -73,7 +73,7 @@ func (s *Service) SetHostStatus(ctx context.Context, id, status string) (domain.
 	if err != nil || w.State == domain.WorkerGone || !domain.HostGone(w.HostStatus) {
 		return w, err
 	}
-	if _, err := s.store.RequeueHeld(ctx, id, "host "+w.HostStatus); err != nil {
+	if _, err := s.HandBack(ctx, id, "host "+w.HostStatus); err != nil {
 		return w, err
 	}
 	return w, nil

@@ -460,21 +460,6 @@ func (s *Store) Held(ctx context.Context, workerID string) ([]domain.Invocation,
 	}
 }
 
-// RequeueHeld hands back every invocation worker holds; see Requeue.
-func (s *Store) RequeueHeld(ctx context.Context, workerID, why string) (int, error) {
-	held, err := s.Held(ctx, workerID)
-	if err != nil {
-		return 0, err
-	}
-	var errs []error
-	for _, inv := range held {
-		if _, err := s.Requeue(ctx, inv.ID, workerID, why); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return len(held), errors.Join(errs...)
-}
-
 // ListInvocations pages through invocations, optionally of one queue and
 // one state. Of a queue they come oldest first (ids are ULIDs); without a
 // queue it scans (an operator view, not a hot path) in no particular order.

@@ -227,8 +227,8 @@ func TestRaceLateAndCurrentAcks(t *testing.T) {
 			if res := f.claim(a, "q", n); len(res.Claimed) != n {
 				t.Fatalf("a claimed %d, want %d", len(res.Claimed), n)
 			}
-			if got, err := f.s.RequeueHeld(f.ctx, a.ID, "stale"); err != nil || got != n {
-				t.Fatalf("RequeueHeld = %d, %v", got, err)
+			if got, err := f.svc.HandBack(f.ctx, a.ID, "stale"); err != nil || got != n {
+				t.Fatalf("HandBack = %d, %v", got, err)
 			}
 			if res := f.claim(bw, "q", n); len(res.Claimed) != n {
 				t.Fatalf("b claimed %d, want %d", len(res.Claimed), n)

@@ -244,7 +244,7 @@ func (s *Store) Heartbeat(ctx context.Context, id string, p domain.Poll, auth Au
 
 // MarkGone makes worker id gone (if it is not already), recording why
 // (domain.Worker.Leave), and reports whether this call made it gone (false:
-// it already was). It does not requeue; callers follow with RequeueHeld.
+// it already was). It does not requeue; callers follow with control.Service.HandBack.
 func (s *Store) MarkGone(ctx context.Context, id string, auth Authorize, why string) (domain.Worker, bool, error) {
 	now := s.now()
 	left := false

@@ -99,6 +99,13 @@ type HelloResponse struct {
 	Token         string  `json:"token"`
 	StaleAfterS   float64 `json:"stale_after_s"`
 	PollIntervalS float64 `json:"poll_interval_s"`
+	// LongPollS, when set, is the timeout_s an idle daemon's polls may ask
+	// for: the control plane holds such a poll until work it can claim
+	// arrives, or that long. It equals poll_interval_s, so an idle daemon
+	// that polls again as each answer comes still makes one request per
+	// interval. Absent: this control plane does not hold polls (each one
+	// costs what it is held for); poll every poll_interval_s.
+	LongPollS float64 `json:"long_poll_s,omitempty"`
 }
 
 // SetupResult reports one finished setup command: a control-plane command

@@ -1,0 +1,109 @@
+package control_test
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/dreamlake/lakeshore/shared/control"
+	"github.com/dreamlake/lakeshore/shared/store/storetest"
+	"github.com/dreamlake/lakeshore/shared/wake"
+	"github.com/dreamlake/lakeshore/shared/wire"
+)
+
+// blockSleep never ends a wait by itself: only a wake or the poll's end
+// does. A long poll that answers under it was woken.
+func blockSleep(ctx context.Context, _ time.Duration) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// TestLongPollIsWoken: a long poll waiting for work is answered the moment
+// a submit or a hand-back makes work it may claim, with no re-check timer
+// (its Sleep never returns by itself); one new invocation wakes one waiting
+// poll, not all of them.
+func TestLongPollIsWoken(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st, _ := storetest.Store(t)
+	hub := &wake.Hub{}
+	svc := control.New(control.Config{Store: st, Sleep: blockSleep, Wake: hub, LongPoll: true,
+		Logger: slog.New(slog.DiscardHandler)})
+	issue := func(string) (string, error) { return "hash", nil }
+	hello := func(m string) string {
+		resp, err := svc.Hello(ctx, wire.HelloRequest{MachineID: m, BootID: "b", Lanes: []string{"q"}}, issue)
+		if err != nil || resp.LongPollS != resp.PollIntervalS {
+			t.Fatalf("hello: %+v %v; want long polls offered for the poll interval", resp, err)
+		}
+		return resp.WorkerID
+	}
+	type answer struct {
+		worker string
+		cmds   []wire.Command
+		err    error
+	}
+	answers := make(chan answer, 3)
+	longPoll := func(id string) {
+		resp, err := svc.Poll(ctx, wire.PollRequest{WorkerID: id, Queue: "q", Phase: wire.PhaseReady,
+			Invocations: []string{}, TimeoutS: 15}, nil)
+		answers <- answer{id, resp.Commands, err}
+	}
+	waitFor := func(n int) {
+		t.Helper()
+		for hub.Waiting(wake.Key("q", "")) != n {
+			select {
+			case a := <-answers:
+				t.Fatalf("a poll answered %+v (%v) before it was woken", a.cmds, a.err)
+			case <-ctx.Done():
+				t.Fatalf("%d polls waiting, want %d", hub.Waiting(wake.Key("q", "")), n)
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}
+	next := func() answer {
+		t.Helper()
+		select {
+		case a := <-answers:
+			if a.err != nil {
+				t.Fatalf("poll of %s: %v", a.worker, a.err)
+			}
+			return a
+		case <-ctx.Done():
+			t.Fatal("no waiting poll was woken")
+			return answer{}
+		}
+	}
+
+	workers := []string{hello("m1"), hello("m2"), hello("m3")}
+	for _, id := range workers {
+		go longPoll(id)
+	}
+	waitFor(3)
+	inv, _, err := svc.Submit(ctx, wire.SubmitRequest{Queue: "q", Argv: []string{"true"}, MaxAttempts: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := next()
+	if len(first.cmds) != 1 || first.cmds[0].Invocation.InvocationID != inv.ID {
+		t.Fatalf("the woken poll answered %+v, want a run of %s", first.cmds, inv.ID)
+	}
+	waitFor(2) // the others still wait: one invocation woke one poll
+
+	// Its worker says bye holding it: the hand-back wakes another.
+	if _, err := svc.Bye(ctx, wire.ByeRequest{WorkerID: first.worker, Reason: wire.ByeSignal}, nil); err != nil {
+		t.Fatal(err)
+	}
+	second := next()
+	if len(second.cmds) != 1 || second.cmds[0].Invocation.InvocationID != inv.ID || second.cmds[0].Invocation.Attempt != 2 {
+		t.Fatalf("after the bye, the woken poll answered %+v, want attempt 2 of %s", second.cmds, inv.ID)
+	}
+	if second.worker == first.worker {
+		t.Fatalf("the gone worker %s was handed its own work back", first.worker)
+	}
+	waitFor(1)
+	cancel() // the last poll's client goes away: it answers nothing
+	if a := <-answers; len(a.cmds) != 0 {
+		t.Fatalf("a poll whose client went away answered %+v", a.cmds)
+	}
+}

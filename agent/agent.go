@@ -118,7 +118,10 @@ type session struct {
 	token      string
 	staleAfter time.Duration
 	interval   time.Duration
-	api        *client.Client
+	// longPoll is how long an idle poll asks the control plane to hold it
+	// (timeout_s; hello's long_poll_s, at most the interval); 0: it does not.
+	longPoll time.Duration
+	api      *client.Client
 }
 
 // body is what the loop needs of one run under way (a *process.Run; tests

@@ -61,6 +61,9 @@ func (a *Agent) newSession(res wire.HelloResponse) (session, error) {
 	if s.interval <= 0 {
 		s.interval = 5 * time.Second
 	}
+	if res.LongPollS > 0 {
+		s.longPoll = min(time.Duration(res.LongPollS*float64(time.Second)), s.interval)
+	}
 	// The heartbeat ratio is the correctness argument: several polls must
 	// fit in the stale window, or a live worker reads stale.
 	if s.staleAfter > 0 && s.interval*3 > s.staleAfter {

@@ -16,9 +16,13 @@ import (
 )
 
 // poll sends one heartbeat, handles its commands and reports how long to
-// wait before the next.
+// wait before the next. An idle poll is a long poll where the control plane
+// offers them (holdFor): it is answered the moment work arrives, and the
+// next one goes out when the interval since this one began is over, so an
+// idle daemon still makes one request per interval.
 func (a *Agent) poll(ctx context.Context, st *state, hello wire.HelloRequest, runDone chan<- *running) time.Duration {
 	a.maybeReady(st)
+	hold, began := a.holdFor(st), a.now()
 	// At most a poll's worth of setup results; the rest go with the next.
 	sent := st.setupResults[:min(len(st.setupResults), wire.MaxSetupResults)]
 	req := wire.PollRequest{
@@ -29,8 +33,9 @@ func (a *Agent) poll(ctx context.Context, st *state, hello wire.HelloRequest, ru
 		HostKey:             hello.HostKey,
 		UpdatedCapabilities: &wire.Capabilities{MaxConcurrency: &a.cfg.Capacity, CurrentInvocations: ptr(len(st.runs))},
 		SetupResults:        sent,
+		TimeoutS:            hold.Seconds(),
 	}
-	pctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	pctx, cancel := context.WithTimeout(ctx, requestTimeout+hold)
 	if ctx.Err() != nil { // shutting down: the last polls must still go out
 		pctx, cancel = context.WithTimeout(context.Background(), requestTimeout)
 	}
@@ -135,7 +140,23 @@ func (a *Agent) poll(ctx context.Context, st *state, hello wire.HelloRequest, ru
 	if gotWork && len(st.runs) < a.cfg.Capacity {
 		return 0 // room for more: ask again at once
 	}
+	if hold > 0 {
+		// Held until work came or the hold ran out: the rest of the
+		// interval (none, after a full hold).
+		return jitter(max(0, st.sess.interval-a.cfg.Clock.Since(began)))
+	}
 	return jitter(st.sess.interval)
+}
+
+// holdFor reports how long this poll may ask to be held: the session's
+// long poll when the daemon is ready and idle, else 0. A poll is never
+// held while bodies run (their outcomes are handled between polls), in
+// setup, or once a drain began (its polls say so at once).
+func (a *Agent) holdFor(st *state) time.Duration {
+	if st.phase != wire.PhaseReady || len(st.runs) > 0 || st.draining() {
+		return 0
+	}
+	return st.sess.longPoll
 }
 
 // maybeReady moves setup → ready once host setup succeeded, the setup FIFO

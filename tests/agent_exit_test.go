@@ -128,7 +128,7 @@ func TestAgentAckSurvivesRestart(t *testing.T) {
 	port := freePort(t)
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	prefix := storetest.Prefix(t)
-	motoBackend := backend{"moto", func(t *testing.T) ([]string, []string) {
+	motoBackend := backend{"moto", func(t testing.TB) ([]string, []string) {
 		args, env := backends[1].setup(t)
 		return append(args, "--table-prefix", prefix, "--addr", addr), env
 	}}

@@ -44,27 +44,27 @@ func (s *syncBuffer) String() string {
 }
 
 // startNymph runs bin/nymph against d with its own workdir and state dir.
-func startNymph(t *testing.T, d *devServer, machine string, extra ...string) *nymphProc {
+func startNymph(t testing.TB, d *devServer, machine string, extra ...string) *nymphProc {
 	t.Helper()
 	return startNymphIn(t, d, machine, t.TempDir(), extra...)
 }
 
 // startNymphIn runs bin/nymph with its workdir and state dir under dir, so
 // a second process can take over the first one's spool.
-func startNymphIn(t *testing.T, d *devServer, machine, dir string, extra ...string) *nymphProc {
+func startNymphIn(t testing.TB, d *devServer, machine, dir string, extra ...string) *nymphProc {
 	t.Helper()
 	return startNymphEnv(t, d, machine, dir, nil, extra...)
 }
 
 // startNymphEnv is startNymphIn with extra environment for the daemon.
-func startNymphEnv(t *testing.T, d *devServer, machine, dir string, env []string, extra ...string) *nymphProc {
+func startNymphEnv(t testing.TB, d *devServer, machine, dir string, env []string, extra ...string) *nymphProc {
 	t.Helper()
 	return startNymphCmd(t, d, machine, dir, env, nil, extra...)
 }
 
 // startNymphCmd is startNymphEnv with the daemon run under wrap (a command
 // prefix such as `ip netns exec NAME`; it must exec nymph in its place).
-func startNymphCmd(t *testing.T, d *devServer, machine, dir string, env, wrap []string, extra ...string) *nymphProc {
+func startNymphCmd(t testing.TB, d *devServer, machine, dir string, env, wrap []string, extra ...string) *nymphProc {
 	t.Helper()
 	args := append([]string{
 		"--control-plane", d.URL, "--enroll-token", d.EnrollToken, "--queue", "q",
@@ -79,7 +79,7 @@ func startNymphCmd(t *testing.T, d *devServer, machine, dir string, env, wrap []
 // launchNymph starts argv (nymph, or a wrapper that execs it) with env
 // added to the test's environment, as cred's user if set, and kills it when
 // the test ends.
-func launchNymph(t *testing.T, machine string, argv, env []string, cred *syscall.Credential) *nymphProc {
+func launchNymph(t testing.TB, machine string, argv, env []string, cred *syscall.Credential) *nymphProc {
 	t.Helper()
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), env...)
@@ -149,7 +149,7 @@ func waitPolls(t *testing.T, op *client.Client, label string, n int) {
 }
 
 // eventually polls cond every 100 ms until it holds or limit passes.
-func eventually(t *testing.T, limit time.Duration, what string, cond func() bool) {
+func eventually(t testing.TB, limit time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(limit)
 	for !cond() {

@@ -507,7 +507,7 @@ func TestFaultSIGTERMTwice(t *testing.T) {
 func TestFaultControlPlaneRestart(t *testing.T) {
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	prefix := ""
-	moto := backend{"moto", func(t *testing.T) ([]string, []string) {
+	moto := backend{"moto", func(t testing.TB) ([]string, []string) {
 		args, env := backends[1].setup(t)
 		if prefix == "" {
 			prefix = args[len(args)-1]

@@ -66,10 +66,12 @@ type devServer struct {
 	cmd           *exec.Cmd
 	logs          *strings.Builder
 	exited        chan struct{}
+	// logText reads what the process logged so far (safe while it runs).
+	logText func() string
 }
 
 // stop ends the process (SIGTERM, then SIGKILL after 10 s) and waits for it.
-func (d *devServer) stop(t *testing.T) {
+func (d *devServer) stop(t testing.TB) {
 	_ = d.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-d.exited:
@@ -89,12 +91,12 @@ func (d *devServer) Enroll() *client.Client { return client.New(d.URL, d.EnrollT
 type backend struct {
 	name string
 	// args and env for `lakeshore dev`; nil for the embedded store.
-	setup func(t *testing.T) (args, env []string)
+	setup func(t testing.TB) (args, env []string)
 }
 
 var backends = []backend{
-	{"embedded", func(t *testing.T) ([]string, []string) { return []string{"--store", "embedded"}, nil }},
-	{"moto", func(t *testing.T) ([]string, []string) {
+	{"embedded", func(t testing.TB) ([]string, []string) { return []string{"--store", "embedded"}, nil }},
+	{"moto", func(t testing.TB) ([]string, []string) {
 		endpoint := storetest.MotoEndpoint(t)
 		return []string{"--store", "aws", "--table-prefix", storetest.Prefix(t)}, []string{
 			"AWS_ENDPOINT_URL=" + endpoint, "AWS_REGION=us-east-1",
@@ -105,7 +107,7 @@ var backends = []backend{
 
 // startDev runs `lakeshore dev` on a free loopback port and waits until it
 // prints its address and tokens. It is stopped with SIGTERM when t ends.
-func startDev(t *testing.T, b backend, extra ...string) *devServer {
+func startDev(t testing.TB, b backend, extra ...string) *devServer {
 	t.Helper()
 	args, env := b.setup(t)
 	args = append(append([]string{"dev", "--addr", "127.0.0.1:0", "--log-level", "debug"}, args...), extra...)
@@ -123,6 +125,7 @@ func startDev(t *testing.T, b backend, extra ...string) *devServer {
 		t.Fatalf("start lakeshore dev: %v", err)
 	}
 	d := &devServer{cmd: cmd, logs: logs}
+	d.logText = func() string { mu.Lock(); defer mu.Unlock(); return logs.String() }
 	if slices.Contains(args, "--lambdas") {
 		// The Lambda path must really have been taken: each cold start
 		// logs the emulator's INIT REPORT, and the poll function ran.

@@ -69,7 +69,7 @@ func lambdaDist(t testing.TB) string {
 
 // lambdasBackend runs `lakeshore dev --lambdas`: every route through the
 // real bootstraps under the emulator, over the embedded store.
-var lambdasBackend = backend{"lambdas", func(t *testing.T) ([]string, []string) {
+var lambdasBackend = backend{"lambdas", func(t testing.TB) ([]string, []string) {
 	rieBin(t) // skip, or fail under CI, without the emulator
 	return []string{"--store", "embedded", "--lambdas", lambdaDist(t)}, nil
 }}

@@ -29,7 +29,7 @@ func startSecurityPlane(t *testing.T, lambdas bool) securityPlane {
 	t.Helper()
 	endpoint := storetest.EmbeddedEndpoint(t)
 	prefix := storetest.Prefix(t)
-	b := backend{"embedded endpoint", func(t *testing.T) ([]string, []string) {
+	b := backend{"embedded endpoint", func(t testing.TB) ([]string, []string) {
 		args := []string{"--store", "aws", "--table-prefix", prefix, "--host-poll-interval", "0"}
 		if lambdas {
 			rieBin(t)

@@ -224,7 +224,10 @@ func (g *lambdaGateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if err := lambdahttp.WriteResponse(w, resp); err != nil {
 		g.log.Error("lambda answer", "function", rt.fn, "error", err.Error())
+		return
 	}
+	// The access log API Gateway would keep.
+	g.log.Debug("request", "method", r.Method, "path", r.URL.Path, "function", rt.fn, "status", resp.StatusCode)
 }
 
 // gatewayError answers as API Gateway itself does, outside any function.

@@ -170,8 +170,9 @@ func (s *Service) claim(ctx context.Context, w domain.Worker, queue string, wait
 
 // waitWake sleeps d (Config.Sleep) or until woken, whichever is first, and
 // reports how much of d it counts as waited: all of it after a full sleep,
-// the time it really waited after a wake. Its error is ctx's: the poll's
-// client went away.
+// the time it really waited after a wake. An error ends the poll with
+// nothing claimed: its client went away, or Sleep failed (which must not
+// spin the wait).
 func (s *Service) waitWake(ctx context.Context, woken <-chan struct{}, d time.Duration) (time.Duration, error) {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel() // ends the goroutine below, woken or not
@@ -184,11 +185,15 @@ func (s *Service) waitWake(ctx context.Context, woken <-chan struct{}, d time.Du
 	}()
 	start := time.Now()
 	err := s.sleep(sctx, d)
-	switch {
-	case ctx.Err() != nil:
-		return 0, ctx.Err()
-	case err != nil: // woken
-		return min(d, time.Since(start)), nil
+	select {
+	case <-woken:
+		if ctx.Err() == nil {
+			return min(d, time.Since(start)), nil
+		}
+	default:
+	}
+	if err != nil {
+		return 0, err
 	}
 	return d, nil
 }

@@ -1,0 +1,133 @@
+package agent
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dreamlake/lakeshore/shared/api"
+	"github.com/dreamlake/lakeshore/shared/api/apitest"
+	"github.com/dreamlake/lakeshore/shared/wake"
+	"github.com/dreamlake/lakeshore/shared/wire"
+)
+
+// pollCounter counts the poll requests a daemon sends.
+type pollCounter struct {
+	base http.RoundTripper
+	sent atomic.Int64
+}
+
+func (c *pollCounter) RoundTrip(r *http.Request) (*http.Response, error) {
+	if strings.HasSuffix(r.URL.Path, "/v1/daemon/poll") {
+		c.sent.Add(1)
+	}
+	return c.base.RoundTrip(r)
+}
+
+// waitUntil polls cond every few milliseconds until it holds, failing the
+// test after limit (a guard for a bug, never what the test waits for).
+func waitUntil(t *testing.T, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s", what, limit)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestIdleLongPollIsWoken: where the control plane offers long polls, an
+// idle daemon's poll is held, and work submitted meanwhile starts from
+// that very poll: the run command answers the held request, no later poll
+// is needed. The control plane's re-check never fires here (its Sleep
+// blocks until the poll ends), so only the wake can answer the held poll.
+func TestIdleLongPollIsWoken(t *testing.T) {
+	hub := &wake.Hub{}
+	p := apitest.New(t, func(c *api.Config) {
+		c.LongPoll, c.Wake = true, hub
+		c.Sleep = func(ctx context.Context, _ time.Duration) error { <-ctx.Done(); return ctx.Err() }
+	})
+	polls := &pollCounter{base: http.DefaultTransport}
+	started := make(chan int64, 1)
+	a := newFakeTimeAgent(t, p, "held", func(c *Config) { c.HTTP = &http.Client{Transport: polls} })
+	a.testHookRunStarted = func(string) {
+		select {
+		case started <- polls.sent.Load():
+		default:
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+
+	waitUntil(t, 30*time.Second, "a held poll", func() bool { return hub.Waiting(wake.Key("q", "")) == 1 })
+	held := polls.sent.Load()
+	inv, _, err := operator(p).Submit(context.Background(), wire.SubmitRequest{Queue: "q", Argv: []string{"true"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case at := <-started:
+		if at != held {
+			t.Fatalf("the run started after poll %d; want it from poll %d, the one held when %s was submitted", at, held, inv.InvocationID)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the submitted invocation never started")
+	}
+}
+
+// TestIdleDaemonPollsOncePerInterval: an idle daemon makes at most about
+// one poll per poll interval, whether the control plane holds its long
+// polls for the whole interval or answers them at once (an older control
+// plane, or one whose store re-check failed): the daemon waits out the
+// rest of the interval itself. Never fewer matters less than never more:
+// the bound is an upper one, which a slow machine only makes easier.
+func TestIdleDaemonPollsOncePerInterval(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		sleep func(context.Context, time.Duration) error
+	}{
+		{"held", nil},
+		{"answered at once", func(context.Context, time.Duration) error { return context.Canceled }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := apitest.New(t, func(c *api.Config) {
+				c.LongPoll, c.StaleAfter = true, 3*time.Second // a 0.5 s interval and hold
+				if tc.sleep != nil {
+					c.Sleep = tc.sleep
+				}
+			})
+			polls := &pollCounter{base: http.DefaultTransport}
+			a := newFakeTimeAgent(t, p, "idle-"+strings.ReplaceAll(tc.name, " ", "-"), func(c *Config) { c.HTTP = &http.Client{Transport: polls} })
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- a.Run(ctx) }()
+			waitUntil(t, 30*time.Second, "ready", func() bool { return a.Health().Snapshot().Phase == wire.PhaseReady })
+			from, start := polls.sent.Load(), time.Now()
+			time.Sleep(3 * time.Second)
+			n, took := polls.sent.Load()-from, time.Since(start)
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("Run: %v", err)
+			}
+			// 0.5 s apart, less 10 % jitter: at most took/0.45 s, plus the
+			// one in flight at each end.
+			if max := int64(took/(450*time.Millisecond)) + 2; n > max {
+				t.Fatalf("%d polls in %s idle; want at most %d (one per 0.5 s interval)", n, took.Round(time.Millisecond), max)
+			}
+			if n < 2 {
+				t.Fatalf("%d polls in %s idle: the daemon stopped heartbeating", n, took.Round(time.Millisecond))
+			}
+		})
+	}
+}

@@ -87,6 +87,7 @@ check:
 bench: build tools lambdas
 	$(GO) test -run '^$$' -bench . -benchtime 200x ./shared/store/
 	$(GO) test -run '^$$' -bench LambdaColdStart -benchtime 5x ./tests/
+	$(GO) test -run '^$$' -bench Dispatch -benchtime 1x -timeout 30m ./tests/
 	@echo "deploy bootstraps ($(LAMBDA_ARCH), dist/; target <= 15 MB):"
 	@for f in $(FUNCTIONS); do stat -c '  %n %s bytes' $(DIST)/$$f/bootstrap; done
 	bash scripts/footprint.sh

@@ -43,6 +43,8 @@ func (a *Agent) poll(ctx context.Context, st *state, hello wire.HelloRequest, ru
 	resp, err := st.sess.api.Poll(pctx, req)
 	cancel()
 	done(err == nil)
+	a.log.Debug("poll", "phase", req.Phase, "timeout_s", req.TimeoutS, "inflight", len(req.Invocations),
+		"commands", len(resp.Commands), "took_ms", a.cfg.Clock.Since(began).Milliseconds(), "ok", err == nil)
 	switch {
 	case errors.Is(err, wire.ErrWorkerGone) || errors.Is(err, wire.ErrUnauthorized):
 		// 410: the control plane retired this worker (its work is already

@@ -47,6 +47,11 @@ var _ Store = (*store.Store)(nil)
 const (
 	pollBackoffMin = 100 * time.Millisecond
 	pollBackoffMax = 2 * time.Second
+	// wokenBackoffMin is the first re-check of a control plane that offers
+	// long polls (LongPoll): it serves every route in one process, so its
+	// own submits and hand-backs wake the polls, and the re-check only
+	// looks for work made by another process on the same tables.
+	wokenBackoffMin = time.Second
 )
 
 // Service runs the daemon use cases. Build it with New.

@@ -48,7 +48,7 @@ func (s *Service) Poll(ctx context.Context, req wire.PollRequest, auth store.Aut
 	for _, c := range pending {
 		cmds = append(cmds, wire.Command{Type: wire.CommandSetup, CommandID: c.CommandID, Argv: c.Argv})
 	}
-	cancels, err := s.reconcile(ctx, w, req.Invocations)
+	cancels, finished, err := s.reconcile(ctx, w, req.Invocations)
 	if err != nil {
 		return wire.PollResponse{}, err
 	}
@@ -60,13 +60,16 @@ func (s *Service) Poll(ctx context.Context, req wire.PollRequest, auth store.Aut
 	}
 	ok, _ := domain.AcceptsWork(w, len(pending) > 0)
 	if !ok || queue == "" {
-		return wire.PollResponse{Commands: cmds}, nil
+		return wire.PollResponse{Commands: append(cmds, finished...)}, nil
 	}
+	// Cancels of invocations that already finished are news the daemon can
+	// hear when the poll answers: they do not cut a long poll short (a
+	// daemon lists such an invocation while its own ack is on the way).
 	runs, err := s.claim(ctx, w, queue, len(cmds) == 0, req.TimeoutS)
 	if err != nil {
 		return wire.PollResponse{}, err
 	}
-	return wire.PollResponse{Commands: append(cmds, runs...)}, nil
+	return wire.PollResponse{Commands: append(append(cmds, finished...), runs...)}, nil
 }
 
 // reconcile compares what the daemon says it runs with what the control
@@ -75,15 +78,17 @@ func (s *Service) Poll(ctx context.Context, req wire.PollRequest, auth store.Aut
 // "superseded" (an earlier attempt's ack won, or it was handed to another
 // worker; the cancelled ack that follows is a no-op). An invocation the
 // worker holds but the daemon's (present) list omits was never received —
-// its run command was lost — and is handed out again.
-func (s *Service) reconcile(ctx context.Context, w domain.Worker, inflight []string) ([]wire.Command, error) {
+// its run command was lost — and is handed out again. Cancels of
+// invocations that already finished come apart (finished): whatever the
+// daemon still does for them no longer counts.
+func (s *Service) reconcile(ctx context.Context, w domain.Worker, inflight []string) (cancels, finished []wire.Command, err error) {
 	if inflight == nil {
-		return nil, nil // an old daemon that sends no list: nothing to compare
+		return nil, nil, nil // an old daemon that sends no list: nothing to compare
 	}
 	st := s.store
 	held, err := st.Held(ctx, w.ID)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	for _, inv := range held {
 		if !slices.Contains(inflight, inv.ID) {
@@ -91,13 +96,12 @@ func (s *Service) reconcile(ctx context.Context, w domain.Worker, inflight []str
 			// runs this worker's attempt (the holder index may lag on AWS).
 			got, err := s.requeue(ctx, inv.ID, w.ID, "omitted from its worker's poll")
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			s.log.Warn("redelivered an invocation its worker does not know", "worker_id", w.ID,
 				"invocation_id", inv.ID, "attempt", inv.Attempt, "state", got.State)
 		}
 	}
-	var out []wire.Command
 	for _, id := range inflight {
 		i := slices.IndexFunc(held, func(inv domain.Invocation) bool { return inv.ID == id })
 		var inv domain.Invocation
@@ -108,18 +112,23 @@ func (s *Service) reconcile(ctx context.Context, w domain.Worker, inflight []str
 			// the table before telling a worker to stop.
 			inv, err = st.GetInvocation(ctx, id)
 			if errors.Is(err, wire.ErrNotFound) {
-				out = append(out, wire.Command{Type: wire.CommandCancel, InvocationID: id, Reason: wire.CancelSuperseded})
+				finished = append(finished, wire.Command{Type: wire.CommandCancel, InvocationID: id, Reason: wire.CancelSuperseded})
 				continue
 			}
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 		}
-		if why := inv.CancelReason(w.ID); why != "" {
-			out = append(out, wire.Command{Type: wire.CommandCancel, InvocationID: id, Reason: why})
+		why := inv.CancelReason(w.ID)
+		switch {
+		case why == "":
+		case domain.Terminal(inv.State):
+			finished = append(finished, wire.Command{Type: wire.CommandCancel, InvocationID: id, Reason: why})
+		default:
+			cancels = append(cancels, wire.Command{Type: wire.CommandCancel, InvocationID: id, Reason: why})
 		}
 	}
-	return out, nil
+	return cancels, finished, nil
 }
 
 // claim takes up to the worker's free capacity of queued work, waiting up to
@@ -138,6 +147,9 @@ func (s *Service) claim(ctx context.Context, w domain.Worker, queue string, wait
 	}
 	var waited time.Duration
 	backoff := pollBackoffMin
+	if s.longPoll {
+		backoff = wokenBackoffMin
+	}
 	for {
 		// Registered before the look, so a wake between the look and the
 		// wait is not lost.

@@ -107,3 +107,73 @@ func TestLongPollIsWoken(t *testing.T) {
 		t.Fatalf("a poll whose client went away answered %+v", a.cmds)
 	}
 }
+
+// TestLongPollHoldsThroughAFinishedCancel: a daemon lists an invocation
+// whose ack it has sent, until the answer comes; the control plane answers
+// "cancel, superseded" for it once it is finished. That news must not cut
+// the daemon's next long poll short (it used to, and the idle daemon then
+// waited a whole interval before it polled again): the poll still waits,
+// is woken by the next submit, and carries both.
+func TestLongPollHoldsThroughAFinishedCancel(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st, _ := storetest.Store(t)
+	hub := &wake.Hub{}
+	svc := control.New(control.Config{Store: st, Sleep: blockSleep, Wake: hub, LongPoll: true,
+		Logger: slog.New(slog.DiscardHandler)})
+	hello, err := svc.Hello(ctx, wire.HelloRequest{MachineID: "m", BootID: "b", Lanes: []string{"q"}},
+		func(string) (string, error) { return "hash", nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, _, err := svc.Submit(ctx, wire.SubmitRequest{Queue: "q", Argv: []string{"true"}, MaxAttempts: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	poll := func(inflight []string, timeoutS float64) (wire.PollResponse, error) {
+		// As nymph does: it lists what it runs or still acks, and says
+		// how many bodies run.
+		return svc.Poll(ctx, wire.PollRequest{WorkerID: hello.WorkerID, Queue: "q", Phase: wire.PhaseReady,
+			Invocations: inflight, TimeoutS: timeoutS,
+			UpdatedCapabilities: &wire.Capabilities{MaxConcurrency: ptr(1), CurrentInvocations: ptr(0)}}, nil)
+	}
+	if resp, err := poll([]string{}, 0); err != nil || len(resp.Commands) != 1 {
+		t.Fatalf("claim: %+v %v", resp, err)
+	}
+	code := 0
+	if _, err := svc.Ack(ctx, wire.AckRequest{WorkerID: hello.WorkerID, InvocationID: first.ID, Attempt: 1,
+		State: wire.StateSucceeded, ExitCode: &code}, nil, "hash"); err != nil {
+		t.Fatal(err)
+	}
+
+	answered := make(chan wire.PollResponse, 1)
+	go func() {
+		resp, err := poll([]string{first.ID}, 15) // its ack's answer not in yet
+		if err != nil {
+			t.Error(err)
+		}
+		answered <- resp
+	}()
+	for hub.Waiting(wake.Key("q", "")) != 1 {
+		select {
+		case resp := <-answered:
+			t.Fatalf("the long poll answered %+v at once instead of waiting", resp.Commands)
+		case <-ctx.Done():
+			t.Fatal("the long poll never waited")
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	next, _, err := svc.Submit(ctx, wire.SubmitRequest{Queue: "q", Argv: []string{"true"}, MaxAttempts: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp := <-answered
+	var cancelled, run bool
+	for _, c := range resp.Commands {
+		cancelled = cancelled || (c.Type == wire.CommandCancel && c.InvocationID == first.ID && c.Reason == wire.CancelSuperseded)
+		run = run || (c.Type == wire.CommandRun && c.Invocation.InvocationID == next.ID)
+	}
+	if !cancelled || !run {
+		t.Fatalf("the woken poll answered %+v; want the finished one's cancel and a run of %s", resp.Commands, next.ID)
+	}
+}

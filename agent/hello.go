@@ -62,7 +62,9 @@ func (a *Agent) newSession(res wire.HelloResponse) (session, error) {
 		s.interval = 5 * time.Second
 	}
 	if res.LongPollS > 0 {
-		s.longPoll = min(time.Duration(res.LongPollS*float64(time.Second)), s.interval)
+		// At most the interval (one request per interval), and well inside
+		// the request deadline health holds a poll to (requestTimeout).
+		s.longPoll = min(time.Duration(res.LongPollS*float64(time.Second)), s.interval, requestTimeout/2)
 	}
 	// The heartbeat ratio is the correctness argument: several polls must
 	// fit in the stale window, or a live worker reads stale.

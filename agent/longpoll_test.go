@@ -131,3 +131,26 @@ func TestIdleDaemonPollsOncePerInterval(t *testing.T) {
 		})
 	}
 }
+
+// TestSessionLongPoll: the hold an idle poll asks for is what hello offers,
+// at most the poll interval and half the request deadline; nothing when
+// hello offers none.
+func TestSessionLongPoll(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		longPollS    float64
+		flagInterval time.Duration
+		want         time.Duration
+	}{
+		{"none offered", 0, 0, 0},
+		{"the interval", 5, 0, 5 * time.Second},
+		{"a shorter --poll-interval", 5, 2 * time.Second, 2 * time.Second},
+		{"under the request deadline", 20, 20 * time.Second, requestTimeout / 2},
+	} {
+		a := &Agent{cfg: Config{ControlPlane: "http://127.0.0.1:1", PollInterval: tc.flagInterval}}
+		s, err := a.newSession(wire.HelloResponse{WorkerID: "w", StaleAfterS: 60, PollIntervalS: 5, LongPollS: tc.longPollS})
+		if err != nil || s.longPoll != tc.want {
+			t.Errorf("%s: long poll %s, %v; want %s", tc.name, s.longPoll, err, tc.want)
+		}
+	}
+}

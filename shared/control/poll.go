@@ -19,7 +19,8 @@ import (
 // what it holds (cancel what it must stop, with why; hand back what it
 // never received); and, if the claim gate lets it (domain.AcceptsWork),
 // claim up to its free capacity, waiting for work to arrive when the poll
-// asks to and nothing else is to be said. auth checks the worker's token on
+// asks to and nothing else is to be said (news that an invocation it lists
+// has finished rides with the eventual answer). auth checks the worker's token on
 // every read of its row.
 func (s *Service) Poll(ctx context.Context, req wire.PollRequest, auth store.Authorize) (wire.PollResponse, error) {
 	st := s.store

@@ -19,25 +19,46 @@ func blockSleep(ctx context.Context, _ time.Duration) error {
 	return ctx.Err()
 }
 
+// wakeFixture is the use cases over the embedded store with a wake hub and
+// long polls on, whose re-check never fires (blockSleep), and a hello for
+// a worker of queue q.
+type wakeFixture struct {
+	ctx context.Context
+	svc *control.Service
+	hub *wake.Hub
+}
+
+func newWakeFixture(t *testing.T) wakeFixture {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	st, _ := storetest.Store(t)
+	hub := &wake.Hub{}
+	svc := control.New(control.Config{Store: st, Sleep: blockSleep, Wake: hub, LongPoll: true,
+		Logger: slog.New(slog.DiscardHandler)})
+	return wakeFixture{ctx: ctx, svc: svc, hub: hub}
+}
+
+func (f wakeFixture) hello(t *testing.T, machine string) string {
+	t.Helper()
+	resp, err := f.svc.Hello(f.ctx, wire.HelloRequest{MachineID: machine, BootID: "b", Lanes: []string{"q"}},
+		func(string) (string, error) { return "hash", nil })
+	if err != nil || resp.LongPollS != resp.PollIntervalS {
+		t.Fatalf("hello: %+v %v; want long polls offered for the poll interval", resp, err)
+	}
+	return resp.WorkerID
+}
+
 // TestLongPollIsWoken: a long poll waiting for work is answered the moment
 // a submit or a hand-back makes work it may claim, with no re-check timer
 // (its Sleep never returns by itself); one new invocation wakes one waiting
 // poll, not all of them.
 func TestLongPollIsWoken(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	f := newWakeFixture(t)
+	ctx, cancel := context.WithCancel(f.ctx)
 	defer cancel()
-	st, _ := storetest.Store(t)
-	hub := &wake.Hub{}
-	svc := control.New(control.Config{Store: st, Sleep: blockSleep, Wake: hub, LongPoll: true,
-		Logger: slog.New(slog.DiscardHandler)})
-	issue := func(string) (string, error) { return "hash", nil }
-	hello := func(m string) string {
-		resp, err := svc.Hello(ctx, wire.HelloRequest{MachineID: m, BootID: "b", Lanes: []string{"q"}}, issue)
-		if err != nil || resp.LongPollS != resp.PollIntervalS {
-			t.Fatalf("hello: %+v %v; want long polls offered for the poll interval", resp, err)
-		}
-		return resp.WorkerID
-	}
+	svc, hub := f.svc, f.hub
+	hello := func(m string) string { return f.hello(t, m) }
 	type answer struct {
 		worker string
 		cmds   []wire.Command
@@ -115,17 +136,9 @@ func TestLongPollIsWoken(t *testing.T) {
 // waited a whole interval before it polled again): the poll still waits,
 // is woken by the next submit, and carries both.
 func TestLongPollHoldsThroughAFinishedCancel(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	st, _ := storetest.Store(t)
-	hub := &wake.Hub{}
-	svc := control.New(control.Config{Store: st, Sleep: blockSleep, Wake: hub, LongPoll: true,
-		Logger: slog.New(slog.DiscardHandler)})
-	hello, err := svc.Hello(ctx, wire.HelloRequest{MachineID: "m", BootID: "b", Lanes: []string{"q"}},
-		func(string) (string, error) { return "hash", nil })
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := newWakeFixture(t)
+	ctx, svc, hub := f.ctx, f.svc, f.hub
+	worker := f.hello(t, "m")
 	first, _, err := svc.Submit(ctx, wire.SubmitRequest{Queue: "q", Argv: []string{"true"}, MaxAttempts: 3})
 	if err != nil {
 		t.Fatal(err)
@@ -133,7 +146,7 @@ func TestLongPollHoldsThroughAFinishedCancel(t *testing.T) {
 	poll := func(inflight []string, timeoutS float64) (wire.PollResponse, error) {
 		// As nymph does: it lists what it runs or still acks, and says
 		// how many bodies run.
-		return svc.Poll(ctx, wire.PollRequest{WorkerID: hello.WorkerID, Queue: "q", Phase: wire.PhaseReady,
+		return svc.Poll(ctx, wire.PollRequest{WorkerID: worker, Queue: "q", Phase: wire.PhaseReady,
 			Invocations: inflight, TimeoutS: timeoutS,
 			UpdatedCapabilities: &wire.Capabilities{MaxConcurrency: ptr(1), CurrentInvocations: ptr(0)}}, nil)
 	}
@@ -141,7 +154,7 @@ func TestLongPollHoldsThroughAFinishedCancel(t *testing.T) {
 		t.Fatalf("claim: %+v %v", resp, err)
 	}
 	code := 0
-	if _, err := svc.Ack(ctx, wire.AckRequest{WorkerID: hello.WorkerID, InvocationID: first.ID, Attempt: 1,
+	if _, err := svc.Ack(ctx, wire.AckRequest{WorkerID: worker, InvocationID: first.ID, Attempt: 1,
 		State: wire.StateSucceeded, ExitCode: &code}, nil, "hash"); err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/store"
+	"github.com/dreamlake/lakeshore/shared/wake"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
@@ -59,6 +60,7 @@ func (s *Service) Register(ctx context.Context, req wire.HelloRequest, issue sto
 		if err != nil && !errors.Is(err, wire.ErrNotFound) {
 			return res, err
 		}
+		s.wake.Wake(wake.WorkerKey(res.Retired), 1) // a poll it still holds ends: 410 next
 		if res.Requeued, err = s.HandBack(ctx, res.Retired, why); err != nil {
 			return res, err
 		}

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 
 	"github.com/dreamlake/lakeshore/shared/domain"
+	"github.com/dreamlake/lakeshore/shared/wake"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
@@ -58,6 +59,7 @@ func (s *Service) Drain(ctx context.Context, id string) (domain.Worker, error) {
 	w, err := s.store.RequestDrain(ctx, id)
 	if err == nil {
 		s.log.Info("drain requested", "worker_id", id)
+		s.wake.Wake(wake.WorkerKey(id), 1)
 	}
 	return w, err
 }
@@ -68,6 +70,7 @@ func (s *Service) AddSetup(ctx context.Context, id string, argv []string) (domai
 	cmd, err := s.store.AddSetup(ctx, id, argv)
 	if err == nil {
 		s.log.Info("setup queued", "worker_id", id, "command_id", cmd.CommandID)
+		s.wake.Wake(wake.WorkerKey(id), 1)
 	}
 	return cmd, err
 }

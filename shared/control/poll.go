@@ -154,7 +154,7 @@ func (s *Service) claim(ctx context.Context, w domain.Worker, queue string, wait
 	for {
 		// Registered before the look, so a wake between the look and the
 		// wait is not lost.
-		woken, stop := s.wake.Wait(wake.Key(queue, ""), wake.Key(queue, w.HostKey))
+		woken, stop := s.wake.Wait(wake.Key(queue, ""), wake.Key(queue, w.HostKey), wake.WorkerKey(w.ID))
 		res, err := st.Claim(ctx, w, queue, free)
 		if err != nil || len(res.Claimed) > 0 || waited >= waitFor {
 			stop()

@@ -3,6 +3,7 @@ package control_test
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"testing"
 	"time"
 
@@ -188,5 +189,56 @@ func TestLongPollHoldsThroughAFinishedCancel(t *testing.T) {
 	}
 	if !cancelled || !run {
 		t.Fatalf("the woken poll answered %+v; want the finished one's cancel and a run of %s", resp.Commands, next.ID)
+	}
+}
+
+// TestLongPollEndsOnItsWorkersNews: a drain or a setup command for a
+// worker whose poll is held ends that poll at once (its re-check never
+// fires here), and the next poll carries the command.
+func TestLongPollEndsOnItsWorkersNews(t *testing.T) {
+	f := newWakeFixture(t)
+	for _, tc := range []struct {
+		name string
+		news func(workerID string) error
+		want string
+	}{
+		{"setup", func(id string) error { _, err := f.svc.AddSetup(f.ctx, id, []string{"true"}); return err }, wire.CommandSetup},
+		{"drain", func(id string) error { _, err := f.svc.Drain(f.ctx, id); return err }, wire.CommandDrain},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			id := f.hello(t, "m-"+tc.name)
+			poll := func(timeoutS float64) ([]wire.Command, error) {
+				resp, err := f.svc.Poll(f.ctx, wire.PollRequest{WorkerID: id, Queue: "q", Phase: wire.PhaseReady,
+					Invocations: []string{}, TimeoutS: timeoutS,
+					UpdatedCapabilities: &wire.Capabilities{MaxConcurrency: ptr(1), CurrentInvocations: ptr(0)}}, nil)
+				return resp.Commands, err
+			}
+			answered := make(chan error, 1)
+			go func() { _, err := poll(15); answered <- err }()
+			for f.hub.Waiting(wake.WorkerKey(id)) != 1 {
+				select {
+				case err := <-answered:
+					t.Fatalf("the long poll answered (%v) before it waited", err)
+				case <-f.ctx.Done():
+					t.Fatal("the long poll never waited")
+				case <-time.After(5 * time.Millisecond):
+				}
+			}
+			if err := tc.news(id); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case err := <-answered:
+				if err != nil {
+					t.Fatal(err)
+				}
+			case <-f.ctx.Done():
+				t.Fatalf("the held poll did not end on the %s", tc.name)
+			}
+			cmds, err := poll(0)
+			if err != nil || !slices.ContainsFunc(cmds, func(c wire.Command) bool { return c.Type == tc.want }) {
+				t.Fatalf("the next poll answered %+v (%v); want a %s command", cmds, err, tc.want)
+			}
+		})
 	}
 }

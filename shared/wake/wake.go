@@ -18,6 +18,11 @@ import (
 // any host may run).
 func Key(queue, hostKey string) string { return queue + "#" + hostKey }
 
+// WorkerKey names one worker's waiting poll: woken when its row changes (a
+// drain, a setup command, a retirement), so the poll ends and the next one
+// carries the news. Queue names cannot hold "/", so it never meets a Key.
+func WorkerKey(workerID string) string { return "worker/" + workerID }
+
 // Hub wakes waiters by key. The zero value is ready to use, and a nil *Hub
 // wakes nobody and never fires. It is safe for concurrent use.
 type Hub struct {

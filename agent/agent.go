@@ -98,6 +98,16 @@ func (a *Agent) now() time.Time { return a.cfg.Clock.Now() }
 // Health reports the agent's health record (for tests and introspection).
 func (a *Agent) Health() *health.Tracker { return a.health }
 
+// stopping reports whether Stop was called.
+func (a *Agent) stopping() bool {
+	select {
+	case <-a.stopc:
+		return true
+	default:
+		return false
+	}
+}
+
 // Stop asks the agent to drain (the first call: a signal) and then to skip
 // the grace period (a second call: a second signal).
 func (a *Agent) Stop() {

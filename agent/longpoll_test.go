@@ -154,3 +154,34 @@ func TestSessionLongPoll(t *testing.T) {
 		}
 	}
 }
+
+// TestStopCutsAHeldPoll: a stop while the idle daemon's poll is held
+// starts the drain at once instead of after the hold (here the control
+// plane would hold it until the request deadline, 20 s): the daemon says
+// bye and Run returns well before that, with no poll failure recorded.
+func TestStopCutsAHeldPoll(t *testing.T) {
+	hub := &wake.Hub{}
+	p := apitest.New(t, func(c *api.Config) {
+		c.LongPoll, c.Wake = true, hub
+		c.Sleep = func(ctx context.Context, _ time.Duration) error { <-ctx.Done(); return ctx.Err() }
+	})
+	a := newFakeTimeAgent(t, p, "cut", func(c *Config) { c.HTTP = &http.Client{} })
+	done := make(chan error, 1)
+	go func() { done <- a.Run(context.Background()) }()
+	waitUntil(t, 30*time.Second, "a held poll", func() bool { return hub.Waiting(wake.Key("q", "")) == 1 })
+	a.Stop()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stop waited for the held poll")
+	}
+	if w := workerOf(t, p, "cut"); w.State != "gone" || w.ByeReason != "bye: signal" {
+		t.Fatalf("worker after the stop: %+v", w)
+	}
+	if r := a.Health().Snapshot().Roles["poll"]; r.LastResult != "ok" {
+		t.Fatalf("the cut poll was recorded as %q, want ok", r.LastResult)
+	}
+}

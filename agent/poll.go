@@ -39,10 +39,23 @@ func (a *Agent) poll(ctx context.Context, st *state, hello wire.HelloRequest, ru
 	if ctx.Err() != nil { // shutting down: the last polls must still go out
 		pctx, cancel = context.WithTimeout(context.Background(), requestTimeout)
 	}
+	if hold > 0 {
+		// A stop cuts a held poll short, so the drain starts at once. The
+		// poll waits for work, so nothing is lost: whatever the control
+		// plane claimed as it was cut off goes back with the bye.
+		go func() {
+			select {
+			case <-a.stopc:
+				cancel()
+			case <-pctx.Done():
+			}
+		}()
+	}
 	done := a.health.RequestStarted(health.RolePoll)
 	resp, err := st.sess.api.Poll(pctx, req)
+	cutByStop := hold > 0 && err != nil && errors.Is(pctx.Err(), context.Canceled) && a.stopping()
 	cancel()
-	done(err == nil)
+	done(err == nil || cutByStop)
 	a.log.Debug("poll", "phase", req.Phase, "timeout_s", req.TimeoutS, "inflight", len(req.Invocations),
 		"commands", len(resp.Commands), "took_ms", a.cfg.Clock.Since(began).Milliseconds(), "ok", err == nil)
 	switch {
@@ -84,6 +97,9 @@ func (a *Agent) poll(ctx context.Context, st *state, hello wire.HelloRequest, ru
 			// The new worker must show why it claims nothing, too.
 			st.setupResults = append(st.setupResults, st.hostSetupFailure)
 		}
+		return 0
+	case cutByStop:
+		a.log.Info("a stop cut the held poll short")
 		return 0
 	case errors.Is(err, wire.ErrInvalid) && slices.ContainsFunc(sent, isHostSetupResult):
 		// A control plane older than host-setup reports refuses a result

@@ -26,19 +26,45 @@ func newSpotAgent(t *testing.T, p *apitest.Plane, f *spotIMDS, machine string, g
 	return a
 }
 
+// spotRig is a control plane, the fake IMDS and one invocation submitted
+// for the spot agent to run.
+type spotRig struct {
+	p   *apitest.Plane
+	f   *spotIMDS
+	inv wire.Invocation
+}
+
+func newSpotRig(t *testing.T, argv ...string) spotRig {
+	t.Helper()
+	p := apitest.New(t)
+	inv, _, err := operator(p).Submit(context.Background(), wire.SubmitRequest{Queue: "q", Argv: argv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return spotRig{p: p, f: newSpotIMDS(t, nil), inv: inv}
+}
+
+// wantEnd requires machine's worker gone by bye (its reason) and the
+// invocation in state.
+func (r spotRig) wantEnd(t *testing.T, machine, bye, state string) {
+	t.Helper()
+	if w := workerOf(t, r.p, machine); w.State != "gone" || w.ByeReason != "bye: "+bye {
+		t.Fatalf("worker %s at the end: %+v; want gone by bye %s", machine, w, bye)
+	}
+	got, err := operator(r.p).GetInvocation(context.Background(), r.inv.InvocationID)
+	if err != nil || got.State != state {
+		t.Fatalf("invocation at the end: %+v %v; want %s", got, err, state)
+	}
+}
+
 // TestSpotAgentHandsBackBeforeReclaim: a body runs for a minute; the
 // interruption notice says the reclaim is 3 s away, less than kill-after +
 // 5 s, so the 20 s grace shrinks to nothing: the body is terminated at
 // once and handed back (queued again) by bye{spot_interruption}, all before
 // the reclaim.
 func TestSpotAgentHandsBackBeforeReclaim(t *testing.T) {
-	p := apitest.New(t)
-	f := newSpotIMDS(t, nil)
-	op := operator(p)
-	inv, _, err := op.Submit(context.Background(), wire.SubmitRequest{Queue: "q", Argv: []string{"sleep", "60"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := newSpotRig(t, "sleep", "60")
+	p, f := r.p, r.f
 	a := newSpotAgent(t, p, f, "spot-reclaim", 20*time.Second)
 	var reclaim time.Time
 	a.testHookRunStarted = func(string) {
@@ -58,26 +84,15 @@ func TestSpotAgentHandsBackBeforeReclaim(t *testing.T) {
 	if exited.After(reclaim.Truncate(time.Second)) {
 		t.Fatalf("exited %s after the reclaim", exited.Sub(reclaim.Truncate(time.Second)))
 	}
-	if w := workerOf(t, p, "spot-reclaim"); w.State != "gone" || w.ByeReason != "bye: spot_interruption" {
-		t.Fatalf("worker after the interruption: %+v", w)
-	}
-	got, err := op.GetInvocation(context.Background(), inv.InvocationID)
-	if err != nil || got.State != wire.StateQueued {
-		t.Fatalf("invocation after the interruption: %+v %v; want it handed back (queued)", got, err)
-	}
+	r.wantEnd(t, "spot-reclaim", wire.ByeSpotInterruption, wire.StateQueued) // handed back
 }
 
 // TestSpotAgentFinishesWithinGrace: the reclaim is two minutes away, so a
 // short body finishes (and is acked) within the grace before the daemon
 // says bye{spot_interruption}.
 func TestSpotAgentFinishesWithinGrace(t *testing.T) {
-	p := apitest.New(t)
-	f := newSpotIMDS(t, nil)
-	op := operator(p)
-	inv, _, err := op.Submit(context.Background(), wire.SubmitRequest{Queue: "q", Argv: []string{"sleep", "1"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := newSpotRig(t, "sleep", "1")
+	p, f := r.p, r.f
 	a := newSpotAgent(t, p, f, "spot-finish", 10*time.Minute)
 	var reclaim time.Time
 	a.testHookRunStarted = func(string) {
@@ -92,13 +107,7 @@ func TestSpotAgentFinishesWithinGrace(t *testing.T) {
 	if reclaim.IsZero() || time.Now().After(reclaim.Truncate(time.Second)) {
 		t.Fatalf("exited after the reclaim (or the body never started)")
 	}
-	if w := workerOf(t, p, "spot-finish"); w.State != "gone" || w.ByeReason != "bye: spot_interruption" {
-		t.Fatalf("worker after the interruption: %+v", w)
-	}
-	got, err := op.GetInvocation(context.Background(), inv.InvocationID)
-	if err != nil || got.State != wire.StateSucceeded {
-		t.Fatalf("invocation after a drain within the shortened grace: %+v %v", got, err)
-	}
+	r.wantEnd(t, "spot-finish", wire.ByeSpotInterruption, wire.StateSucceeded)
 }
 
 // TestSpotAgentShortensSignalGrace: a signal starts the drain (20 s grace)
@@ -106,13 +115,8 @@ func TestSpotAgentFinishesWithinGrace(t *testing.T) {
 // same grace: the body is handed back at once; the bye keeps the signal's
 // reason.
 func TestSpotAgentShortensSignalGrace(t *testing.T) {
-	p := apitest.New(t)
-	f := newSpotIMDS(t, nil)
-	op := operator(p)
-	inv, _, err := op.Submit(context.Background(), wire.SubmitRequest{Queue: "q", Argv: []string{"sleep", "60"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := newSpotRig(t, "sleep", "60")
+	p, f := r.p, r.f
 	a := newSpotAgent(t, p, f, "spot-signal", 20*time.Second)
 	var reclaim time.Time
 	a.testHookRunStarted = func(string) {
@@ -126,25 +130,15 @@ func TestSpotAgentShortensSignalGrace(t *testing.T) {
 	if reclaim.IsZero() || time.Now().After(reclaim.Truncate(time.Second)) {
 		t.Fatalf("exited after the reclaim (or the body never started)")
 	}
-	if w := workerOf(t, p, "spot-signal"); w.State != "gone" || w.ByeReason != "bye: signal" {
-		t.Fatalf("worker: %+v", w)
-	}
-	if got, err := op.GetInvocation(context.Background(), inv.InvocationID); err != nil || got.State != wire.StateQueued {
-		t.Fatalf("invocation: %+v %v; want it handed back (queued)", got, err)
-	}
+	r.wantEnd(t, "spot-signal", wire.ByeSignal, wire.StateQueued) // handed back
 }
 
 // TestSpotAgentRebalanceDrains: with --on-rebalance drain, a rebalance
 // recommendation that appears while a body runs starts the drain: the body
 // finishes within the grace and is acked, and the daemon says bye{drain}.
 func TestSpotAgentRebalanceDrains(t *testing.T) {
-	p := apitest.New(t)
-	f := newSpotIMDS(t, nil)
-	op := operator(p)
-	inv, _, err := op.Submit(context.Background(), wire.SubmitRequest{Queue: "q", Argv: []string{"sleep", "1"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := newSpotRig(t, "sleep", "1")
+	p, f := r.p, r.f
 	a := newSpotAgent(t, p, f, "spot-rebalance", 10*time.Minute, func(c *Config) { c.OnRebalance = OnRebalanceDrain })
 	a.testHookRunStarted = func(string) { f.set(func(f *spotIMDS) { f.rebalance = time.Now() }) }
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -155,12 +149,7 @@ func TestSpotAgentRebalanceDrains(t *testing.T) {
 	if ctx.Err() != nil {
 		t.Fatal("the daemon ran until the test's deadline: the rebalance recommendation did not drain it")
 	}
-	if w := workerOf(t, p, "spot-rebalance"); w.State != "gone" || w.ByeReason != "bye: drain" {
-		t.Fatalf("worker after the rebalance recommendation: %+v", w)
-	}
-	if got, err := op.GetInvocation(context.Background(), inv.InvocationID); err != nil || got.State != wire.StateSucceeded {
-		t.Fatalf("invocation after a drain within the grace: %+v %v", got, err)
-	}
+	r.wantEnd(t, "spot-rebalance", wire.ByeDrain, wire.StateSucceeded)
 }
 
 // TestSpotAgentRebalanceLogs: by default (--on-rebalance log) a rebalance

@@ -19,6 +19,24 @@ import (
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
+// sfAckFault runs one invocation on a daemon named machine whose ack's
+// transaction meets faults (aimed as its body starts), waits until it is
+// done and the daemon heard the ack's answer, checks the rig's end state
+// (stopAndCheck) and returns that answer.
+func sfAckFault(t *testing.T, machine string, faults ...storetest.Fault) logRecord {
+	t.Helper()
+	r := newSFRig(t)
+	inv := r.submit(t, "k")
+	ag := startSFAgent(t, r.p, machine, 1, func(a *Agent) {
+		var once sync.Once
+		a.testHookRunStarted = func(string) { once.Do(func() { r.tr.Next("TransactWriteItems", faults...) }) }
+	})
+	r.waitDone(t, inv)
+	ans := ag.log.wait(t, "ack answered", sfMsg("ack answered"))
+	r.stopAndCheck(t, ag, []string{inv}, faults)
+	return ans
+}
+
 // TestStoreFaultsOneFault puts one fault (or one per SDK attempt of one
 // call) on one request of a flow and checks its exact outcome: each
 // subtest aims storetest.Nth at the next request of an operation from the
@@ -112,15 +130,7 @@ func TestStoreFaultsOneFault(t *testing.T) {
 	// token.) Either way the daemon sends it once and it counts once.
 	t.Run("ack answer lost", func(t *testing.T) {
 		t.Parallel()
-		r := newSFRig(t)
-		inv := r.submit(t, "k")
-		ag := startSFAgent(t, r.p, "ack-lost", 1, func(a *Agent) {
-			var once sync.Once
-			a.testHookRunStarted = func(string) { once.Do(func() { r.tr.Next(TWI, fa) }) }
-		})
-		r.waitDone(t, inv)
-		ans := ag.log.wait(t, "ack answered", sfMsg("ack answered"))
-		r.stopAndCheck(t, ag, []string{inv}, []storetest.Fault{fa})
+		ans := sfAckFault(t, "ack-lost", fa)
 		if ans.Attrs["recorded"] != false || ans.Attrs["state"] != wire.StateSucceeded || ans.Attrs["tries"] != int64(1) {
 			t.Errorf("ack answer %s; want recorded=false state=succeeded after 1 try", ans)
 		}
@@ -131,15 +141,7 @@ func TestStoreFaultsOneFault(t *testing.T) {
 	// again and hears recorded:false — the invocation counted once.
 	t.Run("ack lost on every try", func(t *testing.T) {
 		t.Parallel()
-		r := newSFRig(t)
-		inv := r.submit(t, "k")
-		ag := startSFAgent(t, r.p, "ack-lost-thrice", 1, func(a *Agent) {
-			var once sync.Once
-			a.testHookRunStarted = func(string) { once.Do(func() { r.tr.Next(TWI, fa, drop, fb) }) }
-		})
-		r.waitDone(t, inv)
-		ans := ag.log.wait(t, "ack answered", sfMsg("ack answered"))
-		r.stopAndCheck(t, ag, []string{inv}, []storetest.Fault{fa, drop, fb})
+		ans := sfAckFault(t, "ack-lost-thrice", fa, drop, fb)
 		if ans.Attrs["recorded"] != false || ans.Attrs["state"] != wire.StateSucceeded || ans.Attrs["tries"] != int64(2) {
 			t.Errorf("ack answer %s; want recorded=false state=succeeded on the daemon's 2nd try", ans)
 		}
@@ -151,15 +153,7 @@ func TestStoreFaultsOneFault(t *testing.T) {
 	// by its version check; the invocation counts once.
 	t.Run("ack delayed", func(t *testing.T) {
 		t.Parallel()
-		r := newSFRig(t)
-		inv := r.submit(t, "k")
-		ag := startSFAgent(t, r.p, "ack-delayed", 1, func(a *Agent) {
-			var once sync.Once
-			a.testHookRunStarted = func(string) { once.Do(func() { r.tr.Next(TWI, delay, fb, fb) }) }
-		})
-		r.waitDone(t, inv)
-		ans := ag.log.wait(t, "ack answered", sfMsg("ack answered"))
-		r.stopAndCheck(t, ag, []string{inv}, []storetest.Fault{delay, fb, fb})
+		ans := sfAckFault(t, "ack-delayed", delay, fb, fb)
 		if ans.Attrs["state"] != wire.StateSucceeded || ans.Attrs["tries"] != int64(2) {
 			t.Errorf("ack answer %s; want state=succeeded on the daemon's 2nd try", ans)
 		}

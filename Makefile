@@ -2,7 +2,7 @@
 GO        ?= go
 BIN       := bin
 DIST      := dist
-FUNCTIONS := hello poll ack bye api reaper hoststatus
+FUNCTIONS := hello poll ack bye api reaper hoststatus wake
 # Lambda binaries: arm64 for deploy (template.yaml); LAMBDA_ARCH=amd64 for
 # local runs under the runtime emulator on this machine.
 LAMBDA_ARCH ?= arm64
@@ -38,7 +38,7 @@ lambdas:
 ## build-<LogicalId>: what `sam build` runs for each function (Metadata:
 ## BuildMethod: makefile); it sets ARTIFACTS_DIR.
 SAM_FUNCTIONS := hello:HelloFunction poll:PollFunction ack:AckFunction bye:ByeFunction \
-	api:ApiFunction reaper:ReaperFunction hoststatus:HostStatusFunction
+	api:ApiFunction reaper:ReaperFunction hoststatus:HostStatusFunction wake:WakeFunction
 define sam_build
 .PHONY: build-$(2)
 build-$(2):

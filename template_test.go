@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/awslabs/goformation/v7"
+	"gopkg.in/yaml.v3"
 
 	"github.com/dreamlake/lakeshore"
 	"github.com/dreamlake/lakeshore/shared/api"
@@ -31,7 +32,8 @@ func TestTemplateMatchesTheCode(t *testing.T) {
 	}
 	fns := tmpl.GetAllServerlessFunctionResources()
 	logical := map[string]string{"hello": "HelloFunction", "poll": "PollFunction", "ack": "AckFunction", "bye": "ByeFunction",
-		"api": "ApiFunction", "reaper": "ReaperFunction", "hoststatus": "HostStatusFunction"}
+		"api": "ApiFunction", "reaper": "ReaperFunction", "hoststatus": "HostStatusFunction",
+		"wake": "WakeFunction"}
 	for _, d := range dirs {
 		id, ok := logical[d.Name()]
 		if !ok {
@@ -68,4 +70,56 @@ func TestTemplateMatchesTheCode(t *testing.T) {
 	if want := api.Routes(); !slices.Equal(routed, want) {
 		t.Errorf("HttpApi routes in template.yaml:\n  %v\nthe router serves:\n  %v", routed, want)
 	}
+}
+
+// TestWakeChannelRoutes: the WebSocket API routes exactly what
+// shared/wakelambda serves, each to the integration that invokes
+// WakeFunction, and the keep-alive route sends its answer back. (It reads
+// the YAML itself: goformation resolves !Sub away.)
+func TestWakeChannelRoutes(t *testing.T) {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(lakeshore.Template, &doc); err != nil {
+		t.Fatal(err)
+	}
+	resources := mapping(doc.Content[0], "Resources")
+	if resources == nil {
+		t.Fatal("template.yaml has no Resources")
+	}
+	var keys []string
+	for i := 0; i+1 < len(resources.Content); i += 2 {
+		id, res := resources.Content[i].Value, resources.Content[i+1]
+		if typ := mapping(res, "Type"); typ == nil || typ.Value != "AWS::ApiGatewayV2::Route" {
+			continue
+		}
+		props := mapping(res, "Properties")
+		key := mapping(props, "RouteKey").Value
+		keys = append(keys, key)
+		if target := mapping(props, "Target"); target == nil || target.Value != "integrations/${WakeIntegration}" {
+			t.Errorf("%s: target is not integrations/${WakeIntegration}", id)
+		}
+		if sel := mapping(props, "RouteResponseSelectionExpression"); key == "$default" && (sel == nil || sel.Value != "$default") {
+			t.Errorf("%s: the keep-alive route needs RouteResponseSelectionExpression $default, or its pong never reaches the daemon", id)
+		}
+	}
+	slices.Sort(keys)
+	if want := []string{"$connect", "$default", "$disconnect"}; !slices.Equal(keys, want) {
+		t.Errorf("WebSocket routes %v, want %v", keys, want)
+	}
+	uri := mapping(mapping(mapping(resources, "WakeIntegration"), "Properties"), "IntegrationUri")
+	if uri == nil || !strings.Contains(uri.Value, "${WakeFunction.Arn}") {
+		t.Errorf("WakeIntegration does not invoke WakeFunction")
+	}
+}
+
+// mapping returns the value of key in YAML mapping node n, or nil.
+func mapping(n *yaml.Node, key string) *yaml.Node {
+	if n == nil || n.Kind != yaml.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == key {
+			return n.Content[i+1]
+		}
+	}
+	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/dreamlake/lakeshore/agent/internal/health"
 	"github.com/dreamlake/lakeshore/agent/internal/notify"
 	"github.com/dreamlake/lakeshore/agent/internal/process"
+	"github.com/dreamlake/lakeshore/agent/internal/wakeclient"
 	"github.com/dreamlake/lakeshore/shared/client"
 	"github.com/dreamlake/lakeshore/shared/hostkey"
 	"github.com/dreamlake/lakeshore/shared/wire"
@@ -131,7 +132,12 @@ type session struct {
 	// longPoll is how long an idle poll asks the control plane to hold it
 	// (timeout_s; hello's long_poll_s, at most the interval); 0: it does not.
 	longPoll time.Duration
-	api      *client.Client
+	// wakeURL is the control plane's wake channel (hello's wake_url; "":
+	// none), and wakeInterval how often an idle daemon polls while its
+	// socket is up (wake_poll_interval_s, never shorter than interval).
+	wakeURL      string
+	wakeInterval time.Duration
+	api          *client.Client
 }
 
 // body is what the loop needs of one run under way (a *process.Run; tests
@@ -159,6 +165,7 @@ type running struct {
 type state struct {
 	phase        string
 	sess         session
+	wake         *wakeclient.Client  // the wake socket; nil in tests that build a state
 	runs         map[string]*running // by invocation id
 	setupQueue   []wire.Command      // CP setup commands not yet run, in order
 	setupSeen    map[string]bool

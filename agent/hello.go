@@ -66,6 +66,15 @@ func (a *Agent) newSession(res wire.HelloResponse) (session, error) {
 		// the request deadline health holds a poll to (requestTimeout).
 		s.longPoll = min(time.Duration(res.LongPollS*float64(time.Second)), s.interval, requestTimeout/2)
 	}
+	if res.WakeURL != "" {
+		// An idle daemon with its socket up polls only to stay live: as
+		// often as a held poll would, within the heartbeat ratio.
+		s.wakeURL = res.WakeURL
+		s.wakeInterval = max(s.interval, time.Duration(res.WakePollIntervalS*float64(time.Second)))
+		if s.staleAfter > 0 {
+			s.wakeInterval = max(s.interval, min(s.wakeInterval, s.staleAfter/3))
+		}
+	}
 	// The heartbeat ratio is the correctness argument: several polls must
 	// fit in the stale window, or a live worker reads stale.
 	if s.staleAfter > 0 && s.interval*3 > s.staleAfter {

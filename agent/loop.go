@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dreamlake/lakeshore/agent/internal/health"
+	"github.com/dreamlake/lakeshore/agent/internal/wakeclient"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
@@ -47,6 +48,14 @@ func (a *Agent) loop(ctx context.Context, st *state, hello wire.HelloRequest) (e
 		st.hostSetupOK = true
 	}
 
+	// The wake socket: "poll now" when work or news arrives, so an idle
+	// daemon need not poll often to be quick (docs/dispatch.md).
+	wctx, stopWake := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopWake()
+	st.wake = wakeclient.New(wakeclient.Options{HTTP: cfg.HTTP, Logger: a.log})
+	go st.wake.Run(wctx)
+	a.useWake(st)
+
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	var g gracePeriod
@@ -59,6 +68,12 @@ func (a *Agent) loop(ctx context.Context, st *state, hello wire.HelloRequest) (e
 				return a.finish(st)
 			}
 			timer.Reset(wait)
+		case <-st.wake.Work():
+			if a.mayClaim(st) {
+				kick()
+			}
+		case <-st.wake.News():
+			kick()
 		case <-pollNow:
 			if !timer.Stop() {
 				select {
@@ -125,7 +140,24 @@ func (a *Agent) loop(ctx context.Context, st *state, hello wire.HelloRequest) (e
 		if st.phase == wire.PhaseTerminating {
 			st.stopSetup() // a setup command still running is killed with the bodies
 		}
+		a.useWake(st)
 	}
+}
+
+// useWake points the wake socket at the current worker's channel, or
+// closes it once the worker drains (it claims nothing more).
+func (a *Agent) useWake(st *state) {
+	if st.draining() {
+		st.wake.Use("", "")
+		return
+	}
+	st.wake.Use(st.sess.wakeURL, st.sess.token)
+}
+
+// mayClaim reports whether a poll now could claim work: ready, not
+// draining, with room for another body.
+func (a *Agent) mayClaim(st *state) bool {
+	return st.phase == wire.PhaseReady && !st.draining() && len(st.runs) < a.cfg.Capacity
 }
 
 // gracePeriod is the drain's one grace period, whatever started the drain

@@ -158,12 +158,23 @@ func (a *Agent) poll(ctx context.Context, st *state, hello wire.HelloRequest, ru
 	if gotWork && len(st.runs) < a.cfg.Capacity {
 		return 0 // room for more: ask again at once
 	}
+	interval := a.pollInterval(st)
 	if hold > 0 {
 		// Held until work came or the hold ran out: the rest of the
 		// interval (none, after a full hold).
-		return jitter(max(0, st.sess.interval-a.cfg.Clock.Since(began)))
+		return jitter(max(0, interval-a.cfg.Clock.Since(began)))
 	}
-	return jitter(st.sess.interval)
+	return jitter(interval)
+}
+
+// pollInterval is the wait between polls: the session's interval, or the
+// slower wake interval while the daemon is idle and its wake socket is up
+// (a wake, not the poll, then brings new work).
+func (a *Agent) pollInterval(st *state) time.Duration {
+	if st.wake != nil && st.wake.Up() && st.sess.wakeInterval > 0 && len(st.runs) == 0 && st.phase == wire.PhaseReady {
+		return st.sess.wakeInterval
+	}
+	return st.sess.interval
 }
 
 // holdFor reports how long this poll may ask to be held: the session's

@@ -8,8 +8,10 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
+	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
@@ -24,6 +26,8 @@ import (
 	"github.com/dreamlake/lakeshore/shared/store/embedded"
 	"github.com/dreamlake/lakeshore/shared/store/schema"
 	"github.com/dreamlake/lakeshore/shared/wake"
+	"github.com/dreamlake/lakeshore/shared/wakelambda"
+	"github.com/dreamlake/lakeshore/shared/wakesock"
 )
 
 type devOptions struct {
@@ -37,7 +41,20 @@ type devOptions struct {
 	logLevel      string
 	lambdas       string
 	lambdaConc    int
+	longPoll      bool
+	wakeChannel   bool
 }
+
+// wakeChannel is where the dev server serves the wake channel: the socket
+// URL hello hands out and the management endpoint that posts to sockets
+// (both "" when --wake-channel=false).
+type wakeChannel struct {
+	url, endpoint string
+}
+
+// wakePath is the wake channel's stage on the dev server: its sockets, and
+// its management API under /wake/@connections/.
+const wakePath = "/wake"
 
 func newDevCmd() *cobra.Command {
 	var o devOptions
@@ -55,7 +72,12 @@ template.yaml's HttpApi is forwarded, as an API Gateway v2 event, to the real
 bootstrap in DIR/<function>/bootstrap (make lambdas LAMBDA_ARCH=<this
 machine's arch>) running under the Lambda runtime emulator (aws-lambda-rie,
 make tools); the sweep and the host poll invoke the reaper and hoststatus
-bootstraps with scheduled events.`,
+bootstraps with scheduled events.
+
+The wake channel is served at ws://ADDR/wake: daemons keep a socket there and
+are told "poll now" when work they can take arrives, as API Gateway's
+WebSocket API does on AWS (with --lambdas its routes run the real wake
+bootstrap, and the Lambdas post through the emulated management API).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runDev(cmd.Context(), o)
@@ -72,6 +94,8 @@ bootstraps with scheduled events.`,
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	f.StringVar(&o.lambdas, "lambdas", "", "serve the routes through the real Lambda bootstraps in this directory (make lambdas) under aws-lambda-rie, as sam local start-api does")
 	f.IntVar(&o.lambdaConc, "lambda-concurrency", 32, "with --lambdas, the most emulators each function may run at once (started on demand, one invocation each); a long poll holds one, so keep it above the number of daemons")
+	f.BoolVar(&o.longPoll, "long-poll", true, "in process, hold idle daemons' polls until work arrives (the Lambda routes never do: a held Lambda bills its wait)")
+	f.BoolVar(&o.wakeChannel, "wake-channel", true, "serve the wake channel (a WebSocket that tells idle daemons to poll now); false: daemons only poll, as against an older control plane")
 	return cmd
 }
 
@@ -104,21 +128,40 @@ func runDev(ctx context.Context, o devOptions) error {
 			}
 		}
 	}
+	ln, err := net.Listen("tcp", o.addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", o.addr, err)
+	}
+	defer ln.Close()
+	var wc wakeChannel
+	if o.wakeChannel {
+		wc = wakeChannel{url: "ws://" + ln.Addr().String() + wakePath, endpoint: "http://" + ln.Addr().String() + wakePath}
+	}
+
 	st := store.New(db, o.tablePrefix)
 	// One wake hub for the routes and the sweep: work either makes
 	// claimable wakes a poll the routes hold.
 	hub := &wake.Hub{}
-	svc := control.New(control.Config{Store: st, StaleAfter: o.staleAfter, Logger: log, Wake: hub})
+	var wakeRoute wakesock.Route
+	sockets := wakesock.New(wakePath, func(ctx context.Context, ev events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
+		return wakeRoute(ctx, ev)
+	}, log)
+	var poster control.Poster
+	if o.wakeChannel {
+		poster = sockets
+	}
+	svc := control.New(control.Config{Store: st, StaleAfter: o.staleAfter, Logger: log, Wake: hub, WakeURL: wc.url, Poster: poster})
 	var handler http.Handler
 	var sweepOnce, pollHostsOnce func(context.Context) error
 	if o.lambdas != "" {
-		gw, err := startLambdas(o, endpoint, log)
+		gw, err := startLambdas(o, endpoint, wc, log)
 		if err != nil {
 			return err
 		}
 		defer gw.close()
 		defer gw.logInits()
 		handler = gw
+		wakeRoute = gw.wakeRoute
 		sweepOnce = func(ctx context.Context) error { return gw.invokeLogged(ctx, "reaper") }
 		pollHostsOnce = func(ctx context.Context) error { return gw.invokeLogged(ctx, "hoststatus") }
 	} else {
@@ -129,19 +172,21 @@ func runDev(ctx context.Context, o devOptions) error {
 			StaleAfter:    o.staleAfter,
 			Logger:        log,
 			Wake:          hub,
-			LongPoll:      true,
+			LongPoll:      o.longPoll,
+			WakeURL:       wc.url,
+			Poster:        poster,
 		})
 		if err != nil {
 			return err
 		}
 		handler = srv
+		wakeRoute = wakelambda.Handler(svc, log)
 		sweepOnce = func(ctx context.Context) error { return sweep(ctx, svc, log) }
 	}
-
-	ln, err := net.Listen("tcp", o.addr)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w", o.addr, err)
+	if o.wakeChannel {
+		handler = withWakeChannel(handler, sockets)
 	}
+
 	url := "http://" + ln.Addr().String()
 	// These lines are the interface scripts and tests read: keep their shape.
 	via := "in process"
@@ -173,6 +218,7 @@ func runDev(ctx context.Context, o devOptions) error {
 	}
 
 	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	defer sockets.Close() // before the emulators stop: $disconnect runs on them
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	select {
@@ -187,6 +233,19 @@ func runDev(ctx context.Context, o devOptions) error {
 		return fmt.Errorf("shutdown: %w", err)
 	}
 	return nil
+}
+
+// withWakeChannel serves the wake channel's paths with sockets and
+// everything else with routes (not through a ServeMux, which would redirect
+// the paths the routes answer 404 themselves).
+func withWakeChannel(routes, sockets http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == wakePath || strings.HasPrefix(r.URL.Path, wakePath+"/") {
+			sockets.ServeHTTP(w, r)
+			return
+		}
+		routes.ServeHTTP(w, r)
+	})
 }
 
 // openStore returns a DynamoDB client for the chosen store, the embedded

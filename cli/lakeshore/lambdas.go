@@ -251,6 +251,28 @@ func (g *lambdaGateway) invokeScheduled(ctx context.Context, fn string) ([]byte,
 	return pool.Invoke(ctx, ev)
 }
 
+// wakeRoute runs a route of the wake channel's WebSocket API on the wake
+// bootstrap, as API Gateway's Lambda proxy integration does.
+func (g *lambdaGateway) wakeRoute(ctx context.Context, ev events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
+	pool, ok := g.pools["wake"]
+	if !ok {
+		return events.APIGatewayProxyResponse{}, errors.New("no wake function in template.yaml")
+	}
+	payload, err := json.Marshal(ev)
+	if err != nil {
+		return events.APIGatewayProxyResponse{}, err
+	}
+	out, err := pool.Invoke(ctx, payload)
+	if err != nil {
+		return events.APIGatewayProxyResponse{}, fmt.Errorf("invoke wake for %s: %w", ev.RequestContext.RouteKey, err)
+	}
+	var resp events.APIGatewayProxyResponse
+	if err := json.Unmarshal(out, &resp); err != nil {
+		return events.APIGatewayProxyResponse{}, fmt.Errorf("wake answered %s with no API Gateway response: %w", ev.RequestContext.RouteKey, err)
+	}
+	return resp, nil
+}
+
 // logInits reports each function's cold starts as the emulator measured them.
 func (g *lambdaGateway) logInits() {
 	for _, name := range slices.Sorted(maps.Keys(g.pools)) {
@@ -270,13 +292,13 @@ func (g *lambdaGateway) close() {
 // startLambdas prepares the gateway for `lakeshore dev --lambdas`: each
 // function gets the environment the deployed one gets from template.yaml,
 // pointed at this dev server's store.
-func startLambdas(o devOptions, endpoint string, log *slog.Logger) (*lambdaGateway, error) {
+func startLambdas(o devOptions, endpoint string, wake wakeChannel, log *slog.Logger) (*lambdaGateway, error) {
 	emulator, err := rie.Find()
 	if err != nil {
 		return nil, fmt.Errorf("--lambdas: %w", err)
 	}
 	return newLambdaGateway(lambdaConfig{
-		dist: o.lambdas, env: lambdaEnv(os.Environ(), o, endpoint), logs: os.Stderr, emulator: emulator, maxConc: o.lambdaConc,
+		dist: o.lambdas, env: lambdaEnv(os.Environ(), o, endpoint, wake), logs: os.Stderr, emulator: emulator, maxConc: o.lambdaConc,
 	}, log)
 }
 
@@ -284,7 +306,7 @@ func startLambdas(o devOptions, endpoint string, log *slog.Logger) (*lambdaGatew
 // LAKESHORE_ setting of its own, plus this server's configuration. On the
 // embedded store (endpoint set) the SDK is pointed at it with local
 // credentials, as storetest does for moto.
-func lambdaEnv(environ []string, o devOptions, endpoint string) []string {
+func lambdaEnv(environ []string, o devOptions, endpoint string, wake wakeChannel) []string {
 	var env []string
 	for _, kv := range environ {
 		if !strings.HasPrefix(kv, "LAKESHORE_") {
@@ -297,6 +319,9 @@ func lambdaEnv(environ []string, o devOptions, endpoint string) []string {
 		"LAKESHORE_OPERATOR_TOKEN="+o.operatorToken,
 		"LAKESHORE_STALE_AFTER="+o.staleAfter.String(),
 	)
+	if wake.url != "" {
+		env = append(env, "LAKESHORE_WAKE_URL="+wake.url, "LAKESHORE_WAKE_ENDPOINT="+wake.endpoint)
+	}
 	if endpoint != "" {
 		// exec keeps the last of duplicate keys, so these win.
 		env = append(env, "AWS_ENDPOINT_URL="+endpoint, "AWS_REGION="+store.EmbeddedRegion,

@@ -47,6 +47,10 @@ type Config struct {
 	// process's waiting polls, and whether hello offers long polls.
 	Wake     *wake.Hub
 	LongPoll bool
+	// WakeURL and Poster are control.Config's: the wake channel hello
+	// hands out, and what posts to its sockets.
+	WakeURL string
+	Poster  control.Poster
 }
 
 // Operator list bounds.
@@ -89,7 +93,8 @@ func New(cfg Config) (*Server, error) {
 		cfg.Logger = slog.Default()
 	}
 	svc := control.New(control.Config{Store: cfg.Store, StaleAfter: cfg.StaleAfter, MaxPollWait: cfg.MaxPollWait,
-		Sleep: cfg.Sleep, Clock: cfg.Clock, Logger: cfg.Logger, Wake: cfg.Wake, LongPoll: cfg.LongPoll})
+		Sleep: cfg.Sleep, Clock: cfg.Clock, Logger: cfg.Logger, Wake: cfg.Wake, LongPoll: cfg.LongPoll,
+		WakeURL: cfg.WakeURL, Poster: cfg.Poster})
 	s := &Server{cfg: cfg, svc: svc, mux: http.NewServeMux(), log: cfg.Logger}
 	s.routes()
 	return s, nil

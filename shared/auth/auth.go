@@ -33,7 +33,12 @@ const workerTokenPrefix = "wtk_"
 
 // Bearer reports the token of an "Authorization: Bearer T" header, or "".
 func Bearer(r *http.Request) string {
-	h := r.Header.Get("Authorization")
+	return BearerValue(r.Header.Get("Authorization"))
+}
+
+// BearerValue returns the token of an Authorization header value
+// ("Bearer <token>"), or "".
+func BearerValue(h string) string {
 	scheme, tok, ok := strings.Cut(h, " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") {
 		return ""

@@ -25,8 +25,12 @@ const (
 	EnvOperatorToken = "LAKESHORE_OPERATOR_TOKEN"
 	EnvStaleAfter    = "LAKESHORE_STALE_AFTER"
 	EnvDaemonAuth    = "LAKESHORE_DAEMON_AUTH" // token (default) or iam
-	paramSuffix      = "_PARAM"                // names an SSM SecureString holding the value
-	DefaultPrefix    = "lakeshore-"
+	// The wake channel (both or neither): the WebSocket URL hello hands
+	// daemons, and the https endpoint of its management API.
+	EnvWakeURL      = "LAKESHORE_WAKE_URL"
+	EnvWakeEndpoint = "LAKESHORE_WAKE_ENDPOINT"
+	paramSuffix     = "_PARAM" // names an SSM SecureString holding the value
+	DefaultPrefix   = "lakeshore-"
 )
 
 // Config is the control plane's configuration.
@@ -38,6 +42,10 @@ type Config struct {
 	// DaemonAuth is how daemon routes authenticate: "token" or "iam"
 	// (auth.DaemonAuthToken, auth.DaemonAuthIAM).
 	DaemonAuth string
+	// WakeURL and WakeEndpoint are the wake channel's socket URL and
+	// management endpoint; both empty: no wake channel.
+	WakeURL      string
+	WakeEndpoint string
 }
 
 // ParameterGetter is the SSM call the loader makes.
@@ -74,9 +82,14 @@ func Load(ctx context.Context, getenv func(string) string, params ParameterGette
 }
 
 // LoadStore reads what a function that serves no routes needs (the reaper,
-// the host poller): the table prefix and the stale window. Tokens stay unset.
+// the host poller): the table prefix, the stale window and the wake
+// channel (they hand work back, so they wake workers). Tokens stay unset.
 func LoadStore(getenv func(string) string) (Config, error) {
-	c := Config{TablePrefix: getenv(EnvTablePrefix), StaleAfter: domain.DefaultStaleAfter}
+	c := Config{TablePrefix: getenv(EnvTablePrefix), StaleAfter: domain.DefaultStaleAfter,
+		WakeURL: getenv(EnvWakeURL), WakeEndpoint: getenv(EnvWakeEndpoint)}
+	if (c.WakeURL == "") != (c.WakeEndpoint == "") {
+		return Config{}, fmt.Errorf("%s and %s must be set together (the wake channel's socket URL and its management endpoint)", EnvWakeURL, EnvWakeEndpoint)
+	}
 	if c.TablePrefix == "" {
 		c.TablePrefix = DefaultPrefix
 	}

@@ -39,6 +39,9 @@ type Store interface {
 	Requeue(ctx context.Context, id, workerID, why string) (domain.Invocation, error)
 	Ack(ctx context.Context, id string, o domain.Outcome, auth store.Authorize, tokenHash string) (store.AckResult, error)
 	Cancel(ctx context.Context, id string) (domain.Invocation, error)
+	PutConnection(ctx context.Context, c store.Connection) error
+	DeleteConnection(ctx context.Context, id string) (store.Connection, bool, error)
+	Connections(ctx context.Context, wakeKey string, limit int) ([]store.Connection, error)
 }
 
 var _ Store = (*store.Store)(nil)
@@ -63,6 +66,8 @@ type Service struct {
 	clock      clock.Clock
 	wake       *wake.Hub
 	longPoll   bool
+	poster     Poster
+	wakeURL    string
 	log        *slog.Logger
 }
 
@@ -90,12 +95,17 @@ type Config struct {
 	// costs nothing and is woken the moment work arrives (`lakeshore dev`).
 	// Off on Lambda, which bills a held poll for its whole wait.
 	LongPoll bool
-	Logger   *slog.Logger
+	// WakeURL is the wake channel's WebSocket URL that hello hands out
+	// (wire.HelloResponse.WakeURL; "": no wake channel), and Poster what
+	// posts to its sockets. Both or neither.
+	WakeURL string
+	Poster  Poster
+	Logger  *slog.Logger
 }
 
 // New returns a Service over c.Store.
 func New(c Config) *Service {
-	s := &Service{store: c.Store, staleAfter: c.StaleAfter, maxWait: c.MaxPollWait, sleep: c.Sleep, clock: c.Clock, wake: c.Wake, longPoll: c.LongPoll, log: c.Logger}
+	s := &Service{store: c.Store, staleAfter: c.StaleAfter, maxWait: c.MaxPollWait, sleep: c.Sleep, clock: c.Clock, wake: c.Wake, longPoll: c.LongPoll, poster: c.Poster, wakeURL: c.WakeURL, log: c.Logger}
 	if s.staleAfter <= 0 {
 		s.staleAfter = domain.DefaultStaleAfter
 	}

@@ -6,7 +6,6 @@ import (
 
 	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/store"
-	"github.com/dreamlake/lakeshore/shared/wake"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
@@ -24,6 +23,10 @@ func (s *Service) Hello(ctx context.Context, req wire.HelloRequest, issue store.
 	}
 	if s.longPoll {
 		resp.LongPollS = resp.PollIntervalS
+	}
+	if s.wakeURL != "" {
+		resp.WakeURL = s.wakeURL
+		resp.WakePollIntervalS = WakePollInterval(s.staleAfter).Seconds()
 	}
 	return resp, nil
 }
@@ -60,7 +63,7 @@ func (s *Service) Register(ctx context.Context, req wire.HelloRequest, issue sto
 		if err != nil && !errors.Is(err, wire.ErrNotFound) {
 			return res, err
 		}
-		s.wake.Wake(wake.WorkerKey(res.Retired), 1) // a poll it still holds ends: 410 next
+		s.workerNews(ctx, res.Retired) // a poll it still holds ends: 410 next
 		if res.Requeued, err = s.HandBack(ctx, res.Retired, why); err != nil {
 			return res, err
 		}

@@ -5,7 +5,6 @@ import (
 	"errors"
 
 	"github.com/dreamlake/lakeshore/shared/domain"
-	"github.com/dreamlake/lakeshore/shared/wake"
 )
 
 // HandBack hands back every invocation worker holds, for why (its worker
@@ -32,16 +31,7 @@ func (s *Service) HandBack(ctx context.Context, workerID, why string) (int, erro
 func (s *Service) requeue(ctx context.Context, id, workerID, why string) (domain.Invocation, error) {
 	inv, err := s.store.Requeue(ctx, id, workerID, why)
 	if err == nil {
-		s.claimable(inv)
+		s.claimable(ctx, inv)
 	}
 	return inv, err
-}
-
-// claimable wakes one waiting poll that may claim inv, if inv is queued:
-// one, not all, so a new invocation does not send every idle worker racing
-// for it (the others keep waiting; a poll that loses the race waits again).
-func (s *Service) claimable(inv domain.Invocation) {
-	if inv.State == domain.StateQueued {
-		s.wake.Wake(wake.Key(inv.Queue, inv.HostKey), 1)
-	}
 }

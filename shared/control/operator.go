@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 
 	"github.com/dreamlake/lakeshore/shared/domain"
-	"github.com/dreamlake/lakeshore/shared/wake"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
@@ -27,7 +26,7 @@ func (s *Service) Submit(ctx context.Context, req wire.SubmitRequest) (inv domai
 	inv, created, err = s.store.Submit(ctx, spec, hash)
 	if err == nil && created {
 		s.log.Info("submitted", "invocation_id", inv.ID, "queue", inv.Queue)
-		s.claimable(inv)
+		s.claimable(ctx, inv)
 	}
 	return inv, created, err
 }
@@ -59,7 +58,7 @@ func (s *Service) Drain(ctx context.Context, id string) (domain.Worker, error) {
 	w, err := s.store.RequestDrain(ctx, id)
 	if err == nil {
 		s.log.Info("drain requested", "worker_id", id)
-		s.wake.Wake(wake.WorkerKey(id), 1)
+		s.workerNews(ctx, id)
 	}
 	return w, err
 }
@@ -70,7 +69,7 @@ func (s *Service) AddSetup(ctx context.Context, id string, argv []string) (domai
 	cmd, err := s.store.AddSetup(ctx, id, argv)
 	if err == nil {
 		s.log.Info("setup queued", "worker_id", id, "command_id", cmd.CommandID)
-		s.wake.Wake(wake.WorkerKey(id), 1)
+		s.workerNews(ctx, id)
 	}
 	return cmd, err
 }

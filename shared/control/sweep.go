@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/dreamlake/lakeshore/shared/domain"
-	"github.com/dreamlake/lakeshore/shared/wake"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
@@ -74,7 +73,7 @@ func (s *Service) SetHostStatus(ctx context.Context, id, status string) (domain.
 	if err != nil || w.State == domain.WorkerGone || !domain.HostGone(w.HostStatus) {
 		return w, err
 	}
-	s.wake.Wake(wake.WorkerKey(id), 1)
+	s.workerNews(ctx, id)
 	if _, err := s.HandBack(ctx, id, "host "+w.HostStatus); err != nil {
 		return w, err
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/dreamlake/lakeshore/shared/config"
 	"github.com/dreamlake/lakeshore/shared/control"
 	"github.com/dreamlake/lakeshore/shared/store"
+	"github.com/dreamlake/lakeshore/shared/wakelambda"
 )
 
 // Start is what a function has once it has started.
@@ -27,8 +28,10 @@ type Start struct {
 	AWS    aws.Config
 	Config config.Config
 	Store  *store.Store
+	// Poster posts to the wake channel's sockets (nil: no wake channel).
+	Poster control.Poster
 	// Control runs the use cases over Store with the configured stale
-	// window.
+	// window and wake channel.
 	Control *control.Service
 }
 
@@ -43,7 +46,10 @@ func Open(name string) Start {
 	s.Check("read configuration", err)
 	s.AWS, s.Config = awsCfg, c
 	s.Store = store.New(dynamodb.NewFromConfig(awsCfg), c.TablePrefix)
-	s.Control = control.New(control.Config{Store: s.Store, StaleAfter: c.StaleAfter, Logger: s.Log})
+	if c.WakeEndpoint != "" {
+		s.Poster = wakelambda.NewManagement(awsCfg, c.WakeEndpoint)
+	}
+	s.Control = control.New(control.Config{Store: s.Store, StaleAfter: c.StaleAfter, Logger: s.Log, WakeURL: c.WakeURL, Poster: s.Poster})
 	return s
 }
 

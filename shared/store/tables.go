@@ -10,6 +10,7 @@ const (
 	CommandsSuffix    = "commands"
 	QueuesSuffix      = "queues"
 	IdempotencySuffix = "idempotency"
+	ConnectionsSuffix = "connections"
 )
 
 // TableNames holds the full DynamoDB table names of one deployment.
@@ -20,6 +21,7 @@ type TableNames struct {
 	Commands    string
 	Queues      string
 	Idempotency string
+	Connections string
 }
 
 // NamesFor returns the table names for a table prefix, e.g. "lakeshore-".
@@ -31,5 +33,6 @@ func NamesFor(prefix string) TableNames {
 		Commands:    prefix + CommandsSuffix,
 		Queues:      prefix + QueuesSuffix,
 		Idempotency: prefix + IdempotencySuffix,
+		Connections: prefix + ConnectionsSuffix,
 	}
 }

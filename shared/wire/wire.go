@@ -106,7 +106,35 @@ type HelloResponse struct {
 	// interval. Absent: this control plane does not hold polls (each one
 	// costs what it is held for); poll every poll_interval_s.
 	LongPollS float64 `json:"long_poll_s,omitempty"`
+	// WakeURL, when set, is the control plane's wake channel: a WebSocket
+	// the daemon may keep open (Authorization: Bearer <worker token>) to be
+	// told "poll now" when work it can take arrives (WakeMessage). The HTTP
+	// poll stays the heartbeat and the only way to claim; without the
+	// socket everything works as before.
+	WakeURL string `json:"wake_url,omitempty"`
+	// WakePollIntervalS is how often an idle daemon whose wake socket is
+	// open polls: the wake brings new work, so the poll only proves the
+	// worker alive, at the cadence of a held poll (stale_after_s / 3, at
+	// most 20 s). Set with wake_url.
+	WakePollIntervalS float64 `json:"wake_poll_interval_s,omitempty"`
 }
+
+// WakeMessage is what the wake channel says to a daemon: WakeTypeWake
+// (work for Queue arrived: poll now) or WakeTypePong (the answer to a
+// WakePing, which shows the socket still works end to end).
+type WakeMessage struct {
+	Type  string `json:"type"`
+	Queue string `json:"queue,omitempty"`
+}
+
+// Wake message types, and the keep-alive a daemon sends on its wake socket
+// (API Gateway closes a socket after 10 idle minutes). Its "action" field
+// is the WebSocket API's route selection key.
+const (
+	WakeTypeWake = "wake"
+	WakeTypePong = "pong"
+	WakePing     = `{"action":"ping"}`
+)
 
 // SetupResult reports one finished setup command: a control-plane command
 // (CommandID names it) or one of the daemon's own --host-setup commands

@@ -28,6 +28,8 @@ func Main(name string) {
 		OperatorToken: c.OperatorToken,
 		StaleAfter:    c.StaleAfter,
 		DaemonAuth:    c.DaemonAuth,
+		WakeURL:       c.WakeURL,
+		Poster:        s.Poster,
 		Logger:        s.Log,
 	})
 	s.Check("build the router", err)

@@ -40,6 +40,7 @@ func wantSchema(n store.TableNames) map[string]wantTable {
 		n.Commands:    {hash: "worker_id", rng: "command_id"},
 		n.Queues:      {hash: "queue"},
 		n.Idempotency: {hash: "idempotency_key", ttl: "expires_at"},
+		n.Connections: {hash: "wake_key", rng: "connection_id", ttl: "expires_at"},
 	}
 }
 
@@ -52,6 +53,7 @@ func TestNamesFor(t *testing.T) {
 		Commands:    "lakeshore-commands",
 		Queues:      "lakeshore-queues",
 		Idempotency: "lakeshore-idempotency",
+		Connections: "lakeshore-connections",
 	}
 	if got != want {
 		t.Fatalf("store.NamesFor = %+v, want %+v", got, want)
@@ -246,8 +248,8 @@ func TestEnsureTablesWithFake(t *testing.T) {
 	if err := EnsureTables(ctx, f, "p-"); err != nil {
 		t.Fatal(err)
 	}
-	if len(f.existing) != 6 {
-		t.Errorf("tables = %v, want 6", f.existing)
+	if len(f.existing) != 7 {
+		t.Errorf("tables = %v, want 7", f.existing)
 	}
 	for name, calls := range f.describes {
 		if calls != 2 {
@@ -255,7 +257,7 @@ func TestEnsureTablesWithFake(t *testing.T) {
 		}
 	}
 	sort.Strings(f.ttl)
-	wantTTL := []string{n.Idempotency + ".expires_at", n.Invocations + ".expires_at"}
+	wantTTL := []string{n.Connections + ".expires_at", n.Idempotency + ".expires_at", n.Invocations + ".expires_at"}
 	if !slices.Equal(f.ttl, wantTTL) {
 		t.Errorf("TTL enabled on %v, want %v", f.ttl, wantTTL)
 	}

@@ -1,0 +1,16 @@
+// Command wake is the Lambda behind the wake channel's WebSocket API
+// ($connect, $disconnect, the keep-alive). It only wires: the routes live in
+// shared/wakelambda, the use cases in shared/control.
+package main
+
+import (
+	"github.com/aws/aws-lambda-go/lambda"
+
+	"github.com/dreamlake/lakeshore/shared/lambdamain"
+	"github.com/dreamlake/lakeshore/shared/wakelambda"
+)
+
+func main() {
+	s := lambdamain.Open("wake")
+	lambda.Start(wakelambda.Handler(s.Control, s.Log))
+}

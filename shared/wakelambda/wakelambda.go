@@ -1,0 +1,116 @@
+// Package wakelambda is the wake channel's AWS side (docs/dispatch.md): the
+// handler of the WebSocket API's routes ($connect, $disconnect and the
+// keep-alive on $default), and the Poster that tells a socket "poll now"
+// through API Gateway's management API. `lakeshore dev` runs the same
+// handler behind its own sockets (shared/wakesock).
+package wakelambda
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/apigatewaymanagementapi"
+	"github.com/aws/aws-sdk-go-v2/service/apigatewaymanagementapi/types"
+
+	"github.com/dreamlake/lakeshore/shared/auth"
+	"github.com/dreamlake/lakeshore/shared/control"
+	"github.com/dreamlake/lakeshore/shared/domain"
+	"github.com/dreamlake/lakeshore/shared/wire"
+)
+
+// Connector is what the routes ask of the control plane (control.Service).
+type Connector interface {
+	Connect(ctx context.Context, connectionID, token string) (domain.Worker, error)
+	Disconnect(ctx context.Context, connectionID string) error
+}
+
+// Handler serves the WebSocket API's routes:
+//   - $connect records the socket for the worker whose token the upgrade
+//     request carries (Authorization: Bearer <worker token>); any other
+//     answer than 200 makes API Gateway refuse the socket with that status;
+//   - $disconnect forgets it;
+//   - $default answers the daemon's keep-alive (wire.WakePing) with a pong,
+//     which the route response sends back on the socket.
+func Handler(c Connector, log *slog.Logger) func(context.Context, events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
+	return func(ctx context.Context, ev events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
+		id := ev.RequestContext.ConnectionID
+		switch ev.RequestContext.RouteKey {
+		case "$connect":
+			if _, err := c.Connect(ctx, id, auth.BearerValue(header(ev.Headers, "Authorization"))); err != nil {
+				return refuse(log, id, err), nil
+			}
+			return events.APIGatewayProxyResponse{StatusCode: http.StatusOK}, nil
+		case "$disconnect":
+			if err := c.Disconnect(ctx, id); err != nil {
+				log.Error("wake socket disconnect", "connection_id", id, "error", err.Error())
+				return events.APIGatewayProxyResponse{StatusCode: http.StatusInternalServerError}, nil
+			}
+			return events.APIGatewayProxyResponse{StatusCode: http.StatusOK}, nil
+		default:
+			var msg struct{ Action string }
+			if json.Unmarshal([]byte(ev.Body), &msg) != nil || msg.Action != "ping" {
+				return events.APIGatewayProxyResponse{StatusCode: http.StatusBadRequest, Body: `{"message":"the wake channel only takes {\"action\":\"ping\"}"}`}, nil
+			}
+			pong, _ := json.Marshal(wire.WakeMessage{Type: wire.WakeTypePong})
+			return events.APIGatewayProxyResponse{StatusCode: http.StatusOK, Body: string(pong)}, nil
+		}
+	}
+}
+
+// refuse answers a $connect that failed with the error's status: 401 for a
+// bad token, 410 for a gone worker, 500 when the store failed.
+func refuse(log *slog.Logger, id string, err error) events.APIGatewayProxyResponse {
+	status := wire.Status(wire.CodeOf(err))
+	if status >= 500 {
+		log.Error("wake socket connect", "connection_id", id, "error", err.Error())
+	}
+	body, _ := json.Marshal(wire.BodyFor(err))
+	return events.APIGatewayProxyResponse{StatusCode: status, Body: string(body)}
+}
+
+// header reads a header case-insensitively: API Gateway passes them as the
+// client spelled them.
+func header(h map[string]string, name string) string {
+	for k, v := range h {
+		if strings.EqualFold(k, name) {
+			return v
+		}
+	}
+	return ""
+}
+
+// Management posts to sockets through API Gateway's management API at the
+// WebSocket API stage's https endpoint. It is a control.Poster.
+type Management struct {
+	client *apigatewaymanagementapi.Client
+}
+
+// NewManagement returns a Poster for the stage at endpoint
+// (https://<api>.execute-api.<region>.amazonaws.com/<stage>; locally the dev
+// server's emulation of it).
+func NewManagement(cfg aws.Config, endpoint string) Management {
+	return Management{client: apigatewaymanagementapi.NewFromConfig(cfg, func(o *apigatewaymanagementapi.Options) {
+		o.BaseEndpoint = aws.String(endpoint)
+	})}
+}
+
+// Post sends msg to socket id; a socket API Gateway no longer has answers
+// control.ErrConnectionGone.
+func (m Management) Post(ctx context.Context, id string, msg []byte) error {
+	_, err := m.client.PostToConnection(ctx, &apigatewaymanagementapi.PostToConnectionInput{ConnectionId: aws.String(id), Data: msg})
+	var gone *types.GoneException
+	if errors.As(err, &gone) {
+		return fmt.Errorf("post to %s: %w", id, control.ErrConnectionGone)
+	}
+	if err != nil {
+		return fmt.Errorf("post to %s: %w", id, err)
+	}
+	return nil
+}

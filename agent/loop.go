@@ -70,9 +70,11 @@ func (a *Agent) loop(ctx context.Context, st *state, hello wire.HelloRequest) (e
 			timer.Reset(wait)
 		case <-st.wake.Work():
 			if a.mayClaim(st) {
+				a.log.Debug("woken: work may be waiting")
 				kick()
 			}
 		case <-st.wake.News():
+			a.log.Debug("woken: news for this worker")
 			kick()
 		case <-pollNow:
 			if !timer.Stop() {

@@ -42,7 +42,7 @@ type lambdaFn struct {
 }
 
 // lambdaFunctions are the functions/ directories, as `make lambdas` names them.
-var lambdaFunctions = []string{"hello", "poll", "ack", "bye", "api", "reaper", "hoststatus"}
+var lambdaFunctions = []string{"hello", "poll", "ack", "bye", "api", "reaper", "hoststatus", "wake"}
 
 var buildLambdas = sync.OnceValue(func() error {
 	for _, name := range lambdaFunctions {

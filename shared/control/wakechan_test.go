@@ -1,0 +1,302 @@
+package control_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dreamlake/lakeshore/shared/auth"
+	"github.com/dreamlake/lakeshore/shared/control"
+	"github.com/dreamlake/lakeshore/shared/store"
+	"github.com/dreamlake/lakeshore/shared/store/storetest"
+	"github.com/dreamlake/lakeshore/shared/wake"
+	"github.com/dreamlake/lakeshore/shared/wire"
+)
+
+// recordingPoster is a wake channel whose sockets are a set of ids: a post
+// to one of them is recorded, a post to any other is "gone".
+type recordingPoster struct {
+	mu    sync.Mutex
+	open  map[string]bool
+	posts []post
+}
+
+type post struct {
+	id  string
+	msg wire.WakeMessage
+}
+
+func (p *recordingPoster) Post(_ context.Context, id string, msg []byte) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.open[id] {
+		return fmt.Errorf("post to %s: %w", id, control.ErrConnectionGone)
+	}
+	var m wire.WakeMessage
+	if err := json.Unmarshal(msg, &m); err != nil {
+		return err
+	}
+	p.posts = append(p.posts, post{id, m})
+	return nil
+}
+
+func (p *recordingPoster) take() []post {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := p.posts
+	p.posts = nil
+	return out
+}
+
+// wakeChannelFixture is the use cases over the embedded store with a wake
+// channel (a recordingPoster) and no long polls, as on Lambda.
+type wakeChannelFixture struct {
+	ctx    context.Context
+	st     *store.Store
+	svc    *control.Service
+	hub    *wake.Hub
+	poster *recordingPoster
+}
+
+func newWakeChannelFixture(t *testing.T) wakeChannelFixture {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	st, _ := storetest.Store(t)
+	hub := &wake.Hub{}
+	p := &recordingPoster{open: map[string]bool{}}
+	svc := control.New(control.Config{Store: st, Sleep: blockSleep, Wake: hub, Clock: st.Clock,
+		WakeURL: "wss://wake.example/wake", Poster: p, Logger: slog.New(slog.DiscardHandler)})
+	return wakeChannelFixture{ctx: ctx, st: st, svc: svc, hub: hub, poster: p}
+}
+
+// worker says hello for machine on queue q (host key hk) and returns its
+// id and token.
+func (f wakeChannelFixture) worker(t *testing.T, machine, hk string) (id, token string) {
+	t.Helper()
+	resp, err := f.svc.Hello(f.ctx, wire.HelloRequest{MachineID: machine, BootID: "b", Lanes: []string{"q"}, HostKey: hk},
+		func(workerID string) (string, error) {
+			tok, hash, err := auth.NewWorkerToken(workerID)
+			token = tok
+			return hash, err
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.WakeURL != "wss://wake.example/wake" || resp.LongPollS != 0 || resp.WakePollIntervalS != 20 {
+		t.Fatalf("hello = %+v; want the wake channel with a 20 s idle poll and no long polls", resp)
+	}
+	return resp.WorkerID, token
+}
+
+// connect opens socket id for token.
+func (f wakeChannelFixture) connect(t *testing.T, id, token string) {
+	t.Helper()
+	if _, err := f.svc.Connect(f.ctx, id, token); err != nil {
+		t.Fatalf("connect %s: %v", id, err)
+	}
+	f.poster.mu.Lock()
+	f.poster.open[id] = true
+	f.poster.mu.Unlock()
+}
+
+func (f wakeChannelFixture) submit(t *testing.T, queue string) {
+	t.Helper()
+	if _, _, err := f.svc.Submit(f.ctx, wire.SubmitRequest{Queue: queue, Argv: []string{"true"}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestConnectChecksTheWorkerToken: only a live worker's own token opens a
+// socket; a wrong secret, a made-up worker and a gone worker are refused,
+// and nothing is recorded for them.
+func TestConnectChecksTheWorkerToken(t *testing.T) {
+	f := newWakeChannelFixture(t)
+	id, token := f.worker(t, "m1", "")
+	other, _ := f.worker(t, "m2", "")
+	// A gone worker's socket is refused too (TestConnectRefusesAGoneWorker).
+	for _, tc := range []struct {
+		name, token string
+		want        error
+	}{
+		{"no token", "", wire.ErrUnauthorized},
+		{"not a worker token", "enroll-token", wire.ErrUnauthorized},
+		{"wrong secret", "wtk_" + id + "_wrong", wire.ErrUnauthorized},
+		{"no such worker", "wtk_wrk_01NOSUCHWORKER0000000000000_x", wire.ErrUnauthorized},
+	} {
+		if _, err := f.svc.Connect(f.ctx, "c-"+tc.name, tc.token); !errors.Is(err, tc.want) {
+			t.Errorf("%s: connect = %v, want %v", tc.name, err, tc.want)
+		}
+	}
+	if _, err := f.svc.Bye(f.ctx, wire.ByeRequest{WorkerID: other, Reason: wire.ByeSignal}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if conns, err := f.st.Connections(f.ctx, wake.Key("q", ""), 16); err != nil || len(conns) != 0 {
+		t.Fatalf("refused sockets were recorded: %+v %v", conns, err)
+	}
+	w, err := f.svc.Connect(f.ctx, "c-ok", token)
+	if err != nil || w.ID != id {
+		t.Fatalf("connect with the worker's token = %+v, %v", w, err)
+	}
+}
+
+// TestConnectRefusesAGoneWorker: a worker that said bye cannot open a
+// socket (410: say hello again).
+func TestConnectRefusesAGoneWorker(t *testing.T) {
+	f := newWakeChannelFixture(t)
+	id, token := f.worker(t, "m1", "")
+	if _, err := f.svc.Bye(f.ctx, wire.ByeRequest{WorkerID: id, Reason: wire.ByeSignal}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.svc.Connect(f.ctx, "c1", token); !errors.Is(err, wire.ErrWorkerGone) {
+		t.Fatalf("connect of a gone worker = %v, want 410", err)
+	}
+}
+
+// TestSubmitWakesAFewSockets: a submit posts "wake" to two of the sockets
+// that listen on its queue, not to all of them, and a submit to a queue
+// nobody serves posts nothing.
+func TestSubmitWakesAFewSockets(t *testing.T) {
+	f := newWakeChannelFixture(t)
+	var sockets []string
+	for i := range 5 {
+		_, tok := f.worker(t, fmt.Sprintf("m%d", i), "")
+		id := fmt.Sprintf("c%d", i)
+		f.connect(t, id, tok)
+		sockets = append(sockets, id)
+	}
+	f.submit(t, "q")
+	posts := f.poster.take()
+	if len(posts) != 2 || posts[0].id == posts[1].id {
+		t.Fatalf("one submit posted %+v; want two different sockets", posts)
+	}
+	for _, p := range posts {
+		if !slices.Contains(sockets, p.id) || p.msg != (wire.WakeMessage{Type: wire.WakeTypeWake, Queue: "q"}) {
+			t.Errorf("post %+v: want a wake for queue q to one of %v", p, sockets)
+		}
+	}
+	f.submit(t, "other")
+	if posts := f.poster.take(); len(posts) != 0 {
+		t.Fatalf("a submit to a queue nobody serves posted %+v", posts)
+	}
+}
+
+// TestWakeSkipsAClosedSocket: a socket the channel reports gone is
+// forgotten, and the wake goes to the next one instead.
+func TestWakeSkipsAClosedSocket(t *testing.T) {
+	f := newWakeChannelFixture(t)
+	_, t1 := f.worker(t, "m1", "")
+	_, t2 := f.worker(t, "m2", "")
+	_, t3 := f.worker(t, "m3", "")
+	f.connect(t, "c1", t1)
+	f.connect(t, "c2", t2)
+	f.connect(t, "c3", t3)
+	f.poster.mu.Lock()
+	f.poster.open["c2"] = false // closed without a $disconnect
+	f.poster.mu.Unlock()
+	f.submit(t, "q")
+	posts := f.poster.take()
+	got := []string{}
+	for _, p := range posts {
+		got = append(got, p.id)
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, []string{"c1", "c3"}) {
+		t.Fatalf("posted to %v; want c1 and c3 (c2 is gone)", got)
+	}
+	conns, err := f.st.Connections(f.ctx, wake.Key("q", ""), 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.ContainsFunc(conns, func(c store.Connection) bool { return c.ID == "c2" }) {
+		t.Fatalf("the gone socket is still recorded: %+v", conns)
+	}
+}
+
+// TestHeldPollTakesTheWakeFirst: where this process holds a poll that can
+// claim the work, the hub wakes it and no socket is posted to.
+func TestHeldPollTakesTheWakeFirst(t *testing.T) {
+	f := newWakeChannelFixture(t)
+	id, _ := f.worker(t, "m1", "")
+	_, tok2 := f.worker(t, "m2", "")
+	f.connect(t, "c2", tok2)
+	done := make(chan []wire.Command, 1)
+	go func() {
+		resp, err := f.svc.Poll(f.ctx, wire.PollRequest{WorkerID: id, Queue: "q", Phase: wire.PhaseReady, Invocations: []string{}, TimeoutS: 15}, nil)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- resp.Commands
+	}()
+	for f.hub.Waiting(wake.Key("q", "")) == 0 {
+		select {
+		case <-done:
+			t.Fatal("the poll answered before anything was submitted")
+		case <-f.ctx.Done():
+			t.Fatal("the poll never waited")
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	f.submit(t, "q")
+	if cmds := <-done; len(cmds) != 1 || cmds[0].Type != wire.CommandRun {
+		t.Fatalf("the held poll answered %+v; want the run", cmds)
+	}
+	if posts := f.poster.take(); len(posts) != 0 {
+		t.Fatalf("the held poll took the work, yet sockets were woken: %+v", posts)
+	}
+}
+
+// TestWorkerNewsReachesItsSocket: a drain or a setup command for an idle
+// worker is posted to that worker's socket (a wake with no queue), so it
+// polls now rather than at its slow idle interval; other sockets hear
+// nothing.
+func TestWorkerNewsReachesItsSocket(t *testing.T) {
+	f := newWakeChannelFixture(t)
+	id, tok := f.worker(t, "m1", "")
+	_, tok2 := f.worker(t, "m2", "")
+	f.connect(t, "mine", tok)
+	f.connect(t, "theirs", tok2)
+	if _, err := f.svc.AddSetup(f.ctx, id, []string{"true"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.svc.Drain(f.ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	want := []post{{"mine", wire.WakeMessage{Type: wire.WakeTypeWake}}, {"mine", wire.WakeMessage{Type: wire.WakeTypeWake}}}
+	if posts := f.poster.take(); !slices.Equal(posts, want) {
+		t.Fatalf("posted %+v; want %+v", posts, want)
+	}
+}
+
+// TestDisconnectForgetsTheSocket: after $disconnect the socket is woken no
+// more, and a second $disconnect is a no-op.
+func TestDisconnectForgetsTheSocket(t *testing.T) {
+	f := newWakeChannelFixture(t)
+	_, tok := f.worker(t, "m1", "hk1")
+	f.connect(t, "c1", tok)
+	for _, k := range []string{wake.Key("q", ""), wake.Key("q", "hk1")} {
+		if conns, err := f.st.Connections(f.ctx, k, 16); err != nil || len(conns) != 1 {
+			t.Fatalf("socket under %s: %+v %v; want it", k, conns, err)
+		}
+	}
+	for range 2 {
+		if err := f.svc.Disconnect(f.ctx, "c1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.submit(t, "q")
+	if posts := f.poster.take(); len(posts) != 0 {
+		t.Fatalf("a disconnected socket was woken: %+v", posts)
+	}
+	for _, k := range []string{wake.Key("q", ""), wake.Key("q", "hk1")} {
+		if conns, err := f.st.Connections(f.ctx, k, 16); err != nil || len(conns) != 0 {
+			t.Fatalf("socket under %s after disconnect: %+v %v", k, conns, err)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -19,6 +20,12 @@ import (
 // benchStore is a store on fresh tables of a new embedded server, whose
 // requests are counted.
 func benchStore(b *testing.B) (*store.Store, *storetest.Counter) {
+	return benchStoreOver(b, func(db store.DB, _ string) store.DB { return db })
+}
+
+// benchStoreOver is benchStore with its client wrapped by wrap (given the
+// table prefix).
+func benchStoreOver(b *testing.B, wrap func(db store.DB, prefix string) store.DB) (*store.Store, *storetest.Counter) {
 	b.Helper()
 	ctx := context.Background()
 	plain := storetest.Embedded(b)
@@ -27,7 +34,7 @@ func benchStore(b *testing.B) (*store.Store, *storetest.Counter) {
 		b.Fatalf("EnsureTables: %v", err)
 	}
 	counter := &storetest.Counter{}
-	return store.New(storetest.CountingClient(plain, counter), prefix), counter
+	return store.New(wrap(storetest.CountingClient(plain, counter), prefix), prefix), counter
 }
 
 func benchIssue(string) (string, error) { return "bench-hash", nil }
@@ -59,6 +66,18 @@ type claimKnobs struct {
 	// 0 drains the queue (its tail, where pollers outnumber the work left,
 	// included); a deep backlog measures a busy queue's steady state.
 	backlog int
+	// processes is how many stores (each its own claim pool, as each
+	// Lambda instance or control plane process has) the pollers are spread
+	// over; 0: one, shared by all pollers (`lakeshore dev`).
+	processes int
+	// noPool turns the claim pool off (Store.ClaimPoolTTL 0): every claim
+	// reads the index, as before the pool.
+	noPool bool
+	// shards is Store.ClaimShards; partitionRate, when set, limits each
+	// claim index partition to that many writes a second
+	// (storetest.PartitionLimited), as AWS does at about 1,000.
+	shards        int
+	partitionRate float64
 }
 
 // benchClaim pre-submits b.N (+ backlog) invocations, then lets pollers
@@ -68,13 +87,31 @@ type claimKnobs struct {
 // (ClaimResult.Conflicts) and the DynamoDB requests per claim.
 func benchClaim(b *testing.B, pollers int, knobs claimKnobs) {
 	ctx := context.Background()
-	s, counter := benchStore(b)
+	var limited *storetest.PartitionLimited
+	s, counter := benchStoreOver(b, func(db store.DB, prefix string) store.DB {
+		if knobs.partitionRate == 0 {
+			return db
+		}
+		limited = &storetest.PartitionLimited{DB: db, Table: store.NamesFor(prefix).Invocations, Attr: "claim_key", Rate: knobs.partitionRate}
+		return limited
+	})
+	s.ClaimShards = knobs.shards
 	svc := storetest.Control(s)
 	if knobs.window > 0 {
 		s.ClaimWindow = knobs.window
 	}
 	if knobs.noShuffle {
 		s.Shuffle = func(int, func(i, j int)) {}
+	}
+	if knobs.noPool {
+		s.ClaimPoolTTL = 0
+	}
+	// Each process is a store of its own over the same tables.
+	procs := []*store.Store{s}
+	for range knobs.processes - 1 {
+		p := store.New(s.DB(), prefixOf(s))
+		p.ClaimWindow, p.Shuffle, p.ClaimPoolTTL, p.ClaimShards = s.ClaimWindow, s.Shuffle, s.ClaimPoolTTL, s.ClaimShards
+		procs = append(procs, p)
 	}
 	for i := range b.N + knobs.backlog {
 		if _, _, err := svc.Submit(ctx, submitReq("job", fmt.Sprint(i))); err != nil {
@@ -86,13 +123,17 @@ func benchClaim(b *testing.B, pollers int, knobs claimKnobs) {
 		workers[i] = benchWorker(b, s, fmt.Sprintf("machine-%02d", i), "")
 	}
 	counter.Reset()
+	if limited != nil {
+		limited.Limit(true)
+	}
 
 	var mu sync.Mutex
 	var claimed, conflicts int
 	var firstErr error
 	start := make(chan struct{})
 	var wg sync.WaitGroup
-	for _, w := range workers {
+	for i, w := range workers {
+		s := procs[i%len(procs)]
 		wg.Go(func() {
 			<-start
 			for range b.N + maxClaimPasses {
@@ -105,8 +146,14 @@ func benchClaim(b *testing.B, pollers int, knobs claimKnobs) {
 				}
 				enough := claimed >= b.N
 				mu.Unlock()
-				if err != nil || enough || (len(res.Claimed) == 0 && res.Conflicts == 0) {
-					return // done, or the claim index is empty
+				if err != nil || enough {
+					return
+				}
+				if len(res.Claimed) == 0 && res.Conflicts == 0 {
+					// What the index holds is being claimed by this
+					// process's other pollers: until all b.N are claimed,
+					// poll again a little later, as a daemon would.
+					time.Sleep(20 * time.Millisecond)
 				}
 			}
 		})
@@ -136,6 +183,28 @@ func BenchmarkClaim(b *testing.B) {
 	for _, n := range []int{1, 10, 50} {
 		b.Run(fmt.Sprintf("pollers=%d", n), func(b *testing.B) { benchClaim(b, n, claimKnobs{}) })
 	}
+	// The same 50 pollers spread over 50 processes (Lambda instances),
+	// each with its own claim pool, and with no pool at all.
+	b.Run("pollers=50/processes=50", func(b *testing.B) { benchClaim(b, 50, claimKnobs{processes: 50}) })
+	b.Run("pollers=50/nopool", func(b *testing.B) { benchClaim(b, 50, claimKnobs{noPool: true}) })
+}
+
+// BenchmarkClaimShards drains a queue whose claim index partitions each
+// take 100 writes a second (a tenth of AWS's, so the embedded store is not
+// what limits first), with 50 pollers over 10 processes, for 1 to 8 claim
+// shards. Claims/s should grow with the shards until the store itself is
+// the limit.
+func BenchmarkClaimShards(b *testing.B) {
+	for _, n := range []int{1, 2, 4, 8} {
+		b.Run(fmt.Sprintf("shards=%d", n), func(b *testing.B) {
+			benchClaim(b, 50, claimKnobs{shards: n, partitionRate: 100})
+		})
+	}
+}
+
+// prefixOf is the table prefix s was made with.
+func prefixOf(s *store.Store) string {
+	return strings.TrimSuffix(s.Tables().Workers, store.WorkersSuffix)
 }
 
 // BenchmarkClaimKnobs shows how Store.ClaimWindow and Store.Shuffle change

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"strconv"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
@@ -26,7 +29,7 @@ func (s *Store) invocationItem(inv domain.Invocation) (map[string]types.Attribut
 	item["queue_state"] = str(inv.Queue + "#" + inv.State)
 	switch {
 	case inv.State == wire.StateQueued:
-		item["claim_key"] = str(claimKey(inv.Queue, inv.HostKey))
+		item["claim_key"] = str(s.claimKey(inv.Queue, inv.HostKey, shardOf(inv.ID, s.ClaimShards)))
 	case inv.State == wire.StateRunning:
 		item["holder"] = str(inv.WorkerID)
 	case wire.Terminal(inv.State) && s.TerminalTTL > 0:
@@ -36,8 +39,49 @@ func (s *Store) invocationItem(inv domain.Invocation) (map[string]types.Attribut
 }
 
 // claimKey is the partition of the claim index: work for one queue and one
-// host key ("" for work any host may run).
-func claimKey(queue, hostKey string) string { return queue + "#" + hostKey }
+// host key ("" for work any host may run), and with ClaimShards > 1 one
+// shard of it. On AWS one partition of an index takes about 1,000 writes a
+// second, and every submit and claim writes the claim index: shards spread
+// a busy queue over several (docs/dispatch.md).
+func (s *Store) claimKey(queue, hostKey string, shard int) string {
+	if s.ClaimShards <= 1 {
+		return queue + "#" + hostKey
+	}
+	return queue + "#" + hostKey + "#" + strconv.Itoa(shard)
+}
+
+// shardOf is the claim shard of invocation id: fixed by the id, so a
+// requeue lands where the submit did and encoding stays deterministic.
+func shardOf(id string, shards int) int {
+	if shards <= 1 {
+		return 0
+	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(id))
+	return int(h.Sum32() % uint32(shards))
+}
+
+// claimPartitions are the partitions a claim of w on queue reads, in order:
+// its host key's, then any host's, each shard from a random one on, so
+// racing claimers spread over the shards.
+func (s *Store) claimPartitions(w domain.Worker, queue string) []string {
+	hostKeys := []string{""}
+	if w.HostKey != "" {
+		hostKeys = []string{w.HostKey, ""}
+	}
+	shards := max(s.ClaimShards, 1)
+	first := 0
+	if shards > 1 {
+		first = rand.IntN(shards)
+	}
+	parts := make([]string, 0, len(hostKeys)*shards)
+	for _, hk := range hostKeys {
+		for i := range shards {
+			parts = append(parts, s.claimKey(queue, hk, (first+i)%shards))
+		}
+	}
+	return parts
+}
 
 // invocationPut is the versioned put that replaces the invocation stored at
 // version prev (0: none yet) with next, at version prev + 1, which it sets:
@@ -146,11 +190,7 @@ type ClaimResult struct {
 // the sparse claim index, so a claim never scans.
 func (s *Store) Claim(ctx context.Context, w domain.Worker, queue string, max int) (ClaimResult, error) {
 	var res ClaimResult
-	partitions := []string{claimKey(queue, "")}
-	if w.HostKey != "" {
-		partitions = []string{claimKey(queue, w.HostKey), claimKey(queue, "")}
-	}
-	for _, part := range partitions {
+	for _, part := range s.claimPartitions(w, queue) {
 		// A few rounds: a window lost to racers is read again, twice as wide,
 		// so contention spreads pollers over more of the queue while a quiet
 		// queue pays only for the small read.
@@ -172,48 +212,46 @@ func (s *Store) Claim(ctx context.Context, w domain.Worker, queue string, max in
 	return res, nil
 }
 
-// claimRound reads one window of candidates and tries them in shuffled
-// order. more reports whether another round may find work: the window was
-// full, or the round stopped early because racers were taking the window.
+// claimRound claims up to want candidates of partition part from the
+// claim pool, which reads a window of the claim index when it is empty or
+// stale. more reports whether another round may find work: the last read
+// filled its window, or the round stopped early because racers (other
+// processes) were taking the candidates; then the pool is dropped, so the
+// next round reads afresh.
 func (s *Store) claimRound(ctx context.Context, w domain.Worker, part string, window, want int, res *ClaimResult) (got int, more bool, err error) {
 	window = max(window, want)
-	out, err := s.db.Query(ctx, &dynamodb.QueryInput{
-		TableName:                 aws.String(s.tables.Invocations),
-		IndexName:                 aws.String(indexClaim),
-		KeyConditionExpression:    aws.String("claim_key = :k"),
-		ExpressionAttributeValues: map[string]types.AttributeValue{":k": str(part)},
-		Limit:                     aws.Int32(int32(window)),
-	})
-	if err != nil {
-		return 0, false, storeErr("claim: query", err)
-	}
-	cands := out.Items
-	s.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
-	now := s.now()
 	lost := 0
-	for _, item := range cands {
-		if got >= want {
-			break
-		}
-		// Each lost race means the window we read is going stale under other
-		// pollers: after as many losses as claims wanted, a fresh read (cheap)
-		// beats more failed conditional writes (each one a billed write).
+	for got < want {
+		// Each lost race means the candidates we hold are going stale under
+		// other pollers: after as many losses as claims wanted, a fresh read
+		// (cheap) beats more failed conditional writes (each one billed).
 		if lost >= want {
+			s.pool.contended(part, s.now())
 			return got, true, nil
 		}
-		inv, err := decodeInvocation(item)
+		now := s.now()
+		inv, ok, full, err := s.pool.take(part, now, s.ClaimPoolTTL, func(trying int) ([]domain.Invocation, bool, error) {
+			return s.readCandidates(ctx, part, min(window+trying, maxClaimWindow))
+		})
 		if err != nil {
 			return got, false, err
 		}
+		if !ok {
+			return got, full, nil
+		}
 		next, err := inv.Claim(w, now)
 		if err != nil {
+			s.pool.tried(part, inv.ID)
 			continue // not queued: an index lagging its table (AWS GSIs are eventually consistent)
 		}
 		put, err := s.invocationPut(inv.Version, &next)
 		if err != nil {
+			s.pool.tried(part, inv.ID)
 			return got, false, err
 		}
-		switch err := s.put(ctx, put); {
+		err = s.put(ctx, put)
+		s.pool.tried(part, inv.ID)
+		switch {
 		case errors.Is(err, errVersion):
 			res.Conflicts++
 			lost++
@@ -224,7 +262,33 @@ func (s *Store) claimRound(ctx context.Context, w domain.Worker, part string, wi
 			got++
 		}
 	}
-	return got, len(out.Items) >= window || out.LastEvaluatedKey != nil, nil
+	return got, false, nil
+}
+
+// readCandidates reads up to window queued invocations of partition part,
+// shuffled so racing processes spread over the head of the queue, and
+// whether the window was full (more may be queued).
+func (s *Store) readCandidates(ctx context.Context, part string, window int) ([]domain.Invocation, bool, error) {
+	out, err := s.db.Query(ctx, &dynamodb.QueryInput{
+		TableName:                 aws.String(s.tables.Invocations),
+		IndexName:                 aws.String(indexClaim),
+		KeyConditionExpression:    aws.String("claim_key = :k"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":k": str(part)},
+		Limit:                     aws.Int32(int32(window)),
+	})
+	if err != nil {
+		return nil, false, storeErr("claim: query", err)
+	}
+	invs := make([]domain.Invocation, 0, len(out.Items))
+	for _, item := range out.Items {
+		inv, err := decodeInvocation(item)
+		if err != nil {
+			return nil, false, err
+		}
+		invs = append(invs, inv)
+	}
+	s.Shuffle(len(invs), func(i, j int) { invs[i], invs[j] = invs[j], invs[i] })
+	return invs, len(out.Items) >= window || out.LastEvaluatedKey != nil, nil
 }
 
 // terminalWrite puts next (a terminal state) over the invocation stored at

@@ -57,10 +57,13 @@ const (
 // Defaults of the knobs on Store.
 const (
 	defaultClaimWindow = 64
-	claimRounds        = 4
-	maxClaimWindow     = 256
-	defaultTerminalTTL = 30 * 24 * time.Hour
-	maxVersionRetries  = 10
+	// defaultClaimPoolTTL bounds how stale a pooled candidate may be: a
+	// second, so work another process queued meanwhile waits at most that.
+	defaultClaimPoolTTL = time.Second
+	claimRounds         = 4
+	maxClaimWindow      = 256
+	defaultTerminalTTL  = 30 * 24 * time.Hour
+	maxVersionRetries   = 10
 )
 
 // errVersion reports a lost optimistic-concurrency race: the item changed
@@ -82,21 +85,36 @@ type Store struct {
 	Shuffle func(n int, swap func(i, j int))
 	// ClaimWindow is how many queued candidates one claim query reads.
 	ClaimWindow int
+	// ClaimPoolTTL is how long candidates a claim query read are handed to
+	// this store's later claims before the index is read again (claimPool;
+	// 0: every claim reads the index).
+	ClaimPoolTTL time.Duration
+	// ClaimShards splits each queue's claim partition in this many (0 or
+	// 1: one). Raise it for a queue busier than one index partition takes;
+	// never lower it while work is queued: work in a dropped shard would
+	// wait until the count is raised again.
+	ClaimShards int
 	// TerminalTTL is how long a finished invocation is kept (DynamoDB TTL).
 	TerminalTTL time.Duration
+
+	pool claimPool
 }
 
 // New returns a store over db with tables named prefix + fixed suffixes.
 func New(db DB, prefix string) *Store {
 	return &Store{
-		db:          db,
-		tables:      NamesFor(prefix),
-		IDs:         &ids.Generator{},
-		Shuffle:     rand.Shuffle,
-		ClaimWindow: defaultClaimWindow,
-		TerminalTTL: defaultTerminalTTL,
+		db:           db,
+		tables:       NamesFor(prefix),
+		IDs:          &ids.Generator{},
+		Shuffle:      rand.Shuffle,
+		ClaimWindow:  defaultClaimWindow,
+		ClaimPoolTTL: defaultClaimPoolTTL,
+		TerminalTTL:  defaultTerminalTTL,
 	}
 }
+
+// DB reports the client the store reads and writes through.
+func (s *Store) DB() DB { return s.db }
 
 // Tables reports the table names the store uses.
 func (s *Store) Tables() TableNames { return s.tables }

@@ -45,15 +45,19 @@ type Server struct {
 	path  string
 	log   *slog.Logger
 
-	mu     sync.Mutex
-	conns  map[string]*websocket.Conn
-	closed bool
-	wg     sync.WaitGroup
+	mu    sync.Mutex
+	conns map[string]*websocket.Conn
+	// pending holds the sockets between $connect and the end of their
+	// handshake: a post to one waits for it instead of finding it gone
+	// (the client may already hold its end).
+	pending map[string]chan struct{}
+	closed  bool
+	wg      sync.WaitGroup // every socket, until its $disconnect ran
 }
 
 // New returns a server for the API at path (e.g. "/wake": the stage).
 func New(path string, route Route, log *slog.Logger) *Server {
-	return &Server{route: route, path: strings.TrimSuffix(path, "/"), log: log, conns: map[string]*websocket.Conn{}}
+	return &Server{route: route, path: strings.TrimSuffix(path, "/"), log: log, conns: map[string]*websocket.Conn{}, pending: map[string]chan struct{}{}}
 }
 
 // ServeHTTP takes a socket at the API's path, and management calls below it.
@@ -76,8 +80,34 @@ func (s *Server) serveSocket(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := raw + "="
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"message": "Service Unavailable"})
+		return
+	}
+	ready := make(chan struct{})
+	s.pending[id] = ready
+	s.wg.Add(1)
+	s.mu.Unlock()
+	defer s.wg.Done()
+	// settle ends the pending state: conn is held from now on, unless it
+	// is nil (refused) or the server closed meanwhile (false).
+	settle := func(conn *websocket.Conn) bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		delete(s.pending, id)
+		defer close(ready)
+		if conn == nil || s.closed {
+			return false
+		}
+		s.conns[id] = conn
+		return true
+	}
+
 	resp, err := s.route(r.Context(), s.event(r, "$connect", "CONNECT", id, ""))
 	if err != nil || resp.StatusCode < 200 || resp.StatusCode > 299 {
+		settle(nil)
 		status := resp.StatusCode
 		if err != nil || status == 0 {
 			status = http.StatusInternalServerError
@@ -89,20 +119,15 @@ func (s *Server) serveSocket(w http.ResponseWriter, r *http.Request) {
 	}
 	conn, err := websocket.Accept(w, r, nil)
 	if err != nil {
+		settle(nil)
 		s.disconnect(r, id) // $connect recorded it
 		return
 	}
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
+	if !settle(conn) {
 		conn.CloseNow()
 		s.disconnect(r, id)
 		return
 	}
-	s.conns[id] = conn
-	s.wg.Add(1)
-	s.mu.Unlock()
-	defer s.wg.Done()
 	s.readLoop(r, id, conn)
 }
 
@@ -166,12 +191,31 @@ func (s *Server) event(r *http.Request, route, kind, id, body string) events.API
 	}
 }
 
+// lookup returns socket id, waiting for it to finish its handshake if it
+// is still pending.
+func (s *Server) lookup(ctx context.Context, id string) (*websocket.Conn, bool) {
+	s.mu.Lock()
+	conn, ok := s.conns[id]
+	ready, pending := s.pending[id]
+	s.mu.Unlock()
+	if ok || !pending {
+		return conn, ok
+	}
+	select {
+	case <-ready:
+	case <-ctx.Done():
+		return nil, false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	conn, ok = s.conns[id]
+	return conn, ok
+}
+
 // Post sends msg to socket id as a text message; a socket this server does
 // not hold answers control.ErrConnectionGone.
 func (s *Server) Post(ctx context.Context, id string, msg []byte) error {
-	s.mu.Lock()
-	conn, ok := s.conns[id]
-	s.mu.Unlock()
+	conn, ok := s.lookup(ctx, id)
 	if !ok {
 		return fmt.Errorf("post to %s: %w", id, control.ErrConnectionGone)
 	}
@@ -187,9 +231,7 @@ func (s *Server) Post(ctx context.Context, id string, msg []byte) error {
 // manage serves the management API for socket id, answering as API
 // Gateway does: 410 GoneException for a socket it does not hold.
 func (s *Server) manage(w http.ResponseWriter, r *http.Request, id string) {
-	s.mu.Lock()
-	conn, ok := s.conns[id]
-	s.mu.Unlock()
+	conn, ok := s.lookup(r.Context(), id)
 	switch r.Method {
 	case http.MethodPost:
 		msg, err := io.ReadAll(io.LimitReader(r.Body, maxPost+1))

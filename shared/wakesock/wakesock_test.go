@@ -135,8 +135,26 @@ func (h *harness) dial(t *testing.T, token, query string) (*websocket.Conn, *htt
 }
 
 // connect dials an accepted socket and returns it with the connection id
-// its $connect carried.
+// its $connect carried, once the server holds it. (The client's Dial
+// returns before the server holds the socket: see TestPostRightAfterDial.)
 func (h *harness) connect(t *testing.T) (*websocket.Conn, string) {
+	t.Helper()
+	c, id := h.dialAccepted(t)
+	waitFor(t, "the server to hold the socket", func() bool { return h.holds(id) })
+	return c, id
+}
+
+// holds reports whether the server holds socket id.
+func (h *harness) holds(id string) bool {
+	h.ws.mu.Lock()
+	defer h.ws.mu.Unlock()
+	_, ok := h.ws.conns[id]
+	return ok
+}
+
+// dialAccepted dials an accepted socket and returns it with the connection
+// id its $connect carried, as soon as the client's Dial returns.
+func (h *harness) dialAccepted(t *testing.T) (*websocket.Conn, string) {
 	t.Helper()
 	before := len(h.rec.events("$connect"))
 	c, _, err := h.dial(t, "good", "")
@@ -320,6 +338,7 @@ func TestAcceptedSocket(t *testing.T) {
 	}
 	ce := connects[0]
 	id := ce.RequestContext.ConnectionID
+	waitFor(t, "the server to hold the socket", func() bool { return h.holds(id) })
 	if ce.Headers["Authorization"] != "Bearer good" || ce.QueryStringParameters["v"] != "1" {
 		t.Errorf("$connect headers %v query %v: want the upgrade request's", ce.Headers, ce.QueryStringParameters)
 	}
@@ -492,18 +511,20 @@ func TestCloseWaitsForDisconnect(t *testing.T) {
 	r1.fails(t)
 	r2.fails(t)
 
-	// A socket that arrives after Close is closed at once, with its
-	// $disconnect.
-	before := started.Load()
+	// A socket that arrives after Close is refused or closed at once; a
+	// $connect it ran is followed by its $disconnect.
+	connects, disconnects := len(h.rec.events("$connect")), started.Load()
 	c3, _, err := h.dial(t, "good", "")
 	if err == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), wait)
 		defer cancel()
-		if _, _, err := c3.Read(ctx); err == nil {
-			t.Error("a socket accepted after Close could be read")
+		if _, _, err := c3.Read(ctx); err == nil || ctx.Err() != nil {
+			t.Errorf("a socket accepted after Close stayed open (read: %v)", err)
 		}
 	}
-	waitFor(t, "$disconnect of the socket after Close", func() bool { return started.Load() == before+1 })
+	if len(h.rec.events("$connect")) > connects {
+		waitFor(t, "$disconnect of the socket after Close", func() bool { return started.Load() == disconnects+1 })
+	}
 	if n := h.ws.Connections(); n != 0 {
 		t.Errorf("Connections() = %d after Close, want 0", n)
 	}
@@ -537,5 +558,23 @@ func TestManagementWithAWSSDK(t *testing.T) {
 	waitFor(t, "$disconnect", func() bool { return h.rec.disconnected(id) })
 	if err := m.Post(ctx, id, []byte(msg)); !errors.Is(err, control.ErrConnectionGone) {
 		t.Errorf("SDK post to a closed socket = %v, want ErrConnectionGone", err)
+	}
+}
+
+// TestPostRightAfterDial: once the client's Dial has returned, the socket
+// is open on both ends, so a Post to it (API Gateway's PostToConnection)
+// must deliver. (It once did not always: the 101 went out before the
+// socket was held, so a Post in between answered ErrConnectionGone, and the
+// control plane then forgot a socket that stayed open, never woken again.)
+func TestPostRightAfterDial(t *testing.T) {
+	h := newHarness(t, basic)
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	for i := range 200 {
+		c, id := h.dialAccepted(t)
+		if err := h.ws.Post(ctx, id, []byte("hi")); err != nil {
+			t.Fatalf("attempt %d: Post right after the client's Dial returned: %v", i, err)
+		}
+		c.CloseNow()
 	}
 }

@@ -31,6 +31,10 @@ const (
 	defaultBackoffMin = time.Second
 	defaultBackoffMax = time.Minute
 	dialTimeout       = 10 * time.Second
+	// stableAfter is how long a socket must stay up for its drop to be
+	// news rather than a failure: the first drop after one reconnects at
+	// once; a socket that keeps dropping sooner backs off like a refusal.
+	stableAfter = 30 * time.Second
 )
 
 // Options configure a Client; zero values take the defaults.
@@ -79,9 +83,10 @@ func New(o Options) *Client {
 	if o.BackoffMin <= 0 {
 		o.BackoffMin = defaultBackoffMin
 	}
-	if o.BackoffMax < o.BackoffMin {
+	if o.BackoffMax <= 0 {
 		o.BackoffMax = max(o.BackoffMin, defaultBackoffMax)
 	}
+	o.BackoffMax = max(o.BackoffMax, o.BackoffMin)
 	return &Client{opts: o, log: o.Logger, changed: make(chan struct{}),
 		work: make(chan struct{}, 1), news: make(chan struct{}, 1)}
 }
@@ -132,7 +137,8 @@ func signal(ch chan struct{}) {
 
 // Run keeps the socket until ctx ends.
 func (c *Client) Run(ctx context.Context) {
-	failures := 0
+	failures := 0   // connects in a row that failed, or came up and dropped soon
+	quickDrops := 0 // sockets in a row that dropped within stableAfter
 	for ctx.Err() == nil {
 		t, changed := c.current()
 		if t.url == "" {
@@ -142,21 +148,35 @@ func (c *Client) Run(ctx context.Context) {
 			}
 			continue
 		}
-		err := c.session(ctx, t, changed)
+		up, err := c.session(ctx, t, changed)
 		if ctx.Err() != nil {
 			return
 		}
-		if err == nil { // a new target, or a socket that worked and ended
-			failures = 0
+		switch {
+		case err == nil && up == 0: // a new target
+			failures, quickDrops = 0, 0
 			continue
+		case err == nil && up >= stableAfter:
+			failures, quickDrops = 0, 0
+			continue // a socket that worked and ended: reconnect at once
+		case err == nil:
+			quickDrops++
+			if quickDrops < 2 {
+				failures = 0
+				continue // one short-lived socket: reconnect at once
+			}
+			failures++
+			err = errors.New("the wake socket keeps dropping soon after it connects")
+		default:
+			failures++
 		}
-		failures++
 		wait := c.backoff(failures)
 		c.log.Warn("wake socket down; polling on the interval meanwhile", "error", err.Error(), "retry_in", wait.Round(time.Millisecond))
 		tm := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 		case <-changed:
+			failures, quickDrops = 0, 0
 		case <-tm.C:
 		}
 		tm.Stop()
@@ -174,9 +194,10 @@ func (c *Client) backoff(n int) time.Duration {
 var errRefused = errors.New("wake socket refused")
 
 // session connects to t and serves the socket until it fails (the error),
-// or t stops being the target or ctx ends (nil). A socket that was up and
-// then dropped also answers nil, so the next connect is not delayed.
-func (c *Client) session(ctx context.Context, t target, changed <-chan struct{}) error {
+// or t stops being the target or ctx ends (nil). up is how long a socket
+// that came up stayed up, and 0 when t stopped being the target while it
+// was: a socket that came up and dropped answers nil with its up time.
+func (c *Client) session(ctx context.Context, t target, changed <-chan struct{}) (up time.Duration, err error) {
 	dctx, cancel := context.WithTimeout(ctx, dialTimeout)
 	conn, resp, err := websocket.Dial(dctx, t.url, &websocket.DialOptions{
 		HTTPClient: c.opts.HTTP,
@@ -185,11 +206,13 @@ func (c *Client) session(ctx context.Context, t target, changed <-chan struct{})
 	cancel()
 	if err != nil {
 		if resp != nil && resp.StatusCode >= 400 && resp.StatusCode < 500 {
-			return errors.Join(errRefused, err)
+			return 0, errors.Join(errRefused, err)
 		}
-		return err
+		return 0, err
 	}
 	defer conn.CloseNow()
+	since := time.Now()
+	upFor := func() time.Duration { return max(time.Since(since), time.Nanosecond) }
 	conn.SetReadLimit(64 << 10)
 	c.up.Store(true)
 	c.log.Info("wake socket connected", "url", t.url)
@@ -217,19 +240,19 @@ func (c *Client) session(ctx context.Context, t target, changed <-chan struct{})
 		select {
 		case <-ctx.Done():
 			_ = conn.Close(websocket.StatusGoingAway, "nymph is stopping")
-			return nil
+			return 0, nil
 		case <-changed:
 			_ = conn.Close(websocket.StatusNormalClosure, "new worker session")
-			return nil
+			return 0, nil
 		case err := <-readErr:
 			c.log.Info("wake socket closed; reconnecting", "error", err.Error())
-			return nil
+			return upFor(), nil
 		case <-ping.C:
 			wctx, cancel := context.WithTimeout(sctx, c.opts.PongWait)
 			err := conn.Write(wctx, websocket.MessageText, []byte(wire.WakePing))
 			cancel()
 			if err != nil {
-				return err
+				return 0, err
 			}
 			if pongTimer == nil {
 				pongTimer = time.NewTimer(c.opts.PongWait)
@@ -241,7 +264,7 @@ func (c *Client) session(ctx context.Context, t target, changed <-chan struct{})
 				pongTimer, pongDue = nil, nil
 			}
 		case <-pongDue:
-			return errors.New("the keep-alive was not answered")
+			return 0, errors.New("the keep-alive was not answered")
 		}
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
+	"github.com/coder/websocket"
 
 	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/wakelambda"
@@ -185,7 +186,9 @@ func (p *plane) client(o Options) *Client {
 	return New(o)
 }
 
-func fast() Options { return Options{BackoffMin: 10 * time.Millisecond, BackoffMax: 40 * time.Millisecond} }
+func fast() Options {
+	return Options{BackoffMin: 10 * time.Millisecond, BackoffMax: 40 * time.Millisecond}
+}
 
 func recv(t *testing.T, ch <-chan struct{}, what string) {
 	t.Helper()
@@ -217,7 +220,23 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// up starts a client on p with token tok and waits for its socket.
+// holds reports whether the management API has socket id (GET 200).
+func (p *plane) holds(id string) bool {
+	p.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, p.ts.URL+"/wake/@connections/"+url.PathEscape(id), nil)
+	resp, err := p.ts.Client().Do(req)
+	if err != nil {
+		p.t.Fatalf("GET connection: %v", err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+// up starts a client on p with token tok and waits for its socket, up on
+// the client and held by the server (which holds it a moment after the
+// client's handshake ends: see wakesock's TestPostRightAfterDial).
 func up(t *testing.T, p *plane, o Options, tok string) (*Client, string) {
 	t.Helper()
 	c := p.client(o)
@@ -227,7 +246,9 @@ func up(t *testing.T, p *plane, o Options, tok string) (*Client, string) {
 	if !c.Up() {
 		t.Fatal("Up() = false after the connect's Work")
 	}
-	return c, p.lastConnect()
+	id := p.lastConnect()
+	waitFor(t, "the server to hold the socket", func() bool { return p.holds(id) })
+	return c, id
 }
 
 func TestConnectsWithToken(t *testing.T) {
@@ -252,9 +273,7 @@ func TestConnectsWithToken(t *testing.T) {
 	if fired(c.News()) {
 		t.Error("News fired on connect")
 	}
-	if n := p.cur.Load().Connections(); n != 1 {
-		t.Errorf("server holds %d sockets, want 1", n)
-	}
+	waitFor(t, "the server to hold the socket", func() bool { return p.cur.Load().Connections() == 1 })
 }
 
 func TestWakeMessages(t *testing.T) {
@@ -344,7 +363,9 @@ func TestReconnectsAfterServerClose(t *testing.T) {
 			arrived, release := make(chan struct{}, 1), make(chan struct{})
 			p := newPlane(t, gatedSecondConnect("tok", arrived, release))
 			t.Cleanup(func() { close(release) }) // before the plane closes
-			c, id := up(t, p, fast(), "tok")
+			// A socket that worked and dropped is reconnected without
+			// the backoff, which would outlast every bound here.
+			c, id := up(t, p, Options{BackoffMin: time.Hour, BackoffMax: time.Hour}, "tok")
 
 			tc.close(t, p, id)
 			recv(t, arrived, "a second $connect")
@@ -668,5 +689,65 @@ func TestWithRealHandler(t *testing.T) {
 		}
 	case <-time.After(wait):
 		t.Fatal("the handler's Disconnect did not run after Use(\"\")")
+	}
+}
+
+func TestOptionDefaults(t *testing.T) {
+	c := New(Options{})
+	o := c.opts
+	if o.HTTP == nil || o.Logger == nil {
+		t.Error("no default HTTP client or logger")
+	}
+	if o.PingEvery != defaultPingEvery || o.PongWait != defaultPongWait || o.BackoffMin != defaultBackoffMin || o.BackoffMax != defaultBackoffMax {
+		t.Errorf("defaults = ping %v pong %v backoff %v..%v", o.PingEvery, o.PongWait, o.BackoffMin, o.BackoffMax)
+	}
+	if c := New(Options{BackoffMin: 2 * time.Minute}); c.opts.BackoffMax < c.opts.BackoffMin {
+		t.Errorf("BackoffMax %v below BackoffMin %v", c.opts.BackoffMax, c.opts.BackoffMin)
+	}
+	if c.Up() {
+		t.Error("Up() = true for a new client")
+	}
+}
+
+func TestBackoff(t *testing.T) {
+	const lo, hi = 10 * time.Millisecond, time.Second
+	c := New(Options{BackoffMin: lo, BackoffMax: hi})
+	base := lo
+	for n := 1; n <= 100; n++ {
+		for range 50 {
+			d := c.backoff(n)
+			if d < base/2 || d >= base*3/2 {
+				t.Fatalf("backoff(%d) = %v, want within [%v, %v)", n, d, base/2, base*3/2)
+			}
+		}
+		base = min(base*2, hi)
+	}
+}
+
+// TestDroppedAtOnceBacksOff: a server that accepts every socket and drops
+// it at once (a misbehaving proxy, a control plane that closes sockets as
+// they come) should be retried with the backoff, like one that refuses.
+// (It once reconnected in a hot loop, each round also firing Work, a poll:
+// any socket that came up reset the backoff.)
+func TestDroppedAtOnceBacksOff(t *testing.T) {
+	var accepted atomic.Int64
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		conn, err := websocket.Accept(w, r, nil)
+		if err != nil {
+			return
+		}
+		accepted.Add(1)
+		_ = conn.Close(websocket.StatusGoingAway, "dropped at once")
+	}))
+	t.Cleanup(ts.Close)
+	c := New(Options{HTTP: ts.Client(), Logger: discard, BackoffMin: time.Hour, BackoffMax: time.Hour})
+	c.Use("ws"+strings.TrimPrefix(ts.URL, "http")+"/wake", "tok")
+	run(t, c)
+	waitFor(t, "the first socket", func() bool { return accepted.Load() >= 1 })
+	// With an hour's backoff no correct client connects more than a
+	// couple of times, however long this takes.
+	time.Sleep(500 * time.Millisecond)
+	if n := accepted.Load(); n > 3 {
+		t.Errorf("%d sockets in half a second with a 1 h backoff: the client reconnects in a hot loop", n)
 	}
 }

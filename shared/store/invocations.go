@@ -259,6 +259,7 @@ func (s *Store) claimRound(ctx context.Context, w domain.Worker, part string, wi
 			return got, false, storeErr("claim "+inv.ID, err)
 		default:
 			res.Claimed = append(res.Claimed, next)
+			s.claimed.put(next, w)
 			got++
 		}
 	}
@@ -380,6 +381,11 @@ type AckResult struct {
 // tokenHash) so a token revoked meanwhile cannot record. Only the worker that
 // ran that attempt may ack it.
 func (s *Store) Ack(ctx context.Context, id string, o domain.Outcome, auth Authorize, tokenHash string) (AckResult, error) {
+	if c, ok := s.claimed.take(id); ok && c.inv.Attempt == o.Attempt && c.inv.WorkerID == o.WorkerID {
+		if done, res, err := s.ackClaimed(ctx, c, o, auth, tokenHash); done {
+			return res, err
+		}
+	}
 	var res AckResult
 	err := retryVersion("ack "+id, func() error {
 		found, w, err := s.readForAck(ctx, id, o.WorkerID)
@@ -408,13 +414,7 @@ func (s *Store) Ack(ctx context.Context, id string, o domain.Outcome, auth Autho
 			res = AckResult{Recorded: false, State: inv.State}
 			return nil
 		}
-		check := types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{
-			TableName:                 aws.String(s.tables.Workers),
-			Key:                       key("worker_id", o.WorkerID),
-			ConditionExpression:       aws.String("token_hash = :h"),
-			ExpressionAttributeValues: map[string]types.AttributeValue{":h": str(tokenHash)},
-		}}
-		switch err := s.terminalWrite(ctx, inv.Version, &next, check); {
+		switch err := s.terminalWrite(ctx, inv.Version, &next, s.tokenCheck(o.WorkerID, tokenHash)); {
 		case errors.Is(err, errExtraCondition):
 			return errRevoked
 		case err != nil:
@@ -424,6 +424,44 @@ func (s *Store) Ack(ctx context.Context, id string, o domain.Outcome, auth Autho
 		return nil
 	})
 	return res, err
+}
+
+// ackClaimed records o over the invocation as this store claimed it, in
+// the one transaction the ack writes anyway, without reading it first: the
+// write is conditional on the version claimed, and the worker token check
+// is the transaction's condition on the worker row. done is false when
+// that is not enough to decide (the invocation changed since, the outcome
+// would not count, or the cached worker row does not pass auth): the caller
+// then reads and decides as usual, so the rules are domain.Invocation.Record
+// either way.
+func (s *Store) ackClaimed(ctx context.Context, c claimedEntry, o domain.Outcome, auth Authorize, tokenHash string) (done bool, res AckResult, err error) {
+	if auth != nil && auth(c.worker) != nil {
+		return false, AckResult{}, nil
+	}
+	next, recorded, err := c.inv.Record(o, s.now())
+	if err != nil || !recorded {
+		return false, AckResult{}, nil
+	}
+	switch err := s.terminalWrite(ctx, c.inv.Version, &next, s.tokenCheck(o.WorkerID, tokenHash)); {
+	case errors.Is(err, errVersion):
+		return false, AckResult{}, nil
+	case errors.Is(err, errExtraCondition):
+		return true, AckResult{}, errRevoked
+	case err != nil:
+		return true, AckResult{}, err
+	}
+	return true, AckResult{Recorded: true, State: next.State}, nil
+}
+
+// tokenCheck is the transaction item that holds only while worker id's
+// row carries token hash h: a token revoked meanwhile fails the write.
+func (s *Store) tokenCheck(id, h string) types.TransactWriteItem {
+	return types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{
+		TableName:                 aws.String(s.tables.Workers),
+		Key:                       key("worker_id", id),
+		ConditionExpression:       aws.String("token_hash = :h"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":h": str(h)},
+	}}
 }
 
 // Cancel cancels an invocation (domain.Invocation.Cancel): a queued one at

@@ -97,7 +97,8 @@ type Store struct {
 	// TerminalTTL is how long a finished invocation is kept (DynamoDB TTL).
 	TerminalTTL time.Duration
 
-	pool claimPool
+	pool    claimPool
+	claimed claimedCache
 }
 
 // New returns a store over db with tables named prefix + fixed suffixes.

@@ -25,8 +25,9 @@ const (
 	dispatchWorkers = 3
 	dispatchWarmups = 10
 	dispatchN       = 200
-	// dispatchIdle is how long the idle fleet's polls are counted.
-	dispatchIdle = 10 * time.Second
+	// dispatchIdle is how long the idle fleet's polls are counted: at
+	// least one idle poll interval (20 s with the wake channel up).
+	dispatchIdle = time.Minute
 )
 
 // BenchmarkDispatch reports dispatch latency (p50/p90/p99 ms) at one

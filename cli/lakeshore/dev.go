@@ -19,6 +19,7 @@ import (
 
 	"github.com/dreamlake/lakeshore/shared/api"
 	"github.com/dreamlake/lakeshore/shared/auth"
+	lsconfig "github.com/dreamlake/lakeshore/shared/config"
 	"github.com/dreamlake/lakeshore/shared/control"
 	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/hoststatus"
@@ -43,6 +44,7 @@ type devOptions struct {
 	lambdaConc    int
 	longPoll      bool
 	wakeChannel   bool
+	claimShards   int
 }
 
 // wakeChannel is where the dev server serves the wake channel: the socket
@@ -96,6 +98,7 @@ bootstrap, and the Lambdas post through the emulated management API).`,
 	f.IntVar(&o.lambdaConc, "lambda-concurrency", 32, "with --lambdas, the most emulators each function may run at once (started on demand, one invocation each); a long poll holds one, so keep it above the number of daemons")
 	f.BoolVar(&o.longPoll, "long-poll", true, "in process, hold idle daemons' polls until work arrives (the Lambda routes never do: a held Lambda bills its wait)")
 	f.BoolVar(&o.wakeChannel, "wake-channel", true, "serve the wake channel (a WebSocket that tells idle daemons to poll now); false: daemons only poll, as against an older control plane")
+	f.IntVar(&o.claimShards, "claim-shards", 1, "split each queue's claim index partition in this many (LAKESHORE_CLAIM_SHARDS; for a queue busier than one DynamoDB partition takes; never lower it while work is queued)")
 	return cmd
 }
 
@@ -106,6 +109,9 @@ func runDev(ctx context.Context, o devOptions) error {
 	}
 	if o.staleAfter < time.Second {
 		return fmt.Errorf("--stale-after must be at least 1s, got %s", o.staleAfter)
+	}
+	if o.claimShards < 1 || o.claimShards > lsconfig.MaxClaimShards {
+		return fmt.Errorf("--claim-shards must be from 1 to %d, got %d", lsconfig.MaxClaimShards, o.claimShards)
 	}
 	if o.lambdas != "" && o.lambdaConc < 1 {
 		return fmt.Errorf("--lambda-concurrency must be at least 1, got %d", o.lambdaConc)
@@ -139,6 +145,7 @@ func runDev(ctx context.Context, o devOptions) error {
 	}
 
 	st := store.New(db, o.tablePrefix)
+	st.ClaimShards = o.claimShards
 	// One wake hub for the routes and the sweep: work either makes
 	// claimable wakes a poll the routes hold.
 	hub := &wake.Hub{}

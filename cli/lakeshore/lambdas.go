@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -318,6 +319,7 @@ func lambdaEnv(environ []string, o devOptions, endpoint string, wake wakeChannel
 		"LAKESHORE_ENROLL_TOKEN="+o.enrollToken,
 		"LAKESHORE_OPERATOR_TOKEN="+o.operatorToken,
 		"LAKESHORE_STALE_AFTER="+o.staleAfter.String(),
+		"LAKESHORE_CLAIM_SHARDS="+strconv.Itoa(max(o.claimShards, 1)),
 	)
 	if wake.url != "" {
 		env = append(env, "LAKESHORE_WAKE_URL="+wake.url, "LAKESHORE_WAKE_ENDPOINT="+wake.endpoint)

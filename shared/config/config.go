@@ -9,6 +9,7 @@ package config
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -29,8 +30,13 @@ const (
 	// daemons, and the https endpoint of its management API.
 	EnvWakeURL      = "LAKESHORE_WAKE_URL"
 	EnvWakeEndpoint = "LAKESHORE_WAKE_ENDPOINT"
-	paramSuffix     = "_PARAM" // names an SSM SecureString holding the value
-	DefaultPrefix   = "lakeshore-"
+	// EnvClaimShards splits each queue's claim index partition (default 1;
+	// docs/dispatch.md). Every function must read the same count.
+	EnvClaimShards = "LAKESHORE_CLAIM_SHARDS"
+	paramSuffix    = "_PARAM" // names an SSM SecureString holding the value
+	DefaultPrefix  = "lakeshore-"
+	// MaxClaimShards bounds EnvClaimShards: an idle poll reads every shard.
+	MaxClaimShards = 64
 )
 
 // Config is the control plane's configuration.
@@ -46,6 +52,8 @@ type Config struct {
 	// management endpoint; both empty: no wake channel.
 	WakeURL      string
 	WakeEndpoint string
+	// ClaimShards is store.Store.ClaimShards (1: one partition a queue).
+	ClaimShards int
 }
 
 // ParameterGetter is the SSM call the loader makes.
@@ -86,7 +94,14 @@ func Load(ctx context.Context, getenv func(string) string, params ParameterGette
 // channel (they hand work back, so they wake workers). Tokens stay unset.
 func LoadStore(getenv func(string) string) (Config, error) {
 	c := Config{TablePrefix: getenv(EnvTablePrefix), StaleAfter: domain.DefaultStaleAfter,
-		WakeURL: getenv(EnvWakeURL), WakeEndpoint: getenv(EnvWakeEndpoint)}
+		WakeURL: getenv(EnvWakeURL), WakeEndpoint: getenv(EnvWakeEndpoint), ClaimShards: 1}
+	if v := getenv(EnvClaimShards); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > MaxClaimShards {
+			return Config{}, fmt.Errorf("%s must be a whole number from 1 to %d, got %q", EnvClaimShards, MaxClaimShards, v)
+		}
+		c.ClaimShards = n
+	}
 	if (c.WakeURL == "") != (c.WakeEndpoint == "") {
 		return Config{}, fmt.Errorf("%s and %s must be set together (the wake channel's socket URL and its management endpoint)", EnvWakeURL, EnvWakeEndpoint)
 	}

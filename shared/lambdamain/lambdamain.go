@@ -46,6 +46,7 @@ func Open(name string) Start {
 	s.Check("read configuration", err)
 	s.AWS, s.Config = awsCfg, c
 	s.Store = store.New(dynamodb.NewFromConfig(awsCfg), c.TablePrefix)
+	s.Store.ClaimShards = c.ClaimShards
 	if c.WakeEndpoint != "" {
 		s.Poster = wakelambda.NewManagement(awsCfg, c.WakeEndpoint)
 	}

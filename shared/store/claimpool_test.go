@@ -4,9 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"strings"
 	"sync"
 	"testing"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/store"
 	"github.com/dreamlake/lakeshore/shared/store/schema"
@@ -171,5 +176,68 @@ func TestAckAfterAChangeReadsAgain(t *testing.T) {
 	resp, err = svc.Ack(ctx, ackReq(w, c, c.Attempt, wire.StateSucceeded), authorizeHash("bench-hash"), "bench-hash")
 	if err != nil || resp.Recorded || resp.State != wire.StateFailed {
 		t.Fatalf("a second ack of c = %+v, %v; want a no-op answering failed", resp, err)
+	}
+}
+
+// TestShardedClaims: with ClaimShards, queued work spreads over the
+// shards of its partition, every shard is claimed from, and work handed
+// back returns to its shard.
+func TestShardedClaims(t *testing.T) {
+	ss, _ := countedStores(t, 1)
+	s := ss[0]
+	s.ClaimShards = 4
+	ctx := context.Background()
+	svc := storetest.Control(s)
+	const n = 24
+	for i := range n {
+		if _, _, err := svc.Submit(ctx, submitReq("job", fmt.Sprint(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keys := func() map[string]int {
+		out, err := s.DB().Scan(ctx, &dynamodb.ScanInput{TableName: aws.String(s.Tables().Invocations)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]int{}
+		for _, item := range out.Items {
+			if v, ok := item["claim_key"].(*types.AttributeValueMemberS); ok {
+				got[v.Value]++
+			}
+		}
+		return got
+	}
+	before := keys()
+	if len(before) < 3 {
+		t.Fatalf("claim keys %v: 24 invocations over 4 shards should use at least 3", before)
+	}
+	for k := range before {
+		if !strings.HasPrefix(k, "q##") {
+			t.Fatalf("claim key %q is not a shard of q#", k)
+		}
+	}
+	w := benchWorker(t, s, "m1", "")
+	var claimed []domain.Invocation
+	for range n + 1 {
+		res, err := s.Claim(ctx, w, "q", 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		claimed = append(claimed, res.Claimed...)
+		if len(res.Claimed) == 0 {
+			break
+		}
+	}
+	if len(claimed) != n {
+		t.Fatalf("claimed %d of %d across the shards", len(claimed), n)
+	}
+	if left := keys(); len(left) != 0 {
+		t.Fatalf("still queued after claiming all: %v", left)
+	}
+	if _, err := svc.HandBack(ctx, w.ID, "test"); err != nil {
+		t.Fatal(err)
+	}
+	if after := keys(); !maps.Equal(after, before) {
+		t.Fatalf("handed back to %v, want the shards they came from %v", after, before)
 	}
 }

@@ -35,9 +35,16 @@ var wakePlanes = []struct {
 	{"lambdas", lambdasBackend, nil},
 }
 
-func forEachWakePlane(t *testing.T, fn func(t *testing.T, b backend, args []string)) {
+// forEachWakePlane runs fn on each wake plane (a 60 s stale window: idle
+// polls 20 s apart) with a nymph labelled label whose socket is up and idle.
+func forEachWakePlane(t *testing.T, label string, fn func(t *testing.T, d *devServer, n *nymphProc)) {
 	for _, p := range wakePlanes {
-		t.Run(p.name, func(t *testing.T) { fn(t, p.b, p.args) })
+		t.Run(p.name, func(t *testing.T) {
+			d := startDev(t, p.b, append(p.args, "--stale-after", "60s")...)
+			n := startNymph(t, d, label)
+			n.waitConnected(t)
+			fn(t, d, n)
+		})
 	}
 }
 
@@ -78,11 +85,8 @@ func (p *nymphProc) waitConnected(t *testing.T) {
 // told "poll now" by a submit, and the body starts within seconds although
 // its next idle poll is up to 20 s away; each start follows a wake.
 func TestWakeChannelStartsIdleWork(t *testing.T) {
-	forEachWakePlane(t, func(t *testing.T, b backend, args []string) {
-		d := startDev(t, b, append(args, "--stale-after", "60s")...)
+	forEachWakePlane(t, "woken", func(t *testing.T, d *devServer, n *nymphProc) {
 		op := d.Operator()
-		n := startNymph(t, d, "woken")
-		n.waitConnected(t)
 		for i := range 3 {
 			woken := len(n.logLines(t, "woken: work may be waiting"))
 			if took := startedWithin(t, op, n); took > 5*time.Second {
@@ -98,11 +102,8 @@ func TestWakeChannelStartsIdleWork(t *testing.T) {
 // TestWakeChannelNews: a drain for an idle worker reaches it over its
 // socket; it drains and says bye at once, not at its next idle poll.
 func TestWakeChannelNews(t *testing.T) {
-	forEachWakePlane(t, func(t *testing.T, b backend, args []string) {
-		d := startDev(t, b, append(args, "--stale-after", "60s")...)
+	forEachWakePlane(t, "drained", func(t *testing.T, d *devServer, n *nymphProc) {
 		op := d.Operator()
-		n := startNymph(t, d, "drained")
-		n.waitConnected(t)
 		w, ok := workerNamed(context.Background(), op, "drained")
 		if !ok {
 			t.Fatal("no worker")

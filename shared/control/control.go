@@ -9,6 +9,7 @@ package control
 import (
 	"context"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/dreamlake/lakeshore/shared/clock"
@@ -68,7 +69,9 @@ type Service struct {
 	longPoll   bool
 	poster     Poster
 	wakeURL    string
-	log        *slog.Logger
+	// pushPausedUntil: the wake channel failed; notify skips it until then.
+	pushPausedUntil atomic.Pointer[time.Time]
+	log             *slog.Logger
 }
 
 // Config is what a Service needs; zero values take the defaults.

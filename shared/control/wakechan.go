@@ -44,6 +44,10 @@ const (
 	// pushTimeout bounds one wake's lookup and posts; a slow management
 	// API must not hold up a submit.
 	pushTimeout = 2 * time.Second
+	// pushPause is how long the wake channel is skipped after it failed
+	// (the management API down or slow), so a hand-back of many
+	// invocations does not wait pushTimeout for each.
+	pushPause = 5 * time.Second
 	// connectionTTL outlives API Gateway's longest connection (2 hours):
 	// the items of a socket whose $disconnect never ran expire after it.
 	connectionTTL = 2*time.Hour + 10*time.Minute
@@ -127,12 +131,17 @@ func (s *Service) notify(ctx context.Context, key, queue string, n int) {
 	if s.wake.Wake(key, 1) > 0 || s.poster == nil {
 		return
 	}
+	if until := s.pushPausedUntil.Load(); until != nil && s.clock.Now().Before(*until) {
+		return
+	}
 	// The wake outlives a caller that stops waiting for its answer.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pushTimeout)
 	defer cancel()
 	conns, err := s.store.Connections(ctx, key, wakeCandidates)
 	if err != nil {
 		s.log.Warn("wake channel: list sockets", "wake_key", key, "error", err.Error())
+		until := s.clock.Now().Add(pushPause)
+		s.pushPausedUntil.Store(&until)
 		return
 	}
 	rand.Shuffle(len(conns), func(i, j int) { conns[i], conns[j] = conns[j], conns[i] })
@@ -149,7 +158,11 @@ func (s *Service) notify(ctx context.Context, key, queue string, n int) {
 				s.log.Warn("wake channel: forget a closed socket", "connection_id", c.ID, "error", err.Error())
 			}
 		case err != nil:
-			s.log.Warn("wake channel: post", "connection_id", c.ID, "worker_id", c.WorkerID, "error", err.Error())
+			s.log.Warn("wake channel: post failed; not waking over it for a while", "connection_id", c.ID,
+				"worker_id", c.WorkerID, "pause", pushPause, "error", err.Error())
+			until := s.clock.Now().Add(pushPause)
+			s.pushPausedUntil.Store(&until)
+			return
 		default:
 			sent++
 		}

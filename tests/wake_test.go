@@ -245,13 +245,15 @@ func newWakeProxy(t *testing.T, d *devServer) *wakeProxy {
 		resp.Header.Set("Content-Length", strconv.Itoa(len(body)))
 		return nil
 	}
-	p.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	// Unstarted until p.srv is set: the handler reads its address.
+	p.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if strings.EqualFold(r.Header.Get("Upgrade"), "websocket") && p.refuse.Load() {
 			http.Error(w, "WebSockets are not allowed here", http.StatusForbidden)
 			return
 		}
 		rp.ServeHTTP(w, r)
 	}))
+	p.srv.Start()
 	t.Cleanup(p.srv.Close)
 	return p
 }

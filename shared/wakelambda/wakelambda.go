@@ -33,7 +33,8 @@ type Connector interface {
 
 // Handler serves the WebSocket API's routes:
 //   - $connect records the socket for the worker whose token the upgrade
-//     request carries (Authorization: Bearer <worker token>); any other
+//     request carries (Authorization: Bearer <worker token>, or
+//     X-Lakeshore-Token in IAM mode); any other
 //     answer than 200 makes API Gateway refuse the socket with that status;
 //   - $disconnect forgets it;
 //   - $default answers the daemon's keep-alive (wire.WakePing) with a pong,
@@ -43,7 +44,7 @@ func Handler(c Connector, log *slog.Logger) func(context.Context, events.APIGate
 		id := ev.RequestContext.ConnectionID
 		switch ev.RequestContext.RouteKey {
 		case "$connect":
-			if _, err := c.Connect(ctx, id, auth.BearerValue(header(ev.Headers, "Authorization"))); err != nil {
+			if _, err := c.Connect(ctx, id, socketToken(ev.Headers)); err != nil {
 				return refuse(log, id, err), nil
 			}
 			return events.APIGatewayProxyResponse{StatusCode: http.StatusOK}, nil
@@ -73,6 +74,17 @@ func refuse(log *slog.Logger, id string, err error) events.APIGatewayProxyRespon
 	}
 	body, _ := json.Marshal(wire.BodyFor(err))
 	return events.APIGatewayProxyResponse{StatusCode: status, Body: string(body)}
+}
+
+// socketToken is the worker token the upgrade request carries: in
+// Authorization: Bearer, or in X-Lakeshore-Token where nymph signs its
+// requests with SigV4 (IAM mode moves the token there, and the signature
+// takes Authorization).
+func socketToken(h map[string]string) string {
+	if tok := strings.TrimSpace(header(h, wire.TokenHeader)); tok != "" {
+		return tok
+	}
+	return auth.BearerValue(header(h, "Authorization"))
 }
 
 // header reads a header case-insensitively: API Gateway passes them as the

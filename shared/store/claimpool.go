@@ -34,19 +34,7 @@ type poolPart struct {
 	// trying holds the candidates handed out whose put has not finished:
 	// a read meanwhile still finds them queued, and must not pool them.
 	trying map[string]bool
-	// exhausted is when a read last found nothing this process is not
-	// already trying; until emptyFor has passed, or this process queues
-	// work in the partition (fresh), a claim does not read it again.
-	exhausted time.Time
-	fresh     bool
 }
-
-// emptyFor is how long a read that found nothing new answers for the
-// partition: many claimers of one process that find it exhausted at once
-// (workers finishing together) then cost one read, not one each. Work this
-// process queues meanwhile ends it at once; work another process queues is
-// found at most this much later (a held poll re-checks slower anyway).
-const emptyFor = 50 * time.Millisecond
 
 // contendedFor is how long a lost race turns the pool of its partition off.
 const contendedFor = 10 * time.Second
@@ -78,11 +66,7 @@ func (p *claimPool) take(key string, now time.Time, ttl time.Duration, refill fu
 	if now.Before(pp.contendedUntil) {
 		ttl = 0
 	}
-	if len(pp.invs) == 0 && !pp.fresh && now.Sub(pp.exhausted) < emptyFor {
-		return domain.Invocation{}, false, false, nil
-	}
 	if len(pp.invs) == 0 || now.Sub(pp.read) > ttl {
-		pp.fresh = false
 		invs, full, err := refill(len(pp.trying))
 		if err != nil {
 			pp.invs = nil
@@ -93,10 +77,6 @@ func (p *claimPool) take(key string, now time.Time, ttl time.Duration, refill fu
 		// nothing about more work: reading again at once would find them
 		// again.
 		pp.read, pp.full = now, full && len(pp.invs) > 0
-		pp.exhausted = time.Time{}
-		if len(pp.invs) == 0 {
-			pp.exhausted = now
-		}
 	}
 	if len(pp.invs) == 0 {
 		return domain.Invocation{}, false, pp.full, nil
@@ -116,15 +96,6 @@ func (p *claimPool) tried(key, id string) {
 	pp := p.part(key)
 	pp.mu.Lock()
 	delete(pp.trying, id)
-	pp.mu.Unlock()
-}
-
-// queued notes that this process is queueing work in partition key, so
-// the next claim reads it even if a read just found it exhausted.
-func (p *claimPool) queued(key string) {
-	pp := p.part(key)
-	pp.mu.Lock()
-	pp.fresh = true
 	pp.mu.Unlock()
 }
 

@@ -8,12 +8,10 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-	"github.com/dreamlake/lakeshore/shared/clock"
 	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/store"
 	"github.com/dreamlake/lakeshore/shared/store/schema"
@@ -241,50 +239,5 @@ func TestShardedClaims(t *testing.T) {
 	}
 	if after := keys(); !maps.Equal(after, before) {
 		t.Fatalf("handed back to %v, want the shards they came from %v", after, before)
-	}
-}
-
-// TestExhaustedPartitionIsReadOnce: once a read found nothing to claim,
-// claims of the same process within emptyFor answer without reading again
-// (many workers finishing together cost one read); work this process
-// queues there is found at once, and after emptyFor the index is read again.
-func TestExhaustedPartitionIsReadOnce(t *testing.T) {
-	ss, counter := countedStores(t, 2)
-	s, other := ss[0], ss[1]
-	fake := clock.NewFake(time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC))
-	s.Clock, other.Clock = fake.Clock(), fake.Clock()
-	ctx := context.Background()
-	w := benchWorker(t, s, "m1", "")
-	empty := func(st *store.Store) {
-		t.Helper()
-		res, err := st.Claim(ctx, w, "q", 1)
-		if err != nil || len(res.Claimed) != 0 {
-			t.Fatalf("claim of an empty queue = %+v, %v", res, err)
-		}
-	}
-	empty(s) // reads, finds nothing
-	counter.Reset()
-	for range 5 {
-		empty(s)
-	}
-	if q := counter.Get("Query"); q != 0 {
-		t.Fatalf("%d reads of a partition just found empty, want 0", q)
-	}
-	// Work this process queues is found at once.
-	if _, _, err := storetest.Control(s).Submit(ctx, submitReq("mine")); err != nil {
-		t.Fatal(err)
-	}
-	if got := claimOne(t, s, w); got.Argv[0] != "mine" {
-		t.Fatalf("claimed %v", got.Argv)
-	}
-	empty(s)
-	// Work another process queues waits out emptyFor, then is found.
-	if _, _, err := storetest.Control(other).Submit(ctx, submitReq("theirs")); err != nil {
-		t.Fatal(err)
-	}
-	empty(s)
-	fake.Advance(time.Second)
-	if got := claimOne(t, s, w); got.Argv[0] != "theirs" {
-		t.Fatalf("claimed %v", got.Argv)
 	}
 }

@@ -92,9 +92,6 @@ func (s *Store) invocationPut(prev int64, next *domain.Invocation) (*types.Put, 
 	if err != nil {
 		return nil, err
 	}
-	if v, ok := item["claim_key"].(*types.AttributeValueMemberS); ok {
-		s.pool.queued(v.Value) // this process queues work there: read it afresh
-	}
 	return versionedPut(s.tables.Invocations, "invocation_id", item, prev), nil
 }
 

@@ -189,8 +189,10 @@ func BenchmarkClaim(b *testing.B) {
 		b.Run(fmt.Sprintf("pollers=%d", n), func(b *testing.B) { benchClaim(b, n, claimKnobs{}) })
 	}
 	// The same 50 pollers spread over 50 processes (Lambda instances),
-	// each with its own claim pool, and with no pool at all.
+	// each with its own claim pool; and in one process with no pool.
 	b.Run("pollers=50/processes=50", func(b *testing.B) { benchClaim(b, 50, claimKnobs{processes: 50}) })
+	// Shards spread those processes' racers over several partitions.
+	b.Run("pollers=50/processes=50/shards=4", func(b *testing.B) { benchClaim(b, 50, claimKnobs{processes: 50, shards: 4}) })
 	b.Run("pollers=50/nopool", func(b *testing.B) { benchClaim(b, 50, claimKnobs{noPool: true}) })
 }
 
@@ -226,6 +228,10 @@ func BenchmarkClaimKnobs(b *testing.B) {
 		{"pollers=50/backlog=1000/window=32", claimKnobs{window: 32, backlog: 1000}},
 		{"pollers=50/backlog=1000/window=128", claimKnobs{window: 128, backlog: 1000}},
 		{"pollers=50/backlog=1000/window=256", claimKnobs{window: 256, backlog: 1000}},
+		// A busy queue's steady state across 50 processes (Lambda
+		// instances), where the pool is off after the first lost race.
+		{"pollers=50/processes=50/backlog=1000", claimKnobs{processes: 50, backlog: 1000}},
+		{"pollers=50/processes=50/backlog=1000/window=256", claimKnobs{processes: 50, backlog: 1000, window: 256}},
 	}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) { benchClaim(b, 50, c.knobs) })

@@ -20,7 +20,7 @@ all: build
 
 ## build: static binaries bin/lakeshore and bin/nymph
 build:
-	$(STATIC) $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/lakeshore ./cli/lakeshore
+	$(STATIC) $(GO) build -trimpath -ldflags '$(LDFLAGS) -X main.version=$(VERSION)' -o $(BIN)/lakeshore ./cli/lakeshore
 	$(STATIC) $(GO) build -trimpath -ldflags '$(LDFLAGS) -X main.version=$(VERSION)' -o $(BIN)/nymph ./agent/cmd/nymph
 
 ## demo: the main job on the embedded store (lakeshore dev, three nymphs, a killed worker)

@@ -131,7 +131,7 @@ exit non-zero unless it succeeded.`,
 	f.StringArrayVar(&s.hostSetup, "host-setup", nil, "host setup shell command (repeatable, ordered; selects the host key)")
 	f.StringArrayVar(&s.runSetup, "run-setup", nil, "shell command run before ARGV in its workdir (repeatable, ordered)")
 	f.StringArrayVarP(&s.env, "env", "e", nil, "environment variable K=V for the command (repeatable)")
-	f.StringVar(&s.workdir, "workdir", "", "working directory on the worker (default: a fresh one per attempt)")
+	f.StringVar(&s.workdir, "workdir", "", "directory the body starts in, relative to its run directory (a fresh one per attempt) and inside it; default: the run directory")
 	f.DurationVar(&s.timeout, "timeout", 0, "kill the command after this long (0: no limit; rounded up to seconds)")
 	f.IntVar(&s.maxAttempts, "max-attempts", 0, "attempts before a lost worker fails it (default 3)")
 	f.StringVar(&s.idempotencyKey, "idempotency-key", "", "submitting the same key again returns the first invocation")

@@ -117,6 +117,17 @@ func runDev(ctx context.Context, o devOptions) error {
 		return fmt.Errorf("--lambda-concurrency must be at least 1, got %d", o.lambdaConc)
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	if !loopbackAddr(o.addr) {
+		// Reachable from other machines: tokens are all that guards the
+		// fleet there, and they travel without TLS.
+		for _, t := range []struct{ flag, tok string }{{"--enroll-token", o.enrollToken}, {"--operator-token", o.operatorToken}} {
+			if t.tok != "" && len(t.tok) < minRoutableToken {
+				return fmt.Errorf("%s is %d bytes; on a non-loopback --addr (%s) tokens must be at least %d (leave it out for a random one)",
+					t.flag, len(t.tok), o.addr, minRoutableToken)
+			}
+		}
+		log.Warn("serving on a non-loopback address: anyone who can reach it with a token drives the fleet, and requests are plain HTTP (no TLS)", "addr", o.addr)
+	}
 
 	db, endpoint, stopStore, err := openStore(ctx, o.storeKind)
 	if err != nil {
@@ -240,6 +251,24 @@ func runDev(ctx context.Context, o devOptions) error {
 		return fmt.Errorf("shutdown: %w", err)
 	}
 	return nil
+}
+
+// minRoutableToken is the shortest token `lakeshore dev` takes on an
+// address other machines can reach.
+const minRoutableToken = 16
+
+// loopbackAddr reports whether listen address addr only takes local
+// connections (127.0.0.0/8, ::1, localhost).
+func loopbackAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // withWakeChannel serves the wake channel's paths with sockets and

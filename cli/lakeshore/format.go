@@ -28,13 +28,49 @@ func newTable(w io.Writer) *tabwriter.Writer {
 	return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 }
 
-// dash stands in for an empty cell so columns stay aligned and parseable.
+// dash stands in for an empty cell so columns stay aligned and parseable,
+// and shows a cell's control characters escaped (cell).
 func dash(s string) string {
 	if s == "" {
 		return "-"
 	}
-	return s
+	return cell(s)
 }
+
+// cell and block show text a worker or a body supplied (labels, commands,
+// error messages, output) with its control characters as Go escapes
+// (\x1b, \r, \x9b), so it cannot move the cursor, recolour or retitle an
+// operator's terminal, or break a table. A block keeps newlines and tabs.
+func cell(s string) string  { return printable(s, false) }
+func block(s string) string { return printable(s, true) }
+
+func printable(s string, block bool) string {
+	clean := true
+	for _, r := range s {
+		if isControl(r) && !(block && (r == '\n' || r == '\t')) {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		switch {
+		case block && (r == '\n' || r == '\t'):
+			b.WriteRune(r)
+		case isControl(r):
+			fmt.Fprintf(&b, "\\x%02x", r)
+		default:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+// isControl reports C0 and C1 control characters and DEL.
+func isControl(r rune) bool { return r < 0x20 || (r >= 0x7f && r <= 0x9f) }
 
 func exitCode(c *int) string {
 	if c == nil {
@@ -100,7 +136,7 @@ func shellJoin(argv []string) string {
 			parts[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
 		}
 	}
-	return strings.Join(parts, " ")
+	return cell(strings.Join(parts, " "))
 }
 
 func sortedPairs(m map[string]string) string {
@@ -167,7 +203,7 @@ func describeInvocation(w io.Writer, inv wire.Invocation, now time.Time) error {
 		if tail.text == "" {
 			continue
 		}
-		fmt.Fprintf(w, "--- %s (tail) ---\n%s", tail.name, tail.text)
+		fmt.Fprintf(w, "--- %s (tail) ---\n%s", tail.name, block(tail.text))
 		if !strings.HasSuffix(tail.text, "\n") {
 			fmt.Fprintln(w)
 		}
@@ -214,7 +250,7 @@ func describeWorker(w io.Writer, wk wire.Worker, now time.Time) error {
 		return err
 	}
 	if r := wk.LastSetupResult; r != nil && r.Status == wire.SetupFailed && r.OutputTail != "" {
-		fmt.Fprintf(w, "--- setup output (tail) ---\n%s", r.OutputTail)
+		fmt.Fprintf(w, "--- setup output (tail) ---\n%s", block(r.OutputTail))
 		if !strings.HasSuffix(r.OutputTail, "\n") {
 			fmt.Fprintln(w)
 		}
@@ -233,7 +269,7 @@ func setupName(r *wire.SetupResult, max int) string {
 	if runes := []rune(text); max > 0 && len(runes) > max {
 		text = string(runes[:max]) + "…"
 	}
-	return "`" + text + "`"
+	return "`" + cell(text) + "`"
 }
 
 // setupNote says why a worker needs an operator, from its last setup result:

@@ -60,3 +60,48 @@ func TestWorkerViewsShowFailedSetup(t *testing.T) {
 		t.Errorf("get worker after a successful setup:\n%s", b.String())
 	}
 }
+
+// TestVersionFlag: `lakeshore --version` prints the build's version.
+func TestVersionFlag(t *testing.T) {
+	root := newRootCmd()
+	var out strings.Builder
+	root.SetOut(&out)
+	root.SetArgs([]string{"--version"})
+	if err := root.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	if got := out.String(); got != "lakeshore "+version+"\n" {
+		t.Fatalf("--version printed %q", got)
+	}
+}
+
+// TestWorkerTextIsShownEscaped: a label, a command or output a worker or
+// body supplied is printed with its control characters escaped: no escape
+// sequence reaches the operator's terminal, and a table keeps its rows.
+func TestWorkerTextIsShownEscaped(t *testing.T) {
+	now := time.Now()
+	evil := "w\x1b]0;owned\x07\x1b[2J\r\n\u009b31m"
+	var out strings.Builder
+	if err := workerTable(&out, []wire.Worker{{WorkerID: "wrk_1", Label: evil, State: "active", MaxConcurrency: 1}}, now); err != nil {
+		t.Fatal(err)
+	}
+	inv := wire.Invocation{InvocationID: "inv_1", Queue: "q", State: wire.StateFailed, Argv: []string{"echo", evil},
+		StdoutTail: "line 1\n\x1b[31mred\x1b[0m\tend\n", Error: &wire.ErrorInfo{Type: "x", Message: evil}}
+	if err := describeInvocation(&out, inv, now); err != nil {
+		t.Fatal(err)
+	}
+	got := out.String()
+	for _, c := range []string{"\x1b", "\x07", "\r", "\u009b"} {
+		if strings.Contains(got, c) {
+			t.Fatalf("output holds control character %q:\n%s", c, got)
+		}
+	}
+	for _, want := range []string{`w\x1b]0;owned\x07\x1b[2J\x0d\x0a\x9b31m`, "line 1\n\\x1b[31mred\\x1b[0m\tend\n"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("output lacks %q:\n%s", want, got)
+		}
+	}
+	if lines := strings.Count(strings.SplitN(got, "ID:", 2)[0], "\n"); lines != 2 {
+		t.Errorf("the worker table has %d lines, want a header and one row:\n%s", lines, got)
+	}
+}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"io"
 	"log/slog"
 	"os"
@@ -120,5 +121,28 @@ func TestLambdaEnv(t *testing.T) {
 	}
 	if _, ok := got["LAKESHORE_ENROLL_TOKEN_PARAM"]; ok {
 		t.Error("the caller's LAKESHORE_ENROLL_TOKEN_PARAM reached the functions")
+	}
+}
+
+// TestDevRefusesShortTokensOnARoutableAddress: `lakeshore dev` on an
+// address other machines reach refuses a short token (before it listens
+// or opens a store); on loopback any token is taken.
+func TestDevRefusesShortTokensOnARoutableAddress(t *testing.T) {
+	for _, addr := range []string{"0.0.0.0:0", "[::]:0", "192.0.2.1:3000"} {
+		err := runDev(context.Background(), devOptions{addr: addr, storeKind: "embedded", tablePrefix: "p-",
+			enrollToken: "e", operatorToken: "o-but-long-enough-1234", staleAfter: time.Minute, logLevel: "error", claimShards: 1})
+		if err == nil || !strings.Contains(err.Error(), "--enroll-token is 1 bytes") {
+			t.Errorf("%s: %v, want the short token refused", addr, err)
+		}
+	}
+	for _, addr := range []string{"127.0.0.1:3000", "[::1]:3000", "localhost:3000"} {
+		if !loopbackAddr(addr) {
+			t.Errorf("%s is loopback", addr)
+		}
+	}
+	for _, addr := range []string{"0.0.0.0:3000", "10.0.0.5:3000", ":3000", "example.com:3000"} {
+		if loopbackAddr(addr) {
+			t.Errorf("%s is not loopback", addr)
+		}
 	}
 }

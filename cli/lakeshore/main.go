@@ -13,6 +13,9 @@ import (
 	"github.com/spf13/cobra"
 )
 
+// version is set at build time with -ldflags "-X main.version=…".
+var version = "dev"
+
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -28,7 +31,9 @@ func newRootCmd() *cobra.Command {
 		Short:         "Lakeshore: a serverless control plane for fleets of workers that run queued work",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       version,
 	}
+	root.SetVersionTemplate("lakeshore {{.Version}}\n")
 	root.AddCommand(newDevCmd())
 	root.AddCommand(newTablesCmd())
 	root.AddCommand(newTemplateCmd())

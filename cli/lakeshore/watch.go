@@ -82,7 +82,7 @@ func (s watchSnapshot) line() string {
 	for _, w := range s.Workers {
 		b.WriteString(" " + w.WorkerID)
 		if w.Label != "" {
-			b.WriteString("(" + w.Label + ")")
+			b.WriteString("(" + cell(w.Label) + ")")
 		}
 		fmt.Fprintf(&b, " %s %d/%d", w.State, w.Running, w.MaxConcurrency)
 	}

@@ -233,7 +233,7 @@ func newFuzzPlane() (*fuzzPlane, error) {
 	b.call("POST", "/v1/daemon/ack", a.Token, wire.AckRequest{WorkerID: a.WorkerID, InvocationID: done, Attempt: 1,
 		State: wire.StateSucceeded, ExitCode: new(0), ResultBlob: json.RawMessage(`{"ok":true}`), StdoutTail: "first"}, 200, &ackResp)
 	running := submit(wire.SubmitRequest{Queue: "default", Argv: []string{"sleep", "600"}, TimeoutS: 900,
-		RunConfig: wire.RunConfig{RunSetup: []string{"cd /tmp"}, Env: map[string]string{"MODE": "fuzz"}, Workdir: "/tmp"}})
+		RunConfig: wire.RunConfig{RunSetup: []string{"cd /tmp"}, Env: map[string]string{"MODE": "fuzz"}, Workdir: "tmp"}})
 	if got := run(poll(a, wire.PollRequest{Phase: wire.PhaseReady, Invocations: []string{}})); got != running && b.err == nil {
 		b.fail(fmt.Errorf("A claimed %s, want %s", got, running))
 	}
@@ -695,7 +695,7 @@ func FuzzOperatorPost(f *testing.F) {
 	add := func(want int, tok, route uint8, id, body string) { s.add(want, tok, route, id, []byte(body)) }
 	const submit = `{"queue":"default","argv":["echo","hi"]}`
 	add(201, tokOperator, 0, "", submit)
-	add(201, tokOperator, 0, "", `{"queue":"gpu","argv":["python","train.py"],"env":{"SEED":"1"},"run_config":{"host_setup":["apt-get install -y jq"],"run_setup":["cd /srv"],"env":{"A":"b"},"workdir":"/srv"},"timeout_s":3600,"max_attempts":5,"idempotency_key":"idem-2"}`)
+	add(201, tokOperator, 0, "", `{"queue":"gpu","argv":["python","train.py"],"env":{"SEED":"1"},"run_config":{"host_setup":["apt-get install -y jq"],"run_setup":["cd /srv"],"env":{"A":"b"},"workdir":"srv"},"timeout_s":3600,"max_attempts":5,"idempotency_key":"idem-2"}`)
 	add(200, tokOperator, 0, "", `{"queue":"gpu","argv":["train"],"idempotency_key":"idem-1"}`)
 	add(409, tokOperator, 0, "", `{"queue":"gpu","argv":["train","--fast"],"idempotency_key":"idem-1"}`)
 	add(400, tokOperator, 0, "", `{"queue":"my queue","argv":["x"]}`)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"path/filepath"
 	"reflect"
 	"regexp"
 	"slices"
@@ -51,6 +52,14 @@ var queueName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
 
 // ValidQueue reports whether q is a well-formed queue name.
 func ValidQueue(q string) bool { return queueName.MatchString(q) }
+
+// ValidWorkdir reports whether a run config's workdir names a directory
+// inside the run directory: "" (the run directory itself), or a relative
+// path that never climbs out of it ("..") and holds no NUL. The daemon
+// refuses any other, so submit does too.
+func ValidWorkdir(dir string) bool {
+	return dir == "" || (!filepath.IsAbs(dir) && filepath.IsLocal(dir) && !strings.ContainsRune(dir, 0))
+}
 
 // Validator is implemented by every request body.
 type Validator interface {
@@ -420,6 +429,9 @@ func (r *SubmitRequest) Validate() error {
 	}
 	if err := checkText("run_config.workdir", r.RunConfig.Workdir, 1024, false); err != nil {
 		return err
+	}
+	if !ValidWorkdir(r.RunConfig.Workdir) {
+		return invalid("run_config.workdir must be a path relative to the run directory, inside it (no leading /, no ..)")
 	}
 	if r.TimeoutS < 0 || r.TimeoutS > MaxTimeoutS {
 		return invalid("timeout_s must be 0 (none) to %d", MaxTimeoutS)

@@ -173,7 +173,9 @@ type RunConfig struct {
 	HostSetup []string          `json:"host_setup,omitempty"`
 	RunSetup  []string          `json:"run_setup,omitempty"`
 	Env       map[string]string `json:"env,omitempty"`
-	Workdir   string            `json:"workdir,omitempty"`
+	// Workdir is where run setup and the body start: relative to the run
+	// directory, and inside it (ValidWorkdir); "" is the run directory.
+	Workdir string `json:"workdir,omitempty"`
 }
 
 // RunInvocation is the payload of a run command.

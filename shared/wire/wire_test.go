@@ -504,6 +504,10 @@ func TestDecode(t *testing.T) {
 			{name: "wrong type: timeout_s string", body: with(okSubmit, "timeout_s", "10"), want: wire.CodeInvalid},
 			{name: "wrong type: timeout_s fraction", body: with(okSubmit, "timeout_s", 1.5), want: wire.CodeInvalid},
 			{name: "unknown fields ignored", body: with(okSubmit, "priority", map[string]any{"x": 1})},
+			{name: "workdir relative", body: with(okSubmit, "run_config", map[string]any{"workdir": "src/app"})},
+			{name: "workdir absolute", body: with(okSubmit, "run_config", map[string]any{"workdir": "/etc"}), want: wire.CodeInvalid},
+			{name: "workdir climbing out", body: with(okSubmit, "run_config", map[string]any{"workdir": "a/../../b"}), want: wire.CodeInvalid},
+			{name: "workdir dot-dot", body: with(okSubmit, "run_config", map[string]any{"workdir": ".."}), want: wire.CodeInvalid},
 		}},
 		{"hello", func() wire.Validator { return &wire.HelloRequest{} }, []decodeCase{
 			{name: "minimal", body: js(okHello)},

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -17,6 +18,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/dreamlake/lakeshore/agent"
+	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".
@@ -27,15 +29,29 @@ func main() {
 }
 
 func run(args []string, getenv func(string) string) int {
-	cfg, logLevel, err := parseFlags(args, getenv)
-	if errors.Is(err, pflag.ErrHelp) {
-		return agent.ExitOK
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "nymph:", err)
+	return runIO(args, getenv, os.Stdout, os.Stderr)
+}
+
+// runIO is run with its output streams: help and --version go to stdout,
+// errors and the log to stderr.
+func runIO(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	if len(args) == 0 && getenv("NYMPH_CONTROL_PLANE") == "" {
+		// A bare nymph: say how to run it rather than what is missing.
+		fmt.Fprintln(stderr, "usage: nymph --control-plane URL --enroll-token T --queue Q [flags]  (nymph --help lists them)")
 		return agent.ExitUsage
 	}
-	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: logLevel}))
+	cfg, logLevel, err := parseFlagsTo(args, getenv, stdout)
+	switch {
+	case errors.Is(err, pflag.ErrHelp):
+		return agent.ExitOK
+	case errors.Is(err, errVersion):
+		fmt.Fprintln(stdout, "nymph", version)
+		return agent.ExitOK
+	case err != nil:
+		fmt.Fprintln(stderr, "nymph:", err)
+		return agent.ExitUsage
+	}
+	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: logLevel}))
 	if err := agent.HideFromSameUser(); err != nil {
 		log.Warn("cannot mark nymph non-dumpable: bodies of its own user could read its environment", "error", err.Error())
 	}
@@ -43,7 +59,7 @@ func run(args []string, getenv func(string) string) int {
 	cfg.Version = version
 	a, err := agent.New(cfg)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "nymph:", err)
+		fmt.Fprintln(stderr, "nymph:", err)
 		return agent.ExitUsage
 	}
 	sigs := make(chan os.Signal, 2)
@@ -67,11 +83,22 @@ func run(args []string, getenv func(string) string) int {
 // NYMPH_<FLAG>. What neither sets keeps agent.DefaultConfig's value; an explicit zero
 // (--grace 0s, NYMPH_KILL_AFTER=0s) is zero.
 func parseFlags(args []string, getenv func(string) string) (agent.Config, slog.Level, error) {
+	return parseFlagsTo(args, getenv, io.Discard)
+}
+
+// errVersion is parseFlagsTo's answer to --version.
+var errVersion = errors.New("version asked")
+
+// parseFlagsTo is parseFlags printing --help to out.
+func parseFlagsTo(args []string, getenv func(string) string, out io.Writer) (agent.Config, slog.Level, error) {
 	c := agent.DefaultConfig()
 	def := agent.DefaultConfig()
 	var tags []string
 	var level string
+	var showVersion bool
 	fs := pflag.NewFlagSet("nymph", pflag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.BoolVar(&showVersion, "version", false, "print nymph's version and exit")
 	fs.StringVar(&c.ControlPlane, "control-plane", "", "control plane URL (required)")
 	fs.StringVar(&c.EnrollToken, "enroll-token", "", "enrollment token (required)")
 	fs.StringVar(&c.Queue, "queue", "", "queue to serve (required)")
@@ -99,6 +126,9 @@ func parseFlags(args []string, getenv func(string) string) (agent.Config, slog.L
 	if err := fs.Parse(args); err != nil {
 		return c, 0, err
 	}
+	if showVersion {
+		return c, 0, errVersion
+	}
 	// NYMPH_<FLAG> fills every flag the command line left unset.
 	var envErr error
 	fs.VisitAll(func(f *pflag.Flag) {
@@ -116,6 +146,10 @@ func parseFlags(args []string, getenv func(string) string) (agent.Config, slog.L
 	})
 	if envErr != nil {
 		return c, 0, envErr
+	}
+	if c.Capacity < 1 || c.Capacity > wire.MaxConcurrency {
+		// An explicit 0 is refused like -1: it would not mean "none".
+		return c, 0, fmt.Errorf("--capacity must be 1-%d, got %d", wire.MaxConcurrency, c.Capacity)
 	}
 	if tokenFile != "" {
 		if c.EnrollToken != "" {

@@ -100,3 +100,31 @@ func TestRunExitCodes(t *testing.T) {
 		}
 	}
 }
+
+// TestHelpVersionAndBareUsage: --help goes to stdout and exits 0,
+// --version prints the version, a bare nymph prints how to run it (not a
+// missing-flag error), and --capacity 0 is refused like -1.
+func TestHelpVersionAndBareUsage(t *testing.T) {
+	none := func(string) string { return "" }
+	var out, errs strings.Builder
+	if code := runIO([]string{"--help"}, none, &out, &errs); code != agent.ExitOK || !strings.Contains(out.String(), "--control-plane") || errs.Len() != 0 {
+		t.Fatalf("--help: exit %d, stdout %q, stderr %q; want the flags on stdout, exit 0", code, out.String(), errs.String())
+	}
+	out.Reset()
+	if code := runIO([]string{"--version"}, none, &out, &errs); code != agent.ExitOK || strings.TrimSpace(out.String()) != "nymph "+version {
+		t.Fatalf("--version: exit %d, stdout %q", code, out.String())
+	}
+	out.Reset()
+	if code := runIO(nil, none, &out, &errs); code != agent.ExitUsage || !strings.HasPrefix(errs.String(), "usage: nymph --control-plane URL") {
+		t.Fatalf("bare nymph: exit %d, stderr %q; want the usage line", code, errs.String())
+	}
+	required := []string{"--control-plane", "http://127.0.0.1:1", "--enroll-token", "e", "--queue", "q"}
+	for _, n := range []string{"0", "-1"} {
+		if _, _, err := parseFlags(append(append([]string(nil), required...), "--capacity", n), none); err == nil || !strings.Contains(err.Error(), "--capacity must be 1-") {
+			t.Errorf("--capacity %s: %v, want refused", n, err)
+		}
+	}
+	if _, _, err := parseFlags(required, none); err != nil {
+		t.Fatalf("the default capacity: %v", err)
+	}
+}

@@ -32,7 +32,7 @@ func runDirs(root string, inv wire.RunInvocation) (dir, bodyDir string, err erro
 	if sub == "" {
 		return dir, dir, nil
 	}
-	if filepath.IsAbs(sub) || !filepath.IsLocal(sub) || strings.ContainsRune(sub, 0) {
+	if !wire.ValidWorkdir(sub) {
 		return "", "", fmt.Errorf("run_config.workdir %q must be a relative path inside the run directory", ClipString(sub, 200))
 	}
 	return dir, filepath.Join(dir, sub), nil

@@ -23,6 +23,7 @@ import (
 	"github.com/dreamlake/lakeshore/shared/control"
 	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/hoststatus"
+	"github.com/dreamlake/lakeshore/shared/logjson"
 	"github.com/dreamlake/lakeshore/shared/store"
 	"github.com/dreamlake/lakeshore/shared/store/embedded"
 	"github.com/dreamlake/lakeshore/shared/store/schema"
@@ -116,7 +117,7 @@ func runDev(ctx context.Context, o devOptions) error {
 	if o.lambdas != "" && o.lambdaConc < 1 {
 		return fmt.Errorf("--lambda-concurrency must be at least 1, got %d", o.lambdaConc)
 	}
-	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	log := logjson.New(os.Stderr, level)
 	if !loopbackAddr(o.addr) {
 		// Reachable from other machines: tokens are all that guards the
 		// fleet there, and they travel without TLS.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/dreamlake/lakeshore/shared/config"
 	"github.com/dreamlake/lakeshore/shared/control"
+	"github.com/dreamlake/lakeshore/shared/logjson"
 	"github.com/dreamlake/lakeshore/shared/store"
 	"github.com/dreamlake/lakeshore/shared/wakelambda"
 )
@@ -39,7 +40,7 @@ type Start struct {
 // needs (the reaper, the host poller): the table prefix and the stale
 // window, no tokens.
 func Open(name string) Start {
-	s := Start{Name: name, Log: slog.New(slog.NewJSONHandler(os.Stdout, nil))}
+	s := Start{Name: name, Log: logjson.New(os.Stdout, slog.LevelInfo)}
 	awsCfg, err := awsconfig.LoadDefaultConfig(context.Background())
 	s.Check("load AWS config", err)
 	c, err := config.LoadStore(os.Getenv)

@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/dreamlake/lakeshore/agent"
+	"github.com/dreamlake/lakeshore/shared/logjson"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
@@ -51,7 +52,7 @@ func runIO(args []string, getenv func(string) string, stdout, stderr io.Writer) 
 		fmt.Fprintln(stderr, "nymph:", err)
 		return agent.ExitUsage
 	}
-	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: logLevel}))
+	log := logjson.New(stderr, logLevel)
 	if err := agent.HideFromSameUser(); err != nil {
 		log.Warn("cannot mark nymph non-dumpable: bodies of its own user could read its environment", "error", err.Error())
 	}

@@ -130,7 +130,7 @@ func runDev(ctx context.Context, o devOptions) error {
 		log.Warn("serving on a non-loopback address: anyone who can reach it with a token drives the fleet, and requests are plain HTTP (no TLS)", "addr", o.addr)
 	}
 
-	db, endpoint, stopStore, err := openStore(ctx, o.storeKind)
+	db, endpoint, stopStore, err := openStore(ctx, o.storeKind, log)
 	if err != nil {
 		return err
 	}
@@ -223,7 +223,7 @@ func runDev(ctx context.Context, o devOptions) error {
 	go every(ctx, max(o.staleAfter/4, 250*time.Millisecond), "sweep", sweepOnce, log)
 	if o.storeKind == "aws" && o.hostPoll > 0 {
 		if pollHostsOnce == nil {
-			cfg, err := config.LoadDefaultConfig(ctx)
+			cfg, err := config.LoadDefaultConfig(ctx, config.WithLogger(logjson.SDK(log)))
 			if err != nil {
 				return fmt.Errorf("load AWS config: %w", err)
 			}
@@ -287,7 +287,7 @@ func withWakeChannel(routes, sockets http.Handler) http.Handler {
 
 // openStore returns a DynamoDB client for the chosen store, the embedded
 // store's endpoint ("" for aws) and a function that releases it.
-func openStore(ctx context.Context, kind string) (*dynamodb.Client, string, func(), error) {
+func openStore(ctx context.Context, kind string, log *slog.Logger) (*dynamodb.Client, string, func(), error) {
 	switch kind {
 	case "embedded":
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -299,7 +299,7 @@ func openStore(ctx context.Context, kind string) (*dynamodb.Client, string, func
 		endpoint := "http://" + ln.Addr().String()
 		return store.EndpointClient(endpoint), endpoint, func() { _ = hs.Close() }, nil
 	case "aws":
-		cfg, err := config.LoadDefaultConfig(ctx)
+		cfg, err := config.LoadDefaultConfig(ctx, config.WithLogger(logjson.SDK(log)))
 		if err != nil {
 			return nil, "", nil, fmt.Errorf("load AWS config: %w", err)
 		}

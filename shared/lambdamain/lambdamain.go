@@ -41,7 +41,7 @@ type Start struct {
 // window, no tokens.
 func Open(name string) Start {
 	s := Start{Name: name, Log: logjson.New(os.Stdout, slog.LevelInfo)}
-	awsCfg, err := awsconfig.LoadDefaultConfig(context.Background())
+	awsCfg, err := awsconfig.LoadDefaultConfig(context.Background(), awsconfig.WithLogger(logjson.SDK(s.Log)))
 	s.Check("load AWS config", err)
 	c, err := config.LoadStore(os.Getenv)
 	s.Check("read configuration", err)

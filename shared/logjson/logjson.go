@@ -4,8 +4,12 @@
 package logjson
 
 import (
+	"context"
+	"fmt"
 	"io"
 	"log/slog"
+
+	"github.com/aws/smithy-go/logging"
 )
 
 // New returns a logger writing JSON lines at level and above to w.
@@ -19,4 +23,20 @@ func durations(_ []string, a slog.Attr) slog.Attr {
 		return slog.String(a.Key, a.Value.Duration().String())
 	}
 	return a
+}
+
+// SDK routes the AWS SDK's own log lines (retries, missing checksums,
+// deprecations) into log, as JSON like every other line: warnings at warn,
+// debug lines at debug. Give it as config.WithLogger (or aws.Config.Logger).
+func SDK(log *slog.Logger) logging.Logger {
+	return logging.LoggerFunc(func(c logging.Classification, format string, v ...any) {
+		level := slog.LevelInfo
+		switch c {
+		case logging.Warn:
+			level = slog.LevelWarn
+		case logging.Debug:
+			level = slog.LevelDebug
+		}
+		log.Log(context.Background(), level, fmt.Sprintf(format, v...), "source", "aws-sdk")
+	})
 }

@@ -57,8 +57,9 @@ func (p *claimPool) part(key string) *poolPart {
 // refill first when it is empty or older than ttl (refill runs under the
 // partition's lock: claimers that arrive meanwhile wait for its result
 // rather than query too). refill is told how many candidates this process
-// is trying now: a read finds those again, so it should read that many more. ok is false when the partition has no candidate;
-// full reports whether the last read filled its window.
+// is trying now: a read finds those again, so it should read that many
+// more. ok is false when the partition has no candidate; full reports
+// whether the last read filled its window.
 func (p *claimPool) take(key string, now time.Time, ttl time.Duration, refill func(trying int) ([]domain.Invocation, bool, error)) (inv domain.Invocation, ok, full bool, err error) {
 	pp := p.part(key)
 	pp.mu.Lock()

@@ -190,25 +190,19 @@ func (c *Client) backoff(n int) time.Duration {
 	return time.Duration(float64(d) * (0.5 + rand.Float64()))
 }
 
-// errRefused marks a connect the control plane answered with a refusal.
-var errRefused = errors.New("wake socket refused")
-
 // session connects to t and serves the socket until it fails (the error),
 // or t stops being the target or ctx ends (nil). up is how long a socket
 // that came up stayed up, and 0 when t stopped being the target while it
 // was: a socket that came up and dropped answers nil with its up time.
 func (c *Client) session(ctx context.Context, t target, changed <-chan struct{}) (up time.Duration, err error) {
 	dctx, cancel := context.WithTimeout(ctx, dialTimeout)
-	conn, resp, err := websocket.Dial(dctx, t.url, &websocket.DialOptions{
+	conn, _, err := websocket.Dial(dctx, t.url, &websocket.DialOptions{
 		HTTPClient: c.opts.HTTP,
 		HTTPHeader: http.Header{"Authorization": {"Bearer " + t.token}},
 	})
 	cancel()
 	if err != nil {
-		if resp != nil && resp.StatusCode >= 400 && resp.StatusCode < 500 {
-			return 0, errors.Join(errRefused, err)
-		}
-		return 0, err
+		return 0, err // refused or unreachable alike: back off and retry
 	}
 	defer conn.CloseNow()
 	since := time.Now()

@@ -27,11 +27,10 @@ type PartitionLimited struct {
 	Attr  string  // the index's partition key attribute, e.g. claim_key
 	Rate  float64 // writes a second per partition
 
-	mu     sync.Mutex
-	at     map[string]string    // item key → its partition ("" for none)
-	next   map[string]time.Time // partition → when its next write may land
-	writes map[string]int       // partition → writes counted
-	on     bool
+	mu   sync.Mutex
+	at   map[string]string    // item key → its partition ("" for none)
+	next map[string]time.Time // partition → when its next write may land
+	on   bool
 }
 
 // Limit turns the limit on (writes before are tracked, not held back).
@@ -39,17 +38,6 @@ func (p *PartitionLimited) Limit(on bool) {
 	p.mu.Lock()
 	p.on = on
 	p.mu.Unlock()
-}
-
-// Writes reports how many writes each partition took while the limit was on.
-func (p *PartitionLimited) Writes() map[string]int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	out := make(map[string]int, len(p.writes))
-	for k, v := range p.writes {
-		out[k] = v
-	}
-	return out
 }
 
 func (p *PartitionLimited) PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
@@ -110,7 +98,7 @@ func (p *PartitionLimited) wait(ctx context.Context, parts []string) {
 		return
 	}
 	if p.next == nil {
-		p.next, p.writes = map[string]time.Time{}, map[string]int{}
+		p.next = map[string]time.Time{}
 	}
 	now := time.Now()
 	until := now
@@ -120,7 +108,6 @@ func (p *PartitionLimited) wait(ctx context.Context, parts []string) {
 			t = p.next[k]
 		}
 		p.next[k] = t.Add(time.Duration(float64(time.Second) / p.Rate))
-		p.writes[k]++
 		if t.After(until) {
 			until = t
 		}

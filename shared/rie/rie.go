@@ -255,14 +255,11 @@ func (p *Pool) start() (*instance, error) {
 	n := p.started
 	p.mu.Unlock()
 
-	addr, err := freeAddr()
+	addrs, err := freeAddrs(2)
 	if err != nil {
 		return nil, fmt.Errorf("lambda %s: %w", p.fn.Name, err)
 	}
-	apiAddr, err := freeAddr()
-	if err != nil {
-		return nil, fmt.Errorf("lambda %s: %w", p.fn.Name, err)
-	}
+	addr, apiAddr := addrs[0], addrs[1]
 	cmd := exec.Command(p.fn.Emulator, "--runtime-interface-emulator-address", addr,
 		"--runtime-api-address", apiAddr, p.fn.Bootstrap)
 	cmd.Env = append([]string{}, p.fn.Env...)
@@ -372,13 +369,21 @@ func (in *instance) kill() {
 }
 
 // freeAddr returns a loopback address with a port that was free a moment ago.
-func freeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", fmt.Errorf("find a free port: %w", err)
+// freeAddrs returns n distinct free loopback addresses. The listeners are
+// held until all n are picked: two picked one after the other could be the
+// same port (the first one closed before the second was asked for), and
+// then an emulator's runtime API cannot bind the port it serves invokes on.
+func freeAddrs(n int) ([]string, error) {
+	addrs := make([]string, 0, n)
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("find a free port: %w", err)
+		}
+		defer ln.Close()
+		addrs = append(addrs, ln.Addr().String())
 	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
+	return addrs, nil
 }
 
 // lineWriter prefixes each line written to w and reports it to line.

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -58,7 +59,11 @@ type faultResult struct {
 	invocations, lost, doubleCounted int
 	// wronglyCancelled counts invocations that ended cancelled although no
 	// operator cancelled them: lost work, counted in lost too.
-	wronglyCancelled                  int
+	wronglyCancelled int
+	// badHistory counts invocations whose attempt history disagrees with
+	// them (historyFault); the first few are in badHistoryNotes.
+	badHistory                        int
+	badHistoryNotes                   []string
 	redelivered                       int
 	worstRedelivery                   time.Duration
 	bodiesStarted, executionsRepeated int
@@ -92,6 +97,9 @@ type faultSpec struct {
 	// heal, if set, ends the fault once its work was handed back; it is
 	// given when the fault happened.
 	heal func(e *faultEnv, at time.Time)
+	// heldEnds, if set, is how the attempts the faulted agent held must read
+	// in their invocations' history (one of these outcomes).
+	heldEnds []string
 }
 
 // runFault runs a fault on the default agents.
@@ -129,6 +137,9 @@ func runFaultSpec(t *testing.T, f faultSpec) faultResult {
 	e.drain(3 * time.Minute)
 	res := e.measure(f.name, faultAt)
 	res.worstRedelivery = handedBack
+	if f.heldEnds != nil {
+		e.checkHeldEnds(held, f.heldEnds)
+	}
 	reportMu.Lock()
 	report = append(report, res)
 	reportMu.Unlock()
@@ -136,6 +147,10 @@ func runFaultSpec(t *testing.T, f faultSpec) faultResult {
 	if res.lost != 0 || res.doubleCounted != 0 {
 		t.Fatalf("%s: lost %d (of which %d cancelled though no operator cancelled them), double-counted %d; want 0 and 0",
 			f.name, res.lost, res.wronglyCancelled, res.doubleCounted)
+	}
+	if res.badHistory != 0 {
+		t.Fatalf("%s: %d invocations' attempt history disagrees with them: %s", f.name, res.badHistory,
+			strings.Join(res.badHistoryNotes, "; "))
 	}
 	return res
 }
@@ -287,6 +302,12 @@ func (e *faultEnv) measure(name string, faultAt time.Time) faultResult {
 		if inv.Attempt > 1 {
 			res.redelivered++
 		}
+		if why := historyFault(inv); why != "" {
+			res.badHistory++
+			if len(res.badHistoryNotes) < 5 {
+				res.badHistoryNotes = append(res.badHistoryNotes, inv.InvocationID+": "+why)
+			}
+		}
 	}
 	st := e.stats()
 	counted := st.Counts[wire.StateSucceeded] + st.Counts[wire.StateFailed] + st.Counts[wire.StateCancelled]
@@ -303,6 +324,58 @@ func (e *faultEnv) measure(name string, faultAt time.Time) faultResult {
 		}
 	}
 	return res
+}
+
+// historyFault reports how a finished invocation's attempt history
+// disagrees with it ("" when it agrees): one entry per claim, every one
+// ended, exactly one recorded (none for worker_lost) and that one the
+// invocation's own outcome and worker.
+func historyFault(inv wire.Invocation) string {
+	if len(inv.Attempts) != inv.Attempt {
+		return fmt.Sprintf("%d attempts in the history, attempt %d", len(inv.Attempts), inv.Attempt)
+	}
+	var recorded []wire.Attempt
+	for _, a := range inv.Attempts {
+		if a.Outcome == "" || a.EndedAt == nil || a.EndedAt.Before(a.ClaimedAt) {
+			return fmt.Sprintf("attempt %d of a %s invocation has not ended: %+v", a.Attempt, inv.State, a)
+		}
+		if a.Recorded {
+			recorded = append(recorded, a)
+		}
+	}
+	lost := inv.Error != nil && inv.Error.Type == "worker_lost"
+	switch {
+	case lost && len(recorded) != 0:
+		return "worker_lost, yet an attempt's outcome is recorded"
+	case lost:
+		return ""
+	case len(recorded) != 1:
+		return fmt.Sprintf("%d attempts recorded, want 1", len(recorded))
+	case recorded[0].Outcome != inv.State || recorded[0].WorkerID != inv.WorkerID:
+		return fmt.Sprintf("recorded attempt %d reads %s by %s; the invocation is %s by %s",
+			recorded[0].Attempt, recorded[0].Outcome, recorded[0].WorkerID, inv.State, inv.WorkerID)
+	}
+	return ""
+}
+
+// checkHeldEnds checks that each attempt in held (what the faulted agent
+// ran at the fault) ended as one of ends, or with its own outcome recorded
+// (its ack got out before the fault).
+func (e *faultEnv) checkHeldEnds(held []wire.Invocation, ends []string) {
+	e.t.Helper()
+	if len(held) == 0 {
+		e.t.Fatal("the faulted agent held nothing: no attempt history to check")
+	}
+	for _, h := range held {
+		inv, err := e.op.GetInvocation(context.Background(), h.InvocationID)
+		if err != nil || len(inv.Attempts) < h.Attempt {
+			e.t.Fatalf("invocation %s: %v, %d attempts; want attempt %d in its history", h.InvocationID, err, len(inv.Attempts), h.Attempt)
+		}
+		a := inv.Attempts[h.Attempt-1]
+		if a.WorkerID != h.WorkerID || !(slices.Contains(ends, a.Outcome) || a.Recorded) {
+			e.t.Errorf("invocation %s attempt %d: %+v; want worker %s and one of %v", h.InvocationID, h.Attempt, a, h.WorkerID, ends)
+		}
+	}
 }
 
 // victim picks the agent running the most work now.
@@ -323,25 +396,24 @@ func (e *faultEnv) victim() int {
 }
 
 func TestFaultSIGKILL(t *testing.T) {
-	runFault(t, "SIGKILL an agent mid-run", backends[0], func(e *faultEnv) (time.Time, []wire.Invocation) {
-		v := e.victim()
-		held := e.heldBy(v)
-		at := time.Now()
-		_ = e.agents[v].cmd.Process.Signal(syscall.SIGKILL)
-		return at, held
-	})
+	runFaultSpec(t, faultSpec{name: "SIGKILL an agent mid-run", backend: backends[0], inject: sigkillVictim,
+		heldEnds: []string{"stale"}})
+}
+
+// sigkillVictim SIGKILLs the agent running the most work.
+func sigkillVictim(e *faultEnv) (time.Time, []wire.Invocation) {
+	v := e.victim()
+	held := e.heldBy(v)
+	at := time.Now()
+	_ = e.agents[v].cmd.Process.Signal(syscall.SIGKILL)
+	return at, held
 }
 
 // TestFaultSIGKILLThroughLambdas is the capstone through the real Lambda
 // path: every poll, ack and sweep runs in a bootstrap under the emulator.
 func TestFaultSIGKILLThroughLambdas(t *testing.T) {
-	runFault(t, "SIGKILL an agent mid-run (Lambda bootstraps)", lambdasBackend, func(e *faultEnv) (time.Time, []wire.Invocation) {
-		v := e.victim()
-		held := e.heldBy(v)
-		at := time.Now()
-		_ = e.agents[v].cmd.Process.Signal(syscall.SIGKILL)
-		return at, held
-	})
+	runFaultSpec(t, faultSpec{name: "SIGKILL an agent mid-run (Lambda bootstraps)", backend: lambdasBackend,
+		inject: sigkillVictim, heldEnds: []string{"stale"}})
 }
 
 func TestFaultSIGSTOP(t *testing.T) {
@@ -546,7 +618,7 @@ func TestFaultEC2Terminate(t *testing.T) {
 		instances = append(instances, aws.ToString(in.InstanceId))
 	}
 	res := runFaultSpec(t, faultSpec{name: "EC2 instance terminated (moto)", backend: backends[1], machines: instances,
-		devArgs: []string{"--stale-after", "30s", "--host-poll-interval", "1s"},
+		devArgs: []string{"--stale-after", "30s", "--host-poll-interval", "1s"}, heldEnds: []string{"gone"},
 		inject: func(e *faultEnv) (time.Time, []wire.Invocation) {
 			v := e.victim()
 			held := e.heldBy(v)

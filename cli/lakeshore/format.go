@@ -199,6 +199,12 @@ func describeInvocation(w io.Writer, inv wire.Invocation, now time.Time) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	if len(inv.Attempts) > 0 {
+		fmt.Fprintln(w, "--- attempts ---")
+		if err := attemptTable(w, inv.Attempts, now); err != nil {
+			return err
+		}
+	}
 	for _, tail := range []struct{ name, text string }{{"stdout", inv.StdoutTail}, {"stderr", inv.StderrTail}} {
 		if tail.text == "" {
 			continue
@@ -223,6 +229,10 @@ func describeWorker(w io.Writer, wk wire.Worker, now time.Time) error {
 		state += " (stored " + wk.StoredState + ")"
 	}
 	row("State", state)
+	if wk.StateWhy != "" {
+		row("Why", wk.StateWhy)
+		row("Since", timestamp(now, wk.StateSince))
+	}
 	row("Phase", wk.Phase)
 	row("Host status", wk.HostStatus)
 	row("Host key", wk.HostKey)
@@ -233,8 +243,8 @@ func describeWorker(w io.Writer, wk wire.Worker, now time.Time) error {
 	row("Running/max", fmt.Sprintf("%d/%d", wk.CurrentInvocations, wk.MaxConcurrency))
 	row("Last seen", timestamp(now, wk.LastSeenAt))
 	row("Created", timestamp(now, &wk.CreatedAt))
-	if wk.ByeReason != "" {
-		row("Gone because", wk.ByeReason)
+	if wk.RetiredAt != nil {
+		row("Retired", timestamp(now, wk.RetiredAt))
 	}
 	if r := wk.LastSetupResult; r != nil {
 		row("Last setup", fmt.Sprintf("%s %s exit %d in %s", setupName(r, 0), r.Status, r.ExitCode,
@@ -288,6 +298,26 @@ func invocationTable(w io.Writer, invs []wire.Invocation, now time.Time) error {
 	for _, inv := range invs {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\n", inv.InvocationID, inv.Queue, inv.State,
 			inv.Attempt, inv.MaxAttempts, dash(inv.WorkerID), exitCode(inv.ExitCode), age(now, inv.CreatedAt))
+	}
+	return tw.Flush()
+}
+
+// attemptTable writes an invocation's attempt history, one line per
+// attempt: how it ended is its outcome, or why it was taken back, and
+// "(recorded)" marks the attempt whose outcome is the invocation's.
+func attemptTable(w io.Writer, as []wire.Attempt, now time.Time) error {
+	tw := newTable(w)
+	fmt.Fprintln(tw, "ATTEMPT\tWORKER\tCLAIMED\tENDED\tHOW\tEXIT\tWHY")
+	for _, a := range as {
+		how := a.Outcome
+		switch {
+		case how == "":
+			how = "running"
+		case a.Recorded:
+			how += " (recorded)"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", a.Attempt, a.WorkerID, ago(now, &a.ClaimedAt),
+			ago(now, a.EndedAt), how, exitCode(a.ExitCode), dash(a.Reason))
 	}
 	return tw.Flush()
 }

@@ -86,7 +86,8 @@ func TestWorkerTextIsShownEscaped(t *testing.T) {
 		t.Fatal(err)
 	}
 	inv := wire.Invocation{InvocationID: "inv_1", Queue: "q", State: wire.StateFailed, Argv: []string{"echo", evil},
-		StdoutTail: "line 1\n\x1b[31mred\x1b[0m\tend\n", Error: &wire.ErrorInfo{Type: "x", Message: evil}}
+		StdoutTail: "line 1\n\x1b[31mred\x1b[0m\tend\n", Error: &wire.ErrorInfo{Type: "x", Message: evil},
+		Attempts: []wire.Attempt{{Attempt: 1, WorkerID: "wrk_1", Outcome: wire.StateFailed, Reason: evil, Recorded: true}}}
 	if err := describeInvocation(&out, inv, now); err != nil {
 		t.Fatal(err)
 	}

@@ -51,8 +51,10 @@ type watchSnapshot struct {
 	Workers []watchWorker   `json:"workers"`
 }
 
-// watchWorker is one worker's load as watch shows it. Running counts the
-// queue's running invocations the control plane says the worker holds.
+// watchWorker is one worker's load as watch shows it: running/max as every
+// view shows it, the invocations the worker says it runs now (an outcome
+// still on its way to the control plane no longer counts), so it never
+// exceeds max.
 type watchWorker struct {
 	WorkerID       string `json:"worker_id"`
 	Label          string `json:"label,omitempty"`
@@ -165,7 +167,7 @@ func takeSnapshot(ctx context.Context, c *client.Client, queue string) (watchSna
 		}
 		snap.Workers = append(snap.Workers, watchWorker{
 			WorkerID: wk.WorkerID, Label: wk.Label, State: wk.State,
-			Running: held[wk.WorkerID], MaxConcurrency: wk.MaxConcurrency,
+			Running: wk.CurrentInvocations, MaxConcurrency: wk.MaxConcurrency,
 		})
 	}
 	return snap, nil

@@ -216,6 +216,12 @@ func invocationView(inv domain.Invocation) wire.Invocation {
 	if inv.ResultBlob != "" {
 		v.ResultBlob = json.RawMessage(inv.ResultBlob)
 	}
+	for _, a := range inv.Attempts {
+		v.Attempts = append(v.Attempts, wire.Attempt{
+			Attempt: a.Attempt, WorkerID: a.WorkerID, ClaimedAt: a.ClaimedAt, EndedAt: timePtr(a.EndedAt),
+			Outcome: a.Outcome, ExitCode: a.ExitCode, Reason: a.Reason, Recorded: a.Recorded,
+		})
+	}
 	// A finished invocation names the worker whose outcome won.
 	if v.WorkerID == "" && len(inv.Attempts) > 0 && wire.Terminal(inv.State) {
 		v.WorkerID = inv.Attempts[len(inv.Attempts)-1].WorkerID
@@ -235,10 +241,19 @@ func redacted(env map[string]string) map[string]string {
 	return out
 }
 
+// workerView is the operator's view of w at now. Its current_invocations
+// is what it last said it runs, and 0 once it reads stale or gone: the
+// sweep hands its work back, and nothing it still runs counts.
 func (s *Server) workerView(w domain.Worker, now time.Time) wire.Worker {
+	since, why := domain.StateWhy(w, now, s.cfg.StaleAfter)
+	state := domain.Project(w, now, s.cfg.StaleAfter)
+	if state == domain.WorkerStale || state == domain.WorkerGone {
+		w.CurrentInvocations = 0
+	}
 	return wire.Worker{
+		RetiredAt: timePtr(w.GoneAt), StateSince: timePtr(since), StateWhy: why,
 		WorkerID: w.ID, MachineID: w.MachineID, Label: w.Label,
-		State: domain.Project(w, now, s.cfg.StaleAfter), StoredState: w.State,
+		State: state, StoredState: w.State,
 		HostStatus: w.HostStatus, Phase: w.Phase, HostKey: w.HostKey, Tags: w.Tags, Lanes: w.Lanes,
 		MaxConcurrency: w.MaxConcurrency, CurrentInvocations: w.CurrentInvocations,
 		LastSeenAt: timePtr(w.LastSeenAt), CreatedAt: w.CreatedAt, ByeReason: w.ByeReason,

@@ -36,6 +36,11 @@ func TestWorkerReturnsFromStale(t *testing.T) {
 	if _, err := sweeper.Sweep(context.Background()); err != nil {
 		t.Fatalf("sweep: %v", err)
 	}
+	if w := h.worker(a.id); w.State != "stale" || w.CurrentInvocations != 0 || w.StateSince == nil ||
+		!w.StateSince.Equal(*w.LastSeenAt) || w.StateWhy != "silent for 4s; stale after 3s" {
+		t.Errorf("stale a reads %s %d/%d since %v: %q; want stale 0/2 (its work handed back) since it was last seen",
+			w.State, w.CurrentInvocations, w.MaxConcurrency, w.StateSince, w.StateWhy)
+	}
 	b := h.hello("mb", "boot")
 	got = runIDs(h.poll(b, wire.PollRequest{Phase: wire.PhaseReady, Invocations: []string{}, UpdatedCapabilities: cap2}))
 	slices.Sort(got)
@@ -69,6 +74,13 @@ func TestWorkerReturnsFromStale(t *testing.T) {
 	}
 	if q := h.queue("default"); q.DoneCount != 2 || q.Counts[wire.StateSucceeded] != 2 || q.Counts[wire.StateCancelled] != 0 {
 		t.Errorf("queue stats %+v, want 2 succeeded, done_count 2, none cancelled", q)
+	}
+	for _, id := range ids {
+		hist := h.invocation(id).Attempts
+		if len(hist) != 2 || hist[0].WorkerID != a.id || hist[0].Outcome != "stale" || hist[0].Recorded ||
+			hist[1].WorkerID != b.id || hist[1].Outcome != wire.StateSucceeded || !hist[1].Recorded || hist[1].EndedAt == nil {
+			t.Errorf("%s's history %+v; want a's attempt 1 stale, b's attempt 2 succeeded and recorded", id, hist)
+		}
 	}
 }
 

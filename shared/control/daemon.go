@@ -64,7 +64,7 @@ func (s *Service) Register(ctx context.Context, req wire.HelloRequest, issue sto
 			return res, err
 		}
 		s.workerNews(ctx, res.Retired) // a poll it still holds ends: 410 next
-		if res.Requeued, err = s.HandBack(ctx, res.Retired, why); err != nil {
+		if res.Requeued, err = s.HandBack(ctx, res.Retired, domain.Loss{Kind: domain.EndGone, Why: why}); err != nil {
 			return res, err
 		}
 		if reg.Again && !left && res.Requeued == 0 {
@@ -122,7 +122,7 @@ func (s *Service) Bye(ctx context.Context, req wire.ByeRequest, auth store.Autho
 	if _, _, err := s.store.MarkGone(ctx, req.WorkerID, auth, why); err != nil {
 		return 0, err
 	}
-	n, err := s.HandBack(ctx, req.WorkerID, why)
+	n, err := s.HandBack(ctx, req.WorkerID, domain.Loss{Kind: domain.EndBye, Why: why})
 	if err != nil {
 		return n, err
 	}

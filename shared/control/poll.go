@@ -95,7 +95,7 @@ func (s *Service) reconcile(ctx context.Context, w domain.Worker, inflight []str
 		if !slices.Contains(inflight, inv.ID) {
 			// Requeue re-reads the invocation and does nothing unless it still
 			// runs this worker's attempt (the holder index may lag on AWS).
-			got, err := s.requeue(ctx, inv.ID, w.ID, "omitted from its worker's poll")
+			got, err := s.requeue(ctx, inv.ID, w.ID, domain.Loss{Kind: domain.EndOmitted, Why: "omitted from its worker's poll"})
 			if err != nil {
 				return nil, nil, err
 			}
@@ -222,7 +222,7 @@ func (s *Service) handOut(ctx context.Context, w domain.Worker, claimed []domain
 	}
 	if cur.State == domain.WorkerGone {
 		for _, inv := range claimed {
-			if _, err := s.requeue(ctx, inv.ID, w.ID, "its worker was retired as it claimed"); err != nil {
+			if _, err := s.requeue(ctx, inv.ID, w.ID, domain.Loss{Kind: domain.EndGone, Why: "its worker was retired as it claimed"}); err != nil {
 				return nil, err
 			}
 		}

@@ -74,7 +74,7 @@ func (s *Service) SetHostStatus(ctx context.Context, id, status string) (domain.
 		return w, err
 	}
 	s.workerNews(ctx, id)
-	if _, err := s.HandBack(ctx, id, "host "+w.HostStatus); err != nil {
+	if _, err := s.HandBack(ctx, id, domain.Loss{Kind: domain.EndGone, Why: "host " + w.HostStatus}); err != nil {
 		return w, err
 	}
 	return w, nil

@@ -3,18 +3,59 @@ package domain
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/dreamlake/lakeshore/shared/hostkey"
 )
 
-// Attempt records which worker ran one attempt of an invocation. The list
-// of them is what lets a late ack from an earlier attempt's worker count,
-// and what stops any other worker from acking.
+// Attempt records which worker ran one attempt of an invocation and how
+// the attempt ended. The list of them is what lets a late ack from an
+// earlier attempt's worker count, what stops any other worker from acking,
+// and the attempt history an operator reads (docs/states.md).
 type Attempt struct {
 	Attempt   int
 	WorkerID  string
 	ClaimedAt time.Time
+	// EndedAt is when the attempt ended: its outcome was recorded, or it
+	// was taken back from its worker. Zero while it runs.
+	EndedAt time.Time
+	// Outcome is how it ended: an outcome's state (succeeded, failed,
+	// cancelled) or why it was taken back (an End* kind). "" while it runs.
+	Outcome  string
+	ExitCode *int
+	// Reason says more: the loss, an error's type and message.
+	Reason string
+	// Recorded marks the attempt whose outcome is the invocation's.
+	Recorded bool
+}
+
+// How an attempt that has no recorded outcome ended (Attempt.Outcome).
+const (
+	EndStale      = "stale"      // its worker went silent past the stale window
+	EndGone       = "gone"       // its worker is gone: a new boot, its host stopped or terminated
+	EndBye        = "bye"        // its worker said bye while it ran
+	EndOmitted    = "omitted"    // its worker's poll no longer listed it
+	EndSuperseded = "superseded" // another attempt's outcome was recorded first
+)
+
+// Loss says why a worker's attempt was taken back: Kind is an End* kind,
+// Why the words for logs and the history.
+type Loss struct {
+	Kind string
+	Why  string
+}
+
+func (l Loss) String() string {
+	if l.Why == "" {
+		return l.Kind
+	}
+	return l.Why
+}
+
+// attemptIndex reports the index of attempt n in inv's history, or -1.
+func (inv Invocation) attemptIndex(n int) int {
+	return slices.IndexFunc(inv.Attempts, func(a Attempt) bool { return a.Attempt == n })
 }
 
 // Invocation is the stored row of one submitted command.
@@ -46,12 +87,8 @@ type Invocation struct {
 
 // HeldBy reports whether worker ran attempt n of inv.
 func (inv Invocation) HeldBy(workerID string, n int) bool {
-	for _, a := range inv.Attempts {
-		if a.Attempt == n {
-			return a.WorkerID == workerID
-		}
-	}
-	return false
+	i := inv.attemptIndex(n)
+	return i >= 0 && inv.Attempts[i].WorkerID == workerID
 }
 
 // AckRecords reports whether worker's ack of attempt n with outcome state
@@ -159,6 +196,9 @@ type Outcome struct {
 // a cancelled one only when an operator cancelled the attempt running now.
 // An outcome that does not count leaves inv as it is (a recorded no-op). A
 // worker that did not run o's attempt may not report it (forbidden).
+//
+// The history shows o's attempt ended with o (Recorded), and an attempt
+// still running elsewhere as superseded: its worker is told to stop.
 func (inv Invocation) Record(o Outcome, now time.Time) (Invocation, bool, error) {
 	if !Terminal(o.State) {
 		return inv, false, refuse(KindInvalid, "outcome state %q is not succeeded, failed or cancelled", o.State)
@@ -177,7 +217,31 @@ func (inv Invocation) Record(o Outcome, now time.Time) (Invocation, bool, error)
 	next.WorkerID = o.WorkerID // the worker whose outcome won
 	next.StdoutTail, next.StderrTail = o.StdoutTail, o.StderrTail
 	next.FinishedAt = now
+	next.Attempts = slices.Clone(inv.Attempts)
+	if inv.State == StateRunning && inv.Attempt != o.Attempt {
+		next.end(inv.Attempt, EndSuperseded, fmt.Sprintf("attempt %d's outcome was recorded first", o.Attempt), now)
+	}
+	a := &next.Attempts[next.attemptIndex(o.Attempt)]
+	var why []string
+	if o.Error != nil {
+		why = append(why, o.Error.String())
+	}
+	if a.Outcome != "" {
+		why = append(why, fmt.Sprintf("reported after the attempt was taken back (%s)", a.Outcome))
+	}
+	a.Reason = strings.Join(why, "; ")
+	a.Outcome, a.ExitCode, a.Recorded, a.EndedAt = o.State, o.ExitCode, true, now
 	return next, true, nil
+}
+
+// end records in next's history (a clone the caller owns) that attempt n
+// ended at now as outcome, for reason. An attempt already ended keeps how.
+func (next *Invocation) end(n int, outcome, reason string, now time.Time) {
+	i := next.attemptIndex(n)
+	if i < 0 || next.Attempts[i].Outcome != "" {
+		return
+	}
+	next.Attempts[i].Outcome, next.Attempts[i].Reason, next.Attempts[i].EndedAt = outcome, reason, now
 }
 
 // Cancel reports inv after an operator's cancel at now, and whether that
@@ -202,17 +266,20 @@ func (inv Invocation) Cancel(now time.Time) (Invocation, bool, error) {
 }
 
 // Requeue reports inv with the attempt running on worker handed back at now
-// (the worker was lost, for why), and whether that changes it: queued
+// (the worker was lost, for loss; the history shows how the attempt
+// ended), and whether that changes it: queued
 // again (its next claim is attempt + 1); failed with error type
 // worker_lost once max_attempts is spent; cancelled if an operator's
 // cancel was pending. An invocation no longer running that worker's
 // attempt is left as it is.
-func (inv Invocation) Requeue(workerID, why string, now time.Time) (Invocation, bool) {
+func (inv Invocation) Requeue(workerID string, loss Loss, now time.Time) (Invocation, bool) {
 	if !inv.Running(workerID) {
 		return inv, false
 	}
 	next := inv
 	next.WorkerID = ""
+	next.Attempts = slices.Clone(inv.Attempts)
+	next.end(inv.Attempt, loss.Kind, loss.Why, now)
 	switch {
 	case inv.CancelRequested:
 		next.State = StateCancelled
@@ -222,7 +289,7 @@ func (inv Invocation) Requeue(workerID, why string, now time.Time) (Invocation, 
 		next.State = StateFailed
 		next.FinishedAt = now
 		next.Error = &ErrorInfo{Type: ErrorTypeWorkerLost,
-			Message: fmt.Sprintf("worker %s was lost (%s) on attempt %d of %d", workerID, why, inv.Attempt, inv.MaxAttempts)}
+			Message: fmt.Sprintf("worker %s was lost (%s) on attempt %d of %d", workerID, loss, inv.Attempt, inv.MaxAttempts)}
 	default:
 		next.State = StateQueued
 	}

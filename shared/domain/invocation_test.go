@@ -2,6 +2,7 @@ package domain
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 )
@@ -200,7 +201,7 @@ func record(o Outcome, now time.Time) func(Invocation) (Invocation, step) {
 
 func requeue(worker string, now time.Time) func(Invocation) (Invocation, step) {
 	return func(inv Invocation) (Invocation, step) {
-		next, changed := inv.Requeue(worker, "lost", now)
+		next, changed := inv.Requeue(worker, Loss{EndStale, "lost"}, now)
 		return next, step{0, changed, next.State}
 	}
 }
@@ -246,15 +247,15 @@ func TestInvocationTransitionDetails(t *testing.T) {
 		t.Errorf("cancel of running work: %+v", c)
 	}
 
-	q, _ := st["running"].Requeue("b", "bye", now)
+	q, _ := st["running"].Requeue("b", Loss{EndBye, "bye"}, now)
 	if q.WorkerID != "" || q.Attempt != 2 || !q.FinishedAt.IsZero() || q.Error != nil {
 		t.Errorf("requeue: %+v; want queued, no holder, attempt kept for the next claim", q)
 	}
-	f, _ := st["running its last attempt"].Requeue("b", "bye", now)
+	f, _ := st["running its last attempt"].Requeue("b", Loss{EndBye, "bye"}, now)
 	if f.Error == nil || f.Error.Type != ErrorTypeWorkerLost || !f.FinishedAt.Equal(now) || f.WorkerID != "" {
 		t.Errorf("requeue of the last attempt: %+v; want failed worker_lost", f)
 	}
-	x, _ := st["running, cancel asked"].Requeue("b", "bye", now)
+	x, _ := st["running, cancel asked"].Requeue("b", Loss{EndBye, "bye"}, now)
 	if x.Error == nil || x.Error.Type != "cancelled" || !x.FinishedAt.Equal(now) {
 		t.Errorf("requeue with a cancel pending: %+v; want cancelled", x)
 	}
@@ -268,5 +269,66 @@ func TestNewInvocation(t *testing.T) {
 	}
 	if NewInvocation("inv_2", Spec{Queue: "q"}, t0).HostKey != "" {
 		t.Error("no host setup, yet a host key")
+	}
+}
+
+// TestAttemptHistory walks one invocation through a lost worker, a
+// redelivery and a late outcome from the first worker, and checks what its
+// history says of each attempt at every step.
+func TestAttemptHistory(t *testing.T) {
+	at := func(m int) time.Time { return t0.Add(time.Duration(m) * time.Minute) }
+	inv := NewInvocation("inv_1", Spec{Queue: "q", Argv: []string{"true"}, MaxAttempts: 3}, t0)
+	inv, err := inv.Claim(Worker{ID: "a"}, at(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := inv.Attempts[0]; got.Outcome != "" || !got.EndedAt.IsZero() || got.Recorded {
+		t.Fatalf("a running attempt reads ended: %+v", got)
+	}
+
+	lost, _ := inv.Requeue("a", Loss{EndStale, "worker stale: silent for 1m5s"}, at(2))
+	if got := lost.Attempts[0]; got.Outcome != EndStale || !got.EndedAt.Equal(at(2)) || got.Reason != "worker stale: silent for 1m5s" || got.Recorded {
+		t.Fatalf("taken back from a stale worker: %+v", got)
+	}
+	if inv.Attempts[0].Outcome != "" {
+		t.Fatal("Requeue wrote into its receiver's history")
+	}
+
+	again, _ := lost.Claim(Worker{ID: "b"}, at(3))
+	zero := 0
+	late, ok, err := again.Record(Outcome{WorkerID: "a", Attempt: 1, State: StateSucceeded, ExitCode: &zero}, at(4))
+	if err != nil || !ok {
+		t.Fatalf("a's late success: %v %v", ok, err)
+	}
+	first, second := late.Attempts[0], late.Attempts[1]
+	if first.Outcome != StateSucceeded || !first.Recorded || first.ExitCode == nil || *first.ExitCode != 0 ||
+		!first.EndedAt.Equal(at(4)) || !strings.Contains(first.Reason, "taken back (stale)") {
+		t.Errorf("attempt 1 after its late outcome: %+v", first)
+	}
+	if second.Outcome != EndSuperseded || second.Recorded || !second.EndedAt.Equal(at(4)) || second.Reason != "attempt 1's outcome was recorded first" {
+		t.Errorf("attempt 2, running when attempt 1's outcome won: %+v", second)
+	}
+	if again.Attempts[1].Outcome != "" || len(again.Attempts) != 2 {
+		t.Error("Record wrote into its receiver's history")
+	}
+
+	// Attempt 2's own outcome no longer counts, and its history stays.
+	if after, ok, _ := late.Record(Outcome{WorkerID: "b", Attempt: 2, State: StateCancelled}, at(5)); ok || after.Attempts[1].Outcome != EndSuperseded {
+		t.Errorf("b's cancelled outcome after the supersede: %v %+v", ok, after.Attempts[1])
+	}
+
+	// A failed outcome names its error; the last lost attempt shows how it
+	// was lost while the invocation reads worker_lost.
+	code := 3
+	failed, _, _ := again.Record(Outcome{WorkerID: "b", Attempt: 2, State: StateFailed, ExitCode: &code,
+		Error: &ErrorInfo{Type: "timeout", Message: "ran past timeout_s 5"}}, at(5))
+	if got := failed.Attempts[1]; got.Outcome != StateFailed || !got.Recorded || *got.ExitCode != 3 || got.Reason != "timeout: ran past timeout_s 5" {
+		t.Errorf("a failed outcome: %+v", got)
+	}
+	spent := again
+	spent.MaxAttempts = 2
+	gone, _ := spent.Requeue("b", Loss{EndBye, "bye: drain"}, at(5))
+	if gone.State != StateFailed || gone.Attempts[1].Outcome != EndBye || gone.Attempts[1].Recorded {
+		t.Errorf("the last attempt lost: %s %+v", gone.State, gone.Attempts[1])
 	}
 }

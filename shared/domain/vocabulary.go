@@ -65,6 +65,14 @@ type ErrorInfo struct {
 	Message string
 }
 
+// String reads "type: message", or the type alone.
+func (e ErrorInfo) String() string {
+	if e.Message == "" {
+		return e.Type
+	}
+	return e.Type + ": " + e.Message
+}
+
 // SetupResult is one finished setup command as its daemon reported it: a
 // control-plane command (CommandID) or one of its own host-setup commands
 // (Command holds its shell text).

@@ -3,6 +3,7 @@ package domain
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -46,6 +47,26 @@ func Project(w Worker, now time.Time, staleAfter time.Duration) string {
 	default:
 		return w.State
 	}
+}
+
+// StateWhy says since when and why w reads stale or gone at now (the zero
+// time and "" for any other state): a stale worker since it was last heard,
+// a gone one since it was retired, with its bye reason or host status.
+func StateWhy(w Worker, now time.Time, staleAfter time.Duration) (time.Time, string) {
+	switch Project(w, now, staleAfter) {
+	case WorkerStale:
+		return w.LastSeenAt, fmt.Sprintf("silent for %s; stale after %s", now.Sub(w.LastSeenAt).Round(time.Second), staleAfter)
+	case WorkerGone:
+		switch {
+		case HostGone(w.HostStatus) && w.State != WorkerGone:
+			return w.GoneSince(), "its host is " + w.HostStatus
+		case w.ByeReason != "":
+			return w.GoneSince(), w.ByeReason
+		default:
+			return w.GoneSince(), "gone"
+		}
+	}
+	return time.Time{}, ""
 }
 
 // Retired reports whether w is over for good: stored gone, or its host
@@ -198,11 +219,23 @@ func (w Worker) Heartbeat(p Poll, now time.Time) (Worker, error) {
 	return next, nil
 }
 
-// Leave reports w gone at now for why (a bye, a new boot of its machine),
-// and whether that changes it: a gone worker stays as it went. What it
-// held is handed back by the caller (Invocation.Requeue), so its count is
-// zero from now.
+// Leave reports w gone at now because it said bye (why), and whether that
+// changes it: the bye is its last sign of life. Retire is the same for a
+// worker that said nothing.
 func (w Worker) Leave(why string, now time.Time) (Worker, bool) {
+	next, changed := w.Retire(why, now)
+	if changed {
+		next.LastSeenAt = now
+	}
+	return next, changed
+}
+
+// Retire reports w gone at now for why (a new boot of its machine said
+// hello), and whether that changes it: a gone worker stays as it went. Its
+// last_seen_at stays when it was last heard from; GoneAt is when it was
+// retired. What it held is handed back by the caller
+// (Invocation.Requeue), so its count is zero from now.
+func (w Worker) Retire(why string, now time.Time) (Worker, bool) {
 	if w.State == WorkerGone {
 		return w, false
 	}
@@ -211,7 +244,6 @@ func (w Worker) Leave(why string, now time.Time) (Worker, bool) {
 	next.CurrentInvocations = 0
 	next.ByeReason = why
 	next.GoneAt = now
-	next.LastSeenAt = now
 	return next, true
 }
 
@@ -268,20 +300,26 @@ func (w Worker) GoneSince() time.Time {
 
 // LostWhy reports whether w's running work must be handed back at now, and
 // why: it reads stale, or gone and not yet reaped.
-func (w Worker) LostWhy(now time.Time, staleAfter time.Duration) (string, bool) {
+func (w Worker) LostWhy(now time.Time, staleAfter time.Duration) (Loss, bool) {
 	switch Project(w, now, staleAfter) {
 	case WorkerStale:
-		return fmt.Sprintf("worker stale: silent for %s", now.Sub(w.LastSeenAt).Round(time.Second)), true
+		return Loss{EndStale, fmt.Sprintf("worker stale: silent for %s", now.Sub(w.LastSeenAt).Round(time.Second))}, true
 	case WorkerGone:
 		if w.Reaped {
-			return "", false
+			return Loss{}, false
 		}
 		if HostGone(w.HostStatus) {
-			return "worker gone: host " + w.HostStatus, true
+			return Loss{EndGone, "worker gone: host " + w.HostStatus}, true
 		}
-		return "worker gone", true
+		if strings.HasPrefix(w.ByeReason, "bye") {
+			return Loss{EndBye, "worker gone: " + w.ByeReason}, true
+		}
+		if w.ByeReason != "" {
+			return Loss{EndGone, "worker gone: " + w.ByeReason}, true
+		}
+		return Loss{EndGone, "worker gone"}, true
 	default:
-		return "", false
+		return Loss{}, false
 	}
 }
 

@@ -144,6 +144,10 @@ func TestWorkerTransitionDetails(t *testing.T) {
 		t.Error("a stopped host came back to running")
 	}
 
+	reboot, _ := w.Retire("a new boot", now.Add(time.Minute))
+	if reboot.State != WorkerGone || !reboot.LastSeenAt.Equal(w.LastSeenAt) || !reboot.GoneAt.Equal(now.Add(time.Minute)) {
+		t.Errorf("retire: %+v; want gone, last seen when it was last heard, retired now", reboot)
+	}
 	r, changed := left.Reap()
 	if !changed || !r.Reaped {
 		t.Errorf("reap: %+v", r)
@@ -156,17 +160,42 @@ func TestWorkerTransitionDetails(t *testing.T) {
 		name string
 		w    Worker
 		lost bool
-		why  string
+		why  Loss
 	}{
-		{"fresh", w, false, ""},
-		{"stale", Worker{State: WorkerActive, LastSeenAt: now.Add(-2 * time.Minute)}, true, "worker stale: silent for 2m0s"},
-		{"gone", left, true, "worker gone"},
-		{"host stopped", st, true, "worker gone: host stopped"},
-		{"reaped", r, false, ""},
+		{"fresh", w, false, Loss{}},
+		{"stale", Worker{State: WorkerActive, LastSeenAt: now.Add(-2 * time.Minute)}, true, Loss{EndStale, "worker stale: silent for 2m0s"}},
+		{"bye", left, true, Loss{EndBye, "worker gone: bye: idle"}},
+		{"new boot", reboot, true, Loss{EndGone, "worker gone: a new boot"}},
+		{"gone, reason unknown", Worker{State: WorkerGone}, true, Loss{EndGone, "worker gone"}},
+		{"host stopped", st, true, Loss{EndGone, "worker gone: host stopped"}},
+		{"reaped", r, false, Loss{}},
 	} {
 		why, lost := c.w.LostWhy(now, time.Minute)
 		if lost != c.lost || why != c.why {
-			t.Errorf("%s: LostWhy = %q %v, want %q %v", c.name, why, lost, c.why, c.lost)
+			t.Errorf("%s: LostWhy = %+v %v, want %+v %v", c.name, why, lost, c.why, c.lost)
+		}
+	}
+}
+
+// TestStateWhy: a stale or gone worker's view says since when and why.
+func TestStateWhy(t *testing.T) {
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	seen := now.Add(-80 * time.Second)
+	for _, c := range []struct {
+		name  string
+		w     Worker
+		since time.Time
+		why   string
+	}{
+		{"active", Worker{State: WorkerActive, LastSeenAt: now}, time.Time{}, ""},
+		{"stale", Worker{State: WorkerActive, LastSeenAt: seen}, seen, "silent for 1m20s; stale after 1m0s"},
+		{"retired", Worker{State: WorkerGone, LastSeenAt: seen, GoneAt: now, ByeReason: "machine m said hello from a new boot"}, now, "machine m said hello from a new boot"},
+		{"host stopped", Worker{State: WorkerActive, LastSeenAt: now, GoneAt: now, HostStatus: HostStopped}, now, "its host is stopped"},
+		{"gone, no reason", Worker{State: WorkerGone, LastSeenAt: seen}, seen, "gone"},
+	} {
+		since, why := StateWhy(c.w, now, time.Minute)
+		if !since.Equal(c.since) || why != c.why {
+			t.Errorf("%s: StateWhy = %v %q, want %v %q", c.name, since, why, c.since, c.why)
 		}
 	}
 }

@@ -234,7 +234,7 @@ func TestShardedClaims(t *testing.T) {
 	if left := keys(); len(left) != 0 {
 		t.Fatalf("still queued after claiming all: %v", left)
 	}
-	if _, err := svc.HandBack(ctx, w.ID, "test"); err != nil {
+	if _, err := svc.HandBack(ctx, w.ID, domain.Loss{Kind: domain.EndStale}); err != nil {
 		t.Fatal(err)
 	}
 	if after := keys(); !maps.Equal(after, before) {

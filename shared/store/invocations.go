@@ -506,11 +506,11 @@ func (s *Store) saveInvocation(ctx context.Context, op string, prev int64, next 
 }
 
 // Requeue hands back the running attempt of invocation id held by worker
-// (its worker was lost, for why; domain.Invocation.Requeue): queued again
+// (its worker was lost, for loss; domain.Invocation.Requeue): queued again
 // with attempt + 1 on the next claim, or failed with error type worker_lost
 // once max_attempts is spent, or cancelled if a cancel was pending. It is a
 // no-op when the invocation is no longer running that worker's attempt.
-func (s *Store) Requeue(ctx context.Context, id, workerID, why string) (domain.Invocation, error) {
+func (s *Store) Requeue(ctx context.Context, id, workerID string, loss domain.Loss) (domain.Invocation, error) {
 	var result domain.Invocation
 	err := retryVersion("requeue "+id, func() error {
 		inv, err := s.GetInvocation(ctx, id)
@@ -518,7 +518,7 @@ func (s *Store) Requeue(ctx context.Context, id, workerID, why string) (domain.I
 			return err
 		}
 		result = inv
-		next, changed := inv.Requeue(workerID, why, s.now())
+		next, changed := inv.Requeue(workerID, loss, s.now())
 		if !changed {
 			return nil
 		}

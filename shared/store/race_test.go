@@ -227,7 +227,7 @@ func TestRaceLateAndCurrentAcks(t *testing.T) {
 			if res := f.claim(a, "q", n); len(res.Claimed) != n {
 				t.Fatalf("a claimed %d, want %d", len(res.Claimed), n)
 			}
-			if got, err := f.svc.HandBack(f.ctx, a.ID, "stale"); err != nil || got != n {
+			if got, err := f.svc.HandBack(f.ctx, a.ID, domain.Loss{Kind: domain.EndStale}); err != nil || got != n {
 				t.Fatalf("HandBack = %d, %v", got, err)
 			}
 			if res := f.claim(bw, "q", n); len(res.Claimed) != n {
@@ -305,7 +305,7 @@ func TestRaceReaperAndAck(t *testing.T) {
 				})
 				wg.Go(func() {
 					<-start
-					requeued[i], errs[2*i+1] = f.s.Requeue(f.ctx, inv.ID, w.ID, "stale")
+					requeued[i], errs[2*i+1] = f.s.Requeue(f.ctx, inv.ID, w.ID, domain.Loss{Kind: domain.EndStale, Why: "stale"})
 				})
 			}
 			close(start)

@@ -42,6 +42,11 @@ type attemptRecord struct {
 	Attempt   int       `dynamodbav:"attempt"`
 	WorkerID  string    `dynamodbav:"worker_id"`
 	ClaimedAt time.Time `dynamodbav:"claimed_at"`
+	EndedAt   time.Time `dynamodbav:"ended_at,omitempty"`
+	Outcome   string    `dynamodbav:"outcome,omitempty"`
+	ExitCode  *int      `dynamodbav:"exit_code,omitempty"`
+	Reason    string    `dynamodbav:"reason,omitempty"`
+	Recorded  bool      `dynamodbav:"recorded,omitempty"`
 }
 
 // invocationRecord is the stored form of domain.Invocation.

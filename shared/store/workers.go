@@ -242,14 +242,19 @@ func (s *Store) Heartbeat(ctx context.Context, id string, p domain.Poll, auth Au
 	}))
 }
 
-// MarkGone makes worker id gone (if it is not already), recording why
-// (domain.Worker.Leave), and reports whether this call made it gone (false:
+// MarkGone makes worker id gone (if it is not already), recording why: its
+// own bye when auth is its token (domain.Worker.Leave), else a retirement
+// that keeps its last_seen_at (domain.Worker.Retire). It reports whether this call made it gone (false:
 // it already was). It does not requeue; callers follow with control.Service.HandBack.
 func (s *Store) MarkGone(ctx context.Context, id string, auth Authorize, why string) (domain.Worker, bool, error) {
 	now := s.now()
 	left := false
 	w, err := s.updateWorker(ctx, "mark gone", id, auth, noError(func(w domain.Worker) (domain.Worker, bool) {
-		next, changed := w.Leave(why, now)
+		leave := domain.Worker.Retire // a new boot retired it: it said nothing
+		if auth != nil {
+			leave = domain.Worker.Leave // its own bye
+		}
+		next, changed := leave(w, why, now)
 		// A retry after a write whose answer was lost finds the worker gone
 		// already: the first try's write still counts as this call's.
 		left = left || changed

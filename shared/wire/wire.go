@@ -282,6 +282,24 @@ type Invocation struct {
 	CreatedAt       time.Time         `json:"created_at"`
 	StartedAt       *time.Time        `json:"started_at,omitempty"`
 	FinishedAt      *time.Time        `json:"finished_at,omitempty"`
+	Attempts        []Attempt         `json:"attempts,omitempty"`
+}
+
+// Attempt is one attempt in an invocation's history (docs/states.md): the
+// worker that ran it, when it was claimed and ended, and how it ended:
+// outcome is succeeded, failed or cancelled when its worker reported it,
+// else why it was taken back (stale, gone, bye, omitted, superseded); ""
+// while it runs. Recorded marks the attempt whose outcome is the
+// invocation's.
+type Attempt struct {
+	Attempt   int        `json:"attempt"`
+	WorkerID  string     `json:"worker_id"`
+	ClaimedAt time.Time  `json:"claimed_at"`
+	EndedAt   *time.Time `json:"ended_at,omitempty"`
+	Outcome   string     `json:"outcome,omitempty"`
+	ExitCode  *int       `json:"exit_code,omitempty"`
+	Reason    string     `json:"reason,omitempty"`
+	Recorded  bool       `json:"recorded,omitempty"`
 }
 
 // InvocationList answers GET /v1/invocations.
@@ -306,8 +324,15 @@ type Worker struct {
 	CurrentInvocations int               `json:"current_invocations"`
 	LastSeenAt         *time.Time        `json:"last_seen_at,omitempty"`
 	CreatedAt          time.Time         `json:"created_at"`
-	ByeReason          string            `json:"bye_reason,omitempty"`
-	LastSetupResult    *SetupResult      `json:"last_setup_result,omitempty"`
+	// RetiredAt is when the worker went gone (a bye, a new boot of its
+	// machine, its host stopped); last_seen_at stays when it was last heard.
+	RetiredAt *time.Time `json:"retired_at,omitempty"`
+	// StateSince and StateWhy say since when and why a stale or gone worker
+	// reads so ("silent for 1m20s; stale after 1m0s").
+	StateSince      *time.Time   `json:"state_since,omitempty"`
+	StateWhy        string       `json:"state_why,omitempty"`
+	ByeReason       string       `json:"bye_reason,omitempty"`
+	LastSetupResult *SetupResult `json:"last_setup_result,omitempty"`
 }
 
 // WorkerList answers GET /v1/workers.

@@ -10,6 +10,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/dreamlake/lakeshore"
+	"github.com/dreamlake/lakeshore/shared/api"
 )
 
 func newTemplateCmd() *cobra.Command {
@@ -94,8 +95,8 @@ func writeIAMTemplate(w io.Writer, src []byte) error {
 			routes++
 		}
 	}
-	if routes != 4 {
-		return fmt.Errorf("template.yaml: %d daemon routes found, want 4 (hello, poll, ack, bye)", routes)
+	if want := daemonRoutes(); routes != len(want) {
+		return fmt.Errorf("template.yaml: %d daemon routes found, want %d (%s)", routes, len(want), strings.Join(want, ", "))
 	}
 
 	outputs := lookupPath(root, "Outputs")
@@ -103,7 +104,7 @@ func writeIAMTemplate(w io.Writer, src []byte) error {
 		return fmt.Errorf("template.yaml: no Outputs")
 	}
 	arn := scalarTag("arn:${AWS::Partition}:execute-api:${AWS::Region}:${AWS::AccountId}:${HttpApi}/*/POST/v1/daemon/*", "!Sub")
-	out := mapping("Description", scalar("Grant the fleet's instance role execute-api:Invoke on this (the four daemon routes)."), "Value", arn)
+	out := mapping("Description", scalar("Grant the fleet's instance role execute-api:Invoke on this (the daemon routes)."), "Value", arn)
 	setKey(outputs, "DaemonRoutesArn", out)
 
 	var buf bytes.Buffer
@@ -166,4 +167,15 @@ func mapping(kv ...any) *yaml.Node {
 		m.Content = append(m.Content, scalar(kv[i].(string)), v)
 	}
 	return m
+}
+
+// daemonRoutes lists the router's daemon routes ("POST /v1/daemon/hello", …).
+func daemonRoutes() []string {
+	var out []string
+	for _, r := range api.Routes() {
+		if strings.Contains(r, " /v1/daemon/") {
+			out = append(out, r)
+		}
+	}
+	return out
 }

@@ -108,12 +108,14 @@ func (s *Server) routeTable() map[string]handlerFunc {
 		"POST /v1/daemon/poll":  s.poll,
 		"POST /v1/daemon/ack":   s.ack,
 		"POST /v1/daemon/bye":   s.bye,
+		"POST /v1/daemon/logs":  s.logs,
 		"GET /v1/healthz":       s.healthz,
 	}
 	for pattern, h := range map[string]handlerFunc{
 		"POST /v1/invocations":               s.submit,
 		"GET /v1/invocations":                s.listInvocations,
 		"GET /v1/invocations/{id}":           s.getInvocation,
+		"GET /v1/invocations/{id}/logs":      s.invocationLogs,
 		"POST /v1/invocations/{id}/cancel":   s.cancel,
 		"GET /v1/workers":                    s.listWorkers,
 		"GET /v1/workers/{id}":               s.getWorker,

@@ -65,6 +65,19 @@ func (s *Server) ack(r *http.Request) (int, any, error) {
 	return http.StatusOK, resp, nil
 }
 
+func (s *Server) logs(r *http.Request) (int, any, error) {
+	var req wire.LogsRequest
+	_, authorize, err := s.workerRequest(r, &req)
+	if err != nil {
+		return 0, nil, err
+	}
+	resp, err := s.svc.ShipLogs(r.Context(), req, authorize)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, resp, nil
+}
+
 func (s *Server) bye(r *http.Request) (int, any, error) {
 	var req wire.ByeRequest
 	_, authorize, err := s.workerRequest(r, &req)

@@ -592,6 +592,7 @@ const (
 	pathPoll  = "/v1/daemon/poll"
 	pathAck   = "/v1/daemon/ack"
 	pathBye   = "/v1/daemon/bye"
+	pathLogs  = "/v1/daemon/logs"
 )
 
 // A well-formed host key and ids of nothing in the fixture.
@@ -681,6 +682,29 @@ func FuzzBye(f *testing.F) {
 	))
 }
 
+func FuzzLogs(f *testing.F) {
+	const valid = `{"worker_id":"$A","logs":[{"invocation_id":"$R","attempt":1,"chunks":[{"seq":0,"stream":"stdout","data":"aGkK","at":"2026-12-01T00:00:00Z"}]}]}`
+	chunk := func(c string) string {
+		return `{"worker_id":"$A","logs":[{"invocation_id":"$R","attempt":1,"chunks":[` + c + `]}]}`
+	}
+	fuzzDaemonRoute(f, pathLogs, withBrokenBodies(valid, tokA,
+		daemonSeed{tokA, valid, 200},
+		daemonSeed{tokA, chunk(`{"seq":1,"stream":"stderr","data":"","at":"2026-12-01T00:00:01Z","dropped":100},{"seq":2,"stream":"stdout","at":"2026-12-01T00:00:02Z","eof":true}`), 200},
+		daemonSeed{tokA, chunk(`{"seq":-1,"stream":"stdout","at":"2026-12-01T00:00:00Z"}`), 400},
+		daemonSeed{tokA, chunk(`{"seq":1024,"stream":"stdout","at":"2026-12-01T00:00:00Z"}`), 400},
+		daemonSeed{tokA, chunk(`{"seq":0,"stream":"stdin","at":"2026-12-01T00:00:00Z"}`), 400},
+		daemonSeed{tokA, chunk(`{"seq":0,"stream":"stdout","data":"not base64!","at":"2026-12-01T00:00:00Z"}`), 400},
+		daemonSeed{tokA, chunk(`{"seq":0,"stream":"stdout","dropped":-1,"at":"2026-12-01T00:00:00Z"}`), 400},
+		daemonSeed{tokA, chunk(``), 400},
+		daemonSeed{tokA, `{"worker_id":"$A","logs":[]}`, 400},
+		daemonSeed{tokA, `{"worker_id":"$A","logs":[{"invocation_id":"$R","attempt":2,"chunks":[{"seq":0,"stream":"stdout","at":"2026-12-01T00:00:00Z"}]}]}`, 403},
+		daemonSeed{tokB, `{"worker_id":"$B","logs":[{"invocation_id":"$R","attempt":1,"chunks":[{"seq":0,"stream":"stdout","at":"2026-12-01T00:00:00Z"}]}]}`, 403},
+		daemonSeed{tokA, `{"worker_id":"$A","logs":[{"invocation_id":"` + fuzzNoInv + `","attempt":1,"chunks":[{"seq":0,"stream":"stdout","at":"2026-12-01T00:00:00Z"}]}]}`, 404},
+		daemonSeed{tokA, `{"worker_id":"$B","logs":[{"invocation_id":"$R","attempt":1,"chunks":[{"seq":0,"stream":"stdout","at":"2026-12-01T00:00:00Z"}]}]}`, 403},
+		daemonSeed{tokAForged, valid, 401},
+	))
+}
+
 // Operator POST routes, picked by the route selector (modulo 4); {id} is
 // the fuzzed id, path-escaped, so any bytes reach the handler's id check.
 var fuzzOperatorPosts = []string{
@@ -741,6 +765,7 @@ var fuzzGets = []string{
 	"invocations?queue=default&state=queued&limit=2", "invocations?state=succeeded",
 	"invocations?cursor=$N", "invocations?limit=2&cursor=$N",
 	"invocations/$R", "invocations/$D", "invocations/$X", "invocations/$K",
+	"invocations/$R/logs", "invocations/$R/logs?attempt=1&after=0&limit=2", "invocations/$Q/logs",
 	"workers", "workers?limit=1&cursor=$M", "workers?cursor=$M",
 	"workers/$A", "workers/$B", "workers/$C",
 	"workers/$A/setup-results", "workers/$B/setup-results",
@@ -775,6 +800,11 @@ func FuzzOperatorGet(f *testing.F) {
 	add(404, tokOperator, "workers/"+fuzzNoWorker+"/setup-results")
 	add(404, tokOperator, "nope")
 	add(404, tokOperator, "invocations/$R/extra")
+	add(400, tokOperator, "invocations/$R/logs?attempt=x")
+	add(400, tokOperator, "invocations/$R/logs?limit=65")
+	add(400, tokOperator, "invocations/$R/logs?after=-1")
+	add(404, tokOperator, "invocations/$R/logs?attempt=5")
+	add(404, tokOperator, "invocations/"+fuzzNoInv+"/logs")
 	add(405, tokOperator, "daemon/poll")
 	add(405, tokOperator, "invocations/$R/cancel")
 	add(401, tokNone, "invocations")
@@ -801,7 +831,7 @@ func TestFuzzTargetsCoverRoutes(t *testing.T) {
 			reached[pattern] = true
 		}
 	}
-	for _, p := range []string{pathHello, pathPoll, pathAck, pathBye} {
+	for _, p := range []string{pathHello, pathPoll, pathAck, pathBye, pathLogs} {
 		reach("POST", p)
 	}
 	for _, p := range fuzzOperatorPosts {

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/dreamlake/lakeshore/shared/control"
 	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/ids"
 	"github.com/dreamlake/lakeshore/shared/wire"
@@ -45,6 +46,44 @@ func (s *Server) getInvocation(r *http.Request) (int, any, error) {
 		return 0, nil, err
 	}
 	return http.StatusOK, invocationView(inv), nil
+}
+
+// invocationLogs answers GET /v1/invocations/{id}/logs?attempt=N&after=SEQ&limit=L:
+// one page of an attempt's shipped output (attempt 0 or absent: the latest).
+func (s *Server) invocationLogs(r *http.Request) (int, any, error) {
+	id, err := pathID(r, ids.Invocation)
+	if err != nil {
+		return 0, nil, err
+	}
+	q := r.URL.Query()
+	num := func(name string, lo, hi, def int) (int, error) {
+		v := q.Get(name)
+		if v == "" {
+			return def, nil
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n < lo || n > hi {
+			return 0, wire.Errorf(wire.CodeInvalid, "%s must be %d-%d, got %q", name, lo, hi, v)
+		}
+		return n, nil
+	}
+	attempt, err := num("attempt", 0, wire.MaxAttemptsLimit, 0)
+	if err != nil {
+		return 0, nil, err
+	}
+	after, err := num("after", 0, domain.MaxLogChunks, 0)
+	if err != nil {
+		return 0, nil, err
+	}
+	limit, err := num("limit", 1, 64, control.DefaultLogPage)
+	if err != nil {
+		return 0, nil, err
+	}
+	page, err := s.svc.ReadLogs(r.Context(), id, attempt, after, limit)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, page, nil
 }
 
 func (s *Server) cancel(r *http.Request) (int, any, error) {

@@ -43,6 +43,8 @@ type Store interface {
 	PutConnection(ctx context.Context, c store.Connection) error
 	DeleteConnection(ctx context.Context, id string) (store.Connection, bool, error)
 	Connections(ctx context.Context, wakeKey string, limit int) ([]store.Connection, error)
+	PutLogs(ctx context.Context, id string, attempt int, chunks []domain.LogChunk) error
+	Logs(ctx context.Context, id string, attempt, after, limit int) ([]domain.LogChunk, error)
 }
 
 var _ Store = (*store.Store)(nil)

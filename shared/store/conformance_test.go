@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -106,6 +107,7 @@ var conformanceCases = []conformanceCase{
 	{"list invocations/all", testListAll},
 	{"list workers/paging", testListWorkers},
 	{"queue stats", testQueueStats},
+	{"logs/put and read", testLogs},
 	{"empty maps round-trip", testEmptyMapsRoundTrip},
 	{"quirk/REMOVE of an index key", testQuirkRemoveIndexKey},
 	{"quirk/empty collections", testQuirkEmptyCollections},
@@ -654,6 +656,60 @@ func testAckLateAfterRedelivery(t *testing.T, f *fixture) {
 	}
 	f.mustAck(b, inv, 2, wire.StateSucceeded, false)
 	f.wantStats("q", map[string]int{wire.StateSucceeded: 1}, 1)
+
+	// The history round-trips through the table: a's attempt ended bye,
+	// then its late outcome was recorded; b's was superseded.
+	hist := f.get(inv.ID).Attempts
+	if len(hist) != 2 || hist[0].Outcome != wire.StateSucceeded || !hist[0].Recorded || hist[0].EndedAt.IsZero() ||
+		!strings.Contains(hist[0].Reason, "taken back (bye)") || hist[1].Outcome != domain.EndSuperseded || hist[1].Recorded {
+		t.Fatalf("history %+v; want attempt 1 succeeded late (taken back by bye) and recorded, attempt 2 superseded", hist)
+	}
+}
+
+// testLogs: shipped output reads back in seq order, text and bytes alike,
+// from any seq on, a page at a time; a re-shipped chunk overwrites itself;
+// attempts are apart; expired chunks are not served.
+func testLogs(t *testing.T, f *fixture) {
+	at := f.clock.Now()
+	chunks := []domain.LogChunk{
+		{Seq: 0, Stream: domain.LogStdout, Data: []byte("hello\n"), At: at},
+		{Seq: 1, Stream: domain.LogStderr, Data: []byte{0xff, 0x00, 'x'}, At: at},
+		{Seq: 2, Stream: domain.LogStdout, Data: []byte("tail\n"), At: at, Dropped: 12345},
+		{Seq: 3, Stream: domain.LogStdout, At: at, EOF: true},
+	}
+	if err := f.s.PutLogs(f.ctx, "inv_a", 1, chunks[:2]); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.s.PutLogs(f.ctx, "inv_a", 1, chunks[1:]); err != nil { // seq 1 again
+		t.Fatal(err)
+	}
+	if err := f.s.PutLogs(f.ctx, "inv_a", 2, []domain.LogChunk{{Seq: 0, Stream: domain.LogStdout, Data: []byte("other"), At: at}}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := f.s.Logs(f.ctx, "inv_a", 1, 0, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 4 {
+		t.Fatalf("read %d chunks, want 4: %+v", len(got), got)
+	}
+	for i, c := range got {
+		w := chunks[i]
+		if c.Seq != w.Seq || c.Stream != w.Stream || !bytes.Equal(c.Data, w.Data) || !c.At.Equal(w.At) || c.Dropped != w.Dropped || c.EOF != w.EOF {
+			t.Errorf("chunk %d = %+v, want %+v", i, c, w)
+		}
+	}
+	page, err := f.s.Logs(f.ctx, "inv_a", 1, 2, 1)
+	if err != nil || len(page) != 1 || page[0].Seq != 2 {
+		t.Fatalf("one chunk from seq 2: %+v, %v", page, err)
+	}
+	if other, err := f.s.Logs(f.ctx, "inv_a", 2, 0, 10); err != nil || len(other) != 1 || string(other[0].Data) != "other" {
+		t.Fatalf("attempt 2: %+v, %v", other, err)
+	}
+	f.clock.Advance(f.s.LogTTL + time.Minute)
+	if old, err := f.s.Logs(f.ctx, "inv_a", 1, 0, 10); err != nil || len(old) != 0 {
+		t.Fatalf("after the log retention: %d chunks, %v; want none", len(old), err)
+	}
 }
 
 func testAckLateWhileRequeued(t *testing.T, f *fixture) {

@@ -96,6 +96,8 @@ type Store struct {
 	ClaimShards int
 	// TerminalTTL is how long a finished invocation is kept (DynamoDB TTL).
 	TerminalTTL time.Duration
+	// LogTTL is how long shipped output is kept (DynamoDB TTL).
+	LogTTL time.Duration
 
 	pool    claimPool
 	claimed claimedCache
@@ -111,6 +113,7 @@ func New(db DB, prefix string) *Store {
 		ClaimWindow:  defaultClaimWindow,
 		ClaimPoolTTL: defaultClaimPoolTTL,
 		TerminalTTL:  defaultTerminalTTL,
+		LogTTL:       domain.DefaultLogRetention,
 	}
 }
 

@@ -11,6 +11,7 @@ const (
 	QueuesSuffix      = "queues"
 	IdempotencySuffix = "idempotency"
 	ConnectionsSuffix = "connections"
+	LogsSuffix        = "logs"
 )
 
 // TableNames holds the full DynamoDB table names of one deployment.
@@ -22,6 +23,7 @@ type TableNames struct {
 	Queues      string
 	Idempotency string
 	Connections string
+	Logs        string
 }
 
 // NamesFor returns the table names for a table prefix, e.g. "lakeshore-".
@@ -34,5 +36,6 @@ func NamesFor(prefix string) TableNames {
 		Queues:      prefix + QueuesSuffix,
 		Idempotency: prefix + IdempotencySuffix,
 		Connections: prefix + ConnectionsSuffix,
+		Logs:        prefix + LogsSuffix,
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/ids"
 )
 
@@ -391,6 +392,53 @@ func (r *AckRequest) Validate() error {
 		return err
 	}
 	return checkText("stderr_tail", r.StderrTail, MaxTailBytes, false)
+}
+
+// MaxLogBytesPerRequest bounds the output one POST /v1/daemon/logs carries
+// (base64 makes it 4/3 larger on the wire, under MaxBodyBytes).
+const MaxLogBytesPerRequest = 4 * domain.LogChunkBytes
+
+// Validate checks a logs request: known attempts, chunks in bounds, no
+// more than MaxLogBytesPerRequest of output in all.
+func (r *LogsRequest) Validate() error {
+	if err := checkID("worker_id", ids.Worker, r.WorkerID); err != nil {
+		return err
+	}
+	if len(r.Logs) == 0 || len(r.Logs) > 64 {
+		return invalid("logs must hold 1-64 attempts; got %d", len(r.Logs))
+	}
+	total := 0
+	for i, b := range r.Logs {
+		if err := checkID(fmt.Sprintf("logs[%d].invocation_id", i), ids.Invocation, b.InvocationID); err != nil {
+			return err
+		}
+		if b.Attempt < 1 || b.Attempt > MaxAttemptsLimit {
+			return invalid("logs[%d].attempt must be 1-%d", i, MaxAttemptsLimit)
+		}
+		if len(b.Chunks) == 0 {
+			return invalid("logs[%d].chunks is empty", i)
+		}
+		for j, c := range b.Chunks {
+			where := fmt.Sprintf("logs[%d].chunks[%d]", i, j)
+			if c.Seq < 0 || c.Seq >= domain.MaxLogChunks {
+				return invalid("%s.seq must be 0-%d", where, domain.MaxLogChunks-1)
+			}
+			if err := checkOneOf(where+".stream", c.Stream, domain.LogStdout, domain.LogStderr); err != nil {
+				return err
+			}
+			if len(c.Data) > domain.LogChunkBytes {
+				return invalid("%s.data is %d bytes; the limit is %d", where, len(c.Data), domain.LogChunkBytes)
+			}
+			if c.Dropped < 0 {
+				return invalid("%s.dropped is negative", where)
+			}
+			total += len(c.Data)
+		}
+	}
+	if total > MaxLogBytesPerRequest {
+		return invalid("logs carry %d bytes of output; the limit per request is %d", total, MaxLogBytesPerRequest)
+	}
+	return nil
 }
 
 // Validate checks a bye.

@@ -395,3 +395,50 @@ func (r *AckRequest) Worker() string { return r.WorkerID }
 
 // Worker reports the worker a daemon request acts for.
 func (r *ByeRequest) Worker() string { return r.WorkerID }
+
+// LogsRequest is the body of POST /v1/daemon/logs: new output of attempts
+// the worker runs or ran (docs/logs.md).
+type LogsRequest struct {
+	WorkerID string     `json:"worker_id"`
+	Logs     []LogBatch `json:"logs"`
+}
+
+// LogBatch is the new output of one attempt.
+type LogBatch struct {
+	InvocationID string     `json:"invocation_id"`
+	Attempt      int        `json:"attempt"`
+	Chunks       []LogChunk `json:"chunks"`
+}
+
+// LogChunk is one piece of an attempt's output. data is base64 in JSON (the
+// output is bytes, not necessarily text). dropped, when set, counts the
+// bytes of its stream left out just before it (the stream passed the
+// per-attempt cap; head and tail are kept); eof marks the attempt's last
+// chunk.
+type LogChunk struct {
+	Seq     int       `json:"seq"`
+	Stream  string    `json:"stream"`
+	Data    []byte    `json:"data,omitempty"`
+	At      time.Time `json:"at"`
+	Dropped int64     `json:"dropped,omitempty"`
+	EOF     bool      `json:"eof,omitempty"`
+}
+
+// LogsAccepted answers a LogsRequest.
+type LogsAccepted struct {
+	Stored int `json:"stored"`
+}
+
+// LogPage answers GET /v1/invocations/{id}/logs: the chunks of one attempt
+// after a seq, in order. next is the after= of the following read; eof says
+// the attempt's last chunk is in (nothing more will come).
+type LogPage struct {
+	InvocationID string     `json:"invocation_id"`
+	Attempt      int        `json:"attempt"`
+	Chunks       []LogChunk `json:"chunks"`
+	Next         int        `json:"next"`
+	EOF          bool       `json:"eof"`
+}
+
+// Worker reports the worker a daemon request acts for.
+func (r *LogsRequest) Worker() string { return r.WorkerID }

@@ -19,6 +19,7 @@ import (
 // wantTable is the expected shape of one table of template.yaml.
 type wantTable struct {
 	hash, rng string
+	numbers   []string // key attributes of type N (all others are S)
 	gsis      map[string][2]string // index name -> hash, range
 	ttl       string
 }
@@ -41,6 +42,7 @@ func wantSchema(n store.TableNames) map[string]wantTable {
 		n.Queues:      {hash: "queue"},
 		n.Idempotency: {hash: "idempotency_key", ttl: "expires_at"},
 		n.Connections: {hash: "wake_key", rng: "connection_id", ttl: "expires_at"},
+		n.Logs:        {hash: "log_key", rng: "seq", numbers: []string{"seq"}, ttl: "expires_at"},
 	}
 }
 
@@ -54,6 +56,7 @@ func TestNamesFor(t *testing.T) {
 		Queues:      "lakeshore-queues",
 		Idempotency: "lakeshore-idempotency",
 		Connections: "lakeshore-connections",
+		Logs:        "lakeshore-logs",
 	}
 	if got != want {
 		t.Fatalf("store.NamesFor = %+v, want %+v", got, want)
@@ -116,7 +119,8 @@ func TestTableDefinitionsMatchSchema(t *testing.T) {
 				t.Errorf("unexpected LSIs: %v", d.LocalSecondaryIndexes)
 			}
 
-			// DynamoDB wants exactly the key attributes defined, all S here.
+			// DynamoDB wants exactly the key attributes defined, all S here
+			// but the numbers.
 			used := map[string]bool{}
 			for _, k := range d.KeySchema {
 				used[aws.ToString(k.AttributeName)] = true
@@ -129,8 +133,12 @@ func TestTableDefinitionsMatchSchema(t *testing.T) {
 			defined := map[string]bool{}
 			for _, a := range d.AttributeDefinitions {
 				defined[aws.ToString(a.AttributeName)] = true
-				if a.AttributeType != types.ScalarAttributeTypeS {
-					t.Errorf("attribute %s: type %q, want S", aws.ToString(a.AttributeName), a.AttributeType)
+				wantType := types.ScalarAttributeTypeS
+				if slices.Contains(w.numbers, aws.ToString(a.AttributeName)) {
+					wantType = types.ScalarAttributeTypeN
+				}
+				if a.AttributeType != wantType {
+					t.Errorf("attribute %s: type %q, want %s", aws.ToString(a.AttributeName), a.AttributeType, wantType)
 				}
 			}
 			if !reflect.DeepEqual(used, defined) {
@@ -248,8 +256,8 @@ func TestEnsureTablesWithFake(t *testing.T) {
 	if err := EnsureTables(ctx, f, "p-"); err != nil {
 		t.Fatal(err)
 	}
-	if len(f.existing) != 7 {
-		t.Errorf("tables = %v, want 7", f.existing)
+	if len(f.existing) != 8 {
+		t.Errorf("tables = %v, want 8", f.existing)
 	}
 	for name, calls := range f.describes {
 		if calls != 2 {
@@ -257,7 +265,7 @@ func TestEnsureTablesWithFake(t *testing.T) {
 		}
 	}
 	sort.Strings(f.ttl)
-	wantTTL := []string{n.Connections + ".expires_at", n.Idempotency + ".expires_at", n.Invocations + ".expires_at"}
+	wantTTL := []string{n.Connections + ".expires_at", n.Idempotency + ".expires_at", n.Invocations + ".expires_at", n.Logs + ".expires_at"}
 	if !slices.Equal(f.ttl, wantTTL) {
 		t.Errorf("TTL enabled on %v, want %v", f.ttl, wantTTL)
 	}

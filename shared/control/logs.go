@@ -1,0 +1,81 @@
+package control
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/dreamlake/lakeshore/shared/domain"
+	"github.com/dreamlake/lakeshore/shared/store"
+	"github.com/dreamlake/lakeshore/shared/wire"
+)
+
+// DefaultLogPage is how many chunks one read of an attempt's output
+// answers at most (32 KiB each: at most 512 KiB of output).
+const DefaultLogPage = 16
+
+// ShipLogs stores the output a worker shipped (docs/logs.md). The token
+// must be the worker's (auth), and each attempt one the worker ran: a
+// worker can write only its own attempts' output, also after the attempt
+// was taken back or ended (its last chunks come after its ack). It reports
+// how many chunks were stored; an attempt refused stops the request there.
+func (s *Service) ShipLogs(ctx context.Context, req wire.LogsRequest, auth store.Authorize) (wire.LogsAccepted, error) {
+	w, err := s.store.GetWorker(ctx, req.WorkerID)
+	if err != nil {
+		return wire.LogsAccepted{}, fmt.Errorf("ship logs: %w", err)
+	}
+	if err := auth(w); err != nil {
+		return wire.LogsAccepted{}, err
+	}
+	var res wire.LogsAccepted
+	for _, b := range req.Logs {
+		inv, err := s.store.GetInvocation(ctx, b.InvocationID)
+		if err != nil {
+			return res, fmt.Errorf("ship logs of %s: %w", b.InvocationID, err)
+		}
+		if !inv.HeldBy(req.WorkerID, b.Attempt) {
+			return res, wire.Errorf(wire.CodeForbidden, "attempt %d of %s was not run by %s", b.Attempt, b.InvocationID, req.WorkerID)
+		}
+		chunks := make([]domain.LogChunk, 0, len(b.Chunks))
+		for _, c := range b.Chunks {
+			chunks = append(chunks, domain.LogChunk(c))
+		}
+		if err := s.store.PutLogs(ctx, b.InvocationID, b.Attempt, chunks); err != nil {
+			return res, err
+		}
+		res.Stored += len(chunks)
+	}
+	return res, nil
+}
+
+// ReadLogs reads the output of attempt n of invocation id from seq after on
+// (n 0: its latest attempt; an invocation never claimed has none yet, an
+// empty page of attempt 0).
+func (s *Service) ReadLogs(ctx context.Context, id string, n, after, limit int) (wire.LogPage, error) {
+	inv, err := s.store.GetInvocation(ctx, id)
+	if err != nil {
+		return wire.LogPage{}, err
+	}
+	if n == 0 {
+		n = inv.Attempt
+	}
+	page := wire.LogPage{InvocationID: id, Attempt: n, Chunks: []wire.LogChunk{}, Next: after}
+	if n == 0 {
+		return page, nil
+	}
+	if n > inv.Attempt {
+		return wire.LogPage{}, wire.Errorf(wire.CodeNotFound, "invocation %s has run %d attempts; there is no attempt %d", id, inv.Attempt, n)
+	}
+	if limit <= 0 {
+		limit = DefaultLogPage
+	}
+	chunks, err := s.store.Logs(ctx, id, n, after, limit)
+	if err != nil {
+		return wire.LogPage{}, err
+	}
+	for _, c := range chunks {
+		page.Chunks = append(page.Chunks, wire.LogChunk(c))
+		page.Next = c.Seq + 1
+		page.EOF = page.EOF || c.EOF
+	}
+	return page, nil
+}

@@ -1,0 +1,101 @@
+package store
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/dreamlake/lakeshore/shared/domain"
+)
+
+// logRecord is the stored form of domain.LogChunk: one item per chunk of
+// one attempt's output (docs/logs.md). Output that is valid UTF-8 (nearly
+// all of it) is stored as text, the rest as base64 in data64: strings, not
+// binary, because minidyn (the embedded store) does not serve binary
+// attributes.
+type logRecord struct {
+	LogKey    string    `dynamodbav:"log_key"`
+	Seq       int       `dynamodbav:"seq"`
+	Stream    string    `dynamodbav:"stream"`
+	Text      string    `dynamodbav:"text,omitempty"`
+	Data64    string    `dynamodbav:"data64,omitempty"`
+	At        time.Time `dynamodbav:"at"`
+	Dropped   int64     `dynamodbav:"dropped,omitempty"`
+	EOF       bool      `dynamodbav:"eof,omitempty"`
+	ExpiresAt int64     `dynamodbav:"expires_at"`
+}
+
+// logKey is the partition of attempt n of invocation id.
+func logKey(id string, n int) string { return id + "#" + strconv.Itoa(n) }
+
+// PutLogs stores chunks of attempt n of invocation id, one put each, in
+// the order given: a reader that sees chunk k of a shipment in order also
+// sees every chunk before it. A chunk shipped again (a retry after a lost
+// answer) overwrites itself. Each expires LogTTL from now.
+func (s *Store) PutLogs(ctx context.Context, id string, n int, chunks []domain.LogChunk) error {
+	exp := s.now().Add(s.LogTTL).Unix()
+	for _, c := range chunks {
+		r := logRecord{LogKey: logKey(id, n), Seq: c.Seq, Stream: c.Stream, At: c.At.UTC(),
+			Dropped: c.Dropped, EOF: c.EOF, ExpiresAt: exp}
+		if utf8.Valid(c.Data) {
+			r.Text = string(c.Data)
+		} else {
+			r.Data64 = base64.StdEncoding.EncodeToString(c.Data)
+		}
+		item, err := attributevalue.MarshalMap(r)
+		if err != nil {
+			return fmt.Errorf("encode log chunk %d of %s attempt %d: %w", c.Seq, id, n, err)
+		}
+		if _, err := s.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(s.tables.Logs), Item: item}); err != nil {
+			return storeErr(fmt.Sprintf("put log chunk %d of %s attempt %d", c.Seq, id, n), err)
+		}
+	}
+	return nil
+}
+
+// Logs reads up to limit chunks of attempt n of invocation id from seq
+// after on, in order (a strongly consistent read, so a chunk a put has
+// answered is never skipped). Chunks past their expiry are left out: TTL
+// deletes them some time later, and emulators never do.
+func (s *Store) Logs(ctx context.Context, id string, n, after, limit int) ([]domain.LogChunk, error) {
+	out, err := s.db.Query(ctx, &dynamodb.QueryInput{
+		TableName:              aws.String(s.tables.Logs),
+		KeyConditionExpression: aws.String("log_key = :k AND seq >= :after"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":k": str(logKey(id, n)), ":after": num(int64(after)),
+		},
+		ConsistentRead: aws.Bool(true),
+		Limit:          aws.Int32(int32(limit)),
+	})
+	if err != nil {
+		return nil, storeErr(fmt.Sprintf("read logs of %s attempt %d", id, n), err)
+	}
+	now := s.now().Unix()
+	chunks := make([]domain.LogChunk, 0, len(out.Items))
+	for _, item := range out.Items {
+		var r logRecord
+		if err := attributevalue.UnmarshalMap(item, &r); err != nil {
+			return nil, fmt.Errorf("decode log chunk of %s attempt %d: %w", id, n, err)
+		}
+		if r.ExpiresAt > 0 && r.ExpiresAt < now {
+			continue
+		}
+		data := []byte(r.Text)
+		if r.Data64 != "" {
+			if data, err = base64.StdEncoding.DecodeString(r.Data64); err != nil {
+				return nil, fmt.Errorf("decode log chunk %d of %s attempt %d: %w", r.Seq, id, n, err)
+			}
+		}
+		chunks = append(chunks, domain.LogChunk{Seq: r.Seq, Stream: r.Stream, Data: data, At: r.At,
+			Dropped: r.Dropped, EOF: r.EOF})
+	}
+	return chunks, nil
+}

@@ -73,13 +73,14 @@ func (o *clientOptions) client() (*client.Client, error) {
 
 func (o *clientOptions) json() bool { return o.output == outputJSON }
 
-// addClientCommands adds the operator API client commands (submit, get, ls,
-// cancel, drain, setup, watch).
+// addClientCommands adds the operator API client commands (submit, get,
+// logs, ls, cancel, drain, setup, watch).
 func addClientCommands(root *cobra.Command) {
 	o := &clientOptions{}
 	for _, cmd := range []*cobra.Command{
 		newSubmitCmd(o),
 		newGetCmd(o),
+		newLogsCmd(o),
 		newLsCmd(o),
 		newCancelCmd(o),
 		newDrainCmd(o),
@@ -101,6 +102,7 @@ type submitOptions struct {
 	maxAttempts    int
 	idempotencyKey string
 	wait           bool
+	logs           bool
 	waitTimeout    time.Duration
 }
 
@@ -119,7 +121,7 @@ first argument (or at --), so the command's own flags need no quoting:
 commands run in the invocation's workdir before ARGV.
 
 With --wait, follow the invocation until it finishes (progress on stderr) and
-exit non-zero unless it succeeded.`,
+exit non-zero unless it succeeded; --logs also prints its output as it runs.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runSubmit(cmd, o, s, args)
@@ -136,6 +138,7 @@ exit non-zero unless it succeeded.`,
 	f.IntVar(&s.maxAttempts, "max-attempts", 0, "attempts before a lost worker fails it (default 3)")
 	f.StringVar(&s.idempotencyKey, "idempotency-key", "", "submitting the same key again returns the first invocation")
 	f.BoolVarP(&s.wait, "wait", "w", false, "wait until the invocation finishes; exit 1 unless it succeeded")
+	f.BoolVar(&s.logs, "logs", false, "with --wait, print the invocation's output as it runs (lakeshore logs --follow)")
 	f.DurationVar(&s.waitTimeout, "wait-timeout", 0, "give up waiting after this long (0: wait until interrupted)")
 	return cmd
 }
@@ -147,6 +150,9 @@ func runSubmit(cmd *cobra.Command, o *clientOptions, s submitOptions, argv []str
 	}
 	if s.timeout < 0 || s.waitTimeout < 0 {
 		return errors.New("--timeout and --wait-timeout must not be negative")
+	}
+	if s.logs && (!s.wait || o.json()) {
+		return errors.New("--logs needs --wait, and writes the output where --output json would go: use one or the other")
 	}
 	env, err := parseEnv(s.env)
 	if err != nil {
@@ -185,7 +191,17 @@ func runSubmit(cmd *cobra.Command, o *clientOptions, s submitOptions, argv []str
 	if !o.json() {
 		fmt.Fprintln(stdout, inv.InvocationID)
 	}
-	final, err := waitInvocation(ctx, c, inv, stderr, s.waitTimeout)
+	if s.waitTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, s.waitTimeout, fmt.Errorf("--wait-timeout %s passed", s.waitTimeout))
+		defer cancel()
+	}
+	if s.logs {
+		if err := followLogs(ctx, c, inv.InvocationID, logsOptions{follow: true}, stdout, stderr); err != nil {
+			return fmt.Errorf("stopped following %s: %w", inv.InvocationID, err)
+		}
+	}
+	final, err := waitInvocation(ctx, c, inv, stderr, 0)
 	if err != nil {
 		return err
 	}

@@ -691,7 +691,7 @@ func FuzzLogs(f *testing.F) {
 		daemonSeed{tokA, valid, 200},
 		daemonSeed{tokA, chunk(`{"seq":1,"stream":"stderr","data":"","at":"2026-12-01T00:00:01Z","dropped":100},{"seq":2,"stream":"stdout","at":"2026-12-01T00:00:02Z","eof":true}`), 200},
 		daemonSeed{tokA, chunk(`{"seq":-1,"stream":"stdout","at":"2026-12-01T00:00:00Z"}`), 400},
-		daemonSeed{tokA, chunk(`{"seq":1024,"stream":"stdout","at":"2026-12-01T00:00:00Z"}`), 400},
+		daemonSeed{tokA, chunk(`{"seq":65536,"stream":"stdout","at":"2026-12-01T00:00:00Z"}`), 400},
 		daemonSeed{tokA, chunk(`{"seq":0,"stream":"stdin","at":"2026-12-01T00:00:00Z"}`), 400},
 		daemonSeed{tokA, chunk(`{"seq":0,"stream":"stdout","data":"not base64!","at":"2026-12-01T00:00:00Z"}`), 400},
 		daemonSeed{tokA, chunk(`{"seq":0,"stream":"stdout","dropped":-1,"at":"2026-12-01T00:00:00Z"}`), 400},

@@ -105,6 +105,28 @@ func (c *Client) Ack(ctx context.Context, req wire.AckRequest) (wire.AckResponse
 	return out, err
 }
 
+// ShipLogs sends new output of the worker's attempts (POST /v1/daemon/logs).
+func (c *Client) ShipLogs(ctx context.Context, req wire.LogsRequest) (wire.LogsAccepted, error) {
+	var out wire.LogsAccepted
+	_, err := c.Do(ctx, "ship logs", http.MethodPost, "/v1/daemon/logs", nil, req, &out)
+	return out, err
+}
+
+// Logs reads one page of an attempt's output from seq after on (GET
+// /v1/invocations/{id}/logs); attempt 0 is the latest.
+func (c *Client) Logs(ctx context.Context, id string, attempt, after int) (wire.LogPage, error) {
+	q := url.Values{}
+	if attempt > 0 {
+		q.Set("attempt", strconv.Itoa(attempt))
+	}
+	if after > 0 {
+		q.Set("after", strconv.Itoa(after))
+	}
+	var out wire.LogPage
+	_, err := c.Do(ctx, "read logs", http.MethodGet, "/v1/invocations/"+url.PathEscape(id)+"/logs", q, nil, &out)
+	return out, err
+}
+
 // Bye tells the control plane the daemon is leaving (POST /v1/daemon/bye).
 func (c *Client) Bye(ctx context.Context, req wire.ByeRequest) error {
 	_, err := c.Do(ctx, "bye", http.MethodPost, "/v1/daemon/bye", nil, req, nil)

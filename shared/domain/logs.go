@@ -26,10 +26,13 @@ const (
 )
 
 // Bounds of shipped output: a chunk holds at most LogChunkBytes, and an
-// attempt at most MaxLogChunks chunks (32 MiB), whatever a worker sends.
+// attempt at most MaxLogChunks chunks, whatever a worker sends. Chunks of a
+// chatty body are small (what it wrote in a second), so the count is
+// generous: two a second for 9 hours. nymph's own cap (head and tail) is
+// what bounds the bytes.
 const (
 	LogChunkBytes = 32 << 10
-	MaxLogChunks  = 1024
+	MaxLogChunks  = 1 << 16
 )
 
 // DefaultLogRetention is how long shipped output is kept (then DynamoDB's

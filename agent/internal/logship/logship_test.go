@@ -1,0 +1,225 @@
+package logship
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/dreamlake/lakeshore/shared/wire"
+)
+
+// sink is a Sender that keeps what it was sent, by seq, the way the control
+// plane stores it (a chunk sent again overwrites itself). fail, while set,
+// answers every request with that error.
+type sink struct {
+	mu       sync.Mutex
+	chunks   map[int]wire.LogChunk
+	requests int
+	fail     error
+}
+
+func newSink() *sink { return &sink{chunks: map[int]wire.LogChunk{}} }
+
+func (s *sink) ShipLogs(_ context.Context, req wire.LogsRequest) (wire.LogsAccepted, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.requests++
+	if s.fail != nil {
+		return wire.LogsAccepted{}, s.fail
+	}
+	if err := req.Validate(); err != nil {
+		return wire.LogsAccepted{}, err
+	}
+	n := 0
+	for _, b := range req.Logs {
+		for _, c := range b.Chunks {
+			s.chunks[c.Seq] = c
+			n++
+		}
+	}
+	return wire.LogsAccepted{Stored: n}, nil
+}
+
+// streams reassembles what was stored: each stream's bytes, the bytes
+// reported dropped, and whether the eof came last with no gap before it.
+func (s *sink) streams(t *testing.T) (out, errs []byte, dropped int64, eof bool) {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for seq := 0; seq < len(s.chunks); seq++ {
+		c, ok := s.chunks[seq]
+		if !ok {
+			t.Fatalf("seq %d missing of %d", seq, len(s.chunks))
+		}
+		if eof {
+			t.Fatalf("chunk %d after the eof", seq)
+		}
+		dropped += c.Dropped
+		if c.Stream == "stderr" {
+			errs = append(errs, c.Data...)
+		} else {
+			out = append(out, c.Data...)
+		}
+		eof = c.EOF
+	}
+	return out, errs, dropped, eof
+}
+
+type runFiles struct{ dir, stdout, stderr string }
+
+func newRunFiles(t *testing.T) runFiles {
+	dir := t.TempDir()
+	return runFiles{dir, filepath.Join(dir, "stdout.log"), filepath.Join(dir, "stderr.log")}
+}
+
+func appendFile(t *testing.T, path string, data []byte) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.Write(data); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// shipAll calls Ship until it has nothing more to do (bounded).
+func shipAll(t *testing.T, s *Shipper) {
+	t.Helper()
+	for range 1000 {
+		more, err := s.Ship(context.Background())
+		if err != nil {
+			t.Fatalf("ship: %v", err)
+		}
+		if !more {
+			return
+		}
+	}
+	t.Fatal("Ship kept reporting more")
+}
+
+// TestShipsOutputAsItGrows: output written between ships arrives in order,
+// both streams, and the eof comes once the run is finished and read.
+func TestShipsOutputAsItGrows(t *testing.T) {
+	snk, f := newSink(), newRunFiles(t)
+	s := New(Config{Sender: snk})
+	s.Track(testWorker, testInv1, 1, f.stdout, f.stderr)
+	shipAll(t, s) // no files yet: nothing, and no error
+	appendFile(t, f.stdout, []byte("one\n"))
+	appendFile(t, f.stderr, []byte("warn\n"))
+	shipAll(t, s)
+	appendFile(t, f.stdout, []byte("two\n"))
+	shipAll(t, s)
+	if _, _, _, eof := snk.streams(t); eof {
+		t.Fatal("eof before the run finished")
+	}
+	s.Finish(testInv1, 1)
+	shipAll(t, s)
+	out, errs, dropped, eof := snk.streams(t)
+	if string(out) != "one\ntwo\n" || string(errs) != "warn\n" || dropped != 0 || !eof {
+		t.Fatalf("stored stdout %q stderr %q dropped %d eof %v", out, errs, dropped, eof)
+	}
+	if s.Pending() != 0 {
+		t.Fatalf("%d runs still tracked after their eof", s.Pending())
+	}
+}
+
+// TestCapKeepsHeadAndTail: past HeadBytes+TailBytes a stream keeps its head
+// (live) and its tail (at the end), and one chunk says how much was left
+// out between them.
+func TestCapKeepsHeadAndTail(t *testing.T) {
+	snk, f := newSink(), newRunFiles(t)
+	s := New(Config{Sender: snk, HeadBytes: 100 << 10, TailBytes: 40 << 10})
+	s.Track(testWorker, testInv1, 1, f.stdout, f.stderr)
+	var all bytes.Buffer
+	for i := range 300 { // 300 × 1 KiB, shipped as it grows
+		line := []byte(strings.Repeat(string(rune('a'+i%26)), 1023) + "\n")
+		all.Write(line)
+		appendFile(t, f.stdout, line)
+		if i%50 == 0 {
+			shipAll(t, s)
+		}
+	}
+	shipAll(t, s)
+	if out, _, _, _ := snk.streams(t); len(out) != 100<<10 {
+		t.Fatalf("shipped %d bytes live, want the head, %d", len(out), 100<<10)
+	}
+	s.Finish(testInv1, 1)
+	shipAll(t, s)
+	out, _, dropped, eof := snk.streams(t)
+	want := append(append([]byte{}, all.Bytes()[:100<<10]...), all.Bytes()[all.Len()-40<<10:]...)
+	if !bytes.Equal(out, want) || dropped != int64(all.Len()-140<<10) || !eof {
+		t.Fatalf("stored %d bytes (head+tail match: %v), dropped %d (want %d), eof %v",
+			len(out), bytes.Equal(out, want), dropped, all.Len()-140<<10, eof)
+	}
+}
+
+// TestRetrySendsTheSameChunks: a failed request is sent again with the
+// same seqs and bytes, also when more output came meanwhile; a request
+// refused for good drops its runs.
+func TestRetrySendsTheSameChunks(t *testing.T) {
+	snk, f := newSink(), newRunFiles(t)
+	s := New(Config{Sender: snk, Retryable: func(err error) bool { return !errors.Is(err, errRefused) }})
+	s.Track(testWorker, testInv1, 1, f.stdout, f.stderr)
+	appendFile(t, f.stdout, []byte("first\n"))
+	snk.fail = errors.New("connection refused")
+	if _, err := s.Ship(context.Background()); err == nil {
+		t.Fatal("Ship hid a failed request")
+	}
+	appendFile(t, f.stdout, []byte("second\n"))
+	snk.fail = nil
+	shipAll(t, s)
+	if got := snk.chunks[0]; string(got.Data) != "first\n" {
+		t.Fatalf("retried chunk 0 = %q, want the same bytes as the failed try", got.Data)
+	}
+	shipAll(t, s)
+	if out, _, _, _ := snk.streams(t); string(out) != "first\nsecond\n" {
+		t.Fatalf("stored %q", out)
+	}
+
+	s.Track(testWorker, testInv2, 1, f.stdout+"2", f.stderr+"2")
+	appendFile(t, f.stdout+"2", []byte("x"))
+	snk.fail = errRefused
+	if _, err := s.Ship(context.Background()); err != nil {
+		t.Fatalf("a refused request is not an error to retry: %v", err)
+	}
+	if s.Pending() != 1 {
+		t.Fatalf("%d runs tracked; want inv_2 dropped, inv_1 kept", s.Pending())
+	}
+}
+
+var errRefused = errors.New("403 forbidden")
+
+// Well-formed ids (the sink validates requests as the control plane does).
+const (
+	testWorker = "wrk_01J00000000000000000000000"
+	testInv1   = "inv_01J00000000000000000000001"
+	testInv2   = "inv_01J00000000000000000000002"
+)
+
+// TestDoesNotFollowSymlinks: a body that replaces its log with a symlink
+// does not get the daemon to ship the target.
+func TestDoesNotFollowSymlinks(t *testing.T) {
+	snk, f := newSink(), newRunFiles(t)
+	secret := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(secret, []byte("root's secret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(secret, f.stdout); err != nil {
+		t.Fatal(err)
+	}
+	s := New(Config{Sender: snk})
+	s.Track(testWorker, testInv1, 1, f.stdout, f.stderr)
+	s.Finish(testInv1, 1)
+	shipAll(t, s)
+	out, _, _, eof := snk.streams(t)
+	if len(out) != 0 || !eof {
+		t.Fatalf("shipped %q through a symlink (eof %v)", out, eof)
+	}
+}

@@ -405,7 +405,7 @@ func newDrainCmd(o *clientOptions) *cobra.Command {
 			if o.json() {
 				return printJSON(cmd.OutOrStdout(), d)
 			}
-			_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s %s\n", d.WorkerID, d.State)
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s %s: %s\n", d.WorkerID, d.State, d.Note)
 			return err
 		},
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -83,17 +84,26 @@ func newLsInvocationsCmd(o *clientOptions) *cobra.Command {
 
 func newLsWorkersCmd(o *clientOptions) *cobra.Command {
 	var p pageOptions
+	var state, label string
 	cmd := &cobra.Command{
 		Use:     "workers",
 		Aliases: []string{"worker", "wrk"},
-		Short:   "List workers with their computed state",
-		Args:    cobra.NoArgs,
+		Short:   "List workers with their computed state, optionally of one state or label",
+		Long: `List workers with the state the control plane computes for them now
+(stale: silent past the stale window; gone: left, retired or its host
+stopped). A gone worker leaves the list a day after it went gone; the
+invocations it ran keep its id in their attempt history.
+
+--state and --label filter each page the control plane reads, so a filtered
+page may be short (or empty) and still have more after it: use --all.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := o.client()
 			if err != nil {
 				return err
 			}
-			list, err := listWorkers(cmd.Context(), c, p.limit, p.cursor, p.all)
+			params := client.ListWorkersParams{State: state, Label: label, Limit: p.limit, Cursor: p.cursor}
+			list, err := listWorkers(cmd.Context(), c, params, p.all)
 			if err != nil {
 				return err
 			}
@@ -110,6 +120,8 @@ func newLsWorkersCmd(o *clientOptions) *cobra.Command {
 		},
 	}
 	p.register(cmd)
+	cmd.Flags().StringVar(&state, "state", "", "only this state: "+strings.Join(wire.WorkerStates, ", "))
+	cmd.Flags().StringVar(&label, "label", "", "only workers with this label")
 	return cmd
 }
 
@@ -156,8 +168,8 @@ func listInvocations(ctx context.Context, c *client.Client, p client.ListInvocat
 }
 
 // listWorkers is listInvocations for workers.
-func listWorkers(ctx context.Context, c *client.Client, limit int, cursor string, all bool) (wire.WorkerList, error) {
-	first, err := c.ListWorkers(ctx, limit, cursor)
+func listWorkers(ctx context.Context, c *client.Client, params client.ListWorkersParams, all bool) (wire.WorkerList, error) {
+	first, err := c.ListWorkersWhere(ctx, params)
 	if err != nil || !all {
 		return first, err
 	}
@@ -168,7 +180,8 @@ func listWorkers(ctx context.Context, c *client.Client, limit int, cursor string
 			return out, fmt.Errorf("list workers: the control plane repeated cursor %q; stopping", cursor)
 		}
 		seen[cursor] = true
-		page, err := c.ListWorkers(ctx, limit, cursor)
+		params.Cursor = cursor
+		page, err := c.ListWorkersWhere(ctx, params)
 		if err != nil {
 			return out, err
 		}

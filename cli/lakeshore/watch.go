@@ -150,7 +150,7 @@ func takeSnapshot(ctx context.Context, c *client.Client, queue string) (watchSna
 	if err != nil {
 		return watchSnapshot{}, err
 	}
-	workers, err := listWorkers(ctx, c, 0, "", true)
+	workers, err := listWorkers(ctx, c, client.ListWorkersParams{}, true)
 	if err != nil {
 		return watchSnapshot{}, err
 	}

@@ -766,7 +766,7 @@ var fuzzGets = []string{
 	"invocations?cursor=$N", "invocations?limit=2&cursor=$N",
 	"invocations/$R", "invocations/$D", "invocations/$X", "invocations/$K",
 	"invocations/$R/logs", "invocations/$R/logs?attempt=1&after=0&limit=2", "invocations/$Q/logs",
-	"workers", "workers?limit=1&cursor=$M", "workers?cursor=$M",
+	"workers", "workers?limit=1&cursor=$M", "workers?cursor=$M", "workers?state=stale", "workers?state=active&label=x",
 	"workers/$A", "workers/$B", "workers/$C",
 	"workers/$A/setup-results", "workers/$B/setup-results",
 	"queues/default", "queues/gpu", "queues/nothing-here", "healthz",
@@ -789,6 +789,7 @@ func FuzzOperatorGet(f *testing.F) {
 	add(400, tokOperator, "invocations?queue=gpu&cursor=$N") // a cursor of another listing
 	add(400, tokOperator, "workers?cursor=$N")
 	add(400, tokOperator, "workers?limit=501")
+	add(400, tokOperator, "workers?state=asleep")
 	add(400, tokOperator, "invocations/nope")
 	add(400, tokOperator, "invocations/$A")
 	add(400, tokOperator, "workers/$R")

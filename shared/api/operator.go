@@ -2,6 +2,7 @@ package api
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"slices"
 	"strconv"
@@ -143,6 +144,10 @@ func (s *Server) listWorkers(r *http.Request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
+	state, label := r.URL.Query().Get("state"), r.URL.Query().Get("label")
+	if state != "" && !slices.Contains(wire.WorkerStates, state) {
+		return 0, nil, wire.Errorf(wire.CodeInvalid, "state must be one of %v", wire.WorkerStates)
+	}
 	ws, next, err := s.cfg.Store.ListWorkers(r.Context(), limit, cursor)
 	if err != nil {
 		return 0, nil, err
@@ -150,7 +155,14 @@ func (s *Server) listWorkers(r *http.Request) (int, any, error) {
 	now := s.cfg.Clock.Now()
 	out := wire.WorkerList{Workers: make([]wire.Worker, 0, len(ws)), NextCursor: next}
 	for _, w := range ws {
-		out.Workers = append(out.Workers, s.workerView(w, now))
+		if retention := s.cfg.Store.WorkerRetention; retention > 0 && w.Reaped && now.Sub(w.GoneSince()) > retention {
+			continue // expired: DynamoDB's TTL deletes it some time later, emulators never
+		}
+		v := s.workerView(w, now)
+		if (state != "" && v.State != state) || (label != "" && v.Label != label) {
+			continue
+		}
+		out.Workers = append(out.Workers, v)
 	}
 	return http.StatusOK, out, nil
 }
@@ -176,7 +188,14 @@ func (s *Server) drain(r *http.Request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	return http.StatusAccepted, wire.DrainAccepted{WorkerID: w.ID, State: domain.Project(w, s.cfg.Clock.Now(), s.cfg.StaleAfter)}, nil
+	now := s.cfg.Clock.Now()
+	state := domain.Project(w, now, s.cfg.StaleAfter)
+	note := "it claims nothing more, finishes what it runs (within its --grace) and leaves with bye drain"
+	if state == domain.WorkerStale {
+		note = fmt.Sprintf("it is stale (silent for %s): it claims nothing, its work was handed back; "+
+			"if it polls again it is told to drain", now.Sub(w.LastSeenAt).Round(time.Second))
+	}
+	return http.StatusAccepted, wire.DrainAccepted{WorkerID: w.ID, State: state, Note: note}, nil
 }
 
 func (s *Server) addSetup(r *http.Request) (int, any, error) {

@@ -191,12 +191,28 @@ func (c *Client) CancelInvocation(ctx context.Context, id string) (wire.Invocati
 // ListWorkers reads one page of workers (GET /v1/workers). limit 0 and
 // cursor "" leave them to the control plane.
 func (c *Client) ListWorkers(ctx context.Context, limit int, cursor string) (wire.WorkerList, error) {
+	return c.ListWorkersWhere(ctx, ListWorkersParams{Limit: limit, Cursor: cursor})
+}
+
+// ListWorkersParams filters and pages GET /v1/workers. Zero fields are left
+// out of the query. A filtered page may hold fewer workers than Limit (the
+// filter applies to each page read), and still have a next cursor.
+type ListWorkersParams struct {
+	State, Label string
+	Limit        int
+	Cursor       string
+}
+
+// ListWorkersWhere reads one page of the workers p selects.
+func (c *Client) ListWorkersWhere(ctx context.Context, p ListWorkersParams) (wire.WorkerList, error) {
 	q := url.Values{}
-	if limit > 0 {
-		q.Set("limit", strconv.Itoa(limit))
+	for k, v := range map[string]string{"state": p.State, "label": p.Label, "cursor": p.Cursor} {
+		if v != "" {
+			q.Set(k, v)
+		}
 	}
-	if cursor != "" {
-		q.Set("cursor", cursor)
+	if p.Limit > 0 {
+		q.Set("limit", strconv.Itoa(p.Limit))
 	}
 	var out wire.WorkerList
 	_, err := c.Do(ctx, "list workers", http.MethodGet, "/v1/workers", q, nil, &out)

@@ -2,6 +2,7 @@ package control
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/dreamlake/lakeshore/shared/domain"
@@ -41,6 +42,15 @@ func (s *Service) Sweep(ctx context.Context) (SweepResult, error) {
 			return nil
 		}
 		res.Lost++
+		if why.Kind == domain.EndStale && now.Sub(w.LastSeenAt) > domain.RetireSilentAfter(s.staleAfter) {
+			// Silent for so long its process is surely dead: retire it,
+			// so it leaves the list after the worker retention.
+			reason := fmt.Sprintf("retired after %s of silence", now.Sub(w.LastSeenAt).Round(time.Minute))
+			if _, _, err := s.store.MarkGone(ctx, w.ID, nil, reason); err != nil {
+				return err
+			}
+			s.log.Info("retired a silent worker", "worker_id", w.ID, "last_seen_at", w.LastSeenAt, "why", reason)
+		}
 		n, err := s.HandBack(ctx, w.ID, why)
 		res.Requeued += n
 		if err != nil {

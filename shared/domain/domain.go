@@ -30,3 +30,14 @@ const (
 
 // DefaultStaleAfter is how long a worker may be silent before it reads stale.
 const DefaultStaleAfter = 60 * time.Second
+
+// DefaultWorkerRetention is how long a gone worker stays in the worker list
+// after it went gone (its history stays on the invocations it ran).
+const DefaultWorkerRetention = 24 * time.Hour
+
+// RetireSilentAfter is how long a stale worker may stay silent before the
+// sweep retires it (gone): one that comes back after that says hello anew.
+// It keeps a worker whose process died unseen from reading stale forever.
+func RetireSilentAfter(staleAfter time.Duration) time.Duration {
+	return max(time.Hour, 2*staleAfter)
+}

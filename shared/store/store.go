@@ -98,6 +98,9 @@ type Store struct {
 	TerminalTTL time.Duration
 	// LogTTL is how long shipped output is kept (DynamoDB TTL).
 	LogTTL time.Duration
+	// WorkerRetention is how long a gone worker's row is kept after it
+	// went gone, once the sweep is done with it (reaped; DynamoDB TTL).
+	WorkerRetention time.Duration
 
 	pool    claimPool
 	claimed claimedCache
@@ -114,6 +117,8 @@ func New(db DB, prefix string) *Store {
 		ClaimPoolTTL: defaultClaimPoolTTL,
 		TerminalTTL:  defaultTerminalTTL,
 		LogTTL:       domain.DefaultLogRetention,
+
+		WorkerRetention: domain.DefaultWorkerRetention,
 	}
 }
 

@@ -38,6 +38,10 @@ func (s *Store) workerPut(prev int64, next *domain.Worker) (*types.Put, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encode worker %s: %w", next.ID, err)
 	}
+	if next.Reaped && s.WorkerRetention > 0 {
+		// Only a reaped worker expires: the sweep found it holding nothing.
+		item["expires_at"] = num(next.GoneSince().Add(s.WorkerRetention).Unix())
+	}
 	return versionedPut(s.tables.Workers, "worker_id", item, prev), nil
 }
 

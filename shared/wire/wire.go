@@ -25,6 +25,11 @@ const (
 // InvocationStates lists every invocation state, in lifecycle order.
 var InvocationStates = []string{StateQueued, StateRunning, StateSucceeded, StateFailed, StateCancelled}
 
+// WorkerStates lists every state a worker reads (stored, and the computed
+// stale), as GET /v1/workers?state= takes them.
+var WorkerStates = []string{domain.WorkerPending, domain.WorkerJoining, domain.WorkerActive, domain.WorkerSettingUp,
+	domain.WorkerDraining, domain.WorkerStale, domain.WorkerGone}
+
 // Terminal reports whether an invocation state is final.
 func Terminal(state string) bool { return domain.Terminal(state) }
 
@@ -373,6 +378,8 @@ type SetupResults struct {
 type DrainAccepted struct {
 	WorkerID string `json:"worker_id"`
 	State    string `json:"state"`
+	// Note says what happens next, in words.
+	Note string `json:"note,omitempty"`
 }
 
 // QueueStats answers GET /v1/queues/{queue}.

@@ -26,7 +26,7 @@ type wantTable struct {
 
 func wantSchema(n store.TableNames) map[string]wantTable {
 	return map[string]wantTable{
-		n.Workers:  {hash: "worker_id"},
+		n.Workers:  {hash: "worker_id", ttl: "expires_at"},
 		n.Machines: {hash: "machine_id"},
 		n.Invocations: {
 			hash: "invocation_id",
@@ -265,7 +265,7 @@ func TestEnsureTablesWithFake(t *testing.T) {
 		}
 	}
 	sort.Strings(f.ttl)
-	wantTTL := []string{n.Connections + ".expires_at", n.Idempotency + ".expires_at", n.Invocations + ".expires_at", n.Logs + ".expires_at"}
+	wantTTL := []string{n.Connections + ".expires_at", n.Idempotency + ".expires_at", n.Invocations + ".expires_at", n.Logs + ".expires_at", n.Workers + ".expires_at"}
 	if !slices.Equal(f.ttl, wantTTL) {
 		t.Errorf("TTL enabled on %v, want %v", f.ttl, wantTTL)
 	}

@@ -263,6 +263,16 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("state dir: %w", err)
 	}
+	ledger, err := process.OpenLedger(cfg.StateDir, a.log)
+	if err != nil {
+		return fmt.Errorf("state dir: %w", err)
+	}
+	// Bodies an earlier process on this state dir left running (it was
+	// SIGKILLed: OOM, no service manager) die before anything else: this
+	// hello retires that process's worker, and the control plane hands their
+	// work out again, so they must not run on beside it (docs/agent.md).
+	ledger.Sweep(cfg.KillAfter)
+
 	a.ackDone = map[string]func(bool){}
 	a.acker = acks.New(spool, acks.Options{Logger: a.log, HTTP: cfg.HTTP, OnAnswered: a.ackAnswered, Clock: cfg.Clock})
 	machineID, source, err := MachineID(stopCtx, cfg.MachineID, MachineIDOptions{IMDSEndpoint: cfg.IMDSEndpoint})
@@ -293,7 +303,7 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 	rcfg := process.Config{
 		Workdir: cfg.Workdir, KillAfter: cfg.KillAfter,
 		BaseEnv: process.DefaultBaseEnv(os.Getenv, cfg.PassEnv...), Logger: a.log, RunAs: a.runAs,
-		Clock: cfg.Clock,
+		Clock: cfg.Clock, Ledger: ledger,
 	}
 	if a.testRunnerConfig != nil {
 		a.testRunnerConfig(&rcfg)

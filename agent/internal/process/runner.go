@@ -63,6 +63,10 @@ type Config struct {
 	// Clock is what durations are measured with (zero: real time).
 	// Deadlines (timeout_s, KillAfter) always run on real timers.
 	Clock clock.Clock
+	// Ledger, if set, records each process group of a run while it runs
+	// (<state-dir>/bodies), so the next daemon can kill what a SIGKILLed
+	// one left running (Ledger.Sweep).
+	Ledger *Ledger
 	// RunAs, if set, is the account bodies and their run_setup run as
 	// (Exec, for host and setup commands, stays the daemon's). Their run
 	// directory is then theirs; the directories above it are the daemon's,

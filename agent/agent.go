@@ -31,6 +31,10 @@ type Agent struct {
 	health *health.Tracker
 	runner *process.Runner
 	acker  *acks.Acker
+	// retention removes finished runs' directories (--keep-runs,
+	// --keep-runs-size); each run is held from before it starts until its
+	// ack is answered. Nil until Run makes it (nil holds nothing).
+	retention *process.Retention
 
 	notify *notify.Service // READY/STOPPING/STATUS to a service manager
 	runAs  *process.RunAs  // --run-as, resolved at New; nil: the daemon's account
@@ -272,6 +276,34 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 	// hello retires that process's worker, and the control plane hands their
 	// work out again, so they must not run on beside it (docs/agent.md).
 	ledger.Sweep(cfg.KillAfter)
+
+	a.retention = process.NewRetention(process.RetentionConfig{
+		Workdir: cfg.Workdir, Keep: cfg.KeepRuns, MaxBytes: cfg.KeepRunsSize, Clock: cfg.Clock, Logger: a.log,
+	})
+	// An earlier process's runs whose acks are still spooled keep their
+	// directories until those acks are answered (ackAnswered releases them).
+	if spooled, err := spool.List(); err == nil {
+		for _, sa := range spooled {
+			a.retention.Hold(sa.Ack.InvocationID, sa.Ack.Attempt)
+		}
+	}
+	retentionCtx, stopRetention := context.WithCancel(context.WithoutCancel(ctx))
+	retentionDone := make(chan struct{})
+	go func() {
+		defer close(retentionDone)
+		a.retention.Run(retentionCtx)
+	}()
+	defer func() {
+		stopRetention()
+		// A sweep under way ends with the directory it is removing; exit
+		// does not wait much longer for it.
+		t := time.NewTimer(time.Second)
+		defer t.Stop()
+		select {
+		case <-retentionDone:
+		case <-t.C:
+		}
+	}()
 
 	a.ackDone = map[string]func(bool){}
 	a.acker = acks.New(spool, acks.Options{Logger: a.log, HTTP: cfg.HTTP, OnAnswered: a.ackAnswered, Clock: cfg.Clock})

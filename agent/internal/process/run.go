@@ -24,7 +24,11 @@ func (r *Run) execute(workerID string) {
 		}()
 		o = r.run(workerID)
 	}()
-	o.Duration = r.runner.cfg.Clock.Since(r.begin)
+	end := r.ended // the one reading of the clock at the end, if run stamped it
+	if end.IsZero() {
+		end = r.runner.cfg.Clock.Now()
+	}
+	o.Duration = end.Sub(r.begin)
 	attrs := []any{"state", o.State, "abandoned", o.Abandoned, "duration_ms", o.Duration.Milliseconds()}
 	if o.ExitCode != nil {
 		attrs = append(attrs, "exit_code", *o.ExitCode)
@@ -75,6 +79,8 @@ func (r *Run) run(workerID string) Outcome {
 
 	o := r.supervised(workerID, dir, bodyDir, stdout, stderr)
 	r.forgetGroups()
+	r.ended = cfg.Clock.Now()
+	stampFinished(stdout, r.ended)
 	o.StdoutTail = r.logTail(stdout)
 	o.StderrTail = r.logTail(stderr)
 	return o
@@ -98,6 +104,16 @@ func (r *Run) forgetGroups() {
 	if err := r.runner.cfg.Ledger.forget(r.inv.InvocationID, r.inv.Attempt); err != nil {
 		r.log.Warn("cannot remove the run's ledger record", "error", err.Error())
 	}
+}
+
+// stampFinished sets the modification time of the run's stdout.log, through
+// the daemon's own descriptor, to when the run ended: run-directory
+// retention reads a run's finish time there (Retention), even for a body
+// that printed nothing. A failure only makes the directory look older or
+// younger than it is.
+func stampFinished(f *os.File, at time.Time) {
+	tv := syscall.NsecToTimeval(at.UnixNano())
+	_ = syscall.Futimes(int(f.Fd()), []syscall.Timeval{tv, tv})
 }
 
 // supervised runs setup and body with the log files open and reports the

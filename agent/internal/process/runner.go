@@ -160,6 +160,7 @@ type Run struct {
 	inv    wire.RunInvocation
 	log    *slog.Logger
 	begin  time.Time
+	ended  time.Time // when the run's processes were over (set and read on its own goroutine)
 
 	started     chan struct{}
 	startedOnce sync.Once

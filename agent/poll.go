@@ -116,6 +116,9 @@ func (a *Agent) poll(ctx context.Context, st *state, hello wire.HelloRequest, ru
 		return jitter(max(wait, st.sess.interval))
 	}
 	st.pollFailures = 0
+	// The control plane answers again: acks queued through an outage go
+	// now, not when their backoff runs out.
+	a.acker.RetryNow()
 	st.setupResults = st.setupResults[len(sent):]
 	if a.testHookPolled != nil {
 		a.testHookPolled(req)

@@ -246,6 +246,10 @@ func (l *Ledger) Sweep(killAfter time.Duration) []Leftover {
 	return out
 }
 
+// SweepBudget reports the longest Sweep takes with the given kill-after:
+// the grace after SIGTERM, then killConfirmWait after SIGKILL.
+func SweepBudget(killAfter time.Duration) time.Duration { return killAfter + killConfirmWait }
+
 // stale reports why nothing of rec's run can still be running ("" if
 // something is).
 func (l *Ledger) stale(rec bodyRecord, liveMembers func(int) []int) string {

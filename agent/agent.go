@@ -63,6 +63,8 @@ type Agent struct {
 	spotc        <-chan SpotNotice
 	spotInterval time.Duration // tests; zero: DefaultSpotInterval
 
+	// testRetentionSwept, when set, hears what each run-directory sweep did.
+	testRetentionSwept func(process.SweepResult)
 	// testRunnerConfig, when set, adjusts the runner's config before Run
 	// makes the runner (tests: hooks, the group liveness check).
 	testRunnerConfig func(*process.Config)
@@ -279,6 +281,7 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 
 	a.retention = process.NewRetention(process.RetentionConfig{
 		Workdir: cfg.Workdir, Keep: cfg.KeepRuns, MaxBytes: cfg.KeepRunsSize, Clock: cfg.Clock, Logger: a.log,
+		Swept: a.testRetentionSwept,
 	})
 	// An earlier process's runs whose acks are still spooled keep their
 	// directories until those acks are answered (ackAnswered releases them).

@@ -236,7 +236,7 @@ func (r *Retention) Sweep(ctx context.Context) SweepResult {
 		reason := ""
 		switch {
 		case r.cfg.Keep == 0:
-			reason = "acked"
+			reason = "--keep-runs 0"
 		case age >= r.cfg.Keep:
 			reason = "older than --keep-runs"
 		case r.cfg.MaxBytes > 0 && total > r.cfg.MaxBytes:

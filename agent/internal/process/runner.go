@@ -3,7 +3,9 @@
 // own run directory, with a clean environment; a stop is SIGTERM to the
 // group, --kill-after, SIGKILL, and a wait for the kernel to confirm every
 // member gone. It reports how each run ended (Outcome) and knows nothing of
-// the control plane.
+// the control plane. It also keeps a ledger of the process groups running
+// (Ledger), so a restart can kill what a SIGKILLed daemon left, and removes
+// finished runs' directories (Retention).
 package process
 
 import (

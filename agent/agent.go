@@ -31,6 +31,10 @@ type Agent struct {
 	health *health.Tracker
 	runner *process.Runner
 	acker  *acks.Acker
+	// retention removes finished runs' directories (--keep-runs,
+	// --keep-runs-size); each run is held from before it starts until its
+	// ack is answered. Nil until Run makes it (nil holds nothing).
+	retention *process.Retention
 
 	notify *notify.Service // READY/STOPPING/STATUS to a service manager
 	runAs  *process.RunAs  // --run-as, resolved at New; nil: the daemon's account
@@ -59,6 +63,8 @@ type Agent struct {
 	spotc        <-chan SpotNotice
 	spotInterval time.Duration // tests; zero: DefaultSpotInterval
 
+	// testRetentionSwept, when set, hears what each run-directory sweep did.
+	testRetentionSwept func(process.SweepResult)
 	// testRunnerConfig, when set, adjusts the runner's config before Run
 	// makes the runner (tests: hooks, the group liveness check).
 	testRunnerConfig func(*process.Config)
@@ -263,6 +269,45 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("state dir: %w", err)
 	}
+	ledger, err := process.OpenLedger(cfg.StateDir, a.log)
+	if err != nil {
+		return fmt.Errorf("state dir: %w", err)
+	}
+	// Bodies an earlier process on this state dir left running (it was
+	// SIGKILLed: OOM, no service manager) die before anything else: this
+	// hello retires that process's worker, and the control plane hands their
+	// work out again, so they must not run on beside it (docs/agent.md).
+	ledger.Sweep(cfg.KillAfter)
+
+	a.retention = process.NewRetention(process.RetentionConfig{
+		Workdir: cfg.Workdir, Keep: cfg.KeepRuns, MaxBytes: cfg.KeepRunsSize, Clock: cfg.Clock, Logger: a.log,
+		Swept: a.testRetentionSwept,
+	})
+	// An earlier process's runs whose acks are still spooled keep their
+	// directories until those acks are answered (ackAnswered releases them).
+	if spooled, err := spool.List(); err == nil {
+		for _, sa := range spooled {
+			a.retention.Hold(sa.Ack.InvocationID, sa.Ack.Attempt)
+		}
+	}
+	retentionCtx, stopRetention := context.WithCancel(context.WithoutCancel(ctx))
+	retentionDone := make(chan struct{})
+	go func() {
+		defer close(retentionDone)
+		a.retention.Run(retentionCtx)
+	}()
+	defer func() {
+		stopRetention()
+		// A sweep under way ends with the directory it is removing; exit
+		// does not wait much longer for it.
+		t := time.NewTimer(time.Second)
+		defer t.Stop()
+		select {
+		case <-retentionDone:
+		case <-t.C:
+		}
+	}()
+
 	a.ackDone = map[string]func(bool){}
 	a.acker = acks.New(spool, acks.Options{Logger: a.log, HTTP: cfg.HTTP, OnAnswered: a.ackAnswered, Clock: cfg.Clock})
 	machineID, source, err := MachineID(stopCtx, cfg.MachineID, MachineIDOptions{IMDSEndpoint: cfg.IMDSEndpoint})
@@ -293,7 +338,7 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 	rcfg := process.Config{
 		Workdir: cfg.Workdir, KillAfter: cfg.KillAfter,
 		BaseEnv: process.DefaultBaseEnv(os.Getenv, cfg.PassEnv...), Logger: a.log, RunAs: a.runAs,
-		Clock: cfg.Clock,
+		Clock: cfg.Clock, Ledger: ledger,
 	}
 	if a.testRunnerConfig != nil {
 		a.testRunnerConfig(&rcfg)

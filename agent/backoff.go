@@ -3,6 +3,8 @@ package agent
 import (
 	"math/rand/v2"
 	"time"
+
+	"github.com/dreamlake/lakeshore/agent/internal/process"
 )
 
 func ptr[T any](v T) *T { return &v }
@@ -43,13 +45,14 @@ func helloBackoff(attempt int) time.Duration {
 }
 
 // StartBudget reports the longest nymph takes from start to READY=1 with
-// the default hello retries against a control plane that never answers:
+// the default --kill-after and hello retries against a control plane that
+// never answers: killing the bodies a SIGKILLed predecessor left running,
 // the spooled-ack resend, the IMDS lookup, then every hello attempt timing
 // out with the longest jittered backoff between them. A service manager's
 // start timeout (systemd TimeoutStartSec) must exceed it, or it kills a
 // daemon that was about to give up on its own (exit 1) or succeed.
 func StartBudget() time.Duration {
-	total := requestTimeout + DefaultIMDSTimeout
+	total := process.SweepBudget(DefaultKillAfter) + requestTimeout + DefaultIMDSTimeout
 	for attempt := 1; attempt <= DefaultHelloAttempts; attempt++ {
 		total += requestTimeout
 		if attempt < DefaultHelloAttempts {

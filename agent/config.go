@@ -33,7 +33,15 @@ type Config struct {
 	IntrospectAddr string
 	MachineID      string
 	PollInterval   time.Duration // 0: what the control plane answers (hello's poll_interval_s)
-	Version        string
+	// KeepRuns is how long a finished run's directory stays once its ack is
+	// answered, counted from the run's end (--keep-runs); 0: it goes as
+	// soon as the ack is answered.
+	KeepRuns time.Duration
+	// KeepRunsSize caps the run directories' total size in bytes
+	// (--keep-runs-size): while it is exceeded, finished runs go, oldest
+	// first; 0: no cap.
+	KeepRunsSize int64
+	Version      string
 	// Insecure accepts a plain-http control plane on another host
 	// (--insecure); without it only https, or http to loopback, is allowed.
 	Insecure bool
@@ -80,6 +88,10 @@ type Config struct {
 const (
 	DefaultGrace     = 30 * time.Second
 	DefaultKillAfter = 10 * time.Second
+	// DefaultKeepRuns and DefaultKeepRunsSize bound the run directories a
+	// worker keeps (docs/agent.md#run-directories).
+	DefaultKeepRuns     = 24 * time.Hour
+	DefaultKeepRunsSize = 2 << 30
 	// DefaultHelloAttempts bounds hello's retries (StartBudget).
 	DefaultHelloAttempts = 8
 	byeTimeout           = 2 * time.Second
@@ -97,6 +109,8 @@ func DefaultConfig() Config {
 		StateDir:       "/var/lib/nymph/state",
 		Grace:          DefaultGrace,
 		KillAfter:      DefaultKillAfter,
+		KeepRuns:       DefaultKeepRuns,
+		KeepRunsSize:   DefaultKeepRunsSize,
 		IntrospectAddr: "127.0.0.1:7788",
 		HelloAttempts:  DefaultHelloAttempts,
 		OnRebalance:    OnRebalanceLog,
@@ -140,8 +154,11 @@ func (c Config) withDefaults() (Config, error) {
 	if c.StateDir == "" {
 		return c, fmt.Errorf("--state-dir is required")
 	}
-	if c.Grace < 0 || c.KillAfter < 0 || c.KeepAlive < 0 || c.PollInterval < 0 {
+	if c.Grace < 0 || c.KillAfter < 0 || c.KeepAlive < 0 || c.PollInterval < 0 || c.KeepRuns < 0 {
 		return c, fmt.Errorf("durations must not be negative")
+	}
+	if c.KeepRunsSize < 0 {
+		return c, fmt.Errorf("--keep-runs-size must not be negative")
 	}
 	switch c.OnRebalance {
 	case "":

@@ -51,6 +51,8 @@ func TestConfigDurationsMeanWhatTheySay(t *testing.T) {
 		func(c *Config) { c.KillAfter = -time.Second },
 		func(c *Config) { c.KeepAlive = -time.Second },
 		func(c *Config) { c.PollInterval = -time.Second },
+		func(c *Config) { c.KeepRuns = -time.Second },
+		func(c *Config) { c.KeepRunsSize = -1 },
 	} {
 		c := configTestBase()
 		set(&c)
@@ -65,7 +67,8 @@ func TestConfigDurationsMeanWhatTheySay(t *testing.T) {
 func TestDefaultConfig(t *testing.T) {
 	d := DefaultConfig()
 	if d.Grace != DefaultGrace || d.KillAfter != DefaultKillAfter || d.KeepAlive != 0 || d.PollInterval != 0 ||
-		d.Capacity != 1 || d.HelloAttempts != DefaultHelloAttempts {
+		d.Capacity != 1 || d.HelloAttempts != DefaultHelloAttempts ||
+		d.KeepRuns != DefaultKeepRuns || d.KeepRunsSize != DefaultKeepRunsSize {
 		t.Fatalf("DefaultConfig: %+v", d)
 	}
 	c := configTestBase()

@@ -114,6 +114,9 @@ func (a *Agent) settle(ctx context.Context, st *state, r *running) {
 		a.log.Error(msg, "invocation_id", id, "attempt", attempt, "pid", r.run.Pid(), "pgid", pgid, "pids", pids)
 	}
 	if o.Abandoned {
+		// No ack will come for it: the next attempt runs elsewhere, or here
+		// in a directory of its own.
+		a.retention.Release(id, attempt)
 		st.abandoned++
 		a.log.Info("abandoned: killed before it ended; bye hands it back to the queue (counted in inflight_abandoned)",
 			"invocation_id", id, "attempt", attempt)

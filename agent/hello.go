@@ -22,6 +22,7 @@ func (a *Agent) hello(ctx context.Context, req wire.HelloRequest) (session, erro
 		res, err := enroll.Hello(ctx, req)
 		done(err == nil)
 		if err == nil {
+			a.acker.RetryNow() // spooled acks still retrying go at once
 			s, err := a.newSession(res)
 			if err == nil {
 				a.health.Registered(s.workerID, req.HostKey, a.cfg.Queue)

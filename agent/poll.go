@@ -116,6 +116,9 @@ func (a *Agent) poll(ctx context.Context, st *state, hello wire.HelloRequest, ru
 		return jitter(max(wait, st.sess.interval))
 	}
 	st.pollFailures = 0
+	// The control plane answers again: acks queued through an outage go
+	// now, not when their backoff runs out.
+	a.acker.RetryNow()
 	st.setupResults = st.setupResults[len(sent):]
 	if a.testHookPolled != nil {
 		a.testHookPolled(req)
@@ -242,6 +245,9 @@ func (a *Agent) startRun(ctx context.Context, st *state, c wire.Command, runDone
 		a.log.Warn("refusing a run command", "invocation_id", inv.InvocationID, "phase", st.phase, "inflight", len(st.runs))
 		return false
 	}
+	// Held before its directory exists: retention never removes a run in
+	// progress, nor one whose ack is not answered (ackAnswered releases it).
+	a.retention.Hold(inv.InvocationID, inv.Attempt)
 	r := &running{run: a.runner.Start(*inv, st.sess.workerID), session: st.sess}
 	st.runs[inv.InvocationID] = r
 	a.health.SetInflight(len(st.runs))
@@ -267,11 +273,14 @@ func (a *Agent) runFinished(ctx context.Context, st *state, r *running) {
 		st.idleSince = a.now()
 	}
 	a.settle(ctx, st, r)
+	a.retention.Kick() // its directory may put the total over --keep-runs-size
 }
 
 // ackAnswered records an ack's final answer in the health record: any
-// answer, even a refusal, shows the control plane reachable.
+// answer, even a refusal, shows the control plane reachable. The run's
+// directory is then retention's to remove.
 func (a *Agent) ackAnswered(sa acks.SpooledAck, _ wire.AckResponse, err error) {
+	a.retention.Release(sa.Ack.InvocationID, sa.Ack.Attempt)
 	key := fmt.Sprintf("%s/%d", sa.Ack.InvocationID, sa.Ack.Attempt)
 	a.ackMu.Lock()
 	done := a.ackDone[key]

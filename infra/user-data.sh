@@ -179,8 +179,9 @@ KillSignal=SIGTERM
 # run time: nymph sends EXTEND_TIMEOUT_USEC with STOPPING=1.
 TimeoutStopSec=120
 # Above the longest start before READY=1 against a control plane that never
-# answers: 15 s ack resend + 1 s IMDS + 8 hellos of 15 s + 39 s of backoff
-# = 175 s (agent.StartBudget); then nymph gives up by itself (exit 1).
+# answers: (10 + 2) s killing bodies a SIGKILLed nymph left + 15 s ack resend
+# + 1 s IMDS + 8 hellos of 15 s + 39 s of backoff = 187 s (agent.StartBudget);
+# then nymph gives up by itself (exit 1).
 TimeoutStartSec=300
 
 # nymph's exit codes (docs/agent.md):

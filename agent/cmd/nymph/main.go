@@ -115,6 +115,8 @@ func parseFlagsTo(args []string, getenv func(string) string, out io.Writer) (age
 	fs.StringVar(&c.IntrospectAddr, "introspect-addr", def.IntrospectAddr, "loopback address for /status, /readyz, /livez (\"off\" disables)")
 	fs.StringVar(&c.MachineID, "machine-id", "", "machine id (default: EC2 instance id, /etc/machine-id, hostname)")
 	fs.DurationVar(&c.PollInterval, "poll-interval", def.PollInterval, "poll interval (0: what the control plane answers)")
+	fs.DurationVar(&c.KeepRuns, "keep-runs", def.KeepRuns, "keep a finished run's directory this long after it ended (0: remove it once its ack is answered)")
+	fs.Var(byteSizeValue{&c.KeepRunsSize}, "keep-runs-size", "cap on all run directories together, e.g. 500MB or 2GiB: past it finished ones go, oldest first (0: no cap)")
 	fs.StringVar(&level, "log-level", "info", "debug, info, warn or error")
 	var tokenFile string
 	fs.StringVar(&tokenFile, "enroll-token-file", "", "read the enrollment token from this file (mode 0600 or stricter); keeps it out of the process list")

@@ -75,7 +75,11 @@ type Acker struct {
 	rand    func() float64 // guarded by mu: an injected one need not be safe
 	pending map[ackKey]*pendingAck
 	changed chan struct{} // closed and replaced whenever pending shrinks
-	clients map[ackClientKey]*client.Client
+	// retryNow ends when RetryNow is called (then is replaced): every
+	// sender waiting out a backoff tries again at once.
+	retryNow       context.Context
+	cancelRetryNow context.CancelFunc
+	clients        map[ackClientKey]*client.Client
 }
 
 // ackKey names one attempt's ack; the spool keeps one file per key.
@@ -115,6 +119,7 @@ func New(spool *Spool, opts Options) *Acker {
 		changed:        make(chan struct{}),
 		clients:        map[ackClientKey]*client.Client{},
 	}
+	k.retryNow, k.cancelRetryNow = context.WithCancel(context.Background())
 	if k.log == nil {
 		k.log = slog.Default()
 	}
@@ -259,6 +264,29 @@ func (k *Acker) Flush(ctx context.Context) int {
 	}
 }
 
+// RetryNow cuts short the backoff of every ack waiting to be tried again:
+// call it when a request to the control plane has just succeeded (a poll,
+// a hello), since an ack's next try is then likely to succeed too. A try
+// under way when it is called goes again at once if it fails. The acker
+// calls it itself whenever the control plane answers an ack. A nil Acker
+// has nothing to retry.
+func (k *Acker) RetryNow() {
+	if k == nil {
+		return
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.cancelRetryNow()
+	k.retryNow, k.cancelRetryNow = context.WithCancel(context.Background())
+}
+
+// retrySignal reports the context the next RetryNow ends.
+func (k *Acker) retrySignal() context.Context {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.retryNow
+}
+
 // await waits until p's sender stops or ctx ends and reports whether p was
 // answered.
 func (k *Acker) await(ctx context.Context, p *pendingAck) bool {
@@ -309,11 +337,16 @@ func (k *Acker) send(ctx context.Context, p *pendingAck) {
 	a := p.ack
 	log := k.log.With("worker_id", a.Ack.WorkerID, "invocation_id", a.Ack.InvocationID, "attempt", a.Ack.Attempt)
 	for try := 0; ; try++ {
+		// Taken before the try: a request that succeeds while this one
+		// fails means the control plane is back, and this ack should not
+		// wait out its backoff.
+		retry := k.retrySignal()
 		resp, err := k.sendOnce(ctx, a)
 		switch {
 		case err == nil:
 			log.Info("ack answered", "recorded", resp.Recorded, "state", resp.State, "tries", try+1)
 			k.answered(p, resp, nil, log)
+			k.RetryNow()
 			return
 		case ctx.Err() != nil:
 			log.Info("ack not answered before its context ended; left in the spool", "tries", try+1)
@@ -327,16 +360,31 @@ func (k *Acker) send(ctx context.Context, p *pendingAck) {
 			log.Warn("ack rejected by the control plane; dropped",
 				"code", string(code), "status", wire.Status(code), "recorded", false, "error", err.Error())
 			k.answered(p, wire.AckResponse{}, err, log)
+			k.RetryNow() // a refusal is an answer: the control plane is up
 			return
 		}
 		d := k.backoff(try)
 		log.Warn("ack not answered; will retry", "error", err.Error(), "tries", try+1, "backoff", d.String())
-		if err := k.sleep(ctx, d); err != nil || ctx.Err() != nil {
+		if k.pause(ctx, retry, d) {
+			log.Debug("another request to the control plane succeeded; retrying the ack at once", "tries", try+1)
+		}
+		if ctx.Err() != nil {
 			log.Info("ack not answered before its context ended; left in the spool", "tries", try+1)
 			k.finish(p, false)
 			return
 		}
 	}
+}
+
+// pause waits d, or until ctx or retry ends, and reports whether retry cut
+// it short.
+func (k *Acker) pause(ctx, retry context.Context, d time.Duration) bool {
+	wait, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(retry, cancel)
+	defer stop()
+	_ = k.sleep(wait, d)
+	return retry.Err() != nil && ctx.Err() == nil
 }
 
 // answered takes an answered ack out of the spool, tells OnAnswered and

@@ -38,6 +38,11 @@ const spoolCorruptSuffix = ".corrupt"
 // it: old enough that no Put can still be writing it.
 const spoolStaleTemp = time.Minute
 
+// spoolStaleCorrupt is how long a file moved aside as corrupt stays for an
+// operator to look at before OpenSpool removes it: it may hold a worker
+// token, and nothing ever reads it again.
+const spoolStaleCorrupt = 7 * 24 * time.Hour
+
 // spoolMaxFile bounds how much of one spool file List reads. An ack is at
 // most a 256 KiB body; anything far bigger is not one of ours.
 const spoolMaxFile = 4 << 20
@@ -119,7 +124,7 @@ func OpenSpool(stateDir string, opts ...SpoolOption) (*Spool, error) {
 	for _, o := range opts {
 		o(s)
 	}
-	s.removeStaleTemps()
+	s.removeLeftovers()
 	return s, nil
 }
 
@@ -275,19 +280,30 @@ func (s *Spool) moveAside(name string, cause error) {
 		"file", name, "moved_to", name+spoolCorruptSuffix, "reason", cause.Error())
 }
 
-// removeStaleTemps deletes temp files left by a Put that crashed. Only old
-// ones: another Spool over the same directory may be writing a fresh one.
-func (s *Spool) removeStaleTemps() {
+// removeLeftovers deletes temp files left by a Put that crashed, and
+// corrupt files moved aside over spoolStaleCorrupt ago. Only old temp
+// files: another Spool over the same directory may be writing a fresh one.
+// (An answered ack's own file is removed as it is answered: Remove.)
+func (s *Spool) removeLeftovers() {
 	entries, err := os.ReadDir(s.dir)
 	if err != nil {
 		return
 	}
 	for _, e := range entries {
-		if !strings.HasPrefix(e.Name(), spoolTempPrefix) {
+		name := e.Name()
+		var bound time.Duration
+		switch {
+		case strings.HasPrefix(name, spoolTempPrefix):
+			bound = spoolStaleTemp
+		case strings.HasSuffix(name, spoolCorruptSuffix):
+			bound = spoolStaleCorrupt
+		default:
 			continue
 		}
-		if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > spoolStaleTemp {
-			_ = os.Remove(filepath.Join(s.dir, e.Name()))
+		if fi, err := e.Info(); err == nil && fi.Mode().IsRegular() && time.Since(fi.ModTime()) > bound {
+			if os.Remove(filepath.Join(s.dir, name)) == nil {
+				s.logger.Info("ack spool: leftover removed", "file", name, "age", time.Since(fi.ModTime()).Round(time.Second).String())
+			}
 		}
 	}
 }

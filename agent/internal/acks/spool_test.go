@@ -3,6 +3,7 @@ package acks
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -344,4 +345,59 @@ func TestOpenSpoolStateDir(t *testing.T) {
 			t.Error("OpenSpool removed a temp file another Put may be writing")
 		}
 	})
+	t.Run("old corrupt files removed", func(t *testing.T) {
+		state := t.TempDir()
+		dir := filepath.Join(state, "acks")
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		stale, recent := filepath.Join(dir, "inv_01OLD-1.json.corrupt"), filepath.Join(dir, "inv_01NEW-1.json.corrupt")
+		for _, p := range []string{stale, recent} {
+			if err := os.WriteFile(p, []byte("{"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		old := time.Now().Add(-spoolStaleCorrupt - time.Hour)
+		if err := os.Chtimes(stale, old, old); err != nil {
+			t.Fatal(err)
+		}
+		spoolTestOpen(t, state)
+		if _, err := os.Stat(stale); err == nil {
+			t.Error("a corrupt file older than spoolStaleCorrupt survived OpenSpool")
+		}
+		if _, err := os.Stat(recent); err != nil {
+			t.Error("OpenSpool removed a corrupt file an operator may still want to look at")
+		}
+	})
+}
+
+// TestSpoolLeavesNothingBehind: once every ack is answered and removed,
+// the spool directory is empty: no ack file, no temp file of a Put.
+func TestSpoolLeavesNothingBehind(t *testing.T) {
+	s := spoolTestOpen(t, t.TempDir())
+	for i := range 5 {
+		a := spoolTestAck(fmt.Sprintf("inv_01LEFT%d", i), 1, time.Now().UTC())
+		if err := s.Put(a); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Put(a); err != nil { // a replacement leaves no temp file either
+			t.Fatal(err)
+		}
+	}
+	for i := range 5 {
+		if err := s.Remove(fmt.Sprintf("inv_01LEFT%d", i), 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	entries, err := os.ReadDir(s.Dir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 0 {
+		var names []string
+		for _, e := range entries {
+			names = append(names, e.Name())
+		}
+		t.Fatalf("spool directory holds %v after every ack was removed", names)
+	}
 }

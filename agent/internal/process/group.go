@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -81,11 +82,25 @@ func (g groupResult) describe() string {
 // outlives it, and the runner waits up to killConfirmWait to see every
 // member gone; the ones it does not are the result's survivors. onStart, if
 // set, is called with the pid once the process has started.
+//
+// The leader gets SIGKILL if the daemon dies (PR_SET_PDEATHSIG), so a
+// SIGKILLed or crashed nymph does not leave it running. The kernel sends
+// that signal when the thread that forked the leader exits, not the
+// process, and Go ends a thread whenever a goroutine locked to it returns:
+// runGroup locks its goroutine to its thread from the fork until the
+// leader is reaped, so no other goroutine can run there and end it. Only
+// the leader has it (a fork clears it): the rest of the group, orphaned,
+// is what the daemon's next start kills from the ledger (Ledger.Sweep).
 func (r *Runner) runGroup(cmd *exec.Cmd, stop <-chan struct{}, onStart func(pid int)) groupResult {
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
 	cmd.SysProcAttr.Setpgid = true
+	// Set after the credentials change (--run-as), which would clear it;
+	// the syscall package orders it so.
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	if err := cmd.Start(); err != nil {
 		return groupResult{startErr: err}
 	}
@@ -218,24 +233,43 @@ func liveGroupMembers(pgid int) []int {
 // procStat reads the state letter and the process group of pid from
 // /proc/<pid>/stat.
 func procStat(pid int) (state byte, pgrp int, err error) {
+	info, err := readProcInfo(pid)
+	return info.state, info.pgrp, err
+}
+
+// procInfo is what the runner reads of a process in /proc/<pid>/stat.
+type procInfo struct {
+	state byte   // field 3: R, S, D, Z, X…
+	pgrp  int    // field 5: the process group
+	start uint64 // field 22: when it started, in clock ticks after boot
+}
+
+// readProcInfo reads /proc/<pid>/stat. A pid that is not there reads as an
+// error matching fs.ErrNotExist.
+func readProcInfo(pid int) (procInfo, error) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return 0, 0, err
+		return procInfo{}, err
 	}
 	// "pid (comm) state ppid pgrp …"; comm may hold spaces and parentheses.
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 {
-		return 0, 0, fmt.Errorf("/proc/%d/stat: no command name", pid)
+		return procInfo{}, fmt.Errorf("/proc/%d/stat: no command name", pid)
 	}
+	// f[0] is field 3 (state), so field n is f[n-3].
 	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 3 || len(f[0]) != 1 {
-		return 0, 0, fmt.Errorf("/proc/%d/stat: too short", pid)
+	if len(f) < 20 || len(f[0]) != 1 {
+		return procInfo{}, fmt.Errorf("/proc/%d/stat: too short", pid)
 	}
-	pgrp, err = strconv.Atoi(f[2])
+	pgrp, err := strconv.Atoi(f[2])
 	if err != nil {
-		return 0, 0, fmt.Errorf("/proc/%d/stat: process group: %w", pid, err)
+		return procInfo{}, fmt.Errorf("/proc/%d/stat: process group: %w", pid, err)
 	}
-	return f[0][0], pgrp, nil
+	start, err := strconv.ParseUint(f[19], 10, 64)
+	if err != nil {
+		return procInfo{}, fmt.Errorf("/proc/%d/stat: start time: %w", pid, err)
+	}
+	return procInfo{state: f[0][0], pgrp: pgrp, start: start}, nil
 }
 
 // signalGroup sends sig to the process group pgid. A group already gone is

@@ -24,7 +24,11 @@ func (r *Run) execute(workerID string) {
 		}()
 		o = r.run(workerID)
 	}()
-	o.Duration = r.runner.cfg.Clock.Since(r.begin)
+	end := r.ended // the one reading of the clock at the end, if run stamped it
+	if end.IsZero() {
+		end = r.runner.cfg.Clock.Now()
+	}
+	o.Duration = end.Sub(r.begin)
 	attrs := []any{"state", o.State, "abandoned", o.Abandoned, "duration_ms", o.Duration.Milliseconds()}
 	if o.ExitCode != nil {
 		attrs = append(attrs, "exit_code", *o.ExitCode)
@@ -74,9 +78,42 @@ func (r *Run) run(workerID string) Outcome {
 	defer stderr.Close()
 
 	o := r.supervised(workerID, dir, bodyDir, stdout, stderr)
+	r.forgetGroups()
+	r.ended = cfg.Clock.Now()
+	stampFinished(stdout, r.ended)
 	o.StdoutTail = r.logTail(stdout)
 	o.StderrTail = r.logTail(stderr)
 	return o
+}
+
+// recordGroup notes a process group the run just started in the ledger.
+// A record that cannot be written leaves Pdeathsig as the only guard.
+func (r *Run) recordGroup(pid int) {
+	if err := r.runner.cfg.Ledger.record(r.inv.InvocationID, r.inv.Attempt, pid); err != nil {
+		r.log.Warn("cannot record the run's process group; a daemon killed meanwhile would leave it running", "pid", pid, "error", err.Error())
+	}
+}
+
+// forgetGroups removes the run's ledger record once its groups are gone.
+// A group whose cleanup was not confirmed keeps it, so the next start
+// tries again.
+func (r *Run) forgetGroups() {
+	if pgid, _ := r.Unconfirmed(); pgid != 0 {
+		return
+	}
+	if err := r.runner.cfg.Ledger.forget(r.inv.InvocationID, r.inv.Attempt); err != nil {
+		r.log.Warn("cannot remove the run's ledger record", "error", err.Error())
+	}
+}
+
+// stampFinished sets the modification time of the run's stdout.log, through
+// the daemon's own descriptor, to when the run ended: run-directory
+// retention reads a run's finish time there (Retention), even for a body
+// that printed nothing. A failure only makes the directory look older or
+// younger than it is.
+func stampFinished(f *os.File, at time.Time) {
+	tv := syscall.NsecToTimeval(at.UnixNano())
+	_ = syscall.Futimes(int(f.Fd()), []syscall.Timeval{tv, tv})
 }
 
 // supervised runs setup and body with the log files open and reports the
@@ -102,7 +139,7 @@ func (r *Run) supervised(workerID, dir, bodyDir string, stdout, stderr *os.File)
 			break
 		}
 		cmd := &exec.Cmd{Path: "/bin/sh", Args: []string{"/bin/sh", "-c", line}, Dir: bodyDir, Env: env, Stdout: stdout, Stderr: stderr, SysProcAttr: sys}
-		res := r.runner.runGroup(cmd, r.stopc, nil)
+		res := r.runner.runGroup(cmd, r.stopc, r.recordGroup)
 		r.noteGroup(fmt.Sprintf("run_setup[%d]", i), res)
 		if res.startErr == nil && res.exitCode() == 0 && !res.signaled() {
 			continue
@@ -133,6 +170,7 @@ func (r *Run) supervised(workerID, dir, bodyDir string, stdout, stderr *os.File)
 	}
 	cmd := &exec.Cmd{Path: path, Args: r.inv.Argv, Dir: bodyDir, Env: env, Stdout: stdout, Stderr: stderr, SysProcAttr: sys}
 	res := r.runner.runGroup(cmd, r.stopc, func(pid int) {
+		r.recordGroup(pid)
 		r.log.Info("body started", "pid", pid)
 		r.mu.Lock()
 		r.pid = pid

@@ -3,7 +3,9 @@
 // own run directory, with a clean environment; a stop is SIGTERM to the
 // group, --kill-after, SIGKILL, and a wait for the kernel to confirm every
 // member gone. It reports how each run ended (Outcome) and knows nothing of
-// the control plane.
+// the control plane. It also keeps a ledger of the process groups running
+// (Ledger), so a restart can kill what a SIGKILLed daemon left, and removes
+// finished runs' directories (Retention).
 package process
 
 import (
@@ -63,6 +65,10 @@ type Config struct {
 	// Clock is what durations are measured with (zero: real time).
 	// Deadlines (timeout_s, KillAfter) always run on real timers.
 	Clock clock.Clock
+	// Ledger, if set, records each process group of a run while it runs
+	// (<state-dir>/bodies), so the next daemon can kill what a SIGKILLed
+	// one left running (Ledger.Sweep).
+	Ledger *Ledger
 	// RunAs, if set, is the account bodies and their run_setup run as
 	// (Exec, for host and setup commands, stays the daemon's). Their run
 	// directory is then theirs; the directories above it are the daemon's,
@@ -156,6 +162,7 @@ type Run struct {
 	inv    wire.RunInvocation
 	log    *slog.Logger
 	begin  time.Time
+	ended  time.Time // when the run's processes were over (set and read on its own goroutine)
 
 	started     chan struct{}
 	startedOnce sync.Once

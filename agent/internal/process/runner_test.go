@@ -48,6 +48,8 @@ func TestRunnerHelperProcess(t *testing.T) {
 			os.Exit(1)
 		}
 		os.Exit(0)
+	case "daemon":
+		runnerTestDaemon() // never returns
 	default:
 		os.Exit(2)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/dreamlake/lakeshore/agent/internal/acks"
 	"github.com/dreamlake/lakeshore/agent/internal/health"
+	"github.com/dreamlake/lakeshore/agent/internal/logship"
 	"github.com/dreamlake/lakeshore/agent/internal/notify"
 	"github.com/dreamlake/lakeshore/agent/internal/process"
 	"github.com/dreamlake/lakeshore/agent/internal/wakeclient"
@@ -31,6 +32,8 @@ type Agent struct {
 	health *health.Tracker
 	runner *process.Runner
 	acker  *acks.Acker
+	// logs ships each run's output as it grows (docs/logs.md).
+	logs *logship.Shipper
 	// retention removes finished runs' directories (--keep-runs,
 	// --keep-runs-size); each run is held from before it starts until its
 	// ack is answered. Nil until Run makes it (nil holds nothing).
@@ -157,6 +160,7 @@ type body interface {
 	Kill()
 	Pid() int
 	Unconfirmed() (pgid int, pids []int)
+	LogFiles() (stdout, stderr string)
 }
 
 var _ body = (*process.Run)(nil)
@@ -344,6 +348,10 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 		a.testRunnerConfig(&rcfg)
 	}
 	a.runner = process.New(rcfg)
+	a.logs = logship.New(logship.Config{Retryable: client.Retryable, Clock: cfg.Clock, Logger: a.log})
+	logsCtx, stopLogs := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopLogs()
+	go a.logs.Run(logsCtx)
 	hello := wire.HelloRequest{
 		MachineID: machineID, BootID: bootID, Label: cfg.Label, Tags: cfg.Tags,
 		Lanes:        []string{cfg.Queue},

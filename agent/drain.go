@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"time"
 
 	"github.com/dreamlake/lakeshore/agent/internal/health"
 	"github.com/dreamlake/lakeshore/shared/wire"
@@ -42,6 +43,7 @@ func (a *Agent) terminate(st *state) {
 func (a *Agent) finish(st *state) error {
 	a.reap(st)
 	a.flushAcks()
+	a.flushLogs()
 	a.bye(st, st.abandoned)
 	a.health.PollerRunning(false)
 	a.health.Stopped()
@@ -103,6 +105,7 @@ func (a *Agent) reap(st *state) {
 func (a *Agent) settle(ctx context.Context, st *state, r *running) {
 	o := r.run.Outcome()
 	id, attempt := r.run.InvocationID(), r.run.Attempt()
+	a.logs.Finish(id, attempt) // its files are complete: the rest of its output goes
 	if pgid, pids := r.run.Unconfirmed(); pgid != 0 {
 		if st.phase == wire.PhaseTerminating {
 			a.health.Failed(health.FailedShutdown)
@@ -140,6 +143,22 @@ func (a *Agent) flushAcks() {
 	}
 }
 
+// logFlushTimeout bounds the last shipping of output at exit.
+const logFlushTimeout = 5 * time.Second
+
+// flushLogs ships, within logFlushTimeout, the rest of every finished run's
+// output, so `lakeshore logs` has it whole once the daemon is gone.
+func (a *Agent) flushLogs() {
+	if a.logs == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), logFlushTimeout)
+	defer cancel()
+	if err := a.logs.Flush(ctx); err != nil {
+		a.log.Warn("run output not all shipped at exit; the rest stays in the run directories", "runs", a.logs.Pending(), "error", err.Error())
+	}
+}
+
 // salvage ends a daemon whose loop panicked, without trusting the loop's
 // state machine: every body is killed and waited for (bounded), known
 // outcomes are acked and flushed. There is no bye — none of its reasons
@@ -160,6 +179,7 @@ func (a *Agent) salvage(st *state) {
 	}
 	a.reap(st)
 	a.flushAcks()
+	a.flushLogs()
 	a.log.Error("exit after a panic, without bye", "inflight_abandoned", st.abandoned)
 }
 

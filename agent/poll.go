@@ -249,6 +249,8 @@ func (a *Agent) startRun(ctx context.Context, st *state, c wire.Command, runDone
 	// progress, nor one whose ack is not answered (ackAnswered releases it).
 	a.retention.Hold(inv.InvocationID, inv.Attempt)
 	r := &running{run: a.runner.Start(*inv, st.sess.workerID), session: st.sess}
+	stdout, stderr := r.run.LogFiles()
+	a.logs.Track(st.sess.api, st.sess.workerID, inv.InvocationID, inv.Attempt, stdout, stderr)
 	st.runs[inv.InvocationID] = r
 	a.health.SetInflight(len(st.runs))
 	a.log.Info("run", "invocation_id", inv.InvocationID, "attempt", inv.Attempt, "worker_id", st.sess.workerID)

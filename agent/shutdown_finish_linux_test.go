@@ -295,5 +295,7 @@ func (b *stuckBody) Done() <-chan struct{}               { return b.done }
 func (b *stuckBody) Outcome() process.Outcome            { return process.Outcome{} }
 func (b *stuckBody) Cancel()                             {}
 func (b *stuckBody) Kill()                               {}
+func (b *stuckBody) LogFiles() (string, string) { return "", "" }
+
 func (b *stuckBody) Pid() int                            { return 0 }
 func (b *stuckBody) Unconfirmed() (pgid int, pids []int) { return 0, nil }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -705,6 +706,33 @@ func testLogs(t *testing.T, f *fixture) {
 	}
 	if other, err := f.s.Logs(f.ctx, "inv_a", 2, 0, 10); err != nil || len(other) != 1 || string(other[0].Data) != "other" {
 		t.Fatalf("attempt 2: %+v, %v", other, err)
+	}
+	// Seqs past 9 and 99 keep their order (a number, not text, order).
+	var many []domain.LogChunk
+	for i := range 120 {
+		many = append(many, domain.LogChunk{Seq: i, Stream: domain.LogStdout, Data: []byte(strconv.Itoa(i)), At: at})
+	}
+	if err := f.s.PutLogs(f.ctx, "inv_b", 1, many); err != nil {
+		t.Fatal(err)
+	}
+	next := 0
+	for range 30 {
+		page, err := f.s.Logs(f.ctx, "inv_b", 1, next, 7)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page) == 0 {
+			break
+		}
+		for _, c := range page {
+			if c.Seq != next || string(c.Data) != strconv.Itoa(next) {
+				t.Fatalf("read seq %d (%q) where %d was next", c.Seq, c.Data, next)
+			}
+			next++
+		}
+	}
+	if next != 120 {
+		t.Fatalf("paged through %d chunks, want 120", next)
 	}
 	f.clock.Advance(f.s.LogTTL + time.Minute)
 	if old, err := f.s.Logs(f.ctx, "inv_a", 1, 0, 10); err != nil || len(old) != 0 {

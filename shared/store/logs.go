@@ -23,7 +23,7 @@ import (
 // attributes.
 type logRecord struct {
 	LogKey    string    `dynamodbav:"log_key"`
-	Seq       int       `dynamodbav:"seq"`
+	Seq       string    `dynamodbav:"seq"` // seqKey
 	Stream    string    `dynamodbav:"stream"`
 	Text      string    `dynamodbav:"text,omitempty"`
 	Data64    string    `dynamodbav:"data64,omitempty"`
@@ -36,6 +36,10 @@ type logRecord struct {
 // logKey is the partition of attempt n of invocation id.
 func logKey(id string, n int) string { return id + "#" + strconv.Itoa(n) }
 
+// seqKey is the range key of chunk seq: zero-padded text, so it sorts as
+// the number on every engine (minidyn orders number range keys as text).
+func seqKey(seq int) string { return fmt.Sprintf("%06d", seq) }
+
 // PutLogs stores chunks of attempt n of invocation id, one put each, in
 // the order given: a reader that sees chunk k of a shipment in order also
 // sees every chunk before it. A chunk shipped again (a retry after a lost
@@ -43,7 +47,7 @@ func logKey(id string, n int) string { return id + "#" + strconv.Itoa(n) }
 func (s *Store) PutLogs(ctx context.Context, id string, n int, chunks []domain.LogChunk) error {
 	exp := s.now().Add(s.LogTTL).Unix()
 	for _, c := range chunks {
-		r := logRecord{LogKey: logKey(id, n), Seq: c.Seq, Stream: c.Stream, At: c.At.UTC(),
+		r := logRecord{LogKey: logKey(id, n), Seq: seqKey(c.Seq), Stream: c.Stream, At: c.At.UTC(),
 			Dropped: c.Dropped, EOF: c.EOF, ExpiresAt: exp}
 		if utf8.Valid(c.Data) {
 			r.Text = string(c.Data)
@@ -70,7 +74,7 @@ func (s *Store) Logs(ctx context.Context, id string, n, after, limit int) ([]dom
 		TableName:              aws.String(s.tables.Logs),
 		KeyConditionExpression: aws.String("log_key = :k AND seq >= :after"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":k": str(logKey(id, n)), ":after": num(int64(after)),
+			":k": str(logKey(id, n)), ":after": str(seqKey(after)),
 		},
 		ConsistentRead: aws.Bool(true),
 		Limit:          aws.Int32(int32(limit)),
@@ -91,10 +95,14 @@ func (s *Store) Logs(ctx context.Context, id string, n, after, limit int) ([]dom
 		data := []byte(r.Text)
 		if r.Data64 != "" {
 			if data, err = base64.StdEncoding.DecodeString(r.Data64); err != nil {
-				return nil, fmt.Errorf("decode log chunk %d of %s attempt %d: %w", r.Seq, id, n, err)
+				return nil, fmt.Errorf("decode log chunk %s of %s attempt %d: %w", r.Seq, id, n, err)
 			}
 		}
-		chunks = append(chunks, domain.LogChunk{Seq: r.Seq, Stream: r.Stream, Data: data, At: r.At,
+		seq, err := strconv.Atoi(r.Seq)
+		if err != nil {
+			return nil, fmt.Errorf("decode log chunk %q of %s attempt %d: %w", r.Seq, id, n, err)
+		}
+		chunks = append(chunks, domain.LogChunk{Seq: seq, Stream: r.Stream, Data: data, At: r.At,
 			Dropped: r.Dropped, EOF: r.EOF})
 	}
 	return chunks, nil

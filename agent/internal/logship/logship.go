@@ -47,7 +47,6 @@ const (
 
 // Config configures a Shipper; zero values take the defaults.
 type Config struct {
-	Sender Sender
 	// Interval is how often new output is looked for.
 	Interval time.Duration
 	// HeadBytes and TailBytes are the per-stream cap: output up to
@@ -84,6 +83,7 @@ type runKey struct {
 // a retry).
 type run struct {
 	key      runKey
+	sender   Sender // the client of the worker that ran it (its token)
 	worker   string
 	streams  [2]stream
 	seq      int
@@ -112,16 +112,17 @@ func New(cfg Config) *Shipper {
 	return &Shipper{cfg: cfg, log: log, kick: make(chan struct{}, 1), runs: map[runKey]*run{}}
 }
 
-// Track starts shipping attempt n of invocation id, run by worker, whose
-// output goes to the files stdout and stderr (they may not exist yet).
-func (s *Shipper) Track(worker, id string, n int, stdout, stderr string) {
+// Track starts shipping attempt n of invocation id, run by worker (whose
+// requests go through sender), whose output goes to the files stdout and
+// stderr (they may not exist yet).
+func (s *Shipper) Track(sender Sender, worker, id string, n int, stdout, stderr string) {
 	k := runKey{id, n}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.runs[k]; ok {
 		return
 	}
-	s.runs[k] = &run{key: k, worker: worker, streams: [2]stream{
+	s.runs[k] = &run{key: k, sender: sender, worker: worker, streams: [2]stream{
 		{name: domain.LogStdout, path: stdout}, {name: domain.LogStderr, path: stderr},
 	}}
 }
@@ -263,7 +264,7 @@ func (s *Shipper) Ship(ctx context.Context) (more bool, err error) {
 		for _, r := range rs {
 			req.Logs = append(req.Logs, wire.LogBatch{InvocationID: r.key.invocation, Attempt: r.key.attempt, Chunks: r.pending})
 		}
-		_, err := s.cfg.Sender.ShipLogs(ctx, req)
+		_, err := rs[0].sender.ShipLogs(ctx, req)
 		switch {
 		case err == nil:
 			s.sent(rs)

@@ -108,8 +108,8 @@ func shipAll(t *testing.T, s *Shipper) {
 // both streams, and the eof comes once the run is finished and read.
 func TestShipsOutputAsItGrows(t *testing.T) {
 	snk, f := newSink(), newRunFiles(t)
-	s := New(Config{Sender: snk})
-	s.Track(testWorker, testInv1, 1, f.stdout, f.stderr)
+	s := New(Config{})
+	s.Track(snk, testWorker, testInv1, 1, f.stdout, f.stderr)
 	shipAll(t, s) // no files yet: nothing, and no error
 	appendFile(t, f.stdout, []byte("one\n"))
 	appendFile(t, f.stderr, []byte("warn\n"))
@@ -135,8 +135,8 @@ func TestShipsOutputAsItGrows(t *testing.T) {
 // out between them.
 func TestCapKeepsHeadAndTail(t *testing.T) {
 	snk, f := newSink(), newRunFiles(t)
-	s := New(Config{Sender: snk, HeadBytes: 100 << 10, TailBytes: 40 << 10})
-	s.Track(testWorker, testInv1, 1, f.stdout, f.stderr)
+	s := New(Config{HeadBytes: 100 << 10, TailBytes: 40 << 10})
+	s.Track(snk, testWorker, testInv1, 1, f.stdout, f.stderr)
 	var all bytes.Buffer
 	for i := range 300 { // 300 × 1 KiB, shipped as it grows
 		line := []byte(strings.Repeat(string(rune('a'+i%26)), 1023) + "\n")
@@ -165,8 +165,8 @@ func TestCapKeepsHeadAndTail(t *testing.T) {
 // refused for good drops its runs.
 func TestRetrySendsTheSameChunks(t *testing.T) {
 	snk, f := newSink(), newRunFiles(t)
-	s := New(Config{Sender: snk, Retryable: func(err error) bool { return !errors.Is(err, errRefused) }})
-	s.Track(testWorker, testInv1, 1, f.stdout, f.stderr)
+	s := New(Config{Retryable: func(err error) bool { return !errors.Is(err, errRefused) }})
+	s.Track(snk, testWorker, testInv1, 1, f.stdout, f.stderr)
 	appendFile(t, f.stdout, []byte("first\n"))
 	snk.fail = errors.New("connection refused")
 	if _, err := s.Ship(context.Background()); err == nil {
@@ -183,7 +183,7 @@ func TestRetrySendsTheSameChunks(t *testing.T) {
 		t.Fatalf("stored %q", out)
 	}
 
-	s.Track(testWorker, testInv2, 1, f.stdout+"2", f.stderr+"2")
+	s.Track(snk, testWorker, testInv2, 1, f.stdout+"2", f.stderr+"2")
 	appendFile(t, f.stdout+"2", []byte("x"))
 	snk.fail = errRefused
 	if _, err := s.Ship(context.Background()); err != nil {
@@ -214,8 +214,8 @@ func TestDoesNotFollowSymlinks(t *testing.T) {
 	if err := os.Symlink(secret, f.stdout); err != nil {
 		t.Fatal(err)
 	}
-	s := New(Config{Sender: snk})
-	s.Track(testWorker, testInv1, 1, f.stdout, f.stderr)
+	s := New(Config{})
+	s.Track(snk, testWorker, testInv1, 1, f.stdout, f.stderr)
 	s.Finish(testInv1, 1)
 	shipAll(t, s)
 	out, _, _, eof := snk.streams(t)

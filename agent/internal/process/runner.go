@@ -312,6 +312,16 @@ func (r *Run) noteGroup(what string, res groupResult) {
 	r.leftPgid, r.leftMembers = res.pgid, res.survivors
 }
 
+// LogFiles reports the paths of the run's stdout.log and stderr.log (""
+// for a run whose directory cannot be named: it never starts).
+func (r *Run) LogFiles() (stdout, stderr string) {
+	dir, _, err := runDirs(r.runner.cfg.Workdir, r.inv)
+	if err != nil {
+		return "", ""
+	}
+	return filepath.Join(dir, StdoutFileName), filepath.Join(dir, StderrFileName)
+}
+
 // InvocationID reports the id of the invocation this run belongs to.
 func (r *Run) InvocationID() string { return r.inv.InvocationID }
 

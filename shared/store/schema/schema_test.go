@@ -42,7 +42,7 @@ func wantSchema(n store.TableNames) map[string]wantTable {
 		n.Queues:      {hash: "queue"},
 		n.Idempotency: {hash: "idempotency_key", ttl: "expires_at"},
 		n.Connections: {hash: "wake_key", rng: "connection_id", ttl: "expires_at"},
-		n.Logs:        {hash: "log_key", rng: "seq", numbers: []string{"seq"}, ttl: "expires_at"},
+		n.Logs:        {hash: "log_key", rng: "seq", ttl: "expires_at"},
 	}
 }
 
@@ -119,8 +119,7 @@ func TestTableDefinitionsMatchSchema(t *testing.T) {
 				t.Errorf("unexpected LSIs: %v", d.LocalSecondaryIndexes)
 			}
 
-			// DynamoDB wants exactly the key attributes defined, all S here
-			// but the numbers.
+			// DynamoDB wants exactly the key attributes defined, all S here.
 			used := map[string]bool{}
 			for _, k := range d.KeySchema {
 				used[aws.ToString(k.AttributeName)] = true
@@ -133,12 +132,8 @@ func TestTableDefinitionsMatchSchema(t *testing.T) {
 			defined := map[string]bool{}
 			for _, a := range d.AttributeDefinitions {
 				defined[aws.ToString(a.AttributeName)] = true
-				wantType := types.ScalarAttributeTypeS
-				if slices.Contains(w.numbers, aws.ToString(a.AttributeName)) {
-					wantType = types.ScalarAttributeTypeN
-				}
-				if a.AttributeType != wantType {
-					t.Errorf("attribute %s: type %q, want %s", aws.ToString(a.AttributeName), a.AttributeType, wantType)
+				if a.AttributeType != types.ScalarAttributeTypeS {
+					t.Errorf("attribute %s: type %q, want S", aws.ToString(a.AttributeName), a.AttributeType)
 				}
 			}
 			if !reflect.DeepEqual(used, defined) {

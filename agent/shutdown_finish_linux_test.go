@@ -289,12 +289,12 @@ type stuckBody struct {
 	done    chan struct{} // never closed
 }
 
-func (b *stuckBody) InvocationID() string                { return b.id }
-func (b *stuckBody) Attempt() int                        { return b.attempt }
-func (b *stuckBody) Done() <-chan struct{}               { return b.done }
-func (b *stuckBody) Outcome() process.Outcome            { return process.Outcome{} }
-func (b *stuckBody) Cancel()                             {}
-func (b *stuckBody) Kill()                               {}
+func (b *stuckBody) InvocationID() string       { return b.id }
+func (b *stuckBody) Attempt() int               { return b.attempt }
+func (b *stuckBody) Done() <-chan struct{}      { return b.done }
+func (b *stuckBody) Outcome() process.Outcome   { return process.Outcome{} }
+func (b *stuckBody) Cancel()                    {}
+func (b *stuckBody) Kill()                      {}
 func (b *stuckBody) LogFiles() (string, string) { return "", "" }
 
 func (b *stuckBody) Pid() int                            { return 0 }

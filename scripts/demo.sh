@@ -2,7 +2,8 @@
 # make demo: the main job on the embedded store. Starts `lakeshore dev`,
 # three nymphs, submits a batch, shows it run, kills one worker (the daemon
 # and every process it started, as when an instance vanishes) mid-run, and
-# ends with proof that every invocation finished exactly once.
+# ends with proof that every invocation finished exactly once, then the
+# attempt history and output of one invocation the killed worker ran.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -51,7 +52,7 @@ done
 "$BIN/lakeshore" ls workers
 
 say "submit $N invocations to queue $QUEUE (each sleeps 1-3 s, appends to a ledger, writes a result)"
-BODY='echo "start $NYMPH_INVOCATION_ID $NYMPH_ATTEMPT $NYMPH_WORKER_ID" >>"$LEDGER"; sleep $((RANDOM % 3 + 1)); echo "{\"attempt\": $NYMPH_ATTEMPT}" >"$NYMPH_RESULT_FILE"; echo "end $NYMPH_INVOCATION_ID $NYMPH_ATTEMPT $NYMPH_WORKER_ID" >>"$LEDGER"'
+BODY='echo "attempt $NYMPH_ATTEMPT on $NYMPH_WORKER_ID: working"; echo "start $NYMPH_INVOCATION_ID $NYMPH_ATTEMPT $NYMPH_WORKER_ID" >>"$LEDGER"; sleep $((RANDOM % 3 + 1)); echo "{\"attempt\": $NYMPH_ATTEMPT}" >"$NYMPH_RESULT_FILE"; echo "end $NYMPH_INVOCATION_ID $NYMPH_ATTEMPT $NYMPH_WORKER_ID" >>"$LEDGER"; echo "attempt $NYMPH_ATTEMPT: done"'
 for i in $(seq "$N"); do
   "$BIN/lakeshore" submit --queue "$QUEUE" --env "LEDGER=$LEDGER" --idempotency-key "demo-$i" -- sh -c "$BODY" >/dev/null
 done
@@ -85,4 +86,17 @@ if [ "$succeeded" = "$N" ] && [ "$done_count" = "$N" ]; then
   echo "RESULT: every invocation finished exactly once — none lost, none double-counted."
 else
   echo "RESULT: MISMATCH"; exit 1
+fi
+
+victim_inv=$(awk 'NR>1 && $4 !~ /^1\// {print $1; exit}' "$TMP/invocations.txt")
+if [ -n "$victim_inv" ]; then
+  say "what an operator sees of $victim_inv, which worker-2 was running"
+  echo "\$ lakeshore get $victim_inv   (its attempts)"
+  "$BIN/lakeshore" get "$victim_inv" | sed -n '/^--- attempts ---/,/^--- /p' | sed '1d;/^--- /d'
+  echo
+  echo "\$ lakeshore logs $victim_inv --attempt 1   (what worker-2 shipped before it was killed)"
+  "$BIN/lakeshore" logs "$victim_inv" --attempt 1 2>&1 | tail -n 5
+  echo
+  echo "\$ lakeshore logs $victim_inv   (the last lines of its output)"
+  "$BIN/lakeshore" logs "$victim_inv" 2>&1 | tail -n 5
 fi

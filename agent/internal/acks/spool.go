@@ -20,6 +20,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dreamlake/lakeshore/agent/internal/statedir"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
@@ -101,24 +102,9 @@ func OpenSpool(stateDir string, opts ...SpoolOption) (*Spool, error) {
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("ack spool: %w", err)
 	}
-	dir := filepath.Join(stateDir, spoolDirName)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("ack spool: %w", err)
-	}
-	// Lstat, not Stat: a symlink here could point the tokens anywhere.
-	fi, err := os.Lstat(dir)
+	dir, err := statedir.Private(stateDir, spoolDirName) // worker tokens: owner-only, no symlink
 	if err != nil {
 		return nil, fmt.Errorf("ack spool: %w", err)
-	}
-	if !fi.IsDir() {
-		return nil, fmt.Errorf("ack spool: %s is not a directory", dir)
-	}
-	// MkdirAll leaves an existing directory's mode alone, and a new one is
-	// subject to the umask; either way make it owner-only.
-	if fi.Mode().Perm() != 0o700 {
-		if err := os.Chmod(dir, 0o700); err != nil {
-			return nil, fmt.Errorf("ack spool: tighten %s: %w", dir, err)
-		}
 	}
 	s := &Spool{dir: dir, logger: slog.Default()}
 	for _, o := range opts {

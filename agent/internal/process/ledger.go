@@ -14,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/dreamlake/lakeshore/agent/internal/statedir"
 )
 
 // LedgerDirName is the directory under --state-dir that holds a record of
@@ -69,21 +71,9 @@ func OpenLedger(stateDir string, log *slog.Logger) (*Ledger, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	dir := filepath.Join(stateDir, LedgerDirName)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("body ledger: %w", err)
-	}
-	fi, err := os.Lstat(dir)
+	dir, err := statedir.Private(stateDir, LedgerDirName)
 	if err != nil {
 		return nil, fmt.Errorf("body ledger: %w", err)
-	}
-	if !fi.IsDir() {
-		return nil, fmt.Errorf("body ledger: %s is not a directory", dir)
-	}
-	if fi.Mode().Perm() != 0o700 {
-		if err := os.Chmod(dir, 0o700); err != nil {
-			return nil, fmt.Errorf("body ledger: tighten %s: %w", dir, err)
-		}
 	}
 	b, _ := os.ReadFile(bootIDPath) // no boot id: start times alone tell processes apart
 	return &Ledger{dir: dir, bootID: strings.TrimSpace(string(b)), log: log}, nil

@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -229,20 +228,8 @@ func (s *Spool) List() ([]SpooledAck, error) {
 // read decodes one spool file. Errors other than fs.ErrNotExist mean the
 // file is corrupt.
 func (s *Spool) read(name string) (SpooledAck, error) {
-	f, err := os.Open(filepath.Join(s.dir, name))
-	if err != nil {
-		return SpooledAck{}, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, spoolMaxFile+1))
-	if err != nil {
-		return SpooledAck{}, err
-	}
-	if len(b) > spoolMaxFile {
-		return SpooledAck{}, fmt.Errorf("larger than %d bytes", spoolMaxFile)
-	}
 	var a SpooledAck
-	if err := json.Unmarshal(b, &a); err != nil {
+	if err := statedir.ReadJSON(filepath.Join(s.dir, name), spoolMaxFile, &a); err != nil {
 		return SpooledAck{}, err
 	}
 	if err := checkSpooledAck(a); err != nil {

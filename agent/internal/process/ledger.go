@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -319,20 +318,8 @@ func waitUntil(d time.Duration, done func() bool) {
 
 // readBodyRecord reads and checks one record.
 func readBodyRecord(path string) (bodyRecord, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
-	if err != nil {
-		return bodyRecord{}, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, ledgerMaxFile+1))
-	if err != nil {
-		return bodyRecord{}, err
-	}
-	if len(b) > ledgerMaxFile {
-		return bodyRecord{}, fmt.Errorf("larger than %d bytes", ledgerMaxFile)
-	}
 	var rec bodyRecord
-	if err := json.Unmarshal(b, &rec); err != nil {
+	if err := statedir.ReadJSON(path, ledgerMaxFile, &rec); err != nil {
 		return bodyRecord{}, err
 	}
 	if err := checkLedgerKey(rec.InvocationID, rec.Attempt); err != nil {

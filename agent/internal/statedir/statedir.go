@@ -5,9 +5,12 @@
 package statedir
 
 import (
+	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"syscall"
 )
 
 // Private creates parent/name if needed and reports its path. It refuses
@@ -32,4 +35,23 @@ func Private(parent, name string) (string, error) {
 		}
 	}
 	return dir, nil
+}
+
+// ReadJSON decodes the JSON file at path, of at most max bytes, into v. It
+// never follows a symlink (O_NOFOLLOW): the file names in these
+// directories are the daemon's, and so must be what they hold.
+func ReadJSON(path string, max int64, v any) error {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return err
+	}
+	if int64(len(b)) > max {
+		return fmt.Errorf("larger than %d bytes", max)
+	}
+	return json.Unmarshal(b, v)
 }

@@ -308,4 +308,5 @@ func (a *Agent) submitAck(ctx context.Context, r *running, o process.Outcome) {
 		a.log.Error("could not spool an ack; sending it unspooled", "invocation_id", ack.Ack.InvocationID, "error", err.Error())
 	}
 	a.log.Info("finished", "invocation_id", ack.Ack.InvocationID, "attempt", ack.Ack.Attempt, "state", o.State, "duration", o.Duration)
+	a.health.RunFinished(o.State)
 }

@@ -64,7 +64,7 @@ type sfOps struct {
 }
 
 func (o *sfOps) sweep(ctx context.Context) error {
-	res, err := reaper.Handler(sfControl(o.p.Store), o.log)(ctx, nil)
+	res, err := reaper.Handler(sfControl(o.p.Store), nil, nil, 0, o.log)(ctx, nil)
 	o.sweeps.Add(1)
 	o.requeued.Add(int64(res.Requeued))
 	if err != nil {

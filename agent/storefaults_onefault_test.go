@@ -232,7 +232,7 @@ func TestStoreFaultsOneFault(t *testing.T) {
 		sweeper := store.New(storetest.FaultyClient(r.p.Endpoint, r.tr, sfRigTimeout), r.p.Prefix)
 		sweeper.Clock = clock.Of(func() time.Time { return time.Now().Add(sfStaleAfter + time.Second) })
 		r.tr.Next(Put, drop)
-		res, err := reaper.Handler(sfControl(sweeper), slog.New(slog.DiscardHandler))(context.Background(), nil)
+		res, err := reaper.Handler(sfControl(sweeper), nil, nil, 0, slog.New(slog.DiscardHandler))(context.Background(), nil)
 		if err != nil || res.Lost != 1 || res.Requeued != 1 {
 			t.Fatalf("sweep: %+v %v; want one lost worker, one invocation handed back", res, err)
 		}

@@ -24,6 +24,7 @@ import (
 	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/hoststatus"
 	"github.com/dreamlake/lakeshore/shared/logjson"
+	"github.com/dreamlake/lakeshore/shared/metrics"
 	"github.com/dreamlake/lakeshore/shared/store"
 	"github.com/dreamlake/lakeshore/shared/store/embedded"
 	"github.com/dreamlake/lakeshore/shared/store/schema"
@@ -169,7 +170,14 @@ func runDev(ctx context.Context, o devOptions) error {
 	if o.wakeChannel {
 		poster = sockets
 	}
-	svc := control.New(control.Config{Store: st, StaleAfter: o.staleAfter, Logger: log, Wake: hub, WakeURL: wc.url, Poster: poster})
+	// /metrics (docs/metrics.md): the events of the use cases this process
+	// runs, and the gauges read from the store at each scrape.
+	var svc *control.Service
+	prom := metrics.NewPrometheus(func(ctx context.Context) (metrics.Gauges, error) {
+		return svc.Gauges(ctx, st.WorkerRetention)
+	}, log)
+	svc = control.New(control.Config{Store: st, StaleAfter: o.staleAfter, Logger: log, Wake: hub, WakeURL: wc.url,
+		Poster: poster, Metrics: prom})
 	var handler http.Handler
 	var sweepOnce, pollHostsOnce func(context.Context) error
 	if o.lambdas != "" {
@@ -194,6 +202,7 @@ func runDev(ctx context.Context, o devOptions) error {
 			LongPoll:      o.longPoll,
 			WakeURL:       wc.url,
 			Poster:        poster,
+			Metrics:       prom,
 		})
 		if err != nil {
 			return err
@@ -205,6 +214,7 @@ func runDev(ctx context.Context, o devOptions) error {
 	if o.wakeChannel {
 		handler = withWakeChannel(handler, sockets)
 	}
+	handler = withMetrics(handler, prom.Handler())
 
 	url := "http://" + ln.Addr().String()
 	// These lines are the interface scripts and tests read: keep their shape.
@@ -275,6 +285,18 @@ func loopbackAddr(addr string) bool {
 // withWakeChannel serves the wake channel's paths with sockets and
 // everything else with routes (not through a ServeMux, which would redirect
 // the paths the routes answer 404 themselves).
+// withMetrics serves GET /metrics (Prometheus text, no token: a scraper's
+// path, like /v1/healthz) in front of routes.
+func withMetrics(routes, prom http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/metrics" && r.Method == http.MethodGet {
+			prom.ServeHTTP(w, r)
+			return
+		}
+		routes.ServeHTTP(w, r)
+	})
+}
+
 func withWakeChannel(routes, sockets http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == wakePath || strings.HasPrefix(r.URL.Path, wakePath+"/") {

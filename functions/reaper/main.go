@@ -11,5 +11,5 @@ import (
 
 func main() {
 	s := lambdamain.Open("reaper")
-	lambda.Start(reaper.Handler(s.Control, s.Log))
+	lambda.Start(reaper.Handler(s.Control, s.Control, s.Metrics, s.Store.WorkerRetention, s.Log))
 }

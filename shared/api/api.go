@@ -20,6 +20,7 @@ import (
 	"github.com/dreamlake/lakeshore/shared/clock"
 	"github.com/dreamlake/lakeshore/shared/control"
 	"github.com/dreamlake/lakeshore/shared/domain"
+	"github.com/dreamlake/lakeshore/shared/metrics"
 	"github.com/dreamlake/lakeshore/shared/store"
 	"github.com/dreamlake/lakeshore/shared/wake"
 	"github.com/dreamlake/lakeshore/shared/wire"
@@ -51,6 +52,8 @@ type Config struct {
 	// hands out, and what posts to its sockets.
 	WakeURL string
 	Poster  control.Poster
+	// Metrics is control.Config's: what receives the use cases' events.
+	Metrics metrics.Recorder
 }
 
 // Operator list bounds.
@@ -94,7 +97,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	svc := control.New(control.Config{Store: cfg.Store, StaleAfter: cfg.StaleAfter, MaxPollWait: cfg.MaxPollWait,
 		Sleep: cfg.Sleep, Clock: cfg.Clock, Logger: cfg.Logger, Wake: cfg.Wake, LongPoll: cfg.LongPoll,
-		WakeURL: cfg.WakeURL, Poster: cfg.Poster})
+		WakeURL: cfg.WakeURL, Poster: cfg.Poster, Metrics: cfg.Metrics})
 	s := &Server{cfg: cfg, svc: svc, mux: http.NewServeMux(), log: cfg.Logger}
 	s.routes()
 	return s, nil

@@ -155,7 +155,7 @@ func (s *Server) listWorkers(r *http.Request) (int, any, error) {
 	now := s.cfg.Clock.Now()
 	out := wire.WorkerList{Workers: make([]wire.Worker, 0, len(ws)), NextCursor: next}
 	for _, w := range ws {
-		if retention := s.cfg.Store.WorkerRetention; retention > 0 && w.Reaped && now.Sub(w.GoneSince()) > retention {
+		if !domain.Listed(w, now, s.cfg.Store.WorkerRetention) {
 			continue // expired: DynamoDB's TTL deletes it some time later, emulators never
 		}
 		v := s.workerView(w, now)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/dreamlake/lakeshore/shared/clock"
 	"github.com/dreamlake/lakeshore/shared/domain"
+	"github.com/dreamlake/lakeshore/shared/metrics"
 	"github.com/dreamlake/lakeshore/shared/store"
 	"github.com/dreamlake/lakeshore/shared/wake"
 	"github.com/dreamlake/lakeshore/shared/wire"
@@ -44,6 +45,10 @@ type Store interface {
 	DeleteConnection(ctx context.Context, id string) (store.Connection, bool, error)
 	Connections(ctx context.Context, wakeKey string, limit int) ([]store.Connection, error)
 	PutLogs(ctx context.Context, id string, attempt int, chunks []domain.LogChunk) error
+	Queues(ctx context.Context) ([]string, error)
+	NoteQueue(ctx context.Context, queue string) error
+	QueueStats(ctx context.Context, queue string) (wire.QueueStats, error)
+	OldestQueued(ctx context.Context, queue string) (time.Time, bool, error)
 	Logs(ctx context.Context, id string, attempt, after, limit int) ([]domain.LogChunk, error)
 }
 
@@ -73,6 +78,7 @@ type Service struct {
 	wakeURL    string
 	// pushPausedUntil: the wake channel failed; notify skips it until then.
 	pushPausedUntil atomic.Pointer[time.Time]
+	metrics         metrics.Recorder
 	log             *slog.Logger
 }
 
@@ -105,12 +111,17 @@ type Config struct {
 	// posts to its sockets. Both or neither.
 	WakeURL string
 	Poster  Poster
+	// Metrics receives the use cases' events (nil: none; docs/metrics.md).
+	Metrics metrics.Recorder
 	Logger  *slog.Logger
 }
 
 // New returns a Service over c.Store.
 func New(c Config) *Service {
-	s := &Service{store: c.Store, staleAfter: c.StaleAfter, maxWait: c.MaxPollWait, sleep: c.Sleep, clock: c.Clock, wake: c.Wake, longPoll: c.LongPoll, poster: c.Poster, wakeURL: c.WakeURL, log: c.Logger}
+	s := &Service{store: c.Store, staleAfter: c.StaleAfter, maxWait: c.MaxPollWait, sleep: c.Sleep, clock: c.Clock, wake: c.Wake, longPoll: c.LongPoll, poster: c.Poster, wakeURL: c.WakeURL, metrics: c.Metrics, log: c.Logger}
+	if s.metrics == nil {
+		s.metrics = metrics.Discard{}
+	}
 	if s.staleAfter <= 0 {
 		s.staleAfter = domain.DefaultStaleAfter
 	}

@@ -111,6 +111,9 @@ func (s *Service) Ack(ctx context.Context, req wire.AckRequest, auth store.Autho
 	}
 	s.log.Info("ack", "worker_id", req.WorkerID, "invocation_id", req.InvocationID, "attempt", req.Attempt,
 		"state", req.State, "recorded", res.Recorded)
+	if res.Recorded {
+		s.metrics.Finished(res.Queue, res.State)
+	}
 	return wire.AckResponse{Recorded: res.Recorded, State: res.State}, nil
 }
 

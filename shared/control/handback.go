@@ -37,6 +37,10 @@ func (s *Service) requeue(ctx context.Context, id, workerID string, loss domain.
 	if n := len(inv.Attempts); n > 0 && inv.Attempts[n-1].WorkerID == workerID && inv.Attempts[n-1].Outcome == loss.Kind {
 		s.log.Info("handed back", "invocation_id", id, "worker_id", workerID, "attempt", inv.Attempt,
 			"ended", loss.Kind, "why", loss.Why, "state", inv.State)
+		s.metrics.HandedBack(inv.Queue, loss.Kind)
+		if domain.Terminal(inv.State) {
+			s.metrics.Finished(inv.Queue, inv.State)
+		}
 	}
 	s.claimable(ctx, inv)
 	return inv, nil

@@ -27,6 +27,10 @@ func (s *Service) Submit(ctx context.Context, req wire.SubmitRequest) (inv domai
 	if err == nil && created {
 		s.log.Info("submitted", "invocation_id", inv.ID, "queue", inv.Queue)
 		s.claimable(ctx, inv)
+		if err := s.store.NoteQueue(ctx, inv.Queue); err != nil {
+			// Only the metrics miss it (until its first outcome is counted).
+			s.log.Warn("queue not noted for the metrics", "queue", inv.Queue, "error", err.Error())
+		}
 	}
 	return inv, created, err
 }
@@ -48,6 +52,9 @@ func (s *Service) Cancel(ctx context.Context, id string) (domain.Invocation, err
 	inv, err := s.store.Cancel(ctx, id)
 	if err == nil {
 		s.log.Info("cancel", "invocation_id", id, "state", inv.State)
+		if inv.State == domain.StateCancelled {
+			s.metrics.Finished(inv.Queue, inv.State) // it was queued: cancelled at once
+		}
 	}
 	return inv, err
 }

@@ -156,6 +156,7 @@ func (s *Service) claim(ctx context.Context, w domain.Worker, queue string, wait
 		// wait is not lost.
 		woken, stop := s.wake.Wait(wake.Key(queue, ""), wake.Key(queue, w.HostKey), wake.WorkerKey(w.ID))
 		res, err := st.Claim(ctx, w, queue, free)
+		s.claimed(queue, res)
 		if err != nil || len(res.Claimed) > 0 || waited >= waitFor {
 			stop()
 			if err != nil || len(res.Claimed) == 0 {
@@ -246,4 +247,17 @@ func runPayload(inv domain.Invocation) *wire.RunInvocation {
 		TimeoutS:     inv.TimeoutS,
 		HostKey:      inv.HostKey,
 	}
+}
+
+// claimed reports a claim's result to the metrics: how many it took, the
+// races it lost, and how long each one it took had waited for a worker.
+func (s *Service) claimed(queue string, res store.ClaimResult) {
+	if len(res.Claimed) == 0 && res.Conflicts == 0 {
+		return
+	}
+	waited := make([]time.Duration, 0, len(res.Claimed))
+	for _, inv := range res.Claimed {
+		waited = append(waited, max(inv.StartedAt.Sub(inv.ClaimableSince()), 0))
+	}
+	s.metrics.Claimed(queue, len(res.Claimed), res.Conflicts, waited)
 }

@@ -124,6 +124,16 @@ func (inv Invocation) CancelReason(workerID string) string {
 	}
 }
 
+// ClaimableSince reports when inv, running its latest attempt, last became
+// claimable: when it was submitted, or when its previous attempt was taken
+// back. Its claim time minus this is how long it waited for a worker.
+func (inv Invocation) ClaimableSince() time.Time {
+	if n := len(inv.Attempts); n >= 2 && !inv.Attempts[n-2].EndedAt.IsZero() {
+		return inv.Attempts[n-2].EndedAt
+	}
+	return inv.CreatedAt
+}
+
 // Running reports whether inv is running its current attempt on worker.
 func (inv Invocation) Running(workerID string) bool {
 	return inv.State == StateRunning && inv.WorkerID == workerID

@@ -290,6 +290,13 @@ func (w Worker) Reap() (Worker, bool) {
 	return next, true
 }
 
+// Listed reports whether w is still in the worker list at now: a gone
+// worker the sweep is done with (reaped) leaves it retention after it went
+// gone (0: never). Its row expires then too, some time later.
+func Listed(w Worker, now time.Time, retention time.Duration) bool {
+	return retention <= 0 || !w.Reaped || now.Sub(w.GoneSince()) <= retention
+}
+
 // GoneSince reports when w went gone (its last sign of life if unrecorded).
 func (w Worker) GoneSince() time.Time {
 	if w.GoneAt.IsZero() {

@@ -18,6 +18,7 @@ import (
 	"github.com/dreamlake/lakeshore/shared/config"
 	"github.com/dreamlake/lakeshore/shared/control"
 	"github.com/dreamlake/lakeshore/shared/logjson"
+	"github.com/dreamlake/lakeshore/shared/metrics"
 	"github.com/dreamlake/lakeshore/shared/store"
 	"github.com/dreamlake/lakeshore/shared/wakelambda"
 )
@@ -31,8 +32,11 @@ type Start struct {
 	Store  *store.Store
 	// Poster posts to the wake channel's sockets (nil: no wake channel).
 	Poster control.Poster
+	// Metrics writes the use cases' events as CloudWatch Embedded Metric
+	// Format lines to stdout (docs/metrics.md).
+	Metrics *metrics.EMF
 	// Control runs the use cases over Store with the configured stale
-	// window and wake channel.
+	// window, wake channel and metrics.
 	Control *control.Service
 }
 
@@ -51,7 +55,9 @@ func Open(name string) Start {
 	if c.WakeEndpoint != "" {
 		s.Poster = wakelambda.NewManagement(awsCfg, c.WakeEndpoint)
 	}
-	s.Control = control.New(control.Config{Store: s.Store, StaleAfter: c.StaleAfter, Logger: s.Log, WakeURL: c.WakeURL, Poster: s.Poster})
+	s.Metrics = &metrics.EMF{W: os.Stdout}
+	s.Control = control.New(control.Config{Store: s.Store, StaleAfter: c.StaleAfter, Logger: s.Log, WakeURL: c.WakeURL,
+		Poster: s.Poster, Metrics: s.Metrics})
 	return s
 }
 

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dreamlake/lakeshore/shared/control"
+	"github.com/dreamlake/lakeshore/shared/metrics"
 )
 
 // Sweeper is the use case the reaper runs.
@@ -21,13 +22,29 @@ type Sweeper interface {
 
 var _ Sweeper = (*control.Service)(nil)
 
+// Gauger reads and writes the gauges (docs/metrics.md): the reaper runs
+// on a schedule anyway, so it is where the queue depths, oldest queued ages
+// and workers by state are measured on AWS.
+type Gauger interface {
+	Gauges(ctx context.Context, retention time.Duration) (metrics.Gauges, error)
+}
+
 // Handler returns the Lambda handler: any event (a schedule's, or a manual
-// invoke) runs one sweep. A failed sweep is returned as an error so the
-// invocation is retried; what it did is logged either way.
-func Handler(s Sweeper, log *slog.Logger) func(context.Context, json.RawMessage) (control.SweepResult, error) {
+// invoke) runs one sweep, then writes the gauges to out (nil g or out:
+// none). A failed sweep is returned as an error so the invocation is
+// retried; what it did is logged either way. Gauges that cannot be read
+// are logged, not an error: the sweep's work is done.
+func Handler(s Sweeper, g Gauger, out *metrics.EMF, retention time.Duration, log *slog.Logger) func(context.Context, json.RawMessage) (control.SweepResult, error) {
 	return func(ctx context.Context, _ json.RawMessage) (control.SweepResult, error) {
 		start := time.Now()
 		res, err := s.Sweep(ctx)
+		if g != nil && out != nil {
+			if gs, err := g.Gauges(ctx, retention); err != nil {
+				log.Warn("gauges not read", "error", err.Error())
+			} else {
+				out.Gauges(gs)
+			}
+		}
 		attrs := []any{"workers", res.Workers, "lost_workers", res.Lost, "requeued", res.Requeued,
 			"duration_ms", time.Since(start).Milliseconds()}
 		if err != nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dreamlake/lakeshore/shared/control"
+	"github.com/dreamlake/lakeshore/shared/metrics"
 	"github.com/dreamlake/lakeshore/shared/reaper"
 	"github.com/dreamlake/lakeshore/shared/store/storetest"
 	"github.com/dreamlake/lakeshore/shared/wire"
@@ -32,8 +33,8 @@ func TestHandlerSweeps(t *testing.T) {
 	if r, err := s.Claim(ctx, res.Worker, "q", 1); err != nil || len(r.Claimed) != 1 {
 		t.Fatalf("claim: %+v %v", r, err)
 	}
-	var logs bytes.Buffer
-	h := reaper.Handler(svc, slog.New(slog.NewJSONHandler(&logs, nil)))
+	var logs, emf bytes.Buffer
+	h := reaper.Handler(svc, svc, &metrics.EMF{W: &emf, Clock: c.Clock()}, time.Hour, slog.New(slog.NewJSONHandler(&logs, nil)))
 	scheduled := json.RawMessage(`{"source":"aws.scheduler","detail-type":"Scheduled Event","detail":{}}`)
 
 	if got, err := h(ctx, scheduled); err != nil || got.Requeued != 0 {
@@ -50,6 +51,29 @@ func TestHandlerSweeps(t *testing.T) {
 	if !strings.Contains(logs.String(), `"requeued":1`) {
 		t.Fatalf("sweep not logged: %s", logs.String())
 	}
+
+	// The gauges of the last sweep, as CloudWatch reads EMF: one JSON
+	// object a line, the metric values at the top level, named in _aws.
+	var depth, stale, running float64 = -1, -1, -1
+	for _, line := range strings.Split(strings.TrimSpace(emf.String()), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("EMF line %q: %v", line, err)
+		}
+		aws, _ := m["_aws"].(map[string]any)
+		if aws == nil || aws["Timestamp"] == nil || aws["CloudWatchMetrics"] == nil {
+			t.Fatalf("EMF line without its _aws block: %s", line)
+		}
+		switch {
+		case m["Queue"] == "q" && m["QueueDepth"] != nil:
+			depth, running = m["QueueDepth"].(float64), m["Running"].(float64)
+		case m["State"] == "stale" && m["Workers"] != nil:
+			stale = m["Workers"].(float64)
+		}
+	}
+	if depth != 1 || running != 0 || stale != 1 {
+		t.Fatalf("gauges after the sweep: depth %v running %v stale workers %v; want 1, 0, 1\n%s", depth, running, stale, emf.String())
+	}
 }
 
 type failingSweeper struct{}
@@ -62,7 +86,7 @@ func (failingSweeper) Sweep(context.Context) (control.SweepResult, error) {
 // invocation is retried, and it is logged.
 func TestHandlerReportsFailure(t *testing.T) {
 	var logs bytes.Buffer
-	h := reaper.Handler(failingSweeper{}, slog.New(slog.NewJSONHandler(&logs, nil)))
+	h := reaper.Handler(failingSweeper{}, nil, nil, 0, slog.New(slog.NewJSONHandler(&logs, nil)))
 	if _, err := h(context.Background(), nil); err == nil {
 		t.Fatal("a failed sweep returned no error")
 	}

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
+	"slices"
 	"strconv"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
@@ -370,6 +372,7 @@ func (s *Store) readForAck(ctx context.Context, invocationID, workerID string) (
 type AckResult struct {
 	Recorded bool
 	State    string
+	Queue    string // the invocation's queue, when it was recorded
 }
 
 // Ack records outcome o of one attempt of invocation id. The first
@@ -420,7 +423,7 @@ func (s *Store) Ack(ctx context.Context, id string, o domain.Outcome, auth Autho
 		case err != nil:
 			return err
 		}
-		res = AckResult{Recorded: true, State: next.State}
+		res = AckResult{Recorded: true, State: next.State, Queue: next.Queue}
 		return nil
 	})
 	return res, err
@@ -450,7 +453,7 @@ func (s *Store) ackClaimed(ctx context.Context, c claimedEntry, o domain.Outcome
 	case err != nil:
 		return true, AckResult{}, err
 	}
-	return true, AckResult{Recorded: true, State: next.State}, nil
+	return true, AckResult{Recorded: true, State: next.State, Queue: next.Queue}, nil
 }
 
 // tokenCheck is the transaction item that holds only while worker id's
@@ -694,4 +697,77 @@ func (s *Store) Counters(ctx context.Context, queue string) (QueueCounters, erro
 		return c, nil
 	}
 	return c, unmarshal(out.Item, &c)
+}
+
+// NoteQueue records queue in the queues table, so Queues lists it before
+// any of its work has finished. Each process writes a queue once.
+func (s *Store) NoteQueue(ctx context.Context, queue string) error {
+	if _, seen := s.queuesNoted.Load(queue); seen {
+		return nil
+	}
+	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(s.tables.Queues),
+		Key:                       key("queue", queue),
+		UpdateExpression:          aws.String("SET #seen = :t"),
+		ExpressionAttributeNames:  map[string]string{"#seen": "has_work"},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":t": &types.AttributeValueMemberBOOL{Value: true}},
+	})
+	if err != nil {
+		return storeErr("note queue "+queue, err)
+	}
+	s.queuesNoted.Store(queue, true)
+	return nil
+}
+
+// Queues lists every queue that ever had work (a scan of the small queues
+// table: one item per queue; an off-path read for metrics).
+func (s *Store) Queues(ctx context.Context) ([]string, error) {
+	var out []string
+	var start map[string]types.AttributeValue
+	for {
+		page, err := s.db.Scan(ctx, &dynamodb.ScanInput{
+			TableName:                aws.String(s.tables.Queues),
+			ProjectionExpression:     aws.String("#q"),
+			ExpressionAttributeNames: map[string]string{"#q": "queue"},
+			ExclusiveStartKey:        start,
+		})
+		if err != nil {
+			return nil, storeErr("list queues", err)
+		}
+		for _, item := range page.Items {
+			if v, ok := item["queue"].(*types.AttributeValueMemberS); ok && wire.ValidQueue(v.Value) {
+				out = append(out, v.Value)
+			}
+		}
+		if page.LastEvaluatedKey == nil {
+			break
+		}
+		start = page.LastEvaluatedKey
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// OldestQueued reports when the oldest queued invocation of queue was
+// created (ok false: none is queued). Ids sort by creation time, so it is
+// the first item of the queue's queued partition of the state index.
+func (s *Store) OldestQueued(ctx context.Context, queue string) (time.Time, bool, error) {
+	out, err := s.db.Query(ctx, &dynamodb.QueryInput{
+		TableName:                 aws.String(s.tables.Invocations),
+		IndexName:                 aws.String(indexQueueState),
+		KeyConditionExpression:    aws.String("queue_state = :q"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":q": str(queue + "#" + wire.StateQueued)},
+		Limit:                     aws.Int32(1),
+	})
+	if err != nil {
+		return time.Time{}, false, storeErr("oldest queued of "+queue, err)
+	}
+	if len(out.Items) == 0 {
+		return time.Time{}, false, nil
+	}
+	inv, err := decodeInvocation(out.Items[0])
+	if err != nil {
+		return time.Time{}, false, err
+	}
+	return inv.CreatedAt, true, nil
 }

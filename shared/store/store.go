@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -104,6 +105,9 @@ type Store struct {
 
 	pool    claimPool
 	claimed claimedCache
+	// queuesNoted holds the queues this process recorded in the queues
+	// table (NoteQueue): at most one write per queue per process.
+	queuesNoted sync.Map
 }
 
 // New returns a store over db with tables named prefix + fixed suffixes.

@@ -6,6 +6,7 @@
 package health
 
 import (
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -124,6 +125,7 @@ type Tracker struct {
 	stopped       bool
 	roles         map[string]*roleRecord
 	nextRequest   uint64
+	finished      map[string]int // runs ended, by outcome state
 }
 
 type roleRecord struct {
@@ -237,6 +239,16 @@ func (h *Tracker) Tick() {
 	h.lastTick = now
 }
 
+// RunFinished counts a run that ended with outcome state.
+func (h *Tracker) RunFinished(state string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.finished == nil {
+		h.finished = map[string]int{}
+	}
+	h.finished[state]++
+}
+
 // SetInflight records the number of invocations running now.
 func (h *Tracker) SetInflight(n int) {
 	h.mu.Lock()
@@ -316,6 +328,8 @@ type Snapshot struct {
 
 	// Roles holds each role that has made a request.
 	Roles map[string]RoleStatus `json:"roles"`
+	// Finished counts the runs that ended, by outcome state.
+	Finished map[string]int `json:"finished,omitempty"`
 }
 
 // RoleStatus is the progress of one role of control-plane exchange.
@@ -382,6 +396,7 @@ func (h *Tracker) Snapshot() Snapshot {
 		PollerRunning: h.pollerRunning,
 		UptimeS:       now.Sub(h.created).Seconds(),
 		Roles:         make(map[string]RoleStatus, len(h.roles)),
+		Finished:      maps.Clone(h.finished),
 	}
 	if !h.lastTick.IsZero() {
 		s.SinceLastTickS = new(now.Sub(h.lastTick).Seconds())

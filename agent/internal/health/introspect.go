@@ -15,7 +15,8 @@ import (
 )
 
 // ServeIntrospect serves GET /status (200 and the snapshot as JSON), /readyz
-// and /livez (200 or 503 with the snapshot) on addr, on its own listener and
+// and /livez (200 or 503 with the snapshot), and /metrics (the snapshot as
+// Prometheus text) on addr, on its own listener and
 // goroutine, so it answers even while the main loop is stalled: that is when
 // /livez matters. It refuses a routable address — only a loopback IP
 // (127.0.0.0/8, ::1) or "localhost" — because the run state never leaves the
@@ -90,6 +91,7 @@ func introspectHandler(h *Tracker) http.Handler {
 		s := h.Snapshot()
 		writeSnapshot(w, probeStatus(s.Live), s)
 	})
+	mux.Handle("GET /metrics", metricsHandler(h))
 	return mux
 }
 

@@ -61,7 +61,7 @@ type Config struct {
 }
 
 // Shipper ships the output of the runs it tracks. Track, Finish and Ship
-// are safe for concurrent use.
+// are safe for concurrent use. A nil Shipper tracks and ships nothing.
 type Shipper struct {
 	cfg  Config
 	log  *slog.Logger
@@ -116,6 +116,9 @@ func New(cfg Config) *Shipper {
 // requests go through sender), whose output goes to the files stdout and
 // stderr (they may not exist yet).
 func (s *Shipper) Track(sender Sender, worker, id string, n int, stdout, stderr string) {
+	if s == nil {
+		return
+	}
 	k := runKey{id, n}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -130,6 +133,9 @@ func (s *Shipper) Track(sender Sender, worker, id string, n int, stdout, stderr 
 // Finish says attempt n of invocation id ended: its files are complete, so
 // the rest of its output (the tail, past the cap) and its eof go next.
 func (s *Shipper) Finish(id string, n int) {
+	if s == nil {
+		return
+	}
 	s.mu.Lock()
 	if r, ok := s.runs[runKey{id, n}]; ok {
 		r.finished = true

@@ -30,6 +30,7 @@ func Main(name string) {
 		DaemonAuth:    c.DaemonAuth,
 		WakeURL:       c.WakeURL,
 		Poster:        s.Poster,
+		Metrics:       s.Metrics,
 		Logger:        s.Log,
 	})
 	s.Check("build the router", err)

@@ -1,0 +1,89 @@
+package metrics
+
+import (
+	"encoding/json"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/dreamlake/lakeshore/shared/clock"
+	"github.com/dreamlake/lakeshore/shared/wire"
+)
+
+// Namespace is the CloudWatch namespace of every metric.
+const Namespace = "Lakeshore"
+
+// EMF is a Recorder that writes each event as one line of CloudWatch
+// Embedded Metric Format to W (a Lambda's stdout): CloudWatch Logs turns
+// the line into metrics, so a metric costs no PutMetricData call. Each line
+// is one JSON object; lines never interleave.
+type EMF struct {
+	W     io.Writer
+	Clock clock.Clock
+
+	mu sync.Mutex
+}
+
+// emfMetric is one metric's definition in a line's _aws block.
+type emfMetric struct {
+	Name string `json:"Name"`
+	Unit string `json:"Unit"`
+}
+
+// emit writes one EMF line: values (the dimension values and the metrics'
+// values, by name), with metrics under dims.
+func (e *EMF) emit(dims [][]string, defs []emfMetric, values map[string]any) {
+	values["_aws"] = map[string]any{
+		"Timestamp": e.Clock.Now().UnixMilli(),
+		"CloudWatchMetrics": []map[string]any{{
+			"Namespace": Namespace, "Dimensions": dims, "Metrics": defs,
+		}},
+	}
+	b, err := json.Marshal(values)
+	if err != nil {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	_, _ = e.W.Write(append(b, '\n'))
+}
+
+func (e *EMF) Claimed(queue string, n, conflicts int, waited []time.Duration) {
+	values := map[string]any{"Queue": queue, "Claims": n, "ClaimConflicts": conflicts}
+	defs := []emfMetric{{"Claims", "Count"}, {"ClaimConflicts", "Count"}}
+	if len(waited) > 0 {
+		ms := make([]float64, 0, min(len(waited), 100)) // EMF takes at most 100 values
+		for _, d := range waited[:min(len(waited), 100)] {
+			ms = append(ms, float64(d.Microseconds())/1000)
+		}
+		values["DispatchLatency"] = ms
+		defs = append(defs, emfMetric{"DispatchLatency", "Milliseconds"})
+	}
+	e.emit([][]string{{"Queue"}}, defs, values)
+}
+
+func (e *EMF) HandedBack(queue, ended string) {
+	e.emit([][]string{{"Queue"}, {"Queue", "Ended"}}, []emfMetric{{"Redeliveries", "Count"}},
+		map[string]any{"Queue": queue, "Ended": ended, "Redeliveries": 1})
+}
+
+func (e *EMF) Finished(queue, state string) {
+	e.emit([][]string{{"Queue", "State"}}, []emfMetric{{"Outcomes", "Count"}},
+		map[string]any{"Queue": queue, "State": state, "Outcomes": 1})
+}
+
+// Gauges writes g: per queue its depth (queued), running count and oldest
+// queued age; per state the number of workers (zeros too, so an alarm on
+// stale workers sees 0 rather than no data).
+func (e *EMF) Gauges(g Gauges) {
+	for _, q := range g.Queues {
+		e.emit([][]string{{"Queue"}},
+			[]emfMetric{{"QueueDepth", "Count"}, {"Running", "Count"}, {"OldestQueuedAge", "Seconds"}},
+			map[string]any{"Queue": q.Queue, "QueueDepth": q.Counts[wire.StateQueued],
+				"Running": q.Counts[wire.StateRunning], "OldestQueuedAge": q.OldestQueuedAge.Seconds()})
+	}
+	for _, state := range wire.WorkerStates {
+		e.emit([][]string{{"State"}}, []emfMetric{{"Workers", "Count"}},
+			map[string]any{"State": state, "Workers": g.Workers[state]})
+	}
+}

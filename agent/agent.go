@@ -203,12 +203,15 @@ type state struct {
 	// to it, the loop's own requests do not.
 	stopCtx context.Context
 
-	byeReason    string
-	helloErr     error // why the hello after a 410/401 failed: what Run returns
-	idleSince    time.Time
-	pollFailures int
-	spotReclaim  time.Time // spot: when EC2 reclaims the instance (zero: no notice)
-	abandoned    int       // runs whose outcome is not known, for bye's inflight_abandoned
+	byeReason string
+	helloErr  error // why the hello after a 410/401 failed: what Run returns
+	// machineConflict: another process replaced this worker (410
+	// replaced); Run returns ErrMachineConflict.
+	machineConflict bool
+	idleSince       time.Time
+	pollFailures    int
+	spotReclaim     time.Time // spot: when EC2 reclaims the instance (zero: no notice)
+	abandoned       int       // runs whose outcome is not known, for bye's inflight_abandoned
 }
 
 // draining reports whether the daemon has begun to leave: no more claims,

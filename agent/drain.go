@@ -48,6 +48,9 @@ func (a *Agent) finish(st *state) error {
 	a.health.PollerRunning(false)
 	a.health.Stopped()
 	a.log.Info("exit", "reason", st.byeReason, "inflight_abandoned", st.abandoned)
+	if st.machineConflict {
+		return ErrMachineConflict
+	}
 	if st.byeReason == wire.ByeHelloFailed {
 		if st.helloErr != nil {
 			return st.helloErr // a refusal matches ErrHelloRefused too (exit 3)

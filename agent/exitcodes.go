@@ -25,7 +25,16 @@ const (
 	// the host, or a setup command hung (it is killed), or the workdir is
 	// not writable. A restart would meet the same host.
 	ExitHostSetupFailed = 4
+	// ExitMachineConflict: another nymph said hello with this machine id
+	// from another boot and replaced this worker while it ran: two hosts
+	// share a machine id. A restart would replace the other in turn.
+	ExitMachineConflict = 5
 )
+
+// ErrMachineConflict is matched by Run's error when another process
+// replaced this worker (exit 5): it said hello with the same machine id
+// from another boot while this one still ran.
+var ErrMachineConflict = errors.New("machine id conflict: another process replaced this worker")
 
 // ErrHelloRefused is matched by Run's error when the control plane refused
 // hello (401/403: a wrong or revoked enrollment token), at start or when it
@@ -54,6 +63,8 @@ func ExitCode(err error) int {
 		return ExitHelloRefused
 	case errors.Is(err, ErrNotReady):
 		return ExitHostSetupFailed
+	case errors.Is(err, ErrMachineConflict):
+		return ExitMachineConflict
 	default:
 		return ExitFailure
 	}

@@ -70,6 +70,20 @@ func (a *Agent) poll(ctx context.Context, st *state, hello wire.HelloRequest, ru
 			a.terminate(st)
 			return 0
 		}
+		if we := (*wire.Error)(nil); errors.As(err, &we) && we.Reason == wire.ReasonReplaced {
+			// Another live process said hello with this machine id (this
+			// process is alive, so that was no reboot). Saying hello again
+			// would retire it in turn, and the two would take each
+			// other's work back forever: stop instead. What this worker
+			// held is already queued again.
+			a.log.Error("machine id conflict: another nymph said hello with this machine id from another boot and replaced this worker; "+
+				"stopping rather than replacing it in turn. Give each host its own machine id (--machine-id, or a fresh /etc/machine-id on a cloned image)",
+				"worker_id", st.sess.workerID, "machine_id", hello.MachineID, "boot_id", hello.BootID, "error", err.Error())
+			a.health.Failed(health.FailedRegistration)
+			st.machineConflict = true
+			a.terminate(st)
+			return 0
+		}
 		a.log.Warn("the control plane let go of this worker; saying hello again", "worker_id", st.sess.workerID, "error", err.Error())
 		a.health.Unregistered()
 		hctx := st.stopCtx

@@ -196,10 +196,13 @@ TimeoutStartSec=300
 #   4  not ready within --keep-alive: --host-setup failed and nothing
 #      repaired the host, a setup command hung, or the workdir is not
 #      writable: a restart would meet the same host.
-# RestartPreventExitStatus keeps 2, 3 and 4 down (the unit reads "failed").
+#   5  machine id conflict: another host's nymph said hello with this
+#      machine id and replaced this worker (a cloned /etc/machine-id?); a
+#      restart would replace the other in turn. Give the host its own id.
+# RestartPreventExitStatus keeps 2, 3, 4 and 5 down (the unit reads "failed").
 Restart=on-failure
 RestartSec=30
-RestartPreventExitStatus=2 3 4
+RestartPreventExitStatus=2 3 4 5
 
 # A body killed by the kernel OOM killer is the body's failure, reported by
 # nymph; without this, systemd would stop the whole service.

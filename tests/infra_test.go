@@ -200,7 +200,7 @@ func TestInfraUnitMatchesTheDaemon(t *testing.T) {
 		"Service.KillMode":                 "mixed",
 		"Service.KillSignal":               "SIGTERM",
 		"Service.Restart":                  "on-failure",
-		"Service.RestartPreventExitStatus": fmt.Sprintf("%d %d %d", agent.ExitUsage, agent.ExitHelloRefused, agent.ExitHostSetupFailed),
+		"Service.RestartPreventExitStatus": fmt.Sprintf("%d %d %d %d", agent.ExitUsage, agent.ExitHelloRefused, agent.ExitHostSetupFailed, agent.ExitMachineConflict),
 		"Service.StateDirectory":           "nymph",
 		"Service.OOMPolicy":                "continue",
 		"Install.WantedBy":                 "multi-user.target",

@@ -282,6 +282,19 @@ func setupName(r *wire.SetupResult, max int) string {
 	return "`" + cell(text) + "`"
 }
 
+// workerNote is the NOTE of a worker's row: a failed setup, else why it
+// reads stale or gone, clipped.
+func workerNote(wk wire.Worker) string {
+	if note := setupNote(wk.LastSetupResult, 40); note != "" {
+		return note
+	}
+	why := []rune(cell(wk.StateWhy))
+	if len(why) > 120 {
+		return string(why[:120]) + "…"
+	}
+	return string(why)
+}
+
 // setupNote says why a worker needs an operator, from its last setup result:
 // "" unless that failed.
 func setupNote(r *wire.SetupResult, max int) string {
@@ -329,7 +342,7 @@ func workerTable(w io.Writer, ws []wire.Worker, now time.Time) error {
 	for _, wk := range ws {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\n", wk.WorkerID, dash(wk.Label), wk.State, dash(wk.Phase),
 			dash(wk.HostStatus), wk.CurrentInvocations, wk.MaxConcurrency, ago(now, wk.LastSeenAt),
-			setupNote(wk.LastSetupResult, 40))
+			workerNote(wk))
 	}
 	return tw.Flush()
 }

@@ -347,7 +347,7 @@ func (c *Client) Do(ctx context.Context, op, method, path string, query url.Valu
 func errorFromAnswer(status int, body []byte) *wire.Error {
 	var eb wire.ErrorBody
 	if json.Unmarshal(body, &eb) == nil && eb.Error.Code != "" {
-		return &wire.Error{Code: eb.Error.Code, Message: eb.Error.Message}
+		return &wire.Error{Code: eb.Error.Code, Message: eb.Error.Message, Reason: eb.Error.Reason}
 	}
 	msg := fmt.Sprintf("HTTP %d %s", status, http.StatusText(status))
 	if s := clip(strings.TrimSpace(string(body))); s != "" {

@@ -32,6 +32,8 @@ type Store interface {
 	EachWorker(ctx context.Context, op string, fn func(domain.Worker) error) error
 	MarkGone(ctx context.Context, id string, auth store.Authorize, why string) (domain.Worker, bool, error)
 	MarkReaped(ctx context.Context, id string) error
+	MarkReplaced(ctx context.Context, id, boot, why string) (bool, error)
+	MarkMachineConflict(ctx context.Context, id string) (domain.Worker, error)
 	RequestDrain(ctx context.Context, id string) (domain.Worker, error)
 	UpdateHostStatus(ctx context.Context, id, status string) (domain.Worker, error)
 	Submit(ctx context.Context, spec domain.Spec, requestHash string) (domain.Invocation, bool, error)

@@ -59,7 +59,7 @@ func (s *Service) Register(ctx context.Context, req wire.HelloRequest, issue sto
 	res := Registered{Worker: reg.Worker, Retired: reg.Retired}
 	if res.Retired != "" {
 		why := "machine " + req.MachineID + " said hello from a new boot"
-		_, left, err := s.store.MarkGone(ctx, res.Retired, nil, why)
+		left, err := s.store.MarkReplaced(ctx, res.Retired, req.BootID, why)
 		if err != nil && !errors.Is(err, wire.ErrNotFound) {
 			return res, err
 		}
@@ -92,7 +92,17 @@ func (s *Service) Heartbeat(ctx context.Context, req wire.PollRequest, auth stor
 	if c := req.UpdatedCapabilities; c != nil {
 		p.Capabilities, p.MaxConcurrency, p.CurrentInvocations = true, c.MaxConcurrency, c.CurrentInvocations
 	}
-	return s.store.Heartbeat(ctx, req.WorkerID, p, auth)
+	w, err := s.store.Heartbeat(ctx, req.WorkerID, p, auth)
+	if we := (*wire.Error)(nil); errors.As(err, &we) && we.Reason == wire.ReasonReplaced {
+		// A replaced worker polled: its process runs, so the hello that
+		// replaced it came from another process with its machine id.
+		s.log.Warn("machine id conflict: a worker replaced by a new boot of its machine still polls; two processes use one machine id",
+			"worker_id", req.WorkerID, "error", we.Message)
+		if _, cerr := s.store.MarkMachineConflict(ctx, req.WorkerID); cerr != nil {
+			s.log.Error("machine id conflict not recorded", "worker_id", req.WorkerID, "error", cerr.Error())
+		}
+	}
+	return w, err
 }
 
 // Ack records a worker's outcome for one attempt (domain.Invocation.Record

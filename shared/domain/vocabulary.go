@@ -101,7 +101,13 @@ const (
 type Error struct {
 	Kind    Kind
 	Message string
+	// Reason says more than the kind, for a client to act on (GoneReplaced).
+	Reason string
 }
+
+// GoneReplaced: the worker is gone because a hello from another boot of its
+// machine replaced it.
+const GoneReplaced = "replaced"
 
 func (e *Error) Error() string { return e.Message }
 

@@ -28,6 +28,11 @@ type Worker struct {
 	CreatedAt          time.Time
 	LastSeenAt         time.Time
 	GoneAt             time.Time
+	// ReplacedBy is the boot id whose hello retired this worker (a new
+	// boot of its machine), "" if none did.
+	ReplacedBy string
+	// MachineConflict: the replaced worker polled again (ReplacedAlive).
+	MachineConflict bool
 	// Reaped marks a gone worker the sweep no longer needs to look at: a
 	// sweep found it holding nothing after the holder index settled.
 	Reaped  bool
@@ -188,8 +193,16 @@ type Poll struct {
 // say hello again), and so is a poll of a queue that is not one of its
 // lanes.
 func (w Worker) Heartbeat(p Poll, now time.Time) (Worker, error) {
-	if Retired(w) {
-		return w, refuse(KindGone, "worker is gone (host %s); say hello again", w.HostStatus)
+	switch {
+	case w.ReplacedBy != "":
+		return w, &Error{Kind: KindGone, Reason: GoneReplaced, Message: fmt.Sprintf(
+			"worker was replaced: machine %s said hello from boot %s; only a process of that boot may say hello for it",
+			w.MachineID, w.ReplacedBy)}
+	case HostGone(w.HostStatus):
+		return w, refuse(KindGone, "worker is gone (its host is %s); say hello again", w.HostStatus)
+	case Retired(w):
+		_, why := StateWhy(w, now, 0)
+		return w, refuse(KindGone, "worker is gone (%s); say hello again", why)
 	}
 	state, err := PollTransition(w.State, p.Phase)
 	if err != nil {
@@ -228,6 +241,31 @@ func (w Worker) Leave(why string, now time.Time) (Worker, bool) {
 		next.LastSeenAt = now
 	}
 	return next, changed
+}
+
+// Replace reports w retired at now because a hello from boot, another boot
+// of its machine, replaced it (Retire), and whether that changes it.
+func (w Worker) Replace(boot, why string, now time.Time) (Worker, bool) {
+	next, changed := w.Retire(why, now)
+	if changed {
+		next.ReplacedBy = boot
+	}
+	return next, changed
+}
+
+// ReplacedAlive reports w, replaced by another boot, after it polled again
+// (its refusal is GoneReplaced), and whether that changes it. A machine
+// boots again only after its daemon died, so a replaced worker that still
+// polls proves another process uses the same machine id: why says so, for
+// the operator, once.
+func (w Worker) ReplacedAlive() (Worker, bool) {
+	if w.ReplacedBy == "" || w.MachineConflict {
+		return w, false
+	}
+	next := w
+	next.MachineConflict = true
+	next.ByeReason += fmt.Sprintf("; it polled again after that, so it was still running: another process uses machine id %s (two hosts from one image?)", w.MachineID)
+	return next, true
 }
 
 // Retire reports w gone at now for why (a new boot of its machine said

@@ -3,6 +3,7 @@ package domain
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 )
@@ -249,5 +250,37 @@ func TestWorkerSmallRules(t *testing.T) {
 				t.Errorf("%+v: OwesDrain(%q) = %v, want %v", c.w, phase, got, want)
 			}
 		}
+	}
+}
+
+// TestReplacedWorker: a worker replaced by another boot of its machine is
+// refused with reason replaced (never a re-hello), keeps its last_seen_at,
+// and once it polls again the conflict is on record, once.
+func TestReplacedWorker(t *testing.T) {
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	w := Worker{ID: "w", MachineID: "m", State: WorkerActive, LastSeenAt: now.Add(-time.Second)}
+	r, changed := w.Replace("boot-2", "machine m said hello from a new boot", now)
+	if !changed || r.ReplacedBy != "boot-2" || r.State != WorkerGone || !r.LastSeenAt.Equal(w.LastSeenAt) {
+		t.Fatalf("replace: %+v", r)
+	}
+	_, err := r.Heartbeat(Poll{}, now)
+	var de *Error
+	if !errors.As(err, &de) || de.Kind != KindGone || de.Reason != GoneReplaced || !strings.Contains(de.Message, "boot-2") {
+		t.Fatalf("heartbeat of a replaced worker: %v", err)
+	}
+	c, changed := r.ReplacedAlive()
+	if !changed || !c.MachineConflict || !strings.Contains(c.ByeReason, "another process uses machine id m") {
+		t.Fatalf("replaced alive: %+v", c)
+	}
+	if _, again := c.ReplacedAlive(); again {
+		t.Error("the conflict was recorded twice")
+	}
+	if _, changed := w.ReplacedAlive(); changed {
+		t.Error("a worker nobody replaced recorded a conflict")
+	}
+	// A plainly gone worker's refusal names why, never an empty field.
+	left, _ := w.Leave("bye: idle", now)
+	if _, err := left.Heartbeat(Poll{}, now); err == nil || err.Error() != "worker is gone (bye: idle); say hello again" {
+		t.Errorf("heartbeat of a worker that left: %v", err)
 	}
 }

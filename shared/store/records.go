@@ -33,6 +33,8 @@ type workerRecord struct {
 	CreatedAt          time.Time          `dynamodbav:"created_at"`
 	LastSeenAt         time.Time          `dynamodbav:"last_seen_at"`
 	GoneAt             time.Time          `dynamodbav:"gone_at,omitempty"`
+	ReplacedBy         string             `dynamodbav:"replaced_by,omitempty"`
+	MachineConflict    bool               `dynamodbav:"machine_conflict,omitempty"`
 	Reaped             bool               `dynamodbav:"reaped,omitempty"`
 	Version            int64              `dynamodbav:"version"`
 }
@@ -134,6 +136,8 @@ func toWorkerRecord(v domain.Worker) workerRecord {
 		CreatedAt:          v.CreatedAt,
 		LastSeenAt:         v.LastSeenAt,
 		GoneAt:             v.GoneAt,
+		ReplacedBy:         v.ReplacedBy,
+		MachineConflict:    v.MachineConflict,
 		Reaped:             v.Reaped,
 		Version:            v.Version,
 	}
@@ -160,6 +164,8 @@ func (r workerRecord) domain() domain.Worker {
 		CreatedAt:          r.CreatedAt,
 		LastSeenAt:         r.LastSeenAt,
 		GoneAt:             r.GoneAt,
+		ReplacedBy:         r.ReplacedBy,
+		MachineConflict:    r.MachineConflict,
 		Reaped:             r.Reaped,
 		Version:            r.Version,
 	}

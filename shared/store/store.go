@@ -307,7 +307,7 @@ func refused(err error) error {
 	if !ok {
 		code = wire.CodeInternal
 	}
-	return &wire.Error{Code: code, Message: de.Message} // the message is the whole story: no cause to repeat in logs
+	return &wire.Error{Code: code, Message: de.Message, Reason: de.Reason} // the message is the whole story: no cause to repeat in logs
 }
 
 // retryVersion runs fn until it does not lose a version race, at most

@@ -267,6 +267,25 @@ func (s *Store) MarkGone(ctx context.Context, id string, auth Authorize, why str
 	return w, left, err
 }
 
+// MarkReplaced makes worker id gone because a hello from boot, a new boot
+// of its machine, replaced it (domain.Worker.Replace), and reports whether
+// this call made it gone. Its poll then answers 410 with reason replaced.
+func (s *Store) MarkReplaced(ctx context.Context, id, boot, why string) (left bool, err error) {
+	now := s.now()
+	_, err = s.updateWorker(ctx, "mark replaced", id, nil, noError(func(w domain.Worker) (domain.Worker, bool) {
+		next, changed := w.Replace(boot, why, now)
+		left = left || changed
+		return next, changed
+	}))
+	return left, err
+}
+
+// MarkMachineConflict records that replaced worker id polled again
+// (domain.Worker.ReplacedAlive): two processes use its machine id.
+func (s *Store) MarkMachineConflict(ctx context.Context, id string) (domain.Worker, error) {
+	return s.updateWorker(ctx, "mark machine conflict", id, nil, noError(domain.Worker.ReplacedAlive))
+}
+
 // RequestDrain marks a worker draining (domain.Worker.Drain): it claims
 // nothing more, and its next poll carries a drain command.
 func (s *Store) RequestDrain(ctx context.Context, id string) (domain.Worker, error) {

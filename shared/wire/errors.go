@@ -81,8 +81,16 @@ func CodeForStatus(status int) Code {
 type Error struct {
 	Code    Code
 	Message string
-	Err     error // optional cause, never sent over the wire
+	// Reason, when set, says more than the code, for a client to act on
+	// (ReasonReplaced).
+	Reason string
+	Err    error // optional cause, never sent over the wire
 }
+
+// ReasonReplaced, on a worker_gone answer, says the worker was retired
+// because a hello from another boot of its machine replaced it: while this
+// process still runs, another one uses the same machine id.
+const ReasonReplaced = "replaced"
 
 // Errorf returns an *Error with a formatted message.
 func Errorf(code Code, format string, args ...any) *Error {
@@ -133,6 +141,7 @@ type ErrorBody struct {
 type ErrorDetail struct {
 	Code    Code   `json:"code"`
 	Message string `json:"message"`
+	Reason  string `json:"reason,omitempty"`
 }
 
 // BodyFor reports the wire body for err. Internal errors get a generic
@@ -140,7 +149,7 @@ type ErrorDetail struct {
 func BodyFor(err error) ErrorBody {
 	var e *Error
 	if errors.As(err, &e) && e.Code != CodeInternal {
-		return ErrorBody{Error: ErrorDetail{Code: e.Code, Message: e.Message}}
+		return ErrorBody{Error: ErrorDetail{Code: e.Code, Message: e.Message, Reason: e.Reason}}
 	}
 	return ErrorBody{Error: ErrorDetail{Code: CodeInternal, Message: "internal error; see the control plane log"}}
 }

@@ -101,6 +101,9 @@ type submitOptions struct {
 	timeout        time.Duration
 	maxAttempts    int
 	idempotencyKey string
+	retryCodes     []int
+	retryTimeout   bool
+	retryBackoff   time.Duration
 	wait           bool
 	logs           bool
 	waitTimeout    time.Duration
@@ -115,6 +118,10 @@ func newSubmitCmd(o *clientOptions) *cobra.Command {
 first argument (or at --), so the command's own flags need no quoting:
 
   lakeshore submit --queue gpu --env SEED=1 -- python train.py --epochs 3
+
+A failing body runs again only when asked: --retry-exit-code N (and
+--retry-timeout) retry such a failure after a backoff, within --max-attempts.
+Without them only attempts whose worker was lost run again.
 
 --host-setup commands select the host: only a worker started with the same
 --host-setup list (the same host key) runs the invocation. --run-setup
@@ -135,7 +142,10 @@ exit non-zero unless it succeeded; --logs also prints its output as it runs.`,
 	f.StringArrayVarP(&s.env, "env", "e", nil, "environment variable K=V for the command (repeatable)")
 	f.StringVar(&s.workdir, "workdir", "", "directory the body starts in, relative to its run directory (a fresh one per attempt) and inside it; default: the run directory")
 	f.DurationVar(&s.timeout, "timeout", 0, "kill the command after this long (0: no limit; rounded up to seconds)")
-	f.IntVar(&s.maxAttempts, "max-attempts", 0, "attempts before a lost worker fails it (default 3)")
+	f.IntVar(&s.maxAttempts, "max-attempts", 0, "attempts in all: a lost worker's attempt, and with --retry-* a failing body's, runs again until they are spent (default 3)")
+	f.IntSliceVar(&s.retryCodes, "retry-exit-code", nil, "run a failing body again when it exits with this status (128+n: killed by signal n); repeatable or comma-separated")
+	f.BoolVar(&s.retryTimeout, "retry-timeout", false, "run a body that ran past --timeout again")
+	f.DurationVar(&s.retryBackoff, "retry-backoff", 0, "wait before the first retry, doubling each time, at most 15m (default 10s)")
 	f.StringVar(&s.idempotencyKey, "idempotency-key", "", "submitting the same key again returns the first invocation")
 	f.BoolVarP(&s.wait, "wait", "w", false, "wait until the invocation finishes; exit 1 unless it succeeded")
 	f.BoolVar(&s.logs, "logs", false, "with --wait, print the invocation's output as it runs (lakeshore logs --follow)")
@@ -170,6 +180,10 @@ func runSubmit(cmd *cobra.Command, o *clientOptions, s submitOptions, argv []str
 		TimeoutS:       int((s.timeout + time.Second - 1) / time.Second),
 		MaxAttempts:    s.maxAttempts,
 		IdempotencyKey: s.idempotencyKey,
+	}
+	if len(s.retryCodes) > 0 || s.retryTimeout || s.retryBackoff > 0 {
+		req.Retry = &wire.RetryPolicy{ExitCodes: s.retryCodes, Timeout: s.retryTimeout,
+			BackoffS: int((s.retryBackoff + time.Second - 1) / time.Second)}
 	}
 	ctx := cmd.Context()
 	inv, created, err := c.Submit(ctx, req)

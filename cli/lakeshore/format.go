@@ -164,6 +164,12 @@ func describeInvocation(w io.Writer, inv wire.Invocation, now time.Time) error {
 	}
 	row("State", state)
 	row("Attempt", fmt.Sprintf("%d/%d", inv.Attempt, inv.MaxAttempts))
+	if p := inv.Retry; p != nil {
+		row("Retry", retryText(p))
+	}
+	if inv.RetryAt != nil {
+		row("Retry at", inv.RetryAt.UTC().Format(time.RFC3339)+" (in "+age(*inv.RetryAt, now)+"; claimable at the first sweep after)")
+	}
 	row("Worker", inv.WorkerID)
 	row("Argv", shellJoin(inv.Argv))
 	if len(inv.Env) > 0 {
@@ -328,6 +334,8 @@ func attemptTable(w io.Writer, as []wire.Attempt, now time.Time) error {
 			how = "running"
 		case a.Recorded:
 			how += " (recorded)"
+		case a.Retried:
+			how += " (retried)"
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", a.Attempt, a.WorkerID, ago(now, &a.ClaimedAt),
 			ago(now, a.EndedAt), how, exitCode(a.ExitCode), dash(a.Reason))
@@ -360,4 +368,20 @@ func setupTable(w io.Writer, res wire.SetupResults, now time.Time) error {
 			age(now, c.CreatedAt), shellJoin(c.Argv))
 	}
 	return tw.Flush()
+}
+
+// retryText describes a retry policy in words.
+func retryText(p *wire.RetryPolicy) string {
+	var on []string
+	if len(p.ExitCodes) > 0 {
+		codes := make([]string, len(p.ExitCodes))
+		for i, c := range p.ExitCodes {
+			codes[i] = strconv.Itoa(c)
+		}
+		on = append(on, "exit "+strings.Join(codes, ","))
+	}
+	if p.Timeout {
+		on = append(on, "timeout")
+	}
+	return fmt.Sprintf("on %s, after %s doubling", strings.Join(on, " or "), time.Duration(p.BackoffS)*time.Second)
 }

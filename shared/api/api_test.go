@@ -241,15 +241,24 @@ func TestTokenOfUnknownWorker(t *testing.T) {
 }
 
 // TestSupersededTokenAfterNewBoot: after a new boot, the old worker's token
-// still authenticates as the old (gone) worker: its poll gets 410, never work.
+// still authenticates as the old (gone) worker: its poll gets 410 with
+// reason replaced, never work. That it polled at all proves its process
+// runs: the machine id conflict is recorded on it, and only that changes.
 func TestSupersededTokenAfterNewBoot(t *testing.T) {
 	h := newHarness(t)
 	old := h.hello("m", "boot-1")
 	h.hello("m", "boot-2")
-	h.submit("x")
-	h.unchanged(t, func() {
-		h.pollResp(old, wire.PollRequest{Phase: wire.PhaseReady}).wantError(t, 410, wire.CodeWorkerGone)
-	})
+	inv := h.submit("x")
+	detail := h.pollResp(old, wire.PollRequest{Phase: wire.PhaseReady}).wantError(t, 410, wire.CodeWorkerGone)
+	if detail.Reason != wire.ReasonReplaced || !strings.Contains(detail.Message, "boot-2") {
+		t.Errorf("410 detail %+v; want reason replaced, naming the boot that replaced it", detail)
+	}
+	if w := h.worker(old.id); w.State != "gone" || !strings.Contains(w.StateWhy, "another process uses machine id m") {
+		t.Errorf("the replaced worker after its poll: %s %q; want the conflict on record", w.State, w.StateWhy)
+	}
+	if got := h.invocation(inv.InvocationID); got.State != wire.StateQueued {
+		t.Errorf("the invocation went %s; a replaced worker claims nothing", got.State)
+	}
 }
 
 func TestHealthzNeedsNoToken(t *testing.T) {

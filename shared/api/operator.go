@@ -277,9 +277,13 @@ func invocationView(inv domain.Invocation) wire.Invocation {
 	for _, a := range inv.Attempts {
 		v.Attempts = append(v.Attempts, wire.Attempt{
 			Attempt: a.Attempt, WorkerID: a.WorkerID, ClaimedAt: a.ClaimedAt, EndedAt: timePtr(a.EndedAt),
-			Outcome: a.Outcome, ExitCode: a.ExitCode, Reason: a.Reason, Recorded: a.Recorded,
+			Outcome: a.Outcome, ExitCode: a.ExitCode, Reason: a.Reason, Recorded: a.Recorded, Retried: a.Retried,
 		})
 	}
+	if p := inv.Retry; p != nil {
+		v.Retry = &wire.RetryPolicy{ExitCodes: p.ExitCodes, Timeout: p.Timeout, BackoffS: p.BackoffS}
+	}
+	v.RetryAt = timePtr(inv.RetryAt)
 	// A finished invocation names the worker whose outcome won.
 	if v.WorkerID == "" && len(inv.Attempts) > 0 && wire.Terminal(inv.State) {
 		v.WorkerID = inv.Attempts[len(inv.Attempts)-1].WorkerID

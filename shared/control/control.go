@@ -49,6 +49,7 @@ type Store interface {
 	PutLogs(ctx context.Context, id string, attempt int, chunks []domain.LogChunk) error
 	Queues(ctx context.Context) ([]string, error)
 	NoteQueue(ctx context.Context, queue string) error
+	ReleaseRetries(ctx context.Context) ([]domain.Invocation, error)
 	QueueStats(ctx context.Context, queue string) (wire.QueueStats, error)
 	OldestQueued(ctx context.Context, queue string) (time.Time, bool, error)
 	Logs(ctx context.Context, id string, attempt, after, limit int) ([]domain.LogChunk, error)

@@ -18,6 +18,7 @@ func (s *Service) Submit(ctx context.Context, req wire.SubmitRequest) (inv domai
 	spec := domain.Spec{
 		Queue: req.Queue, Argv: req.Argv, Env: req.Env, RunConfig: domain.RunConfig(req.RunConfig),
 		TimeoutS: req.TimeoutS, MaxAttempts: req.MaxAttempts, IdempotencyKey: req.IdempotencyKey,
+		Retry: retryPolicy(req.Retry),
 	}
 	hash := ""
 	if req.IdempotencyKey != "" {
@@ -79,4 +80,12 @@ func (s *Service) AddSetup(ctx context.Context, id string, argv []string) (domai
 		s.workerNews(ctx, id)
 	}
 	return cmd, err
+}
+
+// retryPolicy is the domain's form of a submit's retry policy (nil: none).
+func retryPolicy(r *wire.RetryPolicy) *domain.RetryPolicy {
+	if r == nil {
+		return nil
+	}
+	return &domain.RetryPolicy{ExitCodes: r.ExitCodes, Timeout: r.Timeout, BackoffS: r.BackoffS}
 }

@@ -2,6 +2,7 @@ package control
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -22,9 +23,12 @@ type SweepResult struct {
 	Workers  int // workers read
 	Lost     int // workers reading stale or gone whose work was looked for
 	Requeued int // invocations handed back
+	Released int // retried invocations whose backoff passed, claimable again
 }
 
-// Sweep hands back the running work of every worker that reads stale
+// Sweep releases the retried invocations whose backoff has passed
+// (store.Store.ReleaseRetries: they become claimable at the first sweep
+// after it), then hands back the running work of every worker that reads stale
 // (silent past the stale window) or gone (bye, a new boot, a stopped or
 // terminated host; domain.Worker.LostWhy): each invocation goes back to
 // the queue with attempt + 1 at its next claim, or fails as worker_lost
@@ -35,6 +39,12 @@ type SweepResult struct {
 func (s *Service) Sweep(ctx context.Context) (SweepResult, error) {
 	var res SweepResult
 	now := s.clock.Now().UTC()
+	released, rerr := s.store.ReleaseRetries(ctx)
+	for _, inv := range released {
+		s.log.Info("retry released: claimable again", "invocation_id", inv.ID, "queue", inv.Queue, "next_attempt", inv.Attempt+1)
+		s.claimable(ctx, inv)
+	}
+	res.Released = len(released)
 	err := s.store.EachWorker(ctx, "sweep", func(w domain.Worker) error {
 		res.Workers++
 		why, lost := w.LostWhy(now, s.staleAfter)
@@ -61,7 +71,7 @@ func (s *Service) Sweep(ctx context.Context) (SweepResult, error) {
 		}
 		return nil
 	})
-	return res, err
+	return res, errors.Join(rerr, err)
 }
 
 // SetHostStatus records the EC2 status of worker id's host. A worker stored

@@ -28,6 +28,56 @@ type Attempt struct {
 	Reason string
 	// Recorded marks the attempt whose outcome is the invocation's.
 	Recorded bool
+	// Retried marks a failed attempt the retry policy ran again.
+	Retried bool
+}
+
+// RetryPolicy is an invocation's opt-in retry of a failing body (the
+// default, none, retries only attempts whose worker was lost). A failed
+// outcome with one of ExitCodes (an exit status, or 128+n for a signal),
+// or past timeout_s when Timeout is set, queues the invocation again while
+// attempts remain, after a backoff: BackoffS, doubling each retry, at most
+// MaxRetryBackoff.
+type RetryPolicy struct {
+	ExitCodes []int
+	Timeout   bool
+	BackoffS  int
+}
+
+// MaxRetryBackoff caps the wait before a retry.
+const MaxRetryBackoff = 15 * time.Minute
+
+// Error types of a worker's failed outcome that a retry policy matches.
+const (
+	ErrorTypeExitCode = "exit_code"
+	ErrorTypeSignal   = "signal"
+	ErrorTypeTimeout  = "timeout"
+)
+
+// retries reports whether policy p retries failed outcome o.
+func (p *RetryPolicy) retries(o Outcome) bool {
+	if p == nil || o.State != StateFailed || o.Error == nil {
+		return false
+	}
+	switch o.Error.Type {
+	case ErrorTypeTimeout:
+		return p.Timeout
+	case ErrorTypeExitCode, ErrorTypeSignal:
+		return o.ExitCode != nil && slices.Contains(p.ExitCodes, *o.ExitCode)
+	}
+	return false
+}
+
+// backoff is the wait before retry n (0 for the first).
+func (p *RetryPolicy) backoff(n int) time.Duration {
+	d := time.Duration(p.BackoffS) * time.Second
+	for range n {
+		if d >= MaxRetryBackoff {
+			break
+		}
+		d *= 2
+	}
+	return min(d, MaxRetryBackoff)
 }
 
 // How an attempt that has no recorded outcome ended (Attempt.Outcome).
@@ -72,6 +122,11 @@ type Invocation struct {
 	HostKey         string
 	WorkerID        string
 	Attempts        []Attempt
+	// Retry is the opt-in retry policy (nil: none).
+	Retry *RetryPolicy
+	// RetryAt, while set, is when a retried invocation becomes claimable:
+	// it is queued but waits out its backoff (ReleaseRetry).
+	RetryAt         time.Time
 	ExitCode        *int
 	ResultBlob      string
 	Error           *ErrorInfo
@@ -147,6 +202,7 @@ type Spec struct {
 	RunConfig      RunConfig
 	TimeoutS       int
 	MaxAttempts    int
+	Retry          *RetryPolicy
 	IdempotencyKey string
 }
 
@@ -164,6 +220,7 @@ func NewInvocation(id string, spec Spec, now time.Time) Invocation {
 		RunConfig:      spec.RunConfig,
 		TimeoutS:       spec.TimeoutS,
 		HostKey:        hostkey.Of(spec.RunConfig.HostSetup),
+		Retry:          spec.Retry,
 		IdempotencyKey: spec.IdempotencyKey,
 		CreatedAt:      now,
 	}
@@ -176,6 +233,9 @@ func NewInvocation(id string, spec Spec, now time.Time) Invocation {
 func (inv Invocation) Claim(w Worker, now time.Time) (Invocation, error) {
 	if inv.State != StateQueued {
 		return inv, refuse(KindConflict, "invocation %s is %s, not queued", inv.ID, inv.State)
+	}
+	if !inv.RetryAt.IsZero() {
+		return inv, refuse(KindConflict, "invocation %s waits to be retried at %s", inv.ID, inv.RetryAt.Format(time.RFC3339))
 	}
 	if inv.HostKey != "" && inv.HostKey != w.HostKey {
 		return inv, refuse(KindConflict, "invocation %s needs host key %s; worker %s has %q", inv.ID, inv.HostKey, w.ID, w.HostKey)
@@ -219,6 +279,9 @@ func (inv Invocation) Record(o Outcome, now time.Time) (Invocation, bool, error)
 	if !inv.AckRecords(o.WorkerID, o.Attempt, o.State) {
 		return inv, false, nil
 	}
+	if inv.retryFor(o) {
+		return inv.retry(o, now), true, nil
+	}
 	next := inv
 	next.State = o.State
 	next.ExitCode = o.ExitCode
@@ -242,6 +305,47 @@ func (inv Invocation) Record(o Outcome, now time.Time) (Invocation, bool, error)
 	a.Reason = strings.Join(why, "; ")
 	a.Outcome, a.ExitCode, a.Recorded, a.EndedAt = o.State, o.ExitCode, true, now
 	return next, true, nil
+}
+
+// retryFor reports whether outcome o, which counts, is retried instead of
+// recorded: the policy matches it, it is the attempt running now, no
+// operator asked to cancel, and attempts remain.
+func (inv Invocation) retryFor(o Outcome) bool {
+	return inv.Retry.retries(o) && inv.Running(o.WorkerID) && inv.Attempt == o.Attempt &&
+		!inv.CancelRequested && inv.Attempt < inv.MaxAttempts
+}
+
+// retry reports inv queued again after failed outcome o at now: the
+// history shows the attempt failed and retried, and the invocation waits
+// out its backoff (RetryAt) before it can be claimed.
+func (inv Invocation) retry(o Outcome, now time.Time) Invocation {
+	retried := 0
+	for _, a := range inv.Attempts {
+		if a.Retried {
+			retried++
+		}
+	}
+	wait := inv.Retry.backoff(retried)
+	next := inv
+	next.State = StateQueued
+	next.WorkerID = ""
+	next.RetryAt = now.Add(wait)
+	next.Attempts = slices.Clone(inv.Attempts)
+	a := &next.Attempts[next.attemptIndex(o.Attempt)]
+	a.Outcome, a.ExitCode, a.EndedAt, a.Retried = o.State, o.ExitCode, now, true
+	a.Reason = fmt.Sprintf("%s; retried after %s (retry policy)", o.Error, wait)
+	return next
+}
+
+// ReleaseRetry reports inv claimable again once its retry backoff has
+// passed at now, and whether that changes it.
+func (inv Invocation) ReleaseRetry(now time.Time) (Invocation, bool) {
+	if inv.State != StateQueued || inv.RetryAt.IsZero() || now.Before(inv.RetryAt) {
+		return inv, false
+	}
+	next := inv
+	next.RetryAt = time.Time{}
+	return next, true
 }
 
 // end records in next's history (a clone the caller owns) that attempt n

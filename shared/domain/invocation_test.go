@@ -332,3 +332,79 @@ func TestAttemptHistory(t *testing.T) {
 		t.Errorf("the last attempt lost: %s %+v", gone.State, gone.Attempts[1])
 	}
 }
+
+// TestRetryPolicy: a failing body runs again only when its policy names the
+// failure, while attempts remain, after a doubling backoff; the history
+// shows each retried attempt; the last failure, or one the policy does not
+// name, is recorded as the outcome.
+func TestRetryPolicy(t *testing.T) {
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	three, nine := 3, 9
+	fail := func(inv Invocation, code *int, typ string, now time.Time) (Invocation, bool) {
+		t.Helper()
+		next, ok, err := inv.Record(Outcome{WorkerID: inv.WorkerID, Attempt: inv.Attempt, State: StateFailed, ExitCode: code,
+			Error: &ErrorInfo{Type: typ, Message: "x"}}, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return next, ok
+	}
+	claim := func(inv Invocation, now time.Time) Invocation {
+		t.Helper()
+		next, err := inv.Claim(Worker{ID: "w"}, now)
+		if err != nil {
+			t.Fatalf("claim: %v", err)
+		}
+		return next
+	}
+	inv := NewInvocation("inv_1", Spec{Queue: "q", MaxAttempts: 3, Retry: &RetryPolicy{ExitCodes: []int{3}, BackoffS: 10}}, t0)
+
+	r1, ok := fail(claim(inv, at(0)), &three, ErrorTypeExitCode, at(1))
+	if !ok || r1.State != StateQueued || !r1.RetryAt.Equal(at(11)) || r1.Attempts[0].Outcome != StateFailed ||
+		!r1.Attempts[0].Retried || r1.Attempts[0].Recorded || r1.FinishedAt != (time.Time{}) {
+		t.Fatalf("first failure: %s retry at %v, %+v", r1.State, r1.RetryAt, r1.Attempts[0])
+	}
+	if _, err := r1.Claim(Worker{ID: "w"}, at(5)); KindOf(err) != KindConflict {
+		t.Fatalf("claimed during its backoff: %v", err)
+	}
+	if _, changed := r1.ReleaseRetry(at(10)); changed {
+		t.Fatal("released before its backoff passed")
+	}
+	rel, changed := r1.ReleaseRetry(at(11))
+	if !changed || !rel.RetryAt.IsZero() {
+		t.Fatalf("release: %v %+v", changed, rel.RetryAt)
+	}
+	r2, _ := fail(claim(rel, at(12)), &three, ErrorTypeSignal, at(13))
+	if !r2.RetryAt.Equal(at(33)) {
+		t.Fatalf("second retry at %v, want the backoff doubled (20s after %v)", r2.RetryAt, at(13))
+	}
+	rel2, _ := r2.ReleaseRetry(at(33))
+	last, _ := fail(claim(rel2, at(34)), &three, ErrorTypeExitCode, at(35))
+	if last.State != StateFailed || !last.Attempts[2].Recorded || last.Attempts[2].Retried || !last.RetryAt.IsZero() {
+		t.Fatalf("the last attempt's failure: %s %+v", last.State, last.Attempts[2])
+	}
+
+	// Failures the policy does not name are the outcome at once.
+	if got, _ := fail(claim(inv, at(0)), &nine, ErrorTypeExitCode, at(1)); got.State != StateFailed {
+		t.Errorf("exit 9, not named: %s", got.State)
+	}
+	if got, _ := fail(claim(inv, at(0)), nil, ErrorTypeTimeout, at(1)); got.State != StateFailed {
+		t.Errorf("timeout, not named: %s", got.State)
+	}
+	timeouts := inv
+	timeouts.Retry = &RetryPolicy{Timeout: true, BackoffS: 1}
+	if got, _ := fail(claim(timeouts, at(0)), nil, ErrorTypeTimeout, at(1)); got.State != StateQueued {
+		t.Errorf("timeout, named: %s", got.State)
+	}
+	asked, _, _ := claim(inv, at(0)).Cancel(at(1))
+	if got, _ := fail(asked, &three, ErrorTypeExitCode, at(2)); got.State != StateFailed {
+		t.Errorf("a failure after an operator's cancel: %s; want it recorded, not retried", got.State)
+	}
+	none := claim(NewInvocation("inv_2", Spec{Queue: "q", MaxAttempts: 3}, t0), at(0))
+	if got, _ := fail(none, &three, ErrorTypeExitCode, at(1)); got.State != StateFailed {
+		t.Errorf("no policy: %s; the default retries only lost workers", got.State)
+	}
+	if d := (&RetryPolicy{BackoffS: 600}).backoff(5); d != MaxRetryBackoff {
+		t.Errorf("backoff capped at %s, want %s", d, MaxRetryBackoff)
+	}
+}

@@ -109,6 +109,7 @@ var conformanceCases = []conformanceCase{
 	{"list workers/paging", testListWorkers},
 	{"queue stats", testQueueStats},
 	{"logs/put and read", testLogs},
+	{"retry/a failing body retried after its backoff", testRetry},
 	{"empty maps round-trip", testEmptyMapsRoundTrip},
 	{"quirk/REMOVE of an index key", testQuirkRemoveIndexKey},
 	{"quirk/empty collections", testQuirkEmptyCollections},
@@ -664,6 +665,46 @@ func testAckLateAfterRedelivery(t *testing.T, f *fixture) {
 	if len(hist) != 2 || hist[0].Outcome != wire.StateSucceeded || !hist[0].Recorded || hist[0].EndedAt.IsZero() ||
 		!strings.Contains(hist[0].Reason, "taken back (bye)") || hist[1].Outcome != domain.EndSuperseded || hist[1].Recorded {
 		t.Fatalf("history %+v; want attempt 1 succeeded late (taken back by bye) and recorded, attempt 2 superseded", hist)
+	}
+}
+
+// testRetry: a failure the retry policy names queues the invocation again,
+// counted nowhere; it cannot be claimed during its backoff; the sweep
+// releases it after, and its next claim is the next attempt; the last
+// attempt's failure is the outcome, counted once.
+func testRetry(t *testing.T, f *fixture) {
+	req := submitReq()
+	req.MaxAttempts = 2
+	req.Retry = &wire.RetryPolicy{ExitCodes: []int{1}, BackoffS: 30}
+	inv := f.submit(req)
+	w := f.worker("m-a", "")
+	f.claimOne(w, inv)
+	failed := ackReq(w, inv, 1, wire.StateFailed)
+	failed.Error = &wire.ErrorInfo{Type: "exit_code", Message: "exited with status 1"}
+	resp, err := f.ackAs(f.hash(w.ID), failed)
+	if err != nil || !resp.Recorded || resp.State != wire.StateQueued {
+		t.Fatalf("the retried failure answered %+v, %v; want recorded, queued", resp, err)
+	}
+	f.wantStats("q", map[string]int{wire.StateQueued: 1}, 0)
+	f.claimNone(w, "q")
+	if rel, err := f.s.ReleaseRetries(f.ctx); err != nil || len(rel) != 0 {
+		t.Fatalf("released %d before the backoff passed (%v)", len(rel), err)
+	}
+	f.clock.Advance(31 * time.Second)
+	if rel, err := f.s.ReleaseRetries(f.ctx); err != nil || len(rel) != 1 {
+		t.Fatalf("released %d after the backoff (%v), want 1", len(rel), err)
+	}
+	second := f.claimOne(w, inv)
+	if second.Attempt != 2 || !second.Attempts[0].Retried {
+		t.Fatalf("claim after the release: attempt %d, history %+v", second.Attempt, second.Attempts)
+	}
+	failed.Attempt = 2
+	if resp, err := f.ackAs(f.hash(w.ID), failed); err != nil || resp.State != wire.StateFailed {
+		t.Fatalf("the last attempt's failure answered %+v, %v; want failed", resp, err)
+	}
+	f.wantStats("q", map[string]int{wire.StateFailed: 1}, 1)
+	if got := f.get(inv.ID); !got.Attempts[1].Recorded || got.Retry == nil || got.Retry.BackoffS != 30 {
+		t.Fatalf("after the last failure: %+v", got)
 	}
 }
 

@@ -30,6 +30,10 @@ func (s *Store) invocationItem(inv domain.Invocation) (map[string]types.Attribut
 	}
 	item["queue_state"] = str(inv.Queue + "#" + inv.State)
 	switch {
+	case inv.State == wire.StateQueued && !inv.RetryAt.IsZero():
+		// Waiting out a retry backoff: out of its queue's claim partition,
+		// in the one the sweep reads to release it (ReleaseRetries).
+		item["claim_key"] = str(claimKeyRetrying)
 	case inv.State == wire.StateQueued:
 		item["claim_key"] = str(s.claimKey(inv.Queue, inv.HostKey, shardOf(inv.ID, s.ClaimShards)))
 	case inv.State == wire.StateRunning:
@@ -298,28 +302,33 @@ func (s *Store) readCandidates(ctx context.Context, part string, window int) ([]
 // version prev and counts it in its queue's done_count and per-state count,
 // in one transaction: the count moves if and only if this put wins. extra
 // items (e.g. a worker token check) join it.
+//
+// An outcome the retry policy retries (the invocation is queued again, not
+// terminal) is the same transaction without the counters.
 func (s *Store) terminalWrite(ctx context.Context, prev int64, next *domain.Invocation, extra ...types.TransactWriteItem) error {
 	put, err := s.invocationPut(prev, next)
 	if err != nil {
 		return err
 	}
-	items := append([]types.TransactWriteItem{
-		{Put: put},
-		{Update: &types.Update{
+	items := []types.TransactWriteItem{{Put: put}}
+	if wire.Terminal(next.State) {
+		items = append(items, types.TransactWriteItem{Update: &types.Update{
 			TableName:                 aws.String(s.tables.Queues),
 			Key:                       key("queue", next.Queue),
 			UpdateExpression:          aws.String("ADD done_count :one, #s :one"),
 			ExpressionAttributeNames:  map[string]string{"#s": next.State + "_count"},
 			ExpressionAttributeValues: map[string]types.AttributeValue{":one": num(1)},
-		}},
-	}, extra...)
+		}})
+	}
+	firstExtra := len(items)
+	items = append(items, extra...)
 	_, err = s.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items})
 	if failed, ok := cancelledBy(err); ok {
 		for _, i := range failed {
 			if i == 0 {
 				return errVersion
 			}
-			if i >= 2 {
+			if i >= firstExtra {
 				return errExtraCondition
 			}
 		}
@@ -770,4 +779,67 @@ func (s *Store) OldestQueued(ctx context.Context, queue string) (time.Time, bool
 		return time.Time{}, false, err
 	}
 	return inv.CreatedAt, true, nil
+}
+
+// claimKeyRetrying is the claim index partition of every invocation that
+// waits out a retry backoff. No queue's claim key can be it: queue names
+// hold no "!".
+const claimKeyRetrying = "!retrying"
+
+// ReleaseRetries makes every invocation whose retry backoff has passed at
+// now claimable again (domain.Invocation.ReleaseRetry), and reports them.
+// The sweep calls it: an invocation becomes claimable at the first sweep
+// after its backoff. One that cannot be released is in the error; the
+// others are still tried.
+func (s *Store) ReleaseRetries(ctx context.Context) ([]domain.Invocation, error) {
+	var due []string
+	var start map[string]types.AttributeValue
+	for {
+		page, err := s.db.Query(ctx, &dynamodb.QueryInput{
+			TableName:                 aws.String(s.tables.Invocations),
+			IndexName:                 aws.String(indexClaim),
+			KeyConditionExpression:    aws.String("claim_key = :k"),
+			ExpressionAttributeValues: map[string]types.AttributeValue{":k": str(claimKeyRetrying)},
+			ExclusiveStartKey:         start,
+		})
+		if err != nil {
+			return nil, storeErr("read retrying invocations", err)
+		}
+		for _, item := range page.Items {
+			inv, err := decodeInvocation(item)
+			if err != nil {
+				return nil, err
+			}
+			if _, ok := inv.ReleaseRetry(s.now()); ok {
+				due = append(due, inv.ID)
+			}
+		}
+		if page.LastEvaluatedKey == nil {
+			break
+		}
+		start = page.LastEvaluatedKey
+	}
+	var out []domain.Invocation
+	var errs []error
+	for _, id := range due {
+		err := retryVersion("release retry "+id, func() error {
+			inv, err := s.GetInvocation(ctx, id)
+			if err != nil {
+				return err
+			}
+			next, changed := inv.ReleaseRetry(s.now())
+			if !changed {
+				return nil
+			}
+			if err := s.saveInvocation(ctx, "release retry", inv.Version, &next); err != nil {
+				return err
+			}
+			out = append(out, next)
+			return nil
+		})
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return out, errors.Join(errs...)
 }

@@ -49,33 +49,43 @@ type attemptRecord struct {
 	ExitCode  *int      `dynamodbav:"exit_code,omitempty"`
 	Reason    string    `dynamodbav:"reason,omitempty"`
 	Recorded  bool      `dynamodbav:"recorded,omitempty"`
+	Retried   bool      `dynamodbav:"retried,omitempty"`
+}
+
+// retryPolicyRecord is the stored form of domain.RetryPolicy.
+type retryPolicyRecord struct {
+	ExitCodes []int `dynamodbav:"exit_codes,omitempty"`
+	Timeout   bool  `dynamodbav:"timeout,omitempty"`
+	BackoffS  int   `dynamodbav:"backoff_s,omitempty"`
 }
 
 // invocationRecord is the stored form of domain.Invocation.
 type invocationRecord struct {
-	ID              string            `dynamodbav:"invocation_id"`
-	Queue           string            `dynamodbav:"queue"`
-	State           string            `dynamodbav:"state"`
-	Attempt         int               `dynamodbav:"attempt"`
-	MaxAttempts     int               `dynamodbav:"max_attempts"`
-	Argv            []string          `dynamodbav:"argv"`
-	Env             map[string]string `dynamodbav:"env,omitempty"`
-	RunConfig       runConfigRecord   `dynamodbav:"run_config"`
-	TimeoutS        int               `dynamodbav:"timeout_s,omitempty"`
-	HostKey         string            `dynamodbav:"host_key,omitempty"`
-	WorkerID        string            `dynamodbav:"worker_id,omitempty"`
-	Attempts        []attemptRecord   `dynamodbav:"attempts,omitempty"`
-	ExitCode        *int              `dynamodbav:"exit_code,omitempty"`
-	ResultBlob      string            `dynamodbav:"result_blob,omitempty"`
-	Error           *errorInfoRecord  `dynamodbav:"error,omitempty"`
-	StdoutTail      string            `dynamodbav:"stdout_tail,omitempty"`
-	StderrTail      string            `dynamodbav:"stderr_tail,omitempty"`
-	CancelRequested bool              `dynamodbav:"cancel_requested,omitempty"`
-	IdempotencyKey  string            `dynamodbav:"idempotency_key,omitempty"`
-	CreatedAt       time.Time         `dynamodbav:"created_at"`
-	StartedAt       time.Time         `dynamodbav:"started_at,omitempty"`
-	FinishedAt      time.Time         `dynamodbav:"finished_at,omitempty"`
-	Version         int64             `dynamodbav:"version"`
+	ID              string             `dynamodbav:"invocation_id"`
+	Queue           string             `dynamodbav:"queue"`
+	State           string             `dynamodbav:"state"`
+	Attempt         int                `dynamodbav:"attempt"`
+	MaxAttempts     int                `dynamodbav:"max_attempts"`
+	Argv            []string           `dynamodbav:"argv"`
+	Env             map[string]string  `dynamodbav:"env,omitempty"`
+	RunConfig       runConfigRecord    `dynamodbav:"run_config"`
+	TimeoutS        int                `dynamodbav:"timeout_s,omitempty"`
+	HostKey         string             `dynamodbav:"host_key,omitempty"`
+	WorkerID        string             `dynamodbav:"worker_id,omitempty"`
+	Attempts        []attemptRecord    `dynamodbav:"attempts,omitempty"`
+	Retry           *retryPolicyRecord `dynamodbav:"retry,omitempty"`
+	RetryAt         time.Time          `dynamodbav:"retry_at,omitempty"`
+	ExitCode        *int               `dynamodbav:"exit_code,omitempty"`
+	ResultBlob      string             `dynamodbav:"result_blob,omitempty"`
+	Error           *errorInfoRecord   `dynamodbav:"error,omitempty"`
+	StdoutTail      string             `dynamodbav:"stdout_tail,omitempty"`
+	StderrTail      string             `dynamodbav:"stderr_tail,omitempty"`
+	CancelRequested bool               `dynamodbav:"cancel_requested,omitempty"`
+	IdempotencyKey  string             `dynamodbav:"idempotency_key,omitempty"`
+	CreatedAt       time.Time          `dynamodbav:"created_at"`
+	StartedAt       time.Time          `dynamodbav:"started_at,omitempty"`
+	FinishedAt      time.Time          `dynamodbav:"finished_at,omitempty"`
+	Version         int64              `dynamodbav:"version"`
 }
 
 // setupCommandRecord is the stored form of domain.SetupCommand.
@@ -189,6 +199,8 @@ func toInvocationRecord(v domain.Invocation) invocationRecord {
 		HostKey:         v.HostKey,
 		WorkerID:        v.WorkerID,
 		Attempts:        sliceMap(v.Attempts, toAttemptRecord),
+		Retry:           ptrMap(v.Retry, toRetryPolicyRecord),
+		RetryAt:         v.RetryAt,
 		ExitCode:        v.ExitCode,
 		ResultBlob:      v.ResultBlob,
 		Error:           ptrMap(v.Error, toErrorInfoRecord),
@@ -217,6 +229,8 @@ func (r invocationRecord) domain() domain.Invocation {
 		HostKey:         r.HostKey,
 		WorkerID:        r.WorkerID,
 		Attempts:        sliceMap(r.Attempts, attemptRecord.domain),
+		Retry:           ptrMap(r.Retry, retryPolicyRecord.domain),
+		RetryAt:         r.RetryAt,
 		ExitCode:        r.ExitCode,
 		ResultBlob:      r.ResultBlob,
 		Error:           ptrMap(r.Error, errorInfoRecord.domain),
@@ -240,6 +254,10 @@ func toSetupResultRecord(v domain.SetupResult) setupResultRecord { return setupR
 func (r setupResultRecord) domain() domain.SetupResult { return domain.SetupResult(r) }
 
 func toRunConfigRecord(v domain.RunConfig) runConfigRecord { return runConfigRecord(v) }
+
+func toRetryPolicyRecord(v domain.RetryPolicy) retryPolicyRecord { return retryPolicyRecord(v) }
+
+func (r retryPolicyRecord) domain() domain.RetryPolicy { return domain.RetryPolicy(r) }
 
 func (r runConfigRecord) domain() domain.RunConfig { return domain.RunConfig(r) }
 

@@ -490,6 +490,25 @@ func (r *SubmitRequest) Validate() error {
 	if r.MaxAttempts < 1 || r.MaxAttempts > MaxAttemptsLimit {
 		return invalid("max_attempts must be 1-%d", MaxAttemptsLimit)
 	}
+	if p := r.Retry; p != nil {
+		if len(p.ExitCodes) == 0 && !p.Timeout {
+			return invalid("retry must name exit_codes or timeout (absent: no retry of a failing body)")
+		}
+		if len(p.ExitCodes) > 32 {
+			return invalid("retry.exit_codes holds %d codes; at most 32", len(p.ExitCodes))
+		}
+		for _, c := range p.ExitCodes {
+			if c < 1 || c > 255 {
+				return invalid("retry.exit_codes: %d is not an exit status of a failure (1-255)", c)
+			}
+		}
+		if p.BackoffS == 0 {
+			p.BackoffS = DefaultRetryBackoffS
+		}
+		if p.BackoffS < 1 || p.BackoffS > 3600 {
+			return invalid("retry.backoff_s must be 1-3600")
+		}
+	}
 	return checkText("idempotency_key", r.IdempotencyKey, MaxIDLen, false)
 }
 

@@ -76,7 +76,7 @@ const (
 // Error types the control plane itself writes into an invocation's error.
 const (
 	ErrorTypeWorkerLost = domain.ErrorTypeWorkerLost
-	ErrorTypeTimeout    = "timeout"
+	ErrorTypeTimeout    = domain.ErrorTypeTimeout
 )
 
 // Capabilities is what a daemon says it can do. Hello carries the whole set;
@@ -253,7 +253,25 @@ type SubmitRequest struct {
 	TimeoutS       int               `json:"timeout_s,omitempty"`
 	MaxAttempts    int               `json:"max_attempts,omitempty"`
 	IdempotencyKey string            `json:"idempotency_key,omitempty"`
+	// Retry is the opt-in retry of a failing body (absent: only attempts
+	// whose worker was lost run again). Last, and omitted when unset, so the
+	// idempotency hash of a request without it is what it always was.
+	Retry *RetryPolicy `json:"retry,omitempty"`
 }
+
+// RetryPolicy is a submit's retry of a failing body (docs/states.md):
+// a failed outcome with one of exit_codes (an exit status, or 128+n for a
+// body killed by signal n), or past timeout_s when timeout is set, queues
+// the invocation again while max_attempts allows, after backoff_s (default
+// 10), doubling each retry, at most 15 minutes.
+type RetryPolicy struct {
+	ExitCodes []int `json:"exit_codes,omitempty"`
+	Timeout   bool  `json:"timeout,omitempty"`
+	BackoffS  int   `json:"backoff_s,omitempty"`
+}
+
+// DefaultRetryBackoffS is a retry policy's first wait when it names none.
+const DefaultRetryBackoffS = 10
 
 // TokenHeader carries a daemon's enrollment or worker token in IAM mode,
 // where Authorization carries the request's SigV4 signature (docs/security.md).
@@ -288,6 +306,9 @@ type Invocation struct {
 	StartedAt       *time.Time        `json:"started_at,omitempty"`
 	FinishedAt      *time.Time        `json:"finished_at,omitempty"`
 	Attempts        []Attempt         `json:"attempts,omitempty"`
+	Retry           *RetryPolicy      `json:"retry,omitempty"`
+	// RetryAt, while set, is when a retried invocation becomes claimable.
+	RetryAt *time.Time `json:"retry_at,omitempty"`
 }
 
 // Attempt is one attempt in an invocation's history (docs/states.md): the
@@ -305,6 +326,8 @@ type Attempt struct {
 	ExitCode  *int       `json:"exit_code,omitempty"`
 	Reason    string     `json:"reason,omitempty"`
 	Recorded  bool       `json:"recorded,omitempty"`
+	// Retried marks a failed attempt the retry policy ran again.
+	Retried bool `json:"retried,omitempty"`
 }
 
 // InvocationList answers GET /v1/invocations.

@@ -110,18 +110,18 @@ func (inv Invocation) attemptIndex(n int) int {
 
 // Invocation is the stored row of one submitted command.
 type Invocation struct {
-	ID              string
-	Queue           string
-	State           string
-	Attempt         int
-	MaxAttempts     int
-	Argv            []string
-	Env             map[string]string
-	RunConfig       RunConfig
-	TimeoutS        int
-	HostKey         string
-	WorkerID        string
-	Attempts        []Attempt
+	ID          string
+	Queue       string
+	State       string
+	Attempt     int
+	MaxAttempts int
+	Argv        []string
+	Env         map[string]string
+	RunConfig   RunConfig
+	TimeoutS    int
+	HostKey     string
+	WorkerID    string
+	Attempts    []Attempt
 	// Retry is the opt-in retry policy (nil: none).
 	Retry *RetryPolicy
 	// RetryAt, while set, is when a retried invocation becomes claimable:

@@ -64,10 +64,11 @@ const (
 
 // Server serves the wire API.
 type Server struct {
-	cfg Config
-	svc *control.Service // the daemon use cases
-	mux *http.ServeMux
-	log *slog.Logger
+	cfg     Config
+	svc     *control.Service // the daemon use cases
+	mux     *http.ServeMux
+	log     *slog.Logger
+	authLog authLimiter
 }
 
 // New returns the router. It refuses a config without both tokens: a
@@ -191,11 +192,21 @@ func (s *Server) wrap(h handlerFunc) http.Handler {
 		if err != nil {
 			status = wire.Status(wire.CodeOf(err))
 			level := slog.LevelInfo
-			if status >= 500 {
+			attrs := []any{"method", r.Method, "path", r.URL.Path, "status", status, "error", err.Error(),
+				"duration_ms", time.Since(start).Milliseconds()}
+			switch {
+			case status >= 500:
 				level = slog.LevelError
+			case status == http.StatusUnauthorized:
+				// A client with a wrong, revoked or missing token: worth a
+				// warning, once a minute per route (authLimiter).
+				level = slog.LevelDebug
+				if ok, held := s.authLog.allow(r.Pattern, s.cfg.Clock.Now()); ok {
+					level = slog.LevelWarn
+					attrs = append(attrs, "remote", r.RemoteAddr, "user_agent", r.UserAgent(), "refused_since_last_warning", held)
+				}
 			}
-			s.log.Log(r.Context(), level, "request refused", "method", r.Method, "path", r.URL.Path,
-				"status", status, "error", err.Error(), "duration_ms", time.Since(start).Milliseconds())
+			s.log.Log(r.Context(), level, "request refused", attrs...)
 			writeError(w, err)
 			return
 		}

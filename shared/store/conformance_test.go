@@ -110,6 +110,7 @@ var conformanceCases = []conformanceCase{
 	{"queue stats", testQueueStats},
 	{"logs/put and read", testLogs},
 	{"retry/a failing body retried after its backoff", testRetry},
+	{"gauges/queues, depth, oldest queued, workers by state", testGauges},
 	{"empty maps round-trip", testEmptyMapsRoundTrip},
 	{"quirk/REMOVE of an index key", testQuirkRemoveIndexKey},
 	{"quirk/empty collections", testQuirkEmptyCollections},
@@ -705,6 +706,37 @@ func testRetry(t *testing.T, f *fixture) {
 	f.wantStats("q", map[string]int{wire.StateFailed: 1}, 1)
 	if got := f.get(inv.ID); !got.Attempts[1].Recorded || got.Retry == nil || got.Retry.BackoffS != 30 {
 		t.Fatalf("after the last failure: %+v", got)
+	}
+}
+
+// testGauges: what the metrics read of the store: every queue that had
+// work (noted at its first submit, before any outcome), its counts, its
+// oldest queued invocation's age, and workers by the state they read.
+func testGauges(t *testing.T, f *fixture) {
+	first := f.submit(submitReq())
+	f.clock.Advance(30 * time.Second)
+	f.submit(submitReq())
+	other := submitReq()
+	other.Queue = "other"
+	f.submit(other)
+	f.worker("m-a", "")
+	g, err := f.svc.Gauges(f.ctx, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(g.Queues) != 2 || g.Queues[0].Queue != "other" || g.Queues[1].Queue != "q" {
+		t.Fatalf("queues %+v, want other and q", g.Queues)
+	}
+	q := g.Queues[1]
+	if q.Counts[wire.StateQueued] != 2 || q.OldestQueuedAge != f.clock.Now().Sub(first.CreatedAt) {
+		t.Fatalf("q: %d queued, oldest %s; want 2, %s", q.Counts[wire.StateQueued], q.OldestQueuedAge, f.clock.Now().Sub(first.CreatedAt))
+	}
+	if g.Workers["active"]+g.Workers["joining"]+g.Workers["pending"] != 1 {
+		t.Fatalf("workers by state %v, want the one", g.Workers)
+	}
+	f.clock.Advance(2 * time.Minute)
+	if g, _ = f.svc.Gauges(f.ctx, time.Hour); g.Workers["stale"] != 1 {
+		t.Fatalf("workers by state %v after two silent minutes, want 1 stale", g.Workers)
 	}
 }
 

@@ -78,6 +78,8 @@ check:
 		bad=$$($(GO) list -deps ./functions/$$f | grep -E 'lakeshore/shared/(api|lambdahttp)(/|$$)' || true); \
 		if [ -n "$$bad" ]; then echo "functions/$$f links the router: $$bad"; exit 1; fi; \
 	done
+	@bad=$$($(GO) list -deps ./functions/... | grep -E 'prometheus|lakeshore/shared/metrics/prom$$' || true); \
+		if [ -n "$$bad" ]; then echo "a Lambda links the Prometheus client (they write EMF lines): $$bad"; exit 1; fi
 	@bad=$$($(GO) list -deps ./shared/domain | grep 'dreamlake/lakeshore/' | grep -vE 'lakeshore/shared/(domain|hostkey)$$' || true); \
 		if [ -n "$$bad" ]; then echo "shared/domain imports: $$bad (the rules import no adapter and no wire type)"; exit 1; fi
 	@echo "layering: ok"

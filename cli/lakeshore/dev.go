@@ -25,6 +25,7 @@ import (
 	"github.com/dreamlake/lakeshore/shared/hoststatus"
 	"github.com/dreamlake/lakeshore/shared/logjson"
 	"github.com/dreamlake/lakeshore/shared/metrics"
+	"github.com/dreamlake/lakeshore/shared/metrics/prom"
 	"github.com/dreamlake/lakeshore/shared/store"
 	"github.com/dreamlake/lakeshore/shared/store/embedded"
 	"github.com/dreamlake/lakeshore/shared/store/schema"
@@ -173,11 +174,11 @@ func runDev(ctx context.Context, o devOptions) error {
 	// /metrics (docs/metrics.md): the events of the use cases this process
 	// runs, and the gauges read from the store at each scrape.
 	var svc *control.Service
-	prom := metrics.NewPrometheus(func(ctx context.Context) (metrics.Gauges, error) {
+	recorder := prom.New(func(ctx context.Context) (metrics.Gauges, error) {
 		return svc.Gauges(ctx, st.WorkerRetention)
 	}, log)
 	svc = control.New(control.Config{Store: st, StaleAfter: o.staleAfter, Logger: log, Wake: hub, WakeURL: wc.url,
-		Poster: poster, Metrics: prom})
+		Poster: poster, Metrics: recorder})
 	var handler http.Handler
 	var sweepOnce, pollHostsOnce func(context.Context) error
 	if o.lambdas != "" {
@@ -202,7 +203,7 @@ func runDev(ctx context.Context, o devOptions) error {
 			LongPoll:      o.longPoll,
 			WakeURL:       wc.url,
 			Poster:        poster,
-			Metrics:       prom,
+			Metrics:       recorder,
 		})
 		if err != nil {
 			return err
@@ -214,7 +215,7 @@ func runDev(ctx context.Context, o devOptions) error {
 	if o.wakeChannel {
 		handler = withWakeChannel(handler, sockets)
 	}
-	handler = withMetrics(handler, prom.Handler())
+	handler = withMetrics(handler, recorder.Handler())
 
 	url := "http://" + ln.Addr().String()
 	// These lines are the interface scripts and tests read: keep their shape.

@@ -2,7 +2,7 @@
 // (docs/metrics.md): events the use cases report as they happen (claims,
 // lost claim races, hand-backs, outcomes, dispatch latency), and gauges read
 // from the store when asked (queue depth, oldest queued age, workers by
-// state). Prometheus text serves them on `lakeshore dev`'s /metrics;
+// state). Prometheus text serves them on `lakeshore dev`'s /metrics (prom);
 // CloudWatch Embedded Metric Format writes them as log lines from the
 // Lambdas, so a metric costs no API call.
 package metrics

@@ -1,4 +1,8 @@
-package metrics
+// Package prom serves the control plane's metrics (shared/metrics) as
+// Prometheus text: `lakeshore dev`'s /metrics. It is its own package so the
+// Lambdas, which write CloudWatch EMF lines instead, never link the
+// Prometheus client.
+package prom
 
 import (
 	"context"
@@ -6,6 +10,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/dreamlake/lakeshore/shared/metrics"
 	"github.com/dreamlake/lakeshore/shared/wire"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -25,9 +30,9 @@ type Prometheus struct {
 	latency    *prometheus.HistogramVec
 }
 
-// NewPrometheus returns a recorder whose Handler also reports gauges, read
+// New returns a recorder whose Handler also reports gauges, read
 // by read at every scrape (nil: no gauges).
-func NewPrometheus(read func(context.Context) (Gauges, error), log *slog.Logger) *Prometheus {
+func New(read func(context.Context) (metrics.Gauges, error), log *slog.Logger) *Prometheus {
 	p := &Prometheus{
 		reg: prometheus.NewRegistry(),
 		claims: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -80,7 +85,7 @@ func (p *Prometheus) Finished(queue, state string) {
 
 // gaugeCollector reads the gauges at each scrape.
 type gaugeCollector struct {
-	read func(context.Context) (Gauges, error)
+	read func(context.Context) (metrics.Gauges, error)
 	log  *slog.Logger
 }
 

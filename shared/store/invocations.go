@@ -523,7 +523,15 @@ func (s *Store) saveInvocation(ctx context.Context, op string, prev int64, next 
 // once max_attempts is spent, or cancelled if a cancel was pending. It is a
 // no-op when the invocation is no longer running that worker's attempt.
 func (s *Store) Requeue(ctx context.Context, id, workerID string, loss domain.Loss) (domain.Invocation, error) {
+	inv, _, err := s.RequeueChanged(ctx, id, workerID, loss)
+	return inv, err
+}
+
+// RequeueChanged is Requeue, also reporting whether this call handed the
+// attempt back (false: it was not running that worker's attempt any more).
+func (s *Store) RequeueChanged(ctx context.Context, id, workerID string, loss domain.Loss) (domain.Invocation, bool, error) {
 	var result domain.Invocation
+	handed := false
 	err := retryVersion("requeue "+id, func() error {
 		inv, err := s.GetInvocation(ctx, id)
 		if err != nil {
@@ -537,10 +545,10 @@ func (s *Store) Requeue(ctx context.Context, id, workerID string, loss domain.Lo
 		if err := s.saveInvocation(ctx, "requeue", inv.Version, &next); err != nil {
 			return err
 		}
-		result = next
+		result, handed = next, true
 		return nil
 	})
-	return result, err
+	return result, handed, err
 }
 
 // Held lists the invocations running on worker, from the sparse holder index.

@@ -12,11 +12,12 @@ import (
 	"github.com/oklog/ulid/v2"
 )
 
-// The prefixes of the three id kinds.
+// The prefixes of the id kinds.
 const (
 	Worker     = "wrk"
 	Invocation = "inv"
 	Command    = "cmd"
+	Host       = "hst" // a host the provisioner launched (its reservation)
 )
 
 // Generator makes ids from a clock and an entropy source. The zero value uses

@@ -12,6 +12,7 @@ const (
 	IdempotencySuffix = "idempotency"
 	ConnectionsSuffix = "connections"
 	LogsSuffix        = "logs"
+	HostsSuffix       = "hosts"
 )
 
 // TableNames holds the full DynamoDB table names of one deployment.
@@ -24,6 +25,7 @@ type TableNames struct {
 	Idempotency string
 	Connections string
 	Logs        string
+	Hosts       string
 }
 
 // NamesFor returns the table names for a table prefix, e.g. "lakeshore-".
@@ -37,5 +39,6 @@ func NamesFor(prefix string) TableNames {
 		Idempotency: prefix + IdempotencySuffix,
 		Connections: prefix + ConnectionsSuffix,
 		Logs:        prefix + LogsSuffix,
+		Hosts:       prefix + HostsSuffix,
 	}
 }

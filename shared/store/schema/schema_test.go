@@ -43,6 +43,7 @@ func wantSchema(n store.TableNames) map[string]wantTable {
 		n.Idempotency: {hash: "idempotency_key", ttl: "expires_at"},
 		n.Connections: {hash: "wake_key", rng: "connection_id", ttl: "expires_at"},
 		n.Logs:        {hash: "log_key", rng: "seq", ttl: "expires_at"},
+		n.Hosts:       {hash: "host_id"},
 	}
 }
 
@@ -57,6 +58,7 @@ func TestNamesFor(t *testing.T) {
 		Idempotency: "lakeshore-idempotency",
 		Connections: "lakeshore-connections",
 		Logs:        "lakeshore-logs",
+		Hosts:       "lakeshore-hosts",
 	}
 	if got != want {
 		t.Fatalf("store.NamesFor = %+v, want %+v", got, want)
@@ -251,8 +253,8 @@ func TestEnsureTablesWithFake(t *testing.T) {
 	if err := EnsureTables(ctx, f, "p-"); err != nil {
 		t.Fatal(err)
 	}
-	if len(f.existing) != 8 {
-		t.Errorf("tables = %v, want 8", f.existing)
+	if len(f.existing) != 9 {
+		t.Errorf("tables = %v, want 9", f.existing)
 	}
 	for name, calls := range f.describes {
 		if calls != 2 {

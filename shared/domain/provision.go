@@ -1,0 +1,154 @@
+package domain
+
+import (
+	"cmp"
+	"slices"
+	"time"
+)
+
+// The provisioner's rules (docs/provision.md): how many hosts to launch for
+// the work no live worker can take, within the caps, shared fairly.
+
+// ProvisionKey is what a launched host serves: one queue's work for one
+// host key ("" for work any host may run).
+type ProvisionKey struct {
+	Queue   string
+	HostKey string
+}
+
+// Demand is the queued work of one key.
+type Demand struct {
+	Key    ProvisionKey
+	Queued int
+}
+
+// Fleet is what already serves each key.
+type Fleet struct {
+	// Free counts the free slots (max_concurrency − current_invocations) of
+	// live workers that may claim the key's work.
+	Free map[ProvisionKey]int
+	// Pending counts hosts launched for the key that have not said hello
+	// yet: each will bring SlotsPerHost slots.
+	Pending map[ProvisionKey]int
+	// Hosts counts the provisioned hosts alive, pending or working, by key.
+	Hosts map[ProvisionKey]int
+}
+
+// ProvisionLimits are the provisioner's caps.
+type ProvisionLimits struct {
+	// MaxHosts caps the provisioned hosts alive in all (0: provisioning off).
+	MaxHosts int
+	// MaxHostsPerKey caps them per key (0: only MaxHosts).
+	MaxHostsPerKey int
+	// SlotsPerHost is how many invocations one launched host runs at once
+	// (its nymph's --capacity).
+	SlotsPerHost int
+}
+
+// PlanLaunches reports how many hosts to launch for each key: enough that
+// every queued invocation has a slot (free slots of live workers first,
+// then those pending hosts will bring), never past a cap. When the caps
+// leave fewer hosts than the demand wants, they go round-robin, one host a
+// key at a time in key order, so one busy key cannot starve the others. A
+// key with no queued work gets nothing: the fleet scales to zero.
+func PlanLaunches(demand []Demand, fleet Fleet, lim ProvisionLimits) map[ProvisionKey]int {
+	plan := map[ProvisionKey]int{}
+	if lim.MaxHosts <= 0 || lim.SlotsPerHost <= 0 {
+		return plan
+	}
+	alive := 0
+	for _, n := range fleet.Hosts {
+		alive += n
+	}
+	budget := lim.MaxHosts - alive
+	need := map[ProvisionKey]int{}
+	var keys []ProvisionKey
+	for _, d := range demand {
+		unmet := d.Queued - fleet.Free[d.Key] - fleet.Pending[d.Key]*lim.SlotsPerHost
+		if unmet <= 0 {
+			continue
+		}
+		if _, seen := need[d.Key]; !seen {
+			keys = append(keys, d.Key)
+		}
+		need[d.Key] += (unmet + lim.SlotsPerHost - 1) / lim.SlotsPerHost
+	}
+	slices.SortFunc(keys, func(a, b ProvisionKey) int {
+		return cmp.Or(cmp.Compare(a.Queue, b.Queue), cmp.Compare(a.HostKey, b.HostKey))
+	})
+	for budget > 0 {
+		gave := false
+		for _, k := range keys {
+			if budget == 0 {
+				break
+			}
+			if plan[k] >= need[k] || (lim.MaxHostsPerKey > 0 && fleet.Hosts[k]+plan[k] >= lim.MaxHostsPerKey) {
+				continue
+			}
+			plan[k]++
+			budget--
+			gave = true
+		}
+		if !gave {
+			break
+		}
+	}
+	for k, n := range plan {
+		if n == 0 {
+			delete(plan, k)
+		}
+	}
+	return plan
+}
+
+// Host is one host the provisioner launched, or tried to: its reservation
+// (ID, also the EC2 client token, so a retried launch is the same launch),
+// what it serves, and how it went.
+type Host struct {
+	ID         string
+	Key        ProvisionKey
+	HostSetup  []string
+	State      string
+	InstanceID string
+	// Market is how it was bought: "spot" or "on-demand".
+	Market string
+	// Reason says why it was launched, refused or let go.
+	Reason     string
+	CreatedAt  time.Time
+	LaunchedAt time.Time
+	EndedAt    time.Time
+	Version    int64
+}
+
+// States of a launched host (Host.State).
+const (
+	LaunchReserved = "reserved" // counted against the caps; the EC2 call is next
+	LaunchRunning  = "launched" // EC2 started the instance
+	LaunchFailed   = "failed"   // EC2 refused (Reason); its demand counts again
+	LaunchEnded    = "ended"    // let go: it never said hello in time, or its worker left
+)
+
+// Alive reports whether h counts against the caps: reserved or launched,
+// not yet ended.
+func (h Host) Alive() bool { return h.State == LaunchReserved || h.State == LaunchRunning }
+
+// Launched reports h started as instance id, bought on market, at now.
+func (h Host) Launched(instance, market string, now time.Time) (Host, error) {
+	if h.State != LaunchReserved {
+		return h, refuse(KindConflict, "host %s is %s, not reserved", h.ID, h.State)
+	}
+	next := h
+	next.State, next.InstanceID, next.Market, next.LaunchedAt = LaunchRunning, instance, market, now
+	return next, nil
+}
+
+// Ended reports h over at now in state (LaunchFailed or LaunchEnded) for
+// reason, and whether that changes it.
+func (h Host) Ended(state, reason string, now time.Time) (Host, bool) {
+	if !h.Alive() {
+		return h, false
+	}
+	next := h
+	next.State, next.Reason, next.EndedAt = state, reason, now
+	return next, true
+}

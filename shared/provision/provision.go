@@ -1,0 +1,459 @@
+// Package provision is the provisioner (docs/provision.md): each pass
+// reads the queued work no live worker can take, launches the hosts it
+// needs through EC2 within the caps, and lets go of hosts that never said
+// hello. A launch is reserved in DynamoDB before the EC2 call (one
+// conditional transaction: two passes at once never launch for the same
+// demand), and the call carries the reservation's id as its ClientToken, so
+// a retried call is the same launch.
+package provision
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
+	"github.com/aws/smithy-go"
+
+	"github.com/dreamlake/lakeshore/shared/clock"
+	"github.com/dreamlake/lakeshore/shared/domain"
+	"github.com/dreamlake/lakeshore/shared/ids"
+	"github.com/dreamlake/lakeshore/shared/store"
+)
+
+// Tags every launched instance carries.
+const (
+	TagHostID  = "lakeshore:host-id"
+	TagQueue   = "lakeshore:queue"
+	TagHostKey = "lakeshore:host-key"
+)
+
+// Defaults of Config.
+const (
+	DefaultSlotsPerHost = 4
+	DefaultHelloTimeout = 10 * time.Minute
+	// queuedReadLimit bounds how many queued items a pass reads per queue.
+	queuedReadLimit = 10000
+	// reserveTries bounds the passes' re-plans after losing a reservation race.
+	reserveTries = 8
+	failureBackoffMin = 30 * time.Second
+	failureBackoffMax = 10 * time.Minute
+)
+
+// Store is what a pass reads and writes.
+type Store interface {
+	Fleet(ctx context.Context) (int64, []domain.Host, error)
+	ReserveHosts(ctx context.Context, version int64, hosts []domain.Host) error
+	SaveHost(ctx context.Context, prev int64, next *domain.Host) error
+	Queues(ctx context.Context) ([]string, error)
+	QueuedByHostKey(ctx context.Context, queue string, limit int) (map[string]int, bool, error)
+	EachWorker(ctx context.Context, op string, fn func(domain.Worker) error) error
+}
+
+var _ Store = (*store.Store)(nil)
+
+// EC2 is the part of the EC2 API a pass calls.
+type EC2 interface {
+	RunInstances(ctx context.Context, in *ec2.RunInstancesInput, optFns ...func(*ec2.Options)) (*ec2.RunInstancesOutput, error)
+	TerminateInstances(ctx context.Context, in *ec2.TerminateInstancesInput, optFns ...func(*ec2.Options)) (*ec2.TerminateInstancesOutput, error)
+}
+
+// Config is a provisioner's; zero values take the defaults, and MaxHosts 0
+// turns provisioning off.
+type Config struct {
+	Store Store
+	EC2   EC2
+	// LaunchTemplate names the launch template hosts start from: its id
+	// ("lt-…") or its name.
+	LaunchTemplate string
+	Limits         domain.ProvisionLimits
+	// HelloTimeout is how long a launched host may take to say hello
+	// before it is terminated and its demand counts again.
+	HelloTimeout time.Duration
+	// StaleAfter is the control plane's stale window: a worker silent
+	// longer serves nothing.
+	StaleAfter time.Duration
+	// HostSetup reports the host_setup commands of work with host key hk
+	// on queue (what the launched host runs; nil for generic work).
+	HostSetup func(ctx context.Context, queue, hk string) ([]string, error)
+	Clock     clock.Clock
+	IDs       *ids.Generator
+	Logger    *slog.Logger
+}
+
+// Provisioner runs passes. Build it with New.
+type Provisioner struct {
+	cfg Config
+	log *slog.Logger
+}
+
+// New returns a provisioner for cfg.
+func New(cfg Config) *Provisioner {
+	cfg.Limits.SlotsPerHost = cmp.Or(cfg.Limits.SlotsPerHost, DefaultSlotsPerHost)
+	cfg.HelloTimeout = cmp.Or(cfg.HelloTimeout, DefaultHelloTimeout)
+	cfg.StaleAfter = cmp.Or(cfg.StaleAfter, domain.DefaultStaleAfter)
+	if cfg.IDs == nil {
+		cfg.IDs = &ids.Generator{Clock: cfg.Clock}
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Provisioner{cfg: cfg, log: log}
+}
+
+// Result is what one pass did.
+type Result struct {
+	Launched, Failed, Ended int
+	// Reserved counts the hosts this pass reserved (launched or failed).
+	Reserved int
+}
+
+// Pass runs one provisioner pass: settle the hosts already launched (a
+// host whose worker left, or that never said hello in time, is let go),
+// then reserve and launch what the queued work needs. A lost reservation
+// race re-reads and plans again. Reserved hosts a crashed pass left
+// unlaunched are launched (the same ClientToken: never twice).
+func (p *Provisioner) Pass(ctx context.Context) (Result, error) {
+	var res Result
+	if p.cfg.Limits.MaxHosts <= 0 {
+		return res, nil
+	}
+	for range reserveTries {
+		version, hosts, err := p.cfg.Store.Fleet(ctx)
+		if err != nil {
+			return res, err
+		}
+		workers, err := p.liveWorkers(ctx)
+		if err != nil {
+			return res, err
+		}
+		ended, err := p.settle(ctx, hosts, workers)
+		res.Ended += ended
+		if err != nil {
+			return res, err
+		}
+		if err := p.launchReserved(ctx, hosts, &res, p.cfg.Clock.Now().Add(-time.Minute)); err != nil {
+			return res, err
+		}
+		demand, err := p.demand(ctx)
+		if err != nil {
+			return res, err
+		}
+		plan := domain.PlanLaunches(demand, fleetOf(hosts, workers, p.cfg.Limits.SlotsPerHost), p.cfg.Limits)
+		p.backOff(plan, hosts)
+		if len(plan) == 0 {
+			return res, nil
+		}
+		reserved, err := p.reservations(ctx, plan)
+		if err != nil {
+			return res, err
+		}
+		switch err := p.cfg.Store.ReserveHosts(ctx, version, reserved); {
+		case errors.Is(err, store.ErrProvisionRaced):
+			continue // another pass reserved: what it launched counts now
+		case err != nil:
+			return res, err
+		}
+		res.Reserved += len(reserved)
+		for i := range reserved {
+			reserved[i].Version = 1
+			if err := p.launch(ctx, &reserved[i], &res); err != nil {
+				return res, err
+			}
+		}
+		return res, nil
+	}
+	return res, fmt.Errorf("provision: lost the reservation race %d times in a row", reserveTries)
+}
+
+// liveWorkers lists the workers that read live now (not stale, not gone).
+func (p *Provisioner) liveWorkers(ctx context.Context) ([]domain.Worker, error) {
+	now := p.cfg.Clock.Now()
+	var out []domain.Worker
+	err := p.cfg.Store.EachWorker(ctx, "provision", func(w domain.Worker) error {
+		if st := domain.Project(w, now, p.cfg.StaleAfter); st != domain.WorkerStale && st != domain.WorkerGone {
+			out = append(out, w)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// fleetOf is what serves each key: free slots of live workers (a worker
+// still in setup counts its whole capacity: it is about to serve), hosts
+// launched whose worker has not said hello (pending), and hosts alive.
+func fleetOf(hosts []domain.Host, workers []domain.Worker, slots int) domain.Fleet {
+	f := domain.Fleet{Free: map[domain.ProvisionKey]int{}, Pending: map[domain.ProvisionKey]int{}, Hosts: map[domain.ProvisionKey]int{}}
+	hello := map[string]bool{}
+	for _, w := range workers {
+		hello[w.MachineID] = true
+		free := max(w.MaxConcurrency-w.CurrentInvocations, 0)
+		for _, q := range w.Lanes {
+			f.Free[domain.ProvisionKey{Queue: q, HostKey: w.HostKey}] += free
+			if w.HostKey != "" {
+				f.Free[domain.ProvisionKey{Queue: q}] += free // it may take generic work too
+			}
+		}
+	}
+	for _, h := range hosts {
+		if !h.Alive() {
+			continue
+		}
+		f.Hosts[h.Key]++
+		if h.InstanceID == "" || !hello[h.InstanceID] {
+			f.Pending[h.Key]++
+		}
+	}
+	return f
+}
+
+// demand reads every queue's queued work by host key.
+func (p *Provisioner) demand(ctx context.Context) ([]domain.Demand, error) {
+	queues, err := p.cfg.Store.Queues(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []domain.Demand
+	for _, q := range queues {
+		counts, truncated, err := p.cfg.Store.QueuedByHostKey(ctx, q, queuedReadLimit)
+		if err != nil {
+			return nil, err
+		}
+		if truncated {
+			p.log.Warn("provision: queue deeper than one pass reads; planning for the part read", "queue", q, "read", queuedReadLimit)
+		}
+		for hk, n := range counts {
+			out = append(out, domain.Demand{Key: domain.ProvisionKey{Queue: q, HostKey: hk}, Queued: n})
+		}
+	}
+	return out, nil
+}
+
+// backOff drops from plan the keys whose launches failed lately: after n
+// failures in a row the next try waits failureBackoffMin × 2^(n-1), at most
+// failureBackoffMax, so a refused launch is retried, never in a storm.
+func (p *Provisioner) backOff(plan map[domain.ProvisionKey]int, hosts []domain.Host) {
+	now := p.cfg.Clock.Now()
+	for k := range plan {
+		var mine []domain.Host
+		for _, h := range hosts {
+			if h.Key == k && (h.State == domain.LaunchFailed || h.State == domain.LaunchRunning || h.State == domain.LaunchEnded) {
+				mine = append(mine, h)
+			}
+		}
+		slices.SortFunc(mine, func(a, b domain.Host) int { return b.CreatedAt.Compare(a.CreatedAt) })
+		failures := 0
+		for _, h := range mine {
+			if h.State != domain.LaunchFailed {
+				break
+			}
+			failures++
+		}
+		if failures == 0 {
+			continue
+		}
+		wait := failureBackoffMin
+		for i := 1; i < failures && wait < failureBackoffMax; i++ {
+			wait *= 2
+		}
+		if since := now.Sub(mine[0].EndedAt); since < min(wait, failureBackoffMax) {
+			p.log.Info("provision: waiting before trying this key again", "queue", k.Queue, "host_key", k.HostKey,
+				"failures", failures, "last_reason", mine[0].Reason, "retry_in", (min(wait, failureBackoffMax) - since).Round(time.Second).String())
+			delete(plan, k)
+		}
+	}
+}
+
+// reservations makes the host items plan asks for, with their host setup.
+func (p *Provisioner) reservations(ctx context.Context, plan map[domain.ProvisionKey]int) ([]domain.Host, error) {
+	now := p.cfg.Clock.Now().UTC()
+	keys := slices.SortedFunc(func(yield func(domain.ProvisionKey) bool) {
+		for k := range plan {
+			if !yield(k) {
+				return
+			}
+		}
+	}, func(a, b domain.ProvisionKey) int {
+		return cmp.Or(cmp.Compare(a.Queue, b.Queue), cmp.Compare(a.HostKey, b.HostKey))
+	})
+	var out []domain.Host
+	for _, k := range keys {
+		var setup []string
+		if k.HostKey != "" && p.cfg.HostSetup != nil {
+			var err error
+			if setup, err = p.cfg.HostSetup(ctx, k.Queue, k.HostKey); err != nil {
+				return nil, err
+			}
+		}
+		for range plan[k] {
+			if len(out) == 99 {
+				break // one reservation's most; the next pass plans the rest
+			}
+			out = append(out, domain.Host{ID: p.cfg.IDs.New(ids.Host), Key: k, HostSetup: setup,
+				State: domain.LaunchReserved, Reason: fmt.Sprintf("%d queued invocations had no slot", plan[k]*p.cfg.Limits.SlotsPerHost),
+				CreatedAt: now})
+		}
+	}
+	return out, nil
+}
+
+// launchReserved launches the reserved hosts older than before: a pass
+// that died between its reservation and its EC2 call left them.
+func (p *Provisioner) launchReserved(ctx context.Context, hosts []domain.Host, res *Result, before time.Time) error {
+	for i := range hosts {
+		if h := &hosts[i]; h.State == domain.LaunchReserved && h.CreatedAt.Before(before) {
+			if err := p.launch(ctx, h, res); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// launch starts host h (reserved): spot first, on-demand when spot
+// capacity is refused; records the instance, or the refusal's reason.
+func (p *Provisioner) launch(ctx context.Context, h *domain.Host, res *Result) error {
+	instance, market, err := p.runInstance(ctx, *h)
+	now := p.cfg.Clock.Now().UTC()
+	prev := h.Version
+	if err != nil {
+		next, _ := h.Ended(domain.LaunchFailed, launchReason(err), now)
+		p.log.Warn("provision: launch refused", "host_id", h.ID, "queue", h.Key.Queue, "host_key", h.Key.HostKey, "reason", next.Reason)
+		res.Failed++
+		*h = next
+		return p.cfg.Store.SaveHost(ctx, prev, h)
+	}
+	next, err := h.Launched(instance, market, now)
+	if err != nil {
+		return err
+	}
+	p.log.Info("provision: launched", "host_id", h.ID, "instance_id", instance, "market", market,
+		"queue", h.Key.Queue, "host_key", h.Key.HostKey)
+	res.Launched++
+	*h = next
+	return p.cfg.Store.SaveHost(ctx, prev, h)
+}
+
+// spotRefusals are the EC2 error codes after which a spot launch is tried
+// again on demand.
+var spotRefusals = []string{"InsufficientInstanceCapacity", "MaxSpotInstanceCountExceeded", "SpotMaxPriceTooLow",
+	"InsufficientCapacity", "UnfulfillableCapacity"}
+
+// runInstance makes the EC2 call for h, reporting the instance and how it
+// was bought.
+func (p *Provisioner) runInstance(ctx context.Context, h domain.Host) (string, string, error) {
+	in := &ec2.RunInstancesInput{
+		MinCount: aws.Int32(1), MaxCount: aws.Int32(1),
+		LaunchTemplate: launchTemplate(p.cfg.LaunchTemplate),
+		ClientToken:    aws.String(h.ID),
+		TagSpecifications: []ec2types.TagSpecification{{ResourceType: ec2types.ResourceTypeInstance, Tags: []ec2types.Tag{
+			{Key: aws.String(TagHostID), Value: aws.String(h.ID)},
+			{Key: aws.String(TagQueue), Value: aws.String(h.Key.Queue)},
+			{Key: aws.String(TagHostKey), Value: aws.String(h.Key.HostKey)},
+		}}},
+		InstanceMarketOptions: &ec2types.InstanceMarketOptionsRequest{MarketType: ec2types.MarketTypeSpot},
+	}
+	out, err := p.cfg.EC2.RunInstances(ctx, in)
+	market := "spot"
+	if err != nil && slices.Contains(spotRefusals, errorCode(err)) {
+		p.log.Info("provision: spot refused; launching on demand", "host_id", h.ID, "reason", launchReason(err))
+		in.InstanceMarketOptions = nil
+		in.ClientToken = aws.String(h.ID + "-od") // another request than the refused one
+		out, err = p.cfg.EC2.RunInstances(ctx, in)
+		market = "on-demand"
+	}
+	if err != nil {
+		return "", "", err
+	}
+	if len(out.Instances) == 0 || out.Instances[0].InstanceId == nil {
+		return "", "", errors.New("RunInstances answered no instance")
+	}
+	return aws.ToString(out.Instances[0].InstanceId), market, nil
+}
+
+// launchTemplate names the template by id ("lt-…") or by name.
+func launchTemplate(s string) *ec2types.LaunchTemplateSpecification {
+	if len(s) > 3 && s[:3] == "lt-" {
+		return &ec2types.LaunchTemplateSpecification{LaunchTemplateId: aws.String(s)}
+	}
+	return &ec2types.LaunchTemplateSpecification{LaunchTemplateName: aws.String(s)}
+}
+
+// errorCode is an AWS API error's code ("" for another error).
+func errorCode(err error) string {
+	var ae smithy.APIError
+	if errors.As(err, &ae) {
+		return ae.ErrorCode()
+	}
+	return ""
+}
+
+// launchReason is what a refused launch keeps: the API's code and message.
+func launchReason(err error) string {
+	var ae smithy.APIError
+	if errors.As(err, &ae) {
+		return ae.ErrorCode() + ": " + ae.ErrorMessage()
+	}
+	return err.Error()
+}
+
+// settle lets go of launched hosts that are over: one whose worker said
+// hello and then left (gone), and one that never said hello within
+// HelloTimeout (terminated, so it costs nothing more). It reports how many.
+func (p *Provisioner) settle(ctx context.Context, hosts []domain.Host, live []domain.Worker) (int, error) {
+	now := p.cfg.Clock.Now().UTC()
+	alive := map[string]bool{}
+	for _, w := range live {
+		alive[w.MachineID] = true
+	}
+	seen, err := p.everSaidHello(ctx)
+	if err != nil {
+		return 0, err
+	}
+	ended := 0
+	for i := range hosts {
+		h := &hosts[i]
+		if h.State != domain.LaunchRunning || alive[h.InstanceID] {
+			continue
+		}
+		var why string
+		switch {
+		case seen[h.InstanceID]:
+			why = "its worker left"
+		case now.Sub(h.LaunchedAt) > p.cfg.HelloTimeout:
+			why = fmt.Sprintf("it never said hello within %s", p.cfg.HelloTimeout)
+			if _, err := p.cfg.EC2.TerminateInstances(ctx, &ec2.TerminateInstancesInput{InstanceIds: []string{h.InstanceID}}); err != nil {
+				p.log.Warn("provision: terminate failed; trying again next pass", "host_id", h.ID, "instance_id", h.InstanceID, "reason", launchReason(err))
+				continue
+			}
+		default:
+			continue
+		}
+		prev := h.Version
+		next, _ := h.Ended(domain.LaunchEnded, why, now)
+		*h = next
+		if err := p.cfg.Store.SaveHost(ctx, prev, h); err != nil {
+			return ended, err
+		}
+		p.log.Info("provision: host let go", "host_id", h.ID, "instance_id", h.InstanceID, "why", why)
+		ended++
+	}
+	return ended, nil
+}
+
+// everSaidHello lists the machine ids of every worker row (live or not).
+func (p *Provisioner) everSaidHello(ctx context.Context) (map[string]bool, error) {
+	out := map[string]bool{}
+	err := p.cfg.Store.EachWorker(ctx, "provision", func(w domain.Worker) error {
+		out[w.MachineID] = true
+		return nil
+	})
+	return out, err
+}

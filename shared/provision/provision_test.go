@@ -1,0 +1,271 @@
+package provision_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
+
+	"github.com/dreamlake/lakeshore/shared/clock"
+	"github.com/dreamlake/lakeshore/shared/domain"
+	"github.com/dreamlake/lakeshore/shared/ids"
+	"github.com/dreamlake/lakeshore/shared/provision"
+	"github.com/dreamlake/lakeshore/shared/store"
+	"github.com/dreamlake/lakeshore/shared/store/schema"
+	"github.com/dreamlake/lakeshore/shared/store/storetest"
+	"github.com/dreamlake/lakeshore/shared/wire"
+)
+
+func TestMain(m *testing.M) { storetest.Main(m) }
+
+// world is moto's EC2 and DynamoDB, one launch template, fresh tables.
+type world struct {
+	t        *testing.T
+	ctx      context.Context
+	ec2      *ec2.Client
+	db       store.DB
+	prefix   string
+	clock    *clock.Fake
+	template string
+	st       *store.Store
+}
+
+func newWorld(t *testing.T) *world {
+	t.Helper()
+	endpoint := storetest.MotoEndpoint(t)
+	ctx := context.Background()
+	ec2c := ec2.NewFromConfig(aws.Config{Region: "us-east-1", Credentials: credentials.NewStaticCredentialsProvider("test", "test", "")},
+		func(o *ec2.Options) { o.BaseEndpoint = aws.String(endpoint) })
+	name := "lakeshore-test-" + strings.ToLower(storetest.Prefix(t))
+	name = strings.NewReplacer("_", "-", "/", "-").Replace(name)
+	if _, err := ec2c.CreateLaunchTemplate(ctx, &ec2.CreateLaunchTemplateInput{
+		LaunchTemplateName: aws.String(name),
+		LaunchTemplateData: &ec2types.RequestLaunchTemplateData{ImageId: aws.String("ami-12c6146b"), InstanceType: ec2types.InstanceTypeT3Micro},
+	}); err != nil {
+		t.Fatalf("moto CreateLaunchTemplate: %v", err)
+	}
+	db := storetest.Client(endpoint)
+	prefix := storetest.Prefix(t)
+	if err := schema.EnsureTables(ctx, db, prefix); err != nil {
+		t.Fatal(err)
+	}
+	c := clock.NewFake(time.Now().UTC().Truncate(time.Second))
+	w := &world{t: t, ctx: ctx, ec2: ec2c, db: db, prefix: prefix, clock: c, template: name}
+	w.st = w.store()
+	return w
+}
+
+// store is a fresh store over the world's tables (its own caches: a second
+// Lambda instance).
+func (w *world) store() *store.Store {
+	s := store.New(w.db, w.prefix)
+	s.Clock, s.IDs = w.clock.Clock(), &ids.Generator{Clock: w.clock.Clock()}
+	return s
+}
+
+func (w *world) provisioner(s *store.Store, lim domain.ProvisionLimits) *provision.Provisioner {
+	return provision.New(provision.Config{Store: s, EC2: w.ec2, LaunchTemplate: w.template, Limits: lim,
+		Clock: w.clock.Clock(), HostSetup: func(ctx context.Context, q, hk string) ([]string, error) { return []string{"echo warm"}, nil }})
+}
+
+// submit queues n invocations of queue q with host setup.
+func (w *world) submit(q string, n int, hostSetup ...string) {
+	w.t.Helper()
+	svc := storetest.Control(w.st)
+	for range n {
+		if _, _, err := svc.Submit(w.ctx, wire.SubmitRequest{Queue: q, Argv: []string{"true"}, MaxAttempts: 3,
+			RunConfig: wire.RunConfig{HostSetup: hostSetup}}); err != nil {
+			w.t.Fatal(err)
+		}
+	}
+}
+
+// instances lists the running instances tagged with one of hostIDs.
+func (w *world) instances(hosts []domain.Host) []ec2types.Instance {
+	w.t.Helper()
+	var want []string
+	for _, h := range hosts {
+		if h.InstanceID != "" {
+			want = append(want, h.InstanceID)
+		}
+	}
+	if len(want) == 0 {
+		return nil
+	}
+	out, err := w.ec2.DescribeInstances(w.ctx, &ec2.DescribeInstancesInput{InstanceIds: want})
+	if err != nil {
+		w.t.Fatalf("DescribeInstances: %v", err)
+	}
+	var got []ec2types.Instance
+	for _, r := range out.Reservations {
+		got = append(got, r.Instances...)
+	}
+	return got
+}
+
+func (w *world) alive() []domain.Host {
+	w.t.Helper()
+	_, hosts, err := w.st.Fleet(w.ctx)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	var out []domain.Host
+	for _, h := range hosts {
+		if h.Alive() {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+func tag(in ec2types.Instance, k string) string {
+	for _, t := range in.Tags {
+		if aws.ToString(t.Key) == k {
+			return aws.ToString(t.Value)
+		}
+	}
+	return ""
+}
+
+// TestPassLaunchesWhatTheWorkNeeds: 20 invocations of one key, 4 a host →
+// 5 instances from the launch template, tagged with queue, key and host
+// id; a second pass launches none (they are pending); a queue with no
+// queued work gets nothing.
+func TestPassLaunchesWhatTheWorkNeeds(t *testing.T) {
+	w := newWorld(t)
+	w.submit("gpu", 20, "echo warm")
+	p := w.provisioner(w.st, domain.ProvisionLimits{MaxHosts: 50, SlotsPerHost: 4})
+	res, err := p.Pass(w.ctx)
+	if err != nil || res.Launched != 5 || res.Failed != 0 {
+		t.Fatalf("first pass: %+v %v; want 5 launched", res, err)
+	}
+	hosts := w.alive()
+	insts := w.instances(hosts)
+	if len(hosts) != 5 || len(insts) != 5 {
+		t.Fatalf("%d hosts alive, %d instances; want 5 and 5", len(hosts), len(insts))
+	}
+	for _, h := range hosts {
+		if h.State != domain.LaunchRunning || h.Key.Queue != "gpu" || h.Key.HostKey == "" || len(h.HostSetup) != 1 {
+			t.Errorf("host %+v", h)
+		}
+	}
+	for _, in := range insts {
+		if tag(in, provision.TagQueue) != "gpu" || !strings.HasPrefix(tag(in, provision.TagHostKey), "hk1_") || !ids.Valid(ids.Host, tag(in, provision.TagHostID)) {
+			t.Errorf("instance %s tags %v", aws.ToString(in.InstanceId), in.Tags)
+		}
+	}
+	if res, err := p.Pass(w.ctx); err != nil || res.Launched != 0 {
+		t.Fatalf("second pass: %+v %v; want nothing more (5 pending hosts cover the work)", res, err)
+	}
+}
+
+// TestPassKeepsToTheCap: with at most 2 hosts, exactly 2.
+func TestPassKeepsToTheCap(t *testing.T) {
+	w := newWorld(t)
+	w.submit("gpu", 20, "echo warm")
+	p := w.provisioner(w.st, domain.ProvisionLimits{MaxHosts: 2, SlotsPerHost: 4})
+	for range 3 {
+		if _, err := p.Pass(w.ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(w.alive()); n != 2 {
+		t.Fatalf("%d hosts alive under a cap of 2", n)
+	}
+}
+
+// TestRacingPassesNeverLaunchTwice: two provisioners (two Lambda instances,
+// each with its own store) pass at once, 20 rounds, over demand that needs
+// 5 hosts: never more than 5 hosts, and the instances are the hosts.
+func TestRacingPassesNeverLaunchTwice(t *testing.T) {
+	w := newWorld(t)
+	w.submit("gpu", 20, "echo warm")
+	lim := domain.ProvisionLimits{MaxHosts: 50, SlotsPerHost: 4}
+	ps := []*provision.Provisioner{w.provisioner(w.store(), lim), w.provisioner(w.store(), lim)}
+	for round := range 20 {
+		var wg sync.WaitGroup
+		errs := make([]error, len(ps))
+		for i, p := range ps {
+			wg.Go(func() { _, errs[i] = p.Pass(w.ctx) })
+		}
+		wg.Wait()
+		for _, err := range errs {
+			if err != nil {
+				t.Fatalf("round %d: %v", round, err)
+			}
+		}
+		if n := len(w.alive()); n > 5 {
+			t.Fatalf("round %d: %d hosts for demand that needs 5", round, n)
+		}
+	}
+	hosts := w.alive()
+	if len(hosts) != 5 || len(w.instances(hosts)) != 5 {
+		t.Fatalf("%d hosts, %d instances after the race; want 5 and 5", len(hosts), len(w.instances(hosts)))
+	}
+}
+
+// TestRefusedLaunchIsKeptAndRetried: a launch template that does not exist
+// is refused: the reason is on the host, nothing is counted against the
+// cap, no second try inside the backoff, and a try after it.
+func TestRefusedLaunchIsKeptAndRetried(t *testing.T) {
+	w := newWorld(t)
+	w.submit("gpu", 4, "echo warm")
+	w.template = "no-such-template"
+	p := w.provisioner(w.st, domain.ProvisionLimits{MaxHosts: 5, SlotsPerHost: 4})
+	res, err := p.Pass(w.ctx)
+	if err != nil || res.Failed != 1 || res.Launched != 0 {
+		t.Fatalf("pass with a missing template: %+v %v; want one refused launch", res, err)
+	}
+	_, hosts, _ := w.st.Fleet(w.ctx)
+	if len(hosts) != 1 || hosts[0].State != domain.LaunchFailed || hosts[0].Reason == "" {
+		t.Fatalf("hosts %+v; want one failed with its reason", hosts)
+	}
+	t.Logf("refusal kept: %s", hosts[0].Reason)
+	if len(w.alive()) != 0 {
+		t.Fatal("a refused launch counts against the cap")
+	}
+	if res, _ := p.Pass(w.ctx); res.Reserved != 0 {
+		t.Fatalf("retried inside the backoff: %+v", res)
+	}
+	w.clock.Advance(31 * time.Second)
+	if res, _ := p.Pass(w.ctx); res.Reserved != 1 || res.Failed != 1 {
+		t.Fatalf("after the backoff: %+v; want one more try (refused again)", res)
+	}
+	w.clock.Advance(31 * time.Second)
+	if res, _ := p.Pass(w.ctx); res.Reserved != 0 {
+		t.Fatalf("the second refusal's backoff is 60s, not 30s: %+v", res)
+	}
+}
+
+// TestHostThatNeverSaysHelloIsTerminated: a launched host with no worker
+// after the hello timeout is terminated in EC2 and its demand counts again.
+func TestHostThatNeverSaysHelloIsTerminated(t *testing.T) {
+	w := newWorld(t)
+	w.submit("gpu", 4, "echo warm")
+	p := w.provisioner(w.st, domain.ProvisionLimits{MaxHosts: 5, SlotsPerHost: 4})
+	if res, err := p.Pass(w.ctx); err != nil || res.Launched != 1 {
+		t.Fatalf("launch: %+v %v", res, err)
+	}
+	first := w.alive()[0]
+	w.clock.Advance(provision.DefaultHelloTimeout + time.Minute)
+	res, err := p.Pass(w.ctx)
+	if err != nil || res.Ended != 1 || res.Launched != 1 {
+		t.Fatalf("after the hello timeout: %+v %v; want the silent host let go and one launched in its place", res, err)
+	}
+	insts := w.instances([]domain.Host{first})
+	if len(insts) != 1 || insts[0].State == nil || (insts[0].State.Name != ec2types.InstanceStateNameTerminated && insts[0].State.Name != ec2types.InstanceStateNameShuttingDown) {
+		t.Fatalf("the silent instance: %+v", insts)
+	}
+	_, hosts, _ := w.st.Fleet(w.ctx)
+	for _, h := range hosts {
+		if h.ID == first.ID && (h.State != domain.LaunchEnded || !strings.Contains(h.Reason, "never said hello")) {
+			t.Fatalf("the silent host: %+v", h)
+		}
+	}
+}

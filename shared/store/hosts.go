@@ -1,0 +1,194 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/dreamlake/lakeshore/shared/domain"
+	"github.com/dreamlake/lakeshore/shared/wire"
+)
+
+// fleetItemID is the hosts table's ledger item: its version moves with
+// every reservation (ReserveHosts).
+const fleetItemID = "!fleet"
+
+// ErrProvisionRaced answers a reservation made on a fleet another pass
+// changed since it was read: read it again and plan again.
+var ErrProvisionRaced = errors.New("another provisioner pass reserved hosts first")
+
+// hostRecord is the stored form of domain.Host.
+type hostRecord struct {
+	ID         string    `dynamodbav:"host_id"`
+	Queue      string    `dynamodbav:"queue"`
+	HostKey    string    `dynamodbav:"host_key,omitempty"`
+	HostSetup  []string  `dynamodbav:"host_setup,omitempty"`
+	State      string    `dynamodbav:"state"`
+	InstanceID string    `dynamodbav:"instance_id,omitempty"`
+	Market     string    `dynamodbav:"market,omitempty"`
+	Reason     string    `dynamodbav:"reason,omitempty"`
+	CreatedAt  time.Time `dynamodbav:"created_at"`
+	LaunchedAt time.Time `dynamodbav:"launched_at,omitempty"`
+	EndedAt    time.Time `dynamodbav:"ended_at,omitempty"`
+	Version    int64     `dynamodbav:"version"`
+}
+
+func toHostRecord(h domain.Host) hostRecord {
+	return hostRecord{ID: h.ID, Queue: h.Key.Queue, HostKey: h.Key.HostKey, HostSetup: h.HostSetup, State: h.State,
+		InstanceID: h.InstanceID, Market: h.Market, Reason: h.Reason, CreatedAt: h.CreatedAt,
+		LaunchedAt: h.LaunchedAt, EndedAt: h.EndedAt, Version: h.Version}
+}
+
+func (r hostRecord) domain() domain.Host {
+	return domain.Host{ID: r.ID, Key: domain.ProvisionKey{Queue: r.Queue, HostKey: r.HostKey}, HostSetup: r.HostSetup,
+		State: r.State, InstanceID: r.InstanceID, Market: r.Market, Reason: r.Reason, CreatedAt: r.CreatedAt,
+		LaunchedAt: r.LaunchedAt, EndedAt: r.EndedAt, Version: r.Version}
+}
+
+// Fleet reads the hosts table whole: the ledger's version (what a
+// reservation must find unchanged) and every host (strongly consistent:
+// a reservation that moved the version is in what a read after it sees).
+func (s *Store) Fleet(ctx context.Context) (version int64, hosts []domain.Host, err error) {
+	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName: aws.String(s.tables.Hosts), Key: key("host_id", fleetItemID), ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return 0, nil, storeErr("read the fleet", err)
+	}
+	if out.Item != nil {
+		var ledger struct {
+			Version int64 `dynamodbav:"version"`
+		}
+		if err := attributevalue.UnmarshalMap(out.Item, &ledger); err != nil {
+			return 0, nil, fmt.Errorf("decode the fleet ledger: %w", err)
+		}
+		version = ledger.Version
+	}
+	var start map[string]types.AttributeValue
+	for {
+		page, err := s.db.Scan(ctx, &dynamodb.ScanInput{
+			TableName: aws.String(s.tables.Hosts), ConsistentRead: aws.Bool(true), ExclusiveStartKey: start,
+		})
+		if err != nil {
+			return 0, nil, storeErr("read the hosts", err)
+		}
+		for _, item := range page.Items {
+			if v, ok := item["host_id"].(*types.AttributeValueMemberS); ok && v.Value == fleetItemID {
+				continue
+			}
+			var r hostRecord
+			if err := attributevalue.UnmarshalMap(item, &r); err != nil {
+				return 0, nil, fmt.Errorf("decode a host: %w", err)
+			}
+			hosts = append(hosts, r.domain())
+		}
+		if page.LastEvaluatedKey == nil {
+			break
+		}
+		start = page.LastEvaluatedKey
+	}
+	return version, hosts, nil
+}
+
+// maxReservation is how many hosts one reservation writes: a transaction
+// holds at most 100 items, one of them the ledger.
+const maxReservation = 99
+
+// ReserveHosts records hosts (new, state reserved) in one transaction with
+// the ledger moving from version to version + 1: it fails with
+// ErrProvisionRaced when another pass reserved since version was read, so
+// two passes never both launch for the same demand.
+func (s *Store) ReserveHosts(ctx context.Context, version int64, hosts []domain.Host) error {
+	if len(hosts) == 0 || len(hosts) > maxReservation {
+		return fmt.Errorf("reserve hosts: %d hosts, 1-%d a reservation", len(hosts), maxReservation)
+	}
+	ledger, err := attributevalue.MarshalMap(struct {
+		ID      string `dynamodbav:"host_id"`
+		Version int64  `dynamodbav:"version"`
+	}{fleetItemID, version + 1})
+	if err != nil {
+		return fmt.Errorf("encode the fleet ledger: %w", err)
+	}
+	items := []types.TransactWriteItem{{Put: versionedPut(s.tables.Hosts, "host_id", ledger, version)}}
+	for _, h := range hosts {
+		h.Version = 1
+		item, err := attributevalue.MarshalMap(toHostRecord(h))
+		if err != nil {
+			return fmt.Errorf("encode host %s: %w", h.ID, err)
+		}
+		items = append(items, types.TransactWriteItem{Put: versionedPut(s.tables.Hosts, "host_id", item, 0)})
+	}
+	_, err = s.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items})
+	if _, ok := cancelledBy(err); ok {
+		return ErrProvisionRaced
+	}
+	if err != nil {
+		return storeErr("reserve hosts", err)
+	}
+	return nil
+}
+
+// SaveHost writes next over the host stored at version prev (a launch, a
+// refusal, an end), bumping its version.
+func (s *Store) SaveHost(ctx context.Context, prev int64, next *domain.Host) error {
+	next.Version = prev + 1
+	item, err := attributevalue.MarshalMap(toHostRecord(*next))
+	if err != nil {
+		return fmt.Errorf("encode host %s: %w", next.ID, err)
+	}
+	if err := s.put(ctx, versionedPut(s.tables.Hosts, "host_id", item, prev)); err != nil {
+		if errors.Is(err, errVersion) {
+			return wire.Errorf(wire.CodeConflict, "host %s changed since it was read", next.ID)
+		}
+		return storeErr("save host "+next.ID, err)
+	}
+	return nil
+}
+
+// QueuedByHostKey counts queue's queued invocations by host key, from the
+// state index (an off-path read for the provisioner; it reads every queued
+// item's host key, so it stops after limit items and says so).
+func (s *Store) QueuedByHostKey(ctx context.Context, queue string, limit int) (counts map[string]int, truncated bool, err error) {
+	counts = map[string]int{}
+	seen := 0
+	var start map[string]types.AttributeValue
+	for {
+		page, err := s.db.Query(ctx, &dynamodb.QueryInput{
+			TableName:                 aws.String(s.tables.Invocations),
+			IndexName:                 aws.String(indexQueueState),
+			KeyConditionExpression:    aws.String("queue_state = :q"),
+			ExpressionAttributeValues: map[string]types.AttributeValue{":q": str(queue + "#" + wire.StateQueued)},
+			ProjectionExpression:      aws.String("host_key, retry_at"),
+			ExclusiveStartKey:         start,
+		})
+		if err != nil {
+			return nil, false, storeErr("queued work of "+queue, err)
+		}
+		for _, item := range page.Items {
+			var r struct {
+				HostKey string    `dynamodbav:"host_key"`
+				RetryAt time.Time `dynamodbav:"retry_at"`
+			}
+			if err := attributevalue.UnmarshalMap(item, &r); err != nil {
+				return nil, false, fmt.Errorf("decode queued work of %s: %w", queue, err)
+			}
+			if !r.RetryAt.IsZero() {
+				continue // waiting out a retry backoff: no slot needed yet
+			}
+			counts[r.HostKey]++
+			if seen++; seen >= limit {
+				return counts, true, nil
+			}
+		}
+		if page.LastEvaluatedKey == nil {
+			return counts, false, nil
+		}
+		start = page.LastEvaluatedKey
+	}
+}

@@ -41,7 +41,7 @@ const (
 	// queuedReadLimit bounds how many queued items a pass reads per queue.
 	queuedReadLimit = 10000
 	// reserveTries bounds the passes' re-plans after losing a reservation race.
-	reserveTries = 8
+	reserveTries      = 8
 	failureBackoffMin = 30 * time.Second
 	failureBackoffMax = 10 * time.Minute
 )

@@ -391,6 +391,27 @@ type Registration struct {
 
 // NewWorker reports the worker a hello makes: joining, seen now, holding
 // the hash of the token issued to it.
+// NewPendingWorker is the row the provisioner writes for a host it
+// launched (docs/provision.md): stored pending, keyed by the instance id as
+// its machine id, with no boot and no token until the host's hello adopts
+// it (Adopt). labels say what it was launched for.
+func NewPendingWorker(id, instanceID string, key ProvisionKey, hostID string, now time.Time) Worker {
+	return Worker{ID: id, MachineID: instanceID, State: WorkerPending, HostKey: key.HostKey, Lanes: []string{key.Queue},
+		Label: "launched " + hostID, CreatedAt: now}
+}
+
+// Pending reports whether w is a launched host's row no hello adopted yet.
+func (w Worker) Pending() bool { return w.State == WorkerPending && w.BootID == "" }
+
+// Adopt reports pending w taken over by the first hello of its host, from
+// boot: it is that daemon's worker from now (joining), with what the
+// daemon says of itself.
+func (w Worker) Adopt(r Registration, tokenHash string, now time.Time) Worker {
+	next := w.Register(r, tokenHash, now)
+	next.BootID, next.State = r.BootID, WorkerJoining
+	return next
+}
+
 func NewWorker(id string, r Registration, tokenHash string, now time.Time) Worker {
 	w := Worker{ID: id, MachineID: r.MachineID, BootID: r.BootID, State: WorkerJoining, CreatedAt: now}
 	return w.Register(r, tokenHash, now)

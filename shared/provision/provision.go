@@ -54,6 +54,8 @@ type Store interface {
 	Queues(ctx context.Context) ([]string, error)
 	QueuedByHostKey(ctx context.Context, queue string, limit int) (map[string]int, bool, error)
 	EachWorker(ctx context.Context, op string, fn func(domain.Worker) error) error
+	PutPendingWorker(ctx context.Context, w domain.Worker) (bool, error)
+	MarkGone(ctx context.Context, id string, auth store.Authorize, why string) (domain.Worker, bool, error)
 }
 
 var _ Store = (*store.Store)(nil)
@@ -193,6 +195,9 @@ func fleetOf(hosts []domain.Host, workers []domain.Worker, slots int) domain.Fle
 	f := domain.Fleet{Free: map[domain.ProvisionKey]int{}, Pending: map[domain.ProvisionKey]int{}, Hosts: map[domain.ProvisionKey]int{}}
 	hello := map[string]bool{}
 	for _, w := range workers {
+		if w.Pending() {
+			continue // written at launch; its host has not said hello
+		}
 		hello[w.MachineID] = true
 		free := max(w.MaxConcurrency-w.CurrentInvocations, 0)
 		for _, q := range w.Lanes {
@@ -338,7 +343,13 @@ func (p *Provisioner) launch(ctx context.Context, h *domain.Host, res *Result) e
 		"queue", h.Key.Queue, "host_key", h.Key.HostKey)
 	res.Launched++
 	*h = next
-	return p.cfg.Store.SaveHost(ctx, prev, h)
+	if err := p.cfg.Store.SaveHost(ctx, prev, h); err != nil {
+		return err
+	}
+	// The worker row the host's hello adopts: the fleet shows it pending
+	// from now.
+	_, err = p.cfg.Store.PutPendingWorker(ctx, domain.NewPendingWorker(p.cfg.IDs.New(ids.Worker), instance, h.Key, h.ID, now))
+	return err
 }
 
 // spotRefusals are the EC2 error codes after which a spot launch is tried
@@ -410,7 +421,12 @@ func launchReason(err error) string {
 func (p *Provisioner) settle(ctx context.Context, hosts []domain.Host, live []domain.Worker) (int, error) {
 	now := p.cfg.Clock.Now().UTC()
 	alive := map[string]bool{}
+	pending := map[string]string{} // instance → its pending worker
 	for _, w := range live {
+		if w.Pending() {
+			pending[w.MachineID] = w.ID
+			continue
+		}
 		alive[w.MachineID] = true
 	}
 	seen, err := p.everSaidHello(ctx)
@@ -442,17 +458,25 @@ func (p *Provisioner) settle(ctx context.Context, hosts []domain.Host, live []do
 		if err := p.cfg.Store.SaveHost(ctx, prev, h); err != nil {
 			return ended, err
 		}
+		if id, ok := pending[h.InstanceID]; ok {
+			if _, _, err := p.cfg.Store.MarkGone(ctx, id, nil, "launched host "+h.ID+": "+why); err != nil {
+				return ended, err
+			}
+		}
 		p.log.Info("provision: host let go", "host_id", h.ID, "instance_id", h.InstanceID, "why", why)
 		ended++
 	}
 	return ended, nil
 }
 
-// everSaidHello lists the machine ids of every worker row (live or not).
+// everSaidHello lists the machine ids of every worker that said hello
+// (live or not; not the pending rows written at launch).
 func (p *Provisioner) everSaidHello(ctx context.Context) (map[string]bool, error) {
 	out := map[string]bool{}
 	err := p.cfg.Store.EachWorker(ctx, "provision", func(w domain.Worker) error {
-		out[w.MachineID] = true
+		if w.BootID != "" {
+			out[w.MachineID] = true
+		}
 		return nil
 	})
 	return out, err

@@ -268,4 +268,50 @@ func TestHostThatNeverSaysHelloIsTerminated(t *testing.T) {
 			t.Fatalf("the silent host: %+v", h)
 		}
 	}
+	if err := w.st.EachWorker(w.ctx, "test", func(wk domain.Worker) error {
+		if wk.MachineID == first.InstanceID && (wk.State != domain.WorkerGone || !strings.Contains(wk.ByeReason, "never said hello")) {
+			t.Errorf("the silent host's pending worker: %s %q; want gone, saying why", wk.State, wk.ByeReason)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestHelloAdoptsTheLaunchedHost: a launch writes a pending worker row for
+// its instance; the host's hello (machine id = instance id) adopts that
+// row instead of making a new worker, and from then on its free slots, not
+// the pending launch, cover the work.
+func TestHelloAdoptsTheLaunchedHost(t *testing.T) {
+	w := newWorld(t)
+	w.submit("gpu", 4, "echo warm")
+	p := w.provisioner(w.st, domain.ProvisionLimits{MaxHosts: 5, SlotsPerHost: 4})
+	if res, err := p.Pass(w.ctx); err != nil || res.Launched != 1 {
+		t.Fatalf("launch: %+v %v", res, err)
+	}
+	host := w.alive()[0]
+	var pending []domain.Worker
+	if err := w.st.EachWorker(w.ctx, "test", func(wk domain.Worker) error {
+		pending = append(pending, wk)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(pending) != 1 || !pending[0].Pending() || pending[0].MachineID != host.InstanceID || !strings.Contains(pending[0].Label, host.ID) {
+		t.Fatalf("workers after the launch: %+v; want one pending row for instance %s", pending, host.InstanceID)
+	}
+	four := 4
+	reg, err := storetest.Control(w.st).Register(w.ctx, wire.HelloRequest{MachineID: host.InstanceID, BootID: "boot-1",
+		Lanes: []string{"gpu"}, HostKey: host.Key.HostKey, Capabilities: wire.Capabilities{MaxConcurrency: &four}},
+		func(string) (string, error) { return "hash", nil })
+	if err != nil || reg.Worker.ID != pending[0].ID || reg.Worker.State != domain.WorkerJoining || reg.Retired != "" {
+		t.Fatalf("hello from the launched host: %+v %v; want worker %s adopted, nothing retired", reg, err, pending[0].ID)
+	}
+	w.clock.Advance(provision.DefaultHelloTimeout + time.Minute)
+	if _, err := storetest.Control(w.st).Heartbeat(w.ctx, wire.PollRequest{WorkerID: reg.Worker.ID, Phase: wire.PhaseReady}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := p.Pass(w.ctx); err != nil || res.Launched != 0 || res.Ended != 0 {
+		t.Fatalf("pass after the hello: %+v %v; want the adopted host kept and nothing launched", res, err)
+	}
 }

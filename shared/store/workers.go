@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
@@ -111,6 +112,15 @@ func (s *Store) Hello(ctx context.Context, reg domain.Registration, issue TokenI
 			return err
 		}
 		now := s.now()
+		if found && m.BootID == "" {
+			// A host the provisioner launched: its first hello adopts the
+			// pending row written for it.
+			adopted, done, err := s.adopt(ctx, m, reg, issue, now)
+			if err != nil || done {
+				res = HelloResult{Worker: adopted}
+				return err
+			}
+		}
 		if found && m.BootID == reg.BootID {
 			w, err := s.GetWorker(ctx, m.WorkerID)
 			if err == nil && !domain.Retired(w) {
@@ -265,6 +275,72 @@ func (s *Store) MarkGone(ctx context.Context, id string, auth Authorize, why str
 		return next, changed
 	}))
 	return w, left, err
+}
+
+// adopt hands pending worker m.WorkerID to the hello reg (one
+// transaction with the machine row, now naming the boot). done is false
+// when there is no pending row to adopt (it was let go): the hello then
+// makes a worker as for any machine.
+func (s *Store) adopt(ctx context.Context, m machine, reg domain.Registration, issue TokenIssuer, now time.Time) (domain.Worker, bool, error) {
+	w, err := s.GetWorker(ctx, m.WorkerID)
+	if errors.Is(err, wire.ErrNotFound) || (err == nil && !w.Pending()) {
+		return domain.Worker{}, false, nil
+	}
+	if err != nil {
+		return domain.Worker{}, false, err
+	}
+	hash, err := issue(w.ID)
+	if err != nil {
+		return domain.Worker{}, false, fmt.Errorf("issue token: %w", err)
+	}
+	next := w.Adopt(reg, hash, now)
+	wput, err := s.workerPut(w.Version, &next)
+	if err != nil {
+		return domain.Worker{}, false, err
+	}
+	nm := m
+	nm.BootID, nm.Version = reg.BootID, m.Version+1
+	mitem, err := attributevalue.MarshalMap(nm)
+	if err != nil {
+		return domain.Worker{}, false, fmt.Errorf("encode machine: %w", err)
+	}
+	_, err = s.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
+		{Put: versionedPut(s.tables.Machines, "machine_id", mitem, m.Version)},
+		{Put: wput},
+	}})
+	if _, cancelled := cancelledBy(err); cancelled {
+		return domain.Worker{}, false, errVersion // another hello won; look again
+	}
+	if err != nil {
+		return domain.Worker{}, false, storeErr("hello (adopt)", err)
+	}
+	return next, true, nil
+}
+
+// PutPendingWorker records w (domain.NewPendingWorker) and its machine row,
+// so the launched host's hello adopts it. A machine already known is left
+// as it is (false): a host id is never reused, but an instance id might be
+// met twice by a retried launch.
+func (s *Store) PutPendingWorker(ctx context.Context, w domain.Worker) (bool, error) {
+	wput, err := s.workerPut(0, &w)
+	if err != nil {
+		return false, err
+	}
+	mitem, err := attributevalue.MarshalMap(machine{MachineID: w.MachineID, WorkerID: w.ID, Version: 1})
+	if err != nil {
+		return false, fmt.Errorf("encode machine: %w", err)
+	}
+	_, err = s.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
+		{Put: versionedPut(s.tables.Machines, "machine_id", mitem, 0)},
+		{Put: wput},
+	}})
+	if _, cancelled := cancelledBy(err); cancelled {
+		return false, nil
+	}
+	if err != nil {
+		return false, storeErr("put pending worker "+w.ID, err)
+	}
+	return true, nil
 }
 
 // MarkReplaced makes worker id gone because a hello from boot, a new boot

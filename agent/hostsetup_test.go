@@ -317,15 +317,14 @@ func TestHostSetupFailureFollowsRehelloOnFakeTime(t *testing.T) {
 		a.testHookPolled = func(req wire.PollRequest) {
 			if _, ok := hostResult(req, "exit 3"); ok && first == "" {
 				first = req.WorkerID
-				enroll := client.New(p.URL, apitest.EnrollToken, client.WithHTTPClient(noKeepAlive()))
-				_, helloErr = enroll.Hello(ctx, wire.HelloRequest{MachineID: "reborn", BootID: "intruder"})
+				letGo(t, p, req.WorkerID)
 			}
 		}
 		runErr = runBounded(t, a, 2*time.Hour)
 		second = a.Health().Snapshot().WorkerID
 	})
 	if helloErr != nil || !errors.Is(runErr, ErrHostSetupFailed) {
-		t.Fatalf("Run = %v (intruder's hello: %v); want ErrHostSetupFailed", runErr, helloErr)
+		t.Fatalf("Run = %v (letting the worker go: %v); want ErrHostSetupFailed", runErr, helloErr)
 	}
 	if first == "" || second == "" || first == second {
 		t.Fatalf("workers %q then %q; want a new one after the 410", first, second)

@@ -16,8 +16,6 @@ import (
 	"github.com/dreamlake/lakeshore/agent/internal/notify"
 	"github.com/dreamlake/lakeshore/agent/internal/notify/notifytest"
 	"github.com/dreamlake/lakeshore/shared/api/apitest"
-	"github.com/dreamlake/lakeshore/shared/client"
-	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
 // TestAgentNotifiesOverSocket: a real agent against a real control plane,
@@ -210,10 +208,7 @@ func TestAgentNotifiesReadyOnce(t *testing.T) {
 		done := make(chan error)
 		go func() { done <- a.Run(context.Background()) }()
 		time.Sleep(time.Minute)
-		enroll := client.New(p.URL, apitest.EnrollToken, client.WithHTTPClient(noKeepAlive()))
-		if _, err := enroll.Hello(context.Background(), wire.HelloRequest{MachineID: "twice", BootID: "intruder"}); err != nil {
-			t.Fatal(err)
-		}
+		letGo(t, p, a.Health().Snapshot().WorkerID)
 		time.Sleep(time.Minute)
 		if err := <-done; err != nil {
 			t.Fatalf("Run: %v", err)

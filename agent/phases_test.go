@@ -153,9 +153,9 @@ func TestPhasesSetupCommandOnFakeTime(t *testing.T) {
 	}
 }
 
-// TestPhasesGoneSaysHelloAgainOnFakeTime: a hello from a new boot of the
-// same machine retires the agent's worker; its next poll gets 410 and it
-// says hello again as a new worker, then carries on until its keep-alive.
+// TestPhasesGoneSaysHelloAgainOnFakeTime: the control plane lets go of the
+// agent's worker; its next poll gets 410 and it says hello again as a new
+// worker, then carries on until its keep-alive.
 func TestPhasesGoneSaysHelloAgainOnFakeTime(t *testing.T) {
 	p := apitest.New(t)
 	ctx := context.Background()
@@ -166,10 +166,7 @@ func TestPhasesGoneSaysHelloAgainOnFakeTime(t *testing.T) {
 		go func() { done <- a.Run(ctx) }()
 		time.Sleep(time.Minute)
 		first = a.Health().Snapshot().WorkerID
-		enroll := client.New(p.URL, apitest.EnrollToken, client.WithHTTPClient(noKeepAlive()))
-		if _, err := enroll.Hello(ctx, wire.HelloRequest{MachineID: "twice", BootID: "intruder"}); err != nil {
-			t.Fatal(err)
-		}
+		letGo(t, p, first)
 		time.Sleep(time.Minute)
 		second = a.Health().Snapshot().WorkerID
 		if err := <-done; err != nil {
@@ -184,7 +181,7 @@ func TestPhasesGoneSaysHelloAgainOnFakeTime(t *testing.T) {
 	for _, w := range ws.Workers {
 		states[w.WorkerID] = w.State + "/" + w.ByeReason
 	}
-	if states[first] != "gone/machine twice said hello from a new boot" || states[second] != "gone/bye: idle" || len(states) != 3 {
+	if states[first] != "gone/let go by the test" || states[second] != "gone/bye: idle" || len(states) != 2 {
 		t.Fatalf("workers: %v", states)
 	}
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/dreamlake/lakeshore/shared/logjson"
 	"github.com/dreamlake/lakeshore/shared/metrics"
 	"github.com/dreamlake/lakeshore/shared/metrics/prom"
+	"github.com/dreamlake/lakeshore/shared/provision"
 	"github.com/dreamlake/lakeshore/shared/store"
 	"github.com/dreamlake/lakeshore/shared/store/embedded"
 	"github.com/dreamlake/lakeshore/shared/store/schema"
@@ -48,6 +49,7 @@ type devOptions struct {
 	longPoll      bool
 	wakeChannel   bool
 	claimShards   int
+	provision     lsconfig.Provision
 }
 
 // wakeChannel is where the dev server serves the wake channel: the socket
@@ -102,6 +104,10 @@ bootstrap, and the Lambdas post through the emulated management API).`,
 	f.BoolVar(&o.longPoll, "long-poll", true, "in process, hold idle daemons' polls until work arrives (the Lambda routes never do: a held Lambda bills its wait)")
 	f.BoolVar(&o.wakeChannel, "wake-channel", true, "serve the wake channel (a WebSocket that tells idle daemons to poll now); false: daemons only poll, as against an older control plane")
 	f.IntVar(&o.claimShards, "claim-shards", 1, "split each queue's claim index partition in this many (LAKESHORE_CLAIM_SHARDS; for a queue busier than one DynamoDB partition takes; never lower it while work is queued)")
+	f.StringVar(&o.provision.LaunchTemplate, "provision-launch-template", "", "launch hosts for queued work no live worker can take from this EC2 launch template (id lt-… or name; the SDK config, AWS_ENDPOINT_URL for moto); docs/provision.md")
+	f.IntVar(&o.provision.MaxHosts, "provision-max-hosts", 0, "the most hosts the provisioner keeps launched at once (0: provisioning off)")
+	f.IntVar(&o.provision.MaxHostsPerKey, "provision-max-hosts-per-key", 0, "the most launched hosts for one queue and host key (0: only --provision-max-hosts)")
+	f.DurationVar(&o.provision.Interval, "provision-interval", lsconfig.DefaultProvisionInterval, "how often the provisioner looks at the queues")
 	return cmd
 }
 
@@ -115,6 +121,12 @@ func runDev(ctx context.Context, o devOptions) error {
 	}
 	if o.claimShards < 1 || o.claimShards > lsconfig.MaxClaimShards {
 		return fmt.Errorf("--claim-shards must be from 1 to %d, got %d", lsconfig.MaxClaimShards, o.claimShards)
+	}
+	if err := o.provision.Check(); err != nil {
+		return fmt.Errorf("--provision-launch-template: %w", err)
+	}
+	if o.provision.MaxHosts > 0 && o.provision.Interval < time.Second {
+		return fmt.Errorf("--provision-interval must be at least 1s, got %s", o.provision.Interval)
 	}
 	if o.lambdas != "" && o.lambdaConc < 1 {
 		return fmt.Errorf("--lambda-concurrency must be at least 1, got %d", o.lambdaConc)
@@ -247,6 +259,14 @@ func runDev(ctx context.Context, o devOptions) error {
 		go every(ctx, o.hostPoll, "host poll", pollHostsOnce, log)
 	}
 
+	if o.provision.MaxHosts > 0 {
+		pass, err := devProvisioner(ctx, o, st, log)
+		if err != nil {
+			return err
+		}
+		go every(ctx, o.provision.Interval, "provision", pass, log)
+	}
+
 	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	defer sockets.Close() // before the emulators stop: $disconnect runs on them
 	errc := make(chan error, 1)
@@ -364,4 +384,23 @@ func every(ctx context.Context, interval time.Duration, what string, fn func(con
 			}
 		}
 	}
+}
+
+// devProvisioner is the provisioner's pass over st, launching through EC2
+// as the standard SDK configuration says (AWS_ENDPOINT_URL: moto).
+func devProvisioner(ctx context.Context, o devOptions, st *store.Store, log *slog.Logger) (func(context.Context) error, error) {
+	cfg, err := config.LoadDefaultConfig(ctx, config.WithLogger(logjson.SDK(log)))
+	if err != nil {
+		return nil, fmt.Errorf("provisioner: load AWS config: %w", err)
+	}
+	p := provision.New(provision.Config{Store: st, EC2: ec2.NewFromConfig(cfg), LaunchTemplate: o.provision.LaunchTemplate,
+		Limits:     domain.ProvisionLimits{MaxHosts: o.provision.MaxHosts, MaxHostsPerKey: o.provision.MaxHostsPerKey},
+		StaleAfter: o.staleAfter, HostSetup: st.HostSetupOf, Logger: log})
+	return func(ctx context.Context) error {
+		res, err := p.Pass(ctx)
+		if res.Launched+res.Failed+res.Ended > 0 {
+			log.Info("provision pass", "launched", res.Launched, "refused", res.Failed, "let_go", res.Ended)
+		}
+		return err
+	}, nil
 }

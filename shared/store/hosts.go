@@ -192,3 +192,30 @@ func (s *Store) QueuedByHostKey(ctx context.Context, queue string, limit int) (c
 		start = page.LastEvaluatedKey
 	}
 }
+
+// HostSetupOf reports the host_setup of queue's queued work with host key
+// hk: what a host launched for that key must run (every such invocation
+// has the same commands, since the key is their hash). nil when none is
+// queued.
+func (s *Store) HostSetupOf(ctx context.Context, queue, hk string) ([]string, error) {
+	for shard := range max(s.ClaimShards, 1) {
+		out, err := s.db.Query(ctx, &dynamodb.QueryInput{
+			TableName:                 aws.String(s.tables.Invocations),
+			IndexName:                 aws.String(indexClaim),
+			KeyConditionExpression:    aws.String("claim_key = :k"),
+			ExpressionAttributeValues: map[string]types.AttributeValue{":k": str(s.claimKey(queue, hk, shard))},
+			Limit:                     aws.Int32(1),
+		})
+		if err != nil {
+			return nil, storeErr("host setup of "+hk, err)
+		}
+		if len(out.Items) > 0 {
+			inv, err := decodeInvocation(out.Items[0])
+			if err != nil {
+				return nil, err
+			}
+			return inv.RunConfig.HostSetup, nil
+		}
+	}
+	return nil, nil
+}

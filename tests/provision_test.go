@@ -1,0 +1,91 @@
+package tests
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
+
+	"github.com/dreamlake/lakeshore/shared/hostkey"
+	"github.com/dreamlake/lakeshore/shared/provision"
+	"github.com/dreamlake/lakeshore/shared/store/storetest"
+	"github.com/dreamlake/lakeshore/shared/wire"
+)
+
+// TestProvisionLaunchesAHostThatRunsTheWork (issue 15): `lakeshore dev`
+// with provisioning on, over moto's DynamoDB and EC2. Work whose host setup
+// no live worker has makes the provisioner launch one instance from the
+// launch template, tagged with its queue and host key, and write a pending
+// worker for it; a real nymph started as that host (its instance id, the
+// same host setup) adopts the pending worker, runs the setup, claims and
+// finishes the work. Nothing else is launched meanwhile.
+func TestProvisionLaunchesAHostThatRunsTheWork(t *testing.T) {
+	endpoint := storetest.MotoEndpoint(t)
+	ctx := context.Background()
+	ec2c := ec2.NewFromConfig(aws.Config{Region: "us-east-1", Credentials: credentials.NewStaticCredentialsProvider("test", "test", "")},
+		func(o *ec2.Options) { o.BaseEndpoint = aws.String(endpoint) })
+	template := "lakeshore-e2e-" + strings.TrimSuffix(storetest.Prefix(t), "-")
+	if _, err := ec2c.CreateLaunchTemplate(ctx, &ec2.CreateLaunchTemplateInput{LaunchTemplateName: aws.String(template),
+		LaunchTemplateData: &ec2types.RequestLaunchTemplateData{ImageId: aws.String("ami-12c6146b"), InstanceType: ec2types.InstanceTypeT3Micro}}); err != nil {
+		t.Fatalf("moto CreateLaunchTemplate: %v", err)
+	}
+	d := startDev(t, backends[1], "--provision-launch-template", template, "--provision-max-hosts", "3", "--provision-interval", "1s")
+	op := d.Operator()
+	setup := []string{"echo warm " + template} // its own host key: moto is shared by the package's tests
+	inv, _, err := op.Submit(ctx, wire.SubmitRequest{Queue: "q", Argv: []string{"true"}, RunConfig: wire.RunConfig{HostSetup: setup}})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var instance ec2types.Instance
+	eventually(t, time.Minute, "an instance launched for the work", func() bool {
+		out, err := ec2c.DescribeInstances(ctx, &ec2.DescribeInstancesInput{Filters: []ec2types.Filter{
+			{Name: aws.String("tag:" + provision.TagHostKey), Values: []string{hostkey.Of(setup)}},
+			{Name: aws.String("instance-state-name"), Values: []string{"pending", "running"}},
+		}})
+		if err != nil || len(out.Reservations) == 0 {
+			return false
+		}
+		instance = out.Reservations[0].Instances[0]
+		return true
+	})
+	id := aws.ToString(instance.InstanceId)
+	var pending wire.Worker
+	eventually(t, 30*time.Second, "a pending worker for the instance", func() bool {
+		ws, err := op.ListWorkers(ctx, 100, "")
+		if err != nil {
+			return false
+		}
+		for _, w := range ws.Workers {
+			if w.MachineID == id && w.State == "pending" {
+				pending = w
+				return true
+			}
+		}
+		return false
+	})
+
+	startNymph(t, d, id, "--machine-id", id, "--host-setup", setup[0], "--capacity", "2")
+	got := waitTerminal(t, op, inv.InvocationID, time.Minute)
+	if got.State != wire.StateSucceeded || got.WorkerID != pending.WorkerID {
+		t.Fatalf("the work ended %s on %s; want succeeded on the adopted worker %s", got.State, got.WorkerID, pending.WorkerID)
+	}
+	time.Sleep(3 * time.Second) // three more provisioner passes
+	out, err := ec2c.DescribeInstances(ctx, &ec2.DescribeInstancesInput{Filters: []ec2types.Filter{
+		{Name: aws.String("tag:" + provision.TagHostKey), Values: []string{hostkey.Of(setup)}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, r := range out.Reservations {
+		n += len(r.Instances)
+	}
+	if n != 1 {
+		t.Fatalf("%d instances launched for one invocation, want 1", n)
+	}
+}

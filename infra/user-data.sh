@@ -40,6 +40,18 @@ AWS_REGION="${AWS_REGION:-}"
 ROOT="${ROOT:-}"
 # -----------------------------------------------------------------------------
 
+# A host the provisioner launched (docs/provision.md) boots with a first
+# user-data part that writes /etc/lakeshore/provisioned.env: the queue and
+# capacity it was launched for, SHUTDOWN_WHEN_DONE=yes, and
+# PROVISIONED_EXTRA_ENV lines (its host setup file, its keep-alive), which
+# follow EXTRA_ENV's and so win.
+PROVISIONED_EXTRA_ENV=""
+if [[ -f "$ROOT/etc/lakeshore/provisioned.env" ]]; then
+	# shellcheck source=/dev/null
+	. "$ROOT/etc/lakeshore/provisioned.env"
+	EXTRA_ENV="$EXTRA_ENV"$'\n'"$PROVISIONED_EXTRA_ENV"
+fi
+
 log() { printf 'lakeshore user-data: %s\n' "$*" >&2; }
 die() {
 	log "error: $*"

@@ -26,6 +26,8 @@ import (
 	"github.com/awslabs/goformation/v7/intrinsics"
 
 	"github.com/dreamlake/lakeshore/agent"
+	"github.com/dreamlake/lakeshore/shared/domain"
+	"github.com/dreamlake/lakeshore/shared/provision"
 )
 
 // The infra/ files are checked here: the systemd unit with systemd-analyze
@@ -1002,4 +1004,45 @@ func TestInfraNotifyBrokenSocket(t *testing.T) {
 	if got := strings.Count(n.logs.String(), "could not notify the service manager"); got != 1 {
 		t.Errorf("%d warnings about the socket, want 1", got)
 	}
+}
+
+// TestInfraProvisionedHost (issue 15): on a host the provisioner launched,
+// infra/user-data.sh takes the settings its first user-data part wrote
+// (provision.Settings): the queue and capacity it was launched for, its
+// host setup file and keep-alive after the template's own EXTRA_ENV (so
+// they win), and the power-off drop-in.
+func TestInfraProvisionedHost(t *testing.T) {
+	s := infraNewSandbox(t)
+	env, setup, err := provision.Settings(domain.Host{ID: "hst_01J00000000000000000000000",
+		Key: domain.ProvisionKey{Queue: "gpu", HostKey: "hk1_x"}, HostSetup: []string{`echo "warm"`}}, 4, 10*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(s.root, "etc", "lakeshore"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(s.root, "etc", "lakeshore", "provisioned.env"), []byte(env), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if len(setup) == 0 {
+		t.Fatal("no host setup file for a host with host setup")
+	}
+	_, out, err := s.run(t, infraFile(t, "user-data.sh"),
+		"NYMPH_URL=s3://artifacts/lakeshore/nymph", "NYMPH_SHA256="+s.sha(), "CONTROL_PLANE_URL=https://cp.example.com",
+		"QUEUE=default", "CAPACITY=1", "EXTRA_ENV=NYMPH_KEEP_ALIVE=15m\nNYMPH_GRACE=30s", "SHUTDOWN_WHEN_DONE=no")
+	if err != nil {
+		t.Fatalf("user-data.sh: %v\n%s", err, out)
+	}
+	snap := s.snapshot(t)
+	got := snap["/etc/nymph/nymph.env"].content
+	for _, want := range []string{"NYMPH_QUEUE='gpu'\n", "NYMPH_CAPACITY='4'\n", "NYMPH_LABEL='hst_01J00000000000000000000000'\n",
+		"NYMPH_GRACE='30s'\nNYMPH_KEEP_ALIVE='10m0s'\nNYMPH_HOST_SETUP_FILE='/etc/lakeshore/host-setup.json'\n"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("nymph.env lacks %q:\n%s", want, got)
+		}
+	}
+	if _, ok := snap["/etc/systemd/system/nymph.service.d/shutdown-when-done.conf"]; !ok {
+		t.Error("a provisioned host does not power off when done")
+	}
+	infraCheckEnvAgainstFlags(t, got)
 }

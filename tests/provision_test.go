@@ -2,6 +2,10 @@ package tests
 
 import (
 	"context"
+	"encoding/base64"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -20,10 +24,11 @@ import (
 // TestProvisionLaunchesAHostThatRunsTheWork (issue 15): `lakeshore dev`
 // with provisioning on, over moto's DynamoDB and EC2. Work whose host setup
 // no live worker has makes the provisioner launch one instance from the
-// launch template, tagged with its queue and host key, and write a pending
-// worker for it; a real nymph started as that host (its instance id, the
-// same host setup) adopts the pending worker, runs the setup, claims and
-// finishes the work. Nothing else is launched meanwhile.
+// launch template, tagged with its queue and host key, whose user data
+// carries those host setup commands, and write a pending worker for it; a
+// real nymph started as that host (its instance id, the host setup file
+// from its user data) adopts the pending worker, runs the setup, claims
+// and finishes the work. Nothing else is launched meanwhile.
 func TestProvisionLaunchesAHostThatRunsTheWork(t *testing.T) {
 	endpoint := storetest.MotoEndpoint(t)
 	ctx := context.Background()
@@ -70,7 +75,30 @@ func TestProvisionLaunchesAHostThatRunsTheWork(t *testing.T) {
 		return false
 	})
 
-	startNymph(t, d, id, "--machine-id", id, "--host-setup", setup[0], "--capacity", "2")
+	// The host setup reaches the host in its user data, as the file its
+	// nymph reads (--host-setup-file): start nymph as user-data.sh would.
+	attr, err := ec2c.DescribeInstanceAttribute(ctx, &ec2.DescribeInstanceAttributeInput{InstanceId: instance.InstanceId,
+		Attribute: ec2types.InstanceAttributeNameUserData})
+	if err != nil || attr.UserData == nil {
+		t.Fatalf("the instance's user data: %v", err)
+	}
+	raw, err := base64.StdEncoding.DecodeString(aws.ToString(attr.UserData.Value))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`echo ([A-Za-z0-9+/=]+) \| base64 -d >/etc/lakeshore/host-setup.json`).FindStringSubmatch(string(raw))
+	if m == nil {
+		t.Fatalf("no host setup file in the user data:\n%s", raw)
+	}
+	hostSetup, err := base64.StdEncoding.DecodeString(m[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	setupFile := filepath.Join(t.TempDir(), "host-setup.json")
+	if err := os.WriteFile(setupFile, hostSetup, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	startNymph(t, d, id, "--machine-id", id, "--host-setup-file", setupFile, "--capacity", "2")
 	got := waitTerminal(t, op, inv.InvocationID, time.Minute)
 	if got.State != wire.StateSucceeded || got.WorkerID != pending.WorkerID {
 		t.Fatalf("the work ended %s on %s; want succeeded on the adopted worker %s", got.State, got.WorkerID, pending.WorkerID)

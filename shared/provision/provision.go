@@ -63,6 +63,7 @@ var _ Store = (*store.Store)(nil)
 // EC2 is the part of the EC2 API a pass calls.
 type EC2 interface {
 	RunInstances(ctx context.Context, in *ec2.RunInstancesInput, optFns ...func(*ec2.Options)) (*ec2.RunInstancesOutput, error)
+	DescribeLaunchTemplateVersions(ctx context.Context, in *ec2.DescribeLaunchTemplateVersionsInput, optFns ...func(*ec2.Options)) (*ec2.DescribeLaunchTemplateVersionsOutput, error)
 	TerminateInstances(ctx context.Context, in *ec2.TerminateInstancesInput, optFns ...func(*ec2.Options)) (*ec2.TerminateInstancesOutput, error)
 }
 
@@ -78,6 +79,9 @@ type Config struct {
 	// HelloTimeout is how long a launched host may take to say hello
 	// before it is terminated and its demand counts again.
 	HelloTimeout time.Duration
+	// KeepAlive is a launched host's nymph --keep-alive: idle that long, it
+	// leaves and the host powers off (default DefaultKeepAlive).
+	KeepAlive time.Duration
 	// StaleAfter is the control plane's stale window: a worker silent
 	// longer serves nothing.
 	StaleAfter time.Duration
@@ -99,6 +103,7 @@ type Provisioner struct {
 func New(cfg Config) *Provisioner {
 	cfg.Limits.SlotsPerHost = cmp.Or(cfg.Limits.SlotsPerHost, DefaultSlotsPerHost)
 	cfg.HelloTimeout = cmp.Or(cfg.HelloTimeout, DefaultHelloTimeout)
+	cfg.KeepAlive = cmp.Or(cfg.KeepAlive, DefaultKeepAlive)
 	cfg.StaleAfter = cmp.Or(cfg.StaleAfter, domain.DefaultStaleAfter)
 	if cfg.IDs == nil {
 		cfg.IDs = &ids.Generator{Clock: cfg.Clock}
@@ -360,7 +365,18 @@ var spotRefusals = []string{"InsufficientInstanceCapacity", "MaxSpotInstanceCoun
 // runInstance makes the EC2 call for h, reporting the instance and how it
 // was bought.
 func (p *Provisioner) runInstance(ctx context.Context, h domain.Host) (string, string, error) {
+	base, err := p.templateUserData(ctx)
+	if err != nil {
+		return "", "", err
+	}
+	data, err := userData(base, h, p.cfg.Limits.SlotsPerHost, p.cfg.KeepAlive)
+	if err != nil {
+		return "", "", err
+	}
 	in := &ec2.RunInstancesInput{
+		UserData: aws.String(data),
+		// Its idle bye powers it off (SHUTDOWN_WHEN_DONE): then it is gone.
+		InstanceInitiatedShutdownBehavior: ec2types.ShutdownBehaviorTerminate,
 		MinCount: aws.Int32(1), MaxCount: aws.Int32(1),
 		LaunchTemplate: launchTemplate(p.cfg.LaunchTemplate),
 		ClientToken:    aws.String(h.ID),

@@ -2,6 +2,7 @@ package provision_test
 
 import (
 	"context"
+	"encoding/base64"
 	"strings"
 	"sync"
 	"testing"
@@ -23,6 +24,9 @@ import (
 )
 
 func TestMain(m *testing.M) { storetest.Main(m) }
+
+// templateUserData is the test launch template's own user data.
+const templateUserData = "#!/bin/bash\necho from the launch template\n"
 
 // world is moto's EC2 and DynamoDB, one launch template, fresh tables.
 type world struct {
@@ -46,7 +50,8 @@ func newWorld(t *testing.T) *world {
 	name = strings.NewReplacer("_", "-", "/", "-").Replace(name)
 	if _, err := ec2c.CreateLaunchTemplate(ctx, &ec2.CreateLaunchTemplateInput{
 		LaunchTemplateName: aws.String(name),
-		LaunchTemplateData: &ec2types.RequestLaunchTemplateData{ImageId: aws.String("ami-12c6146b"), InstanceType: ec2types.InstanceTypeT3Micro},
+		LaunchTemplateData: &ec2types.RequestLaunchTemplateData{ImageId: aws.String("ami-12c6146b"), InstanceType: ec2types.InstanceTypeT3Micro,
+			UserData: aws.String(base64.StdEncoding.EncodeToString([]byte(templateUserData)))},
 	}); err != nil {
 		t.Fatalf("moto CreateLaunchTemplate: %v", err)
 	}
@@ -162,6 +167,24 @@ func TestPassLaunchesWhatTheWorkNeeds(t *testing.T) {
 	}
 	if res, err := p.Pass(w.ctx); err != nil || res.Launched != 0 {
 		t.Fatalf("second pass: %+v %v; want nothing more (5 pending hosts cover the work)", res, err)
+	}
+
+	// Its user data: the host's settings first (queue, capacity, its exact
+	// host setup), then the launch template's own.
+	attr, err := w.ec2.DescribeInstanceAttribute(w.ctx, &ec2.DescribeInstanceAttributeInput{
+		InstanceId: insts[0].InstanceId, Attribute: ec2types.InstanceAttributeNameUserData})
+	if err != nil || attr.UserData == nil {
+		t.Fatalf("user data: %v", err)
+	}
+	raw, err := base64.StdEncoding.DecodeString(aws.ToString(attr.UserData.Value))
+	if err != nil {
+		t.Fatal(err)
+	}
+	settings, setup := provision.ReadUserData(t, string(raw))
+	if !strings.Contains(string(raw), "echo from the launch template") || !strings.Contains(settings, "QUEUE=gpu\n") ||
+		!strings.Contains(settings, "CAPACITY=4\n") || !strings.Contains(settings, "NYMPH_HOST_SETUP_FILE=/etc/lakeshore/host-setup.json") ||
+		setup != `["echo warm"]` {
+		t.Fatalf("user data:\n%s\nsettings:\n%s\nhost setup %s", raw, settings, setup)
 	}
 }
 

@@ -6,6 +6,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -112,6 +113,8 @@ func parseFlagsTo(args []string, getenv func(string) string, out io.Writer) (age
 	fs.DurationVar(&c.Grace, "grace", def.Grace, "how long in-flight work may finish after a drain starts (0: none, terminate at once)")
 	fs.DurationVar(&c.KillAfter, "kill-after", def.KillAfter, "wait between SIGTERM and SIGKILL of a body (0: SIGKILL right after SIGTERM)")
 	fs.StringArrayVar(&c.HostSetup, "host-setup", nil, "shell command run once at boot before taking work (repeatable)")
+	var hostSetupFile string
+	fs.StringVar(&hostSetupFile, "host-setup-file", "", "read the host setup commands from this JSON list of strings (what a provisioned host's user data writes); not with --host-setup")
 	fs.StringVar(&c.IntrospectAddr, "introspect-addr", def.IntrospectAddr, "loopback address for /status, /readyz, /livez (\"off\" disables)")
 	fs.StringVar(&c.MachineID, "machine-id", "", "machine id (default: EC2 instance id, /etc/machine-id, hostname)")
 	fs.DurationVar(&c.PollInterval, "poll-interval", def.PollInterval, "poll interval (0: what the control plane answers)")
@@ -154,6 +157,16 @@ func parseFlagsTo(args []string, getenv func(string) string, out io.Writer) (age
 		// An explicit 0 is refused like -1: it would not mean "none".
 		return c, 0, fmt.Errorf("--capacity must be 1-%d, got %d", wire.MaxConcurrency, c.Capacity)
 	}
+	if hostSetupFile != "" {
+		if len(c.HostSetup) > 0 {
+			return c, 0, fmt.Errorf("give the host setup once: --host-setup or --host-setup-file, not both")
+		}
+		cmds, err := readHostSetupFile(hostSetupFile)
+		if err != nil {
+			return c, 0, err
+		}
+		c.HostSetup = cmds
+	}
 	if tokenFile != "" {
 		if c.EnrollToken != "" {
 			return c, 0, fmt.Errorf("give the enrollment token once: --enroll-token or --enroll-token-file, not both")
@@ -188,4 +201,30 @@ func splitEnvList(f *pflag.Flag, v string) []string {
 		return strings.Split(v, "\n")
 	}
 	return []string{v}
+}
+
+// maxHostSetupFile bounds a --host-setup-file.
+const maxHostSetupFile = 1 << 20
+
+// readHostSetupFile reads a JSON list of shell commands: the exact list a
+// run config's host_setup holds, so the host key nymph derives from it is
+// the one its work was queued under (docs/provision.md).
+func readHostSetupFile(path string) ([]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("--host-setup-file: %w", err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxHostSetupFile+1))
+	if err != nil {
+		return nil, fmt.Errorf("--host-setup-file: %w", err)
+	}
+	if len(b) > maxHostSetupFile {
+		return nil, fmt.Errorf("--host-setup-file %s is over %d bytes", path, maxHostSetupFile)
+	}
+	var cmds []string
+	if err := json.Unmarshal(b, &cmds); err != nil {
+		return nil, fmt.Errorf("--host-setup-file %s: want a JSON list of shell commands: %w", path, err)
+	}
+	return cmds, nil
 }

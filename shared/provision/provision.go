@@ -377,7 +377,7 @@ func (p *Provisioner) runInstance(ctx context.Context, h domain.Host) (string, s
 		UserData: aws.String(data),
 		// Its idle bye powers it off (SHUTDOWN_WHEN_DONE): then it is gone.
 		InstanceInitiatedShutdownBehavior: ec2types.ShutdownBehaviorTerminate,
-		MinCount: aws.Int32(1), MaxCount: aws.Int32(1),
+		MinCount:                          aws.Int32(1), MaxCount: aws.Int32(1),
 		LaunchTemplate: launchTemplate(p.cfg.LaunchTemplate),
 		ClientToken:    aws.String(h.ID),
 		TagSpecifications: []ec2types.TagSpecification{{ResourceType: ec2types.ResourceTypeInstance, Tags: []ec2types.Tag{

@@ -337,4 +337,27 @@ func TestHelloAdoptsTheLaunchedHost(t *testing.T) {
 	if res, err := p.Pass(w.ctx); err != nil || res.Launched != 0 || res.Ended != 0 {
 		t.Fatalf("pass after the hello: %+v %v; want the adopted host kept and nothing launched", res, err)
 	}
+
+	// The queue drains, the worker leaves by its keep-alive: the host is
+	// let go, nothing is launched, and the fleet is empty.
+	svc := storetest.Control(w.st)
+	invs, _, err := w.st.ListInvocations(w.ctx, "gpu", wire.StateQueued, 100, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, inv := range invs {
+		if _, err := svc.Cancel(w.ctx, inv.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := svc.Bye(w.ctx, wire.ByeRequest{WorkerID: reg.Worker.ID, Reason: wire.ByeIdle}, nil); err != nil {
+		t.Fatal(err)
+	}
+	res, err := p.Pass(w.ctx)
+	if err != nil || res.Ended != 1 || res.Launched != 0 || len(w.alive()) != 0 {
+		t.Fatalf("pass after the drain: %+v %v, %d hosts alive; want the host let go, nothing launched, none alive", res, err, len(w.alive()))
+	}
+	if res, _ := p.Pass(w.ctx); res != (provision.Result{}) {
+		t.Fatalf("a pass over an empty queue did something: %+v", res)
+	}
 }

@@ -2,7 +2,7 @@
 GO        ?= go
 BIN       := bin
 DIST      := dist
-FUNCTIONS := hello poll ack bye api reaper hoststatus wake
+FUNCTIONS := hello poll ack bye api reaper hoststatus wake provisioner
 # Lambda binaries: arm64 for deploy (template.yaml); LAMBDA_ARCH=amd64 for
 # local runs under the runtime emulator on this machine.
 LAMBDA_ARCH ?= arm64
@@ -38,7 +38,8 @@ lambdas:
 ## build-<LogicalId>: what `sam build` runs for each function (Metadata:
 ## BuildMethod: makefile); it sets ARTIFACTS_DIR.
 SAM_FUNCTIONS := hello:HelloFunction poll:PollFunction ack:AckFunction bye:ByeFunction \
-	api:ApiFunction reaper:ReaperFunction hoststatus:HostStatusFunction wake:WakeFunction
+	api:ApiFunction reaper:ReaperFunction hoststatus:HostStatusFunction wake:WakeFunction \
+	provisioner:ProvisionerFunction
 define sam_build
 .PHONY: build-$(2)
 build-$(2):
@@ -74,7 +75,7 @@ lint:
 check:
 	@bad=$$($(GO) list -deps ./shared/... | grep -E 'lakeshore/(agent|functions|cli)(/|$$)' || true); \
 		if [ -n "$$bad" ]; then echo "shared/ imports: $$bad"; exit 1; fi
-	@for f in reaper hoststatus; do \
+	@for f in reaper hoststatus provisioner; do \
 		bad=$$($(GO) list -deps ./functions/$$f | grep -E 'lakeshore/shared/(api|lambdahttp)(/|$$)' || true); \
 		if [ -n "$$bad" ]; then echo "functions/$$f links the router: $$bad"; exit 1; fi; \
 	done

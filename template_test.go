@@ -33,7 +33,7 @@ func TestTemplateMatchesTheCode(t *testing.T) {
 	fns := tmpl.GetAllServerlessFunctionResources()
 	logical := map[string]string{"hello": "HelloFunction", "poll": "PollFunction", "ack": "AckFunction", "bye": "ByeFunction",
 		"api": "ApiFunction", "reaper": "ReaperFunction", "hoststatus": "HostStatusFunction",
-		"wake": "WakeFunction"}
+		"wake": "WakeFunction", "provisioner": "ProvisionerFunction"}
 	for _, d := range dirs {
 		id, ok := logical[d.Name()]
 		if !ok {

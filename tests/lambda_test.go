@@ -42,7 +42,7 @@ type lambdaFn struct {
 }
 
 // lambdaFunctions are the functions/ directories, as `make lambdas` names them.
-var lambdaFunctions = []string{"hello", "poll", "ack", "bye", "api", "reaper", "hoststatus", "wake"}
+var lambdaFunctions = []string{"hello", "poll", "ack", "bye", "api", "reaper", "hoststatus", "wake", "provisioner"}
 
 var buildLambdas = sync.OnceValue(func() error {
 	for _, name := range lambdaFunctions {
@@ -216,6 +216,12 @@ func TestLambdasUnderTheRuntimeEmulator(t *testing.T) {
 	for _, ev := range []any{scheduled, stateChange} {
 		fns["hoststatus"].invoke(t, ev) // a function error fails the test
 	}
+	// Provisioning is off here (no LAKESHORE_PROVISION_MAX_HOSTS): a pass
+	// does nothing, and says so.
+	var pass struct{ Launched, Failed, Ended int }
+	if err := json.Unmarshal(fns["provisioner"].invoke(t, scheduled), &pass); err != nil || pass.Launched != 0 {
+		t.Fatalf("provisioner: %+v %v", pass, err)
+	}
 	for _, name := range lambdaFunctions {
 		t.Logf("%-10s bootstrap %5.1f MB  INIT %s ms", name, float64(fns[name].size)/1e6, fns[name].initMS())
 	}
@@ -247,7 +253,7 @@ func BenchmarkLambdaColdStart(b *testing.B) {
 				b.Fatal(err)
 			}
 			event := route
-			if name == "reaper" || name == "hoststatus" {
+			if name == "reaper" || name == "hoststatus" || name == "provisioner" {
 				event = scheduled
 			}
 			var inits []float64

@@ -39,7 +39,7 @@ func fakeDist(t *testing.T, goarch string, functions ...string) string {
 	return dist
 }
 
-var allFunctions = []string{"hello", "poll", "ack", "bye", "api", "reaper", "hoststatus", "wake"}
+var allFunctions = []string{"hello", "poll", "ack", "bye", "api", "reaper", "hoststatus", "wake", "provisioner"}
 
 func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 

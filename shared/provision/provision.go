@@ -10,6 +10,7 @@ package provision
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -496,4 +497,23 @@ func (p *Provisioner) everSaidHello(ctx context.Context) (map[string]bool, error
 		return nil
 	})
 	return out, err
+}
+
+// Handler returns the provisioner Lambda's handler: any event (its
+// schedule's, or a manual invoke) runs one pass. A failed pass is returned
+// as an error so the invocation is retried; what it did is logged either
+// way.
+func Handler(p *Provisioner, log *slog.Logger) func(context.Context, json.RawMessage) (Result, error) {
+	return func(ctx context.Context, _ json.RawMessage) (Result, error) {
+		start := time.Now()
+		res, err := p.Pass(ctx)
+		attrs := []any{"launched", res.Launched, "refused", res.Failed, "let_go", res.Ended,
+			"duration_ms", time.Since(start).Milliseconds()}
+		if err != nil {
+			log.Error("provision pass failed", append(attrs, "error", err.Error())...)
+			return res, fmt.Errorf("provision: %w", err)
+		}
+		log.Info("provision pass", attrs...)
+		return res, nil
+	}
 }

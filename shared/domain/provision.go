@@ -16,6 +16,11 @@ type ProvisionKey struct {
 	HostKey string
 }
 
+// Compare orders keys by queue, then host key.
+func (k ProvisionKey) Compare(o ProvisionKey) int {
+	return cmp.Or(cmp.Compare(k.Queue, o.Queue), cmp.Compare(k.HostKey, o.HostKey))
+}
+
 // Demand is the queued work of one key.
 type Demand struct {
 	Key    ProvisionKey
@@ -73,9 +78,7 @@ func PlanLaunches(demand []Demand, fleet Fleet, lim ProvisionLimits) map[Provisi
 		}
 		need[d.Key] += (unmet + lim.SlotsPerHost - 1) / lim.SlotsPerHost
 	}
-	slices.SortFunc(keys, func(a, b ProvisionKey) int {
-		return cmp.Or(cmp.Compare(a.Queue, b.Queue), cmp.Compare(a.HostKey, b.HostKey))
-	})
+	slices.SortFunc(keys, ProvisionKey.Compare)
 	for budget > 0 {
 		gave := false
 		for _, k := range keys {

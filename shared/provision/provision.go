@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"time"
 
@@ -285,17 +286,8 @@ func (p *Provisioner) backOff(plan map[domain.ProvisionKey]int, hosts []domain.H
 // reservations makes the host items plan asks for, with their host setup.
 func (p *Provisioner) reservations(ctx context.Context, plan map[domain.ProvisionKey]int) ([]domain.Host, error) {
 	now := p.cfg.Clock.Now().UTC()
-	keys := slices.SortedFunc(func(yield func(domain.ProvisionKey) bool) {
-		for k := range plan {
-			if !yield(k) {
-				return
-			}
-		}
-	}, func(a, b domain.ProvisionKey) int {
-		return cmp.Or(cmp.Compare(a.Queue, b.Queue), cmp.Compare(a.HostKey, b.HostKey))
-	})
 	var out []domain.Host
-	for _, k := range keys {
+	for _, k := range slices.SortedFunc(maps.Keys(plan), domain.ProvisionKey.Compare) {
 		var setup []string
 		if k.HostKey != "" && p.cfg.HostSetup != nil {
 			var err error
@@ -304,7 +296,7 @@ func (p *Provisioner) reservations(ctx context.Context, plan map[domain.Provisio
 			}
 		}
 		for range plan[k] {
-			if len(out) == 99 {
+			if len(out) == store.MaxReservation {
 				break // one reservation's most; the next pass plans the rest
 			}
 			out = append(out, domain.Host{ID: p.cfg.IDs.New(ids.Host), Key: k, HostSetup: setup,

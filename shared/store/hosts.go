@@ -96,17 +96,17 @@ func (s *Store) Fleet(ctx context.Context) (version int64, hosts []domain.Host, 
 	return version, hosts, nil
 }
 
-// maxReservation is how many hosts one reservation writes: a transaction
+// MaxReservation is how many hosts one reservation writes: a transaction
 // holds at most 100 items, one of them the ledger.
-const maxReservation = 99
+const MaxReservation = 99
 
 // ReserveHosts records hosts (new, state reserved) in one transaction with
 // the ledger moving from version to version + 1: it fails with
 // ErrProvisionRaced when another pass reserved since version was read, so
 // two passes never both launch for the same demand.
 func (s *Store) ReserveHosts(ctx context.Context, version int64, hosts []domain.Host) error {
-	if len(hosts) == 0 || len(hosts) > maxReservation {
-		return fmt.Errorf("reserve hosts: %d hosts, 1-%d a reservation", len(hosts), maxReservation)
+	if len(hosts) == 0 || len(hosts) > MaxReservation {
+		return fmt.Errorf("reserve hosts: %d hosts, 1-%d a reservation", len(hosts), MaxReservation)
 	}
 	ledger, err := attributevalue.MarshalMap(struct {
 		ID      string `dynamodbav:"host_id"`

@@ -62,6 +62,17 @@ func TestLogs(t *testing.T) {
 		if inv, err := op.GetInvocation(context.Background(), live.InvocationID); err != nil || inv.State != wire.StateRunning {
 			t.Fatalf("the body was to be still running: %+v %v", inv, err)
 		}
+		cli := func(args ...string) (string, string, error) {
+			cmd := exec.Command(lakeshoreBin(t), args...)
+			cmd.Env = append(os.Environ(), "LAKESHORE_URL="+d.URL, "LAKESHORE_TOKEN="+d.OperatorToken)
+			var so, se bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &so, &se
+			err := runWithin(cmd, 30*time.Second)
+			return so.String(), se.String(), err
+		}
+		if so, se, err := cli("logs", live.InvocationID); err != nil || so != "line 1\n" || !strings.Contains(se, "attempt 1 is still running") {
+			t.Fatalf("lakeshore logs of a running body: %v; stdout %q, stderr %q", err, so, se)
+		}
 		if err := os.WriteFile(gate, nil, 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -73,12 +84,8 @@ func TestLogs(t *testing.T) {
 
 		// The CLI: stdout to stdout, stderr to stderr; --follow of a
 		// finished attempt returns at once.
-		cmd := exec.Command(lakeshoreBin(t), "logs", live.InvocationID, "--follow")
-		cmd.Env = append(os.Environ(), "LAKESHORE_URL="+d.URL, "LAKESHORE_TOKEN="+d.OperatorToken)
-		var so, se bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &so, &se
-		if err := runWithin(cmd, 30*time.Second); err != nil || so.String() != "line 1\nline 2\n" || se.String() != "err 1\n" {
-			t.Fatalf("lakeshore logs --follow: %v; stdout %q, stderr %q", err, so.String(), se.String())
+		if so, se, err := cli("logs", live.InvocationID, "--follow"); err != nil || so != "line 1\nline 2\n" || se != "err 1\n" {
+			t.Fatalf("lakeshore logs --follow: %v; stdout %q, stderr %q", err, so, se)
 		}
 
 		// 6 MiB on stdout: the first 4 MiB and the last 1 MiB are kept.

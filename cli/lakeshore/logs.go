@@ -135,11 +135,11 @@ func followLogs(ctx context.Context, c *client.Client, id string, l logsOptions,
 			continue // there may be more right away
 		}
 		if !l.follow {
-			if !page.EOF && attempt > 0 {
-				w.note("attempt %d's output may not be complete yet (--follow reads on)", attempt)
-			}
-			if attempt == 0 {
+			switch {
+			case attempt == 0:
 				w.note("no attempt of %s has run yet", id)
+			case !page.EOF:
+				w.note("%s", unfinishedNote(ctx, c, id, attempt, after))
 			}
 			return nil
 		}
@@ -195,4 +195,19 @@ func attemptOver(inv wire.Invocation, n int, eof bool, endedAt *time.Time, w *lo
 		return true, inv.Attempt
 	}
 	return over, 0
+}
+
+// unfinishedNote says why attempt n's output has no end yet: the attempt
+// runs on (--follow reads on), or it ended, as its history says, before its
+// worker shipped the rest (shipped chunks: the seqs before after).
+func unfinishedNote(ctx context.Context, c *client.Client, id string, n, after int) string {
+	inv, err := c.GetInvocation(ctx, id)
+	if err != nil || n > len(inv.Attempts) || inv.Attempts[n-1].Outcome == "" {
+		return fmt.Sprintf("attempt %d is still running; its output so far (--follow reads on)", n)
+	}
+	a := inv.Attempts[n-1]
+	if after == 0 {
+		return fmt.Sprintf("attempt %d ended %s before its worker shipped any output", n, a.Outcome)
+	}
+	return fmt.Sprintf("attempt %d ended %s before its worker shipped the rest of its output", n, a.Outcome)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -115,5 +116,14 @@ func TestProvisionLaunchesAHostThatRunsTheWork(t *testing.T) {
 	}
 	if n != 1 {
 		t.Fatalf("%d instances launched for one invocation, want 1", n)
+	}
+
+	// The operator's view of what the provisioner did.
+	cmd := exec.Command(lakeshoreBin(t), "ls", "hosts")
+	cmd.Env = append(os.Environ(), "LAKESHORE_URL="+d.URL, "LAKESHORE_TOKEN="+d.OperatorToken)
+	outText, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(outText), id) || !strings.Contains(string(outText), "launched") ||
+		!strings.Contains(string(outText), "queued work had no free slot") {
+		t.Fatalf("lakeshore ls hosts: %v\n%s", err, outText)
 	}
 }

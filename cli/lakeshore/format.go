@@ -385,3 +385,18 @@ func retryText(p *wire.RetryPolicy) string {
 	}
 	return fmt.Sprintf("on %s, after %s doubling", strings.Join(on, " or "), time.Duration(p.BackoffS)*time.Second)
 }
+
+// hostTable writes the provisioner's hosts as the `ls hosts` table.
+func hostTable(w io.Writer, hosts []wire.Host, now time.Time) error {
+	tw := newTable(w)
+	fmt.Fprintln(tw, "HOST\tQUEUE\tHOST KEY\tSTATE\tINSTANCE\tMARKET\tAGE\tWHY")
+	for _, h := range hosts {
+		key := h.HostKey
+		if len(key) > 12 {
+			key = key[:12] + "…"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", h.HostID, h.Queue, dash(key), h.State, dash(h.InstanceID),
+			dash(h.Market), age(now, h.CreatedAt), dash(h.Reason))
+	}
+	return tw.Flush()
+}

@@ -21,14 +21,14 @@ const maxPages = 10000
 
 func newLsCmd(o *clientOptions) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "ls invocations|workers",
-		Short: "List invocations or workers",
+		Use:   "ls invocations|workers|hosts",
+		Short: "List invocations, workers, or the hosts the provisioner launched",
 		Args:  cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
-			return errors.New("say what to list: lakeshore ls invocations, or lakeshore ls workers")
+			return errors.New("say what to list: lakeshore ls invocations, lakeshore ls workers, or lakeshore ls hosts")
 		},
 	}
-	cmd.AddCommand(newLsInvocationsCmd(o), newLsWorkersCmd(o))
+	cmd.AddCommand(newLsInvocationsCmd(o), newLsWorkersCmd(o), newLsHostsCmd(o))
 	return cmd
 }
 
@@ -192,4 +192,31 @@ func listWorkers(ctx context.Context, c *client.Client, params client.ListWorker
 		out.Workers = []wire.Worker{}
 	}
 	return out, nil
+}
+
+func newLsHostsCmd(o *clientOptions) *cobra.Command {
+	return &cobra.Command{
+		Use:     "hosts",
+		Aliases: []string{"host"},
+		Short:   "List the hosts the provisioner launched or tried to, newest first, and why",
+		Long: `List every host the provisioner launched, or tried to (docs/provision.md):
+the queue and host key it serves, its state (reserved, launched, failed,
+ended), its EC2 instance and how it was bought, its age, and why: what
+launched it, EC2's refusal, or why it was let go.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := o.client()
+			if err != nil {
+				return err
+			}
+			list, err := c.ListHosts(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if o.json() {
+				return printJSON(cmd.OutOrStdout(), list)
+			}
+			return hostTable(cmd.OutOrStdout(), list.Hosts, time.Now())
+		},
+	}
 }

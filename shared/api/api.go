@@ -127,6 +127,7 @@ func (s *Server) routeTable() map[string]handlerFunc {
 		"POST /v1/workers/{id}/setup":        s.addSetup,
 		"GET /v1/workers/{id}/setup-results": s.setupResults,
 		"GET /v1/queues/{queue}":             s.queueStats,
+		"GET /v1/hosts":                      s.listHosts,
 	} {
 		t[pattern] = s.operator(h)
 	}

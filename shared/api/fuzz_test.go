@@ -769,7 +769,7 @@ var fuzzGets = []string{
 	"workers", "workers?limit=1&cursor=$M", "workers?cursor=$M", "workers?state=stale", "workers?state=active&label=x",
 	"workers/$A", "workers/$B", "workers/$C",
 	"workers/$A/setup-results", "workers/$B/setup-results",
-	"queues/default", "queues/gpu", "queues/nothing-here", "healthz",
+	"queues/default", "queues/gpu", "queues/nothing-here", "healthz", "hosts",
 }
 
 // FuzzOperatorGet fuzzes every GET route: the input is the path and query

@@ -237,6 +237,23 @@ func (s *Server) setupResults(r *http.Request) (int, any, error) {
 	return http.StatusOK, out, nil
 }
 
+// listHosts answers GET /v1/hosts: every host the provisioner launched or
+// tried to, newest first (a scan of the small hosts table).
+func (s *Server) listHosts(r *http.Request) (int, any, error) {
+	_, hosts, err := s.cfg.Store.Fleet(r.Context())
+	if err != nil {
+		return 0, nil, err
+	}
+	slices.SortFunc(hosts, func(a, b domain.Host) int { return b.CreatedAt.Compare(a.CreatedAt) })
+	out := wire.HostList{Hosts: make([]wire.Host, 0, len(hosts))}
+	for _, h := range hosts {
+		out.Hosts = append(out.Hosts, wire.Host{HostID: h.ID, Queue: h.Key.Queue, HostKey: h.Key.HostKey, State: h.State,
+			InstanceID: h.InstanceID, Market: h.Market, Reason: h.Reason, CreatedAt: h.CreatedAt,
+			LaunchedAt: timePtr(h.LaunchedAt), EndedAt: timePtr(h.EndedAt)})
+	}
+	return http.StatusOK, out, nil
+}
+
 func (s *Server) queueStats(r *http.Request) (int, any, error) {
 	queue := r.PathValue("queue")
 	if !wire.ValidQueue(queue) {

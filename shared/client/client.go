@@ -127,6 +127,13 @@ func (c *Client) Logs(ctx context.Context, id string, attempt, after int) (wire.
 	return out, err
 }
 
+// ListHosts reads the hosts the provisioner launched (GET /v1/hosts).
+func (c *Client) ListHosts(ctx context.Context) (wire.HostList, error) {
+	var out wire.HostList
+	_, err := c.Do(ctx, "list hosts", http.MethodGet, "/v1/hosts", nil, nil, &out)
+	return out, err
+}
+
 // Bye tells the control plane the daemon is leaving (POST /v1/daemon/bye).
 func (c *Client) Bye(ctx context.Context, req wire.ByeRequest) error {
 	_, err := c.Do(ctx, "bye", http.MethodPost, "/v1/daemon/bye", nil, req, nil)

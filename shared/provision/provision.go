@@ -300,7 +300,7 @@ func (p *Provisioner) reservations(ctx context.Context, plan map[domain.Provisio
 				break // one reservation's most; the next pass plans the rest
 			}
 			out = append(out, domain.Host{ID: p.cfg.IDs.New(ids.Host), Key: k, HostSetup: setup,
-				State: domain.LaunchReserved, Reason: fmt.Sprintf("%d queued invocations had no slot", plan[k]*p.cfg.Limits.SlotsPerHost),
+				State: domain.LaunchReserved, Reason: fmt.Sprintf("queued work had no free slot; this pass planned %d hosts for it", plan[k]),
 				CreatedAt: now})
 		}
 	}

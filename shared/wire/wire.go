@@ -472,3 +472,23 @@ type LogPage struct {
 
 // Worker reports the worker a daemon request acts for.
 func (r *LogsRequest) Worker() string { return r.WorkerID }
+
+// Host is the operator's view of one host the provisioner launched, or
+// tried to (docs/provision.md): what it serves, how it went and why.
+type Host struct {
+	HostID     string     `json:"host_id"`
+	Queue      string     `json:"queue"`
+	HostKey    string     `json:"host_key,omitempty"`
+	State      string     `json:"state"`
+	InstanceID string     `json:"instance_id,omitempty"`
+	Market     string     `json:"market,omitempty"`
+	Reason     string     `json:"reason,omitempty"`
+	CreatedAt  time.Time  `json:"created_at"`
+	LaunchedAt *time.Time `json:"launched_at,omitempty"`
+	EndedAt    *time.Time `json:"ended_at,omitempty"`
+}
+
+// HostList answers GET /v1/hosts.
+type HostList struct {
+	Hosts []Host `json:"hosts"`
+}

@@ -127,3 +127,28 @@ func TestProvisionLaunchesAHostThatRunsTheWork(t *testing.T) {
 		t.Fatalf("lakeshore ls hosts: %v\n%s", err, outText)
 	}
 }
+
+// TestProvisionNudgedBySubmit: a submit nudges `lakeshore dev`'s
+// provisioner, so the host is launched within seconds, not at the next
+// interval (an hour here).
+func TestProvisionNudgedBySubmit(t *testing.T) {
+	endpoint := storetest.MotoEndpoint(t)
+	ctx := context.Background()
+	ec2c := ec2.NewFromConfig(aws.Config{Region: "us-east-1", Credentials: credentials.NewStaticCredentialsProvider("test", "test", "")},
+		func(o *ec2.Options) { o.BaseEndpoint = aws.String(endpoint) })
+	template := "lakeshore-nudge-" + strings.TrimSuffix(storetest.Prefix(t), "-")
+	if _, err := ec2c.CreateLaunchTemplate(ctx, &ec2.CreateLaunchTemplateInput{LaunchTemplateName: aws.String(template),
+		LaunchTemplateData: &ec2types.RequestLaunchTemplateData{ImageId: aws.String("ami-12c6146b"), InstanceType: ec2types.InstanceTypeT3Micro}}); err != nil {
+		t.Fatalf("moto CreateLaunchTemplate: %v", err)
+	}
+	d := startDev(t, backends[1], "--provision-launch-template", template, "--provision-max-hosts", "3", "--provision-interval", "1h")
+	setup := []string{"echo nudged " + template}
+	if _, _, err := d.Operator().Submit(ctx, wire.SubmitRequest{Queue: "q", Argv: []string{"true"}, RunConfig: wire.RunConfig{HostSetup: setup}}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "an instance launched right after the submit", func() bool {
+		out, err := ec2c.DescribeInstances(ctx, &ec2.DescribeInstancesInput{Filters: []ec2types.Filter{
+			{Name: aws.String("tag:" + provision.TagHostKey), Values: []string{hostkey.Of(setup)}}}})
+		return err == nil && len(out.Reservations) == 1
+	})
+}

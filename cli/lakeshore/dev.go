@@ -19,6 +19,7 @@ import (
 
 	"github.com/dreamlake/lakeshore/shared/api"
 	"github.com/dreamlake/lakeshore/shared/auth"
+	"github.com/dreamlake/lakeshore/shared/clock"
 	lsconfig "github.com/dreamlake/lakeshore/shared/config"
 	"github.com/dreamlake/lakeshore/shared/control"
 	"github.com/dreamlake/lakeshore/shared/domain"
@@ -183,6 +184,15 @@ func runDev(ctx context.Context, o devOptions) error {
 	if o.wakeChannel {
 		poster = sockets
 	}
+	// A submit nudges the provisioner (when it runs): a pass soon after, not
+	// at its next interval.
+	nudges := make(chan struct{}, 1)
+	nudge := func(domain.Invocation) {
+		select {
+		case nudges <- struct{}{}:
+		default:
+		}
+	}
 	// /metrics (docs/metrics.md): the events of the use cases this process
 	// runs, and the gauges read from the store at each scrape.
 	var svc *control.Service
@@ -216,6 +226,7 @@ func runDev(ctx context.Context, o devOptions) error {
 			WakeURL:       wc.url,
 			Poster:        poster,
 			Metrics:       recorder,
+			Submitted:     nudge,
 		})
 		if err != nil {
 			return err
@@ -264,7 +275,7 @@ func runDev(ctx context.Context, o devOptions) error {
 		if err != nil {
 			return err
 		}
-		go every(ctx, o.provision.Interval, "provision", pass, log)
+		go everyOrNudged(ctx, o.provision.Interval, nudges, "provision", pass, log)
 	}
 
 	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
@@ -382,6 +393,28 @@ func every(ctx context.Context, interval time.Duration, what string, fn func(con
 			if err := fn(ctx); err != nil && ctx.Err() == nil {
 				log.Error(what, "error", err.Error())
 			}
+		}
+	}
+}
+
+// everyOrNudged runs fn every interval, and soon after a nudge (submits
+// within nudgeSettle of each other share one run).
+func everyOrNudged(ctx context.Context, interval time.Duration, nudges <-chan struct{}, what string, fn func(context.Context) error, log *slog.Logger) {
+	const nudgeSettle = 200 * time.Millisecond
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-nudges:
+			if clock.Sleep(ctx, nudgeSettle) != nil {
+				return
+			}
+		case <-t.C:
+		}
+		if err := fn(ctx); err != nil && ctx.Err() == nil {
+			log.Error(what, "error", err.Error())
 		}
 	}
 }

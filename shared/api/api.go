@@ -54,6 +54,8 @@ type Config struct {
 	Poster  control.Poster
 	// Metrics is control.Config's: what receives the use cases' events.
 	Metrics metrics.Recorder
+	// Submitted is control.Config's: told of each new invocation.
+	Submitted func(domain.Invocation)
 }
 
 // Operator list bounds.
@@ -98,7 +100,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	svc := control.New(control.Config{Store: cfg.Store, StaleAfter: cfg.StaleAfter, MaxPollWait: cfg.MaxPollWait,
 		Sleep: cfg.Sleep, Clock: cfg.Clock, Logger: cfg.Logger, Wake: cfg.Wake, LongPoll: cfg.LongPoll,
-		WakeURL: cfg.WakeURL, Poster: cfg.Poster, Metrics: cfg.Metrics})
+		WakeURL: cfg.WakeURL, Poster: cfg.Poster, Metrics: cfg.Metrics, Submitted: cfg.Submitted})
 	s := &Server{cfg: cfg, svc: svc, mux: http.NewServeMux(), log: cfg.Logger}
 	s.routes()
 	return s, nil

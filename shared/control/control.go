@@ -82,6 +82,7 @@ type Service struct {
 	// pushPausedUntil: the wake channel failed; notify skips it until then.
 	pushPausedUntil atomic.Pointer[time.Time]
 	metrics         metrics.Recorder
+	submitted       func(domain.Invocation)
 	log             *slog.Logger
 }
 
@@ -116,12 +117,15 @@ type Config struct {
 	Poster  Poster
 	// Metrics receives the use cases' events (nil: none; docs/metrics.md).
 	Metrics metrics.Recorder
+	// Submitted, if set, is told of each new invocation after its submit
+	// (`lakeshore dev` nudges its provisioner). It must not block.
+	Submitted func(domain.Invocation)
 	Logger  *slog.Logger
 }
 
 // New returns a Service over c.Store.
 func New(c Config) *Service {
-	s := &Service{store: c.Store, staleAfter: c.StaleAfter, maxWait: c.MaxPollWait, sleep: c.Sleep, clock: c.Clock, wake: c.Wake, longPoll: c.LongPoll, poster: c.Poster, wakeURL: c.WakeURL, metrics: c.Metrics, log: c.Logger}
+	s := &Service{store: c.Store, staleAfter: c.StaleAfter, maxWait: c.MaxPollWait, sleep: c.Sleep, clock: c.Clock, wake: c.Wake, longPoll: c.LongPoll, poster: c.Poster, wakeURL: c.WakeURL, metrics: c.Metrics, submitted: c.Submitted, log: c.Logger}
 	if s.metrics == nil {
 		s.metrics = metrics.Discard{}
 	}

@@ -32,6 +32,9 @@ func (s *Service) Submit(ctx context.Context, req wire.SubmitRequest) (inv domai
 			// Only the metrics miss it (until its first outcome is counted).
 			s.log.Warn("queue not noted for the metrics", "queue", inv.Queue, "error", err.Error())
 		}
+		if s.submitted != nil {
+			s.submitted(inv)
+		}
 	}
 	return inv, created, err
 }

@@ -120,7 +120,7 @@ type Config struct {
 	// Submitted, if set, is told of each new invocation after its submit
 	// (`lakeshore dev` nudges its provisioner). It must not block.
 	Submitted func(domain.Invocation)
-	Logger  *slog.Logger
+	Logger    *slog.Logger
 }
 
 // New returns a Service over c.Store.

@@ -27,6 +27,7 @@ import (
 	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/ids"
 	"github.com/dreamlake/lakeshore/shared/store"
+	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
 // Tags every launched instance carries.
@@ -341,7 +342,12 @@ func (p *Provisioner) launch(ctx context.Context, h *domain.Host, res *Result) e
 		"queue", h.Key.Queue, "host_key", h.Key.HostKey)
 	res.Launched++
 	*h = next
-	if err := p.cfg.Store.SaveHost(ctx, prev, h); err != nil {
+	if err := p.cfg.Store.SaveHost(ctx, prev, h); errors.Is(err, wire.ErrConflict) {
+		// Another pass launched this reservation too (the same client
+		// token: the same instance) and recorded it first.
+		p.log.Info("provision: another pass recorded this launch", "host_id", h.ID, "instance_id", instance)
+		return nil
+	} else if err != nil {
 		return err
 	}
 	// The worker row the host's hello adopts: the fleet shows it pending
@@ -449,9 +455,12 @@ func (p *Provisioner) settle(ctx context.Context, hosts []domain.Host, live []do
 			continue
 		}
 		var why string
+		w, said := seen[h.InstanceID]
 		switch {
-		case seen[h.InstanceID]:
-			why = "its worker left"
+		case said && !domain.Retired(w):
+			continue // said hello and reads stale: it may come back, and the sweep decides
+		case said:
+			why = "its worker left: " + w.ByeReason
 		case now.Sub(h.LaunchedAt) > p.cfg.HelloTimeout:
 			why = fmt.Sprintf("it never said hello within %s", p.cfg.HelloTimeout)
 			if _, err := p.cfg.EC2.TerminateInstances(ctx, &ec2.TerminateInstancesInput{InstanceIds: []string{h.InstanceID}}); err != nil {
@@ -478,13 +487,15 @@ func (p *Provisioner) settle(ctx context.Context, hosts []domain.Host, live []do
 	return ended, nil
 }
 
-// everSaidHello lists the machine ids of every worker that said hello
-// (live or not; not the pending rows written at launch).
-func (p *Provisioner) everSaidHello(ctx context.Context) (map[string]bool, error) {
-	out := map[string]bool{}
+// everSaidHello maps the machine id of every worker that said hello (live
+// or not; not the pending rows written at launch) to its newest worker.
+func (p *Provisioner) everSaidHello(ctx context.Context) (map[string]domain.Worker, error) {
+	out := map[string]domain.Worker{}
 	err := p.cfg.Store.EachWorker(ctx, "provision", func(w domain.Worker) error {
 		if w.BootID != "" {
-			out[w.MachineID] = true
+			if cur, ok := out[w.MachineID]; !ok || w.CreatedAt.After(cur.CreatedAt) {
+				out[w.MachineID] = w
+			}
 		}
 		return nil
 	})

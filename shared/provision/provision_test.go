@@ -338,6 +338,13 @@ func TestHelloAdoptsTheLaunchedHost(t *testing.T) {
 		t.Fatalf("pass after the hello: %+v %v; want the adopted host kept and nothing launched", res, err)
 	}
 
+	// Its worker goes silent past the stale window: it may come back, so
+	// the host is neither let go nor replaced.
+	w.clock.Advance(2 * time.Minute)
+	if res, err := p.Pass(w.ctx); err != nil || res.Launched != 0 || res.Ended != 0 {
+		t.Fatalf("pass with the host's worker stale: %+v %v; want it kept, nothing launched", res, err)
+	}
+
 	// The queue drains, the worker leaves by its keep-alive: the host is
 	// let go, nothing is launched, and the fleet is empty.
 	svc := storetest.Control(w.st)

@@ -140,11 +140,11 @@ func (p *Provisioner) Pass(ctx context.Context) (Result, error) {
 		if err != nil {
 			return res, err
 		}
-		workers, err := p.liveWorkers(ctx)
+		workers, seen, err := p.readWorkers(ctx)
 		if err != nil {
 			return res, err
 		}
-		ended, err := p.settle(ctx, hosts, workers)
+		ended, err := p.settle(ctx, hosts, workers, seen)
 		res.Ended += ended
 		if err != nil {
 			return res, err
@@ -183,17 +183,22 @@ func (p *Provisioner) Pass(ctx context.Context) (Result, error) {
 	return res, fmt.Errorf("provision: lost the reservation race %d times in a row", reserveTries)
 }
 
-// liveWorkers lists the workers that read live now (not stale, not gone).
-func (p *Provisioner) liveWorkers(ctx context.Context) ([]domain.Worker, error) {
+// readWorkers reads the workers table once: the workers that read live now
+// (not stale, not gone), and the newest worker of every machine that said
+// hello (live or not; not the pending rows written at launch).
+func (p *Provisioner) readWorkers(ctx context.Context) (live []domain.Worker, seen map[string]domain.Worker, err error) {
 	now := p.cfg.Clock.Now()
-	var out []domain.Worker
-	err := p.cfg.Store.EachWorker(ctx, "provision", func(w domain.Worker) error {
+	seen = map[string]domain.Worker{}
+	err = p.cfg.Store.EachWorker(ctx, "provision", func(w domain.Worker) error {
 		if st := domain.Project(w, now, p.cfg.StaleAfter); st != domain.WorkerStale && st != domain.WorkerGone {
-			out = append(out, w)
+			live = append(live, w)
+		}
+		if cur, ok := seen[w.MachineID]; w.BootID != "" && (!ok || w.CreatedAt.After(cur.CreatedAt)) {
+			seen[w.MachineID] = w
 		}
 		return nil
 	})
-	return out, err
+	return live, seen, err
 }
 
 // fleetOf is what serves each key: free slots of live workers (a worker
@@ -433,7 +438,7 @@ func launchReason(err error) string {
 // settle lets go of launched hosts that are over: one whose worker said
 // hello and then left (gone), and one that never said hello within
 // HelloTimeout (terminated, so it costs nothing more). It reports how many.
-func (p *Provisioner) settle(ctx context.Context, hosts []domain.Host, live []domain.Worker) (int, error) {
+func (p *Provisioner) settle(ctx context.Context, hosts []domain.Host, live []domain.Worker, seen map[string]domain.Worker) (int, error) {
 	now := p.cfg.Clock.Now().UTC()
 	alive := map[string]bool{}
 	pending := map[string]string{} // instance → its pending worker
@@ -443,10 +448,6 @@ func (p *Provisioner) settle(ctx context.Context, hosts []domain.Host, live []do
 			continue
 		}
 		alive[w.MachineID] = true
-	}
-	seen, err := p.everSaidHello(ctx)
-	if err != nil {
-		return 0, err
 	}
 	ended := 0
 	for i := range hosts {
@@ -485,21 +486,6 @@ func (p *Provisioner) settle(ctx context.Context, hosts []domain.Host, live []do
 		ended++
 	}
 	return ended, nil
-}
-
-// everSaidHello maps the machine id of every worker that said hello (live
-// or not; not the pending rows written at launch) to its newest worker.
-func (p *Provisioner) everSaidHello(ctx context.Context) (map[string]domain.Worker, error) {
-	out := map[string]domain.Worker{}
-	err := p.cfg.Store.EachWorker(ctx, "provision", func(w domain.Worker) error {
-		if w.BootID != "" {
-			if cur, ok := out[w.MachineID]; !ok || w.CreatedAt.After(cur.CreatedAt) {
-				out[w.MachineID] = w
-			}
-		}
-		return nil
-	})
-	return out, err
 }
 
 // Handler returns the provisioner Lambda's handler: any event (its

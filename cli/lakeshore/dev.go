@@ -254,7 +254,7 @@ func runDev(ctx context.Context, o devOptions) error {
 	// The reaper sweeps a quarter of the stale window apart, so a crashed
 	// worker's work is handed out again within about stale_after × 1.25 of
 	// its last poll.
-	go every(ctx, max(o.staleAfter/4, 250*time.Millisecond), "sweep", sweepOnce, log)
+	go every(ctx, max(o.staleAfter/4, 250*time.Millisecond), nil, "sweep", sweepOnce, log)
 	if o.storeKind == "aws" && o.hostPoll > 0 {
 		if pollHostsOnce == nil {
 			cfg, err := config.LoadDefaultConfig(ctx, config.WithLogger(logjson.SDK(log)))
@@ -267,7 +267,7 @@ func runDev(ctx context.Context, o devOptions) error {
 		// The hoststatus function's EC2 poll: the Lambda's schedule is a
 		// minute; locally a few seconds, so a stopped or terminated
 		// instance's worker reads gone and its work is handed back soon.
-		go every(ctx, o.hostPoll, "host poll", pollHostsOnce, log)
+		go every(ctx, o.hostPoll, nil, "host poll", pollHostsOnce, log)
 	}
 
 	if o.provision.MaxHosts > 0 {
@@ -275,7 +275,7 @@ func runDev(ctx context.Context, o devOptions) error {
 		if err != nil {
 			return err
 		}
-		go everyOrNudged(ctx, o.provision.Interval, nudges, "provision", pass, log)
+		go every(ctx, o.provision.Interval, nudges, "provision", pass, log)
 	}
 
 	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
@@ -381,25 +381,11 @@ func pollHostsStore(ctx context.Context, p *hoststatus.Poller, log *slog.Logger)
 	return err
 }
 
-// every runs fn each interval until ctx ends, logging its errors.
-func every(ctx context.Context, interval time.Duration, what string, fn func(context.Context) error, log *slog.Logger) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if err := fn(ctx); err != nil && ctx.Err() == nil {
-				log.Error(what, "error", err.Error())
-			}
-		}
-	}
-}
 
-// everyOrNudged runs fn every interval, and soon after a nudge (submits
-// within nudgeSettle of each other share one run).
-func everyOrNudged(ctx context.Context, interval time.Duration, nudges <-chan struct{}, what string, fn func(context.Context) error, log *slog.Logger) {
+// every runs fn every interval until ctx ends, logging its errors; and
+// soon after a nudge on nudges (nil: none; nudges within nudgeSettle of
+// each other share one run).
+func every(ctx context.Context, interval time.Duration, nudges <-chan struct{}, what string, fn func(context.Context) error, log *slog.Logger) {
 	const nudgeSettle = 200 * time.Millisecond
 	t := time.NewTicker(interval)
 	defer t.Stop()

@@ -320,15 +320,12 @@ func redacted(env map[string]string) map[string]string {
 	return out
 }
 
-// workerView is the operator's view of w at now. Its current_invocations
-// is what it last said it runs, and 0 once it reads stale or gone: the
-// sweep hands its work back, and nothing it still runs counts.
+// workerView is the operator's view of w at now (its current_invocations:
+// domain.RunningNow).
 func (s *Server) workerView(w domain.Worker, now time.Time) wire.Worker {
 	since, why := domain.StateWhy(w, now, s.cfg.StaleAfter)
 	state := domain.Project(w, now, s.cfg.StaleAfter)
-	if state == domain.WorkerStale || state == domain.WorkerGone {
-		w.CurrentInvocations = 0
-	}
+	w.CurrentInvocations = domain.RunningNow(w, now, s.cfg.StaleAfter)
 	return wire.Worker{
 		RetiredAt: timePtr(w.GoneAt), StateSince: timePtr(since), StateWhy: why,
 		WorkerID: w.ID, MachineID: w.MachineID, Label: w.Label,

@@ -54,6 +54,16 @@ func Project(w Worker, now time.Time, staleAfter time.Duration) string {
 	}
 }
 
+// RunningNow reports how many invocations w counts as running at now: what
+// it last said, and 0 once it reads stale or gone (the sweep hands its work
+// back, and nothing it may still run counts).
+func RunningNow(w Worker, now time.Time, staleAfter time.Duration) int {
+	if st := Project(w, now, staleAfter); st == WorkerStale || st == WorkerGone {
+		return 0
+	}
+	return w.CurrentInvocations
+}
+
 // StateWhy says since when and why w reads stale or gone at now (the zero
 // time and "" for any other state): a stale worker since it was last heard,
 // a gone one since it was retired, with its bye reason or host status.

@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -135,6 +136,8 @@ func (p *Provisioner) Pass(ctx context.Context) (Result, error) {
 	if p.cfg.Limits.MaxHosts <= 0 {
 		return res, nil
 	}
+	// The launch template's user data, read once a pass, at its first launch.
+	base := sync.OnceValues(func() (string, error) { return p.templateUserData(ctx) })
 	for range reserveTries {
 		version, hosts, err := p.cfg.Store.Fleet(ctx)
 		if err != nil {
@@ -149,7 +152,7 @@ func (p *Provisioner) Pass(ctx context.Context) (Result, error) {
 		if err != nil {
 			return res, err
 		}
-		if err := p.launchReserved(ctx, hosts, &res, p.cfg.Clock.Now().Add(-time.Minute)); err != nil {
+		if err := p.launchReserved(ctx, hosts, base, &res, p.cfg.Clock.Now().Add(-time.Minute)); err != nil {
 			return res, err
 		}
 		demand, err := p.demand(ctx)
@@ -174,7 +177,7 @@ func (p *Provisioner) Pass(ctx context.Context) (Result, error) {
 		res.Reserved += len(reserved)
 		for i := range reserved {
 			reserved[i].Version = 1
-			if err := p.launch(ctx, &reserved[i], &res); err != nil {
+			if err := p.launch(ctx, &reserved[i], base, &res); err != nil {
 				return res, err
 			}
 		}
@@ -315,10 +318,10 @@ func (p *Provisioner) reservations(ctx context.Context, plan map[domain.Provisio
 
 // launchReserved launches the reserved hosts older than before: a pass
 // that died between its reservation and its EC2 call left them.
-func (p *Provisioner) launchReserved(ctx context.Context, hosts []domain.Host, res *Result, before time.Time) error {
+func (p *Provisioner) launchReserved(ctx context.Context, hosts []domain.Host, base func() (string, error), res *Result, before time.Time) error {
 	for i := range hosts {
 		if h := &hosts[i]; h.State == domain.LaunchReserved && h.CreatedAt.Before(before) {
-			if err := p.launch(ctx, h, res); err != nil {
+			if err := p.launch(ctx, h, base, res); err != nil {
 				return err
 			}
 		}
@@ -328,8 +331,9 @@ func (p *Provisioner) launchReserved(ctx context.Context, hosts []domain.Host, r
 
 // launch starts host h (reserved): spot first, on-demand when spot
 // capacity is refused; records the instance, or the refusal's reason.
-func (p *Provisioner) launch(ctx context.Context, h *domain.Host, res *Result) error {
-	instance, market, err := p.runInstance(ctx, *h)
+// base reads the launch template's user data.
+func (p *Provisioner) launch(ctx context.Context, h *domain.Host, base func() (string, error), res *Result) error {
+	instance, market, err := p.runInstance(ctx, *h, base)
 	now := p.cfg.Clock.Now().UTC()
 	prev := h.Version
 	if err != nil {
@@ -368,12 +372,12 @@ var spotRefusals = []string{"InsufficientInstanceCapacity", "MaxSpotInstanceCoun
 
 // runInstance makes the EC2 call for h, reporting the instance and how it
 // was bought.
-func (p *Provisioner) runInstance(ctx context.Context, h domain.Host) (string, string, error) {
-	base, err := p.templateUserData(ctx)
+func (p *Provisioner) runInstance(ctx context.Context, h domain.Host, base func() (string, error)) (string, string, error) {
+	tmpl, err := base()
 	if err != nil {
 		return "", "", err
 	}
-	data, err := userData(base, h, p.cfg.Limits.SlotsPerHost, p.cfg.KeepAlive)
+	data, err := userData(tmpl, h, p.cfg.Limits.SlotsPerHost, p.cfg.KeepAlive)
 	if err != nil {
 		return "", "", err
 	}

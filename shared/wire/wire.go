@@ -79,6 +79,13 @@ const (
 	ErrorTypeTimeout    = domain.ErrorTypeTimeout
 )
 
+// Error types of a worker's failed outcome that a retry policy matches
+// (RetryPolicy): the runner writes them, the control plane reads them.
+const (
+	ErrorTypeExitCode = domain.ErrorTypeExitCode
+	ErrorTypeSignal   = domain.ErrorTypeSignal
+)
+
 // Capabilities is what a daemon says it can do. Hello carries the whole set;
 // a poll's updated_capabilities carries what changed (current_invocations).
 type Capabilities struct {

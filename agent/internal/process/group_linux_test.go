@@ -175,9 +175,8 @@ func TestRunUnconfirmedCleanup(t *testing.T) {
 		t.Fatalf("Unconfirmed = %d %v; want the body's group %d", pgid, pids, run.Pid())
 	}
 	var errs []map[string]any
-	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
-		var rec map[string]any
-		if json.Unmarshal([]byte(line), &rec) == nil && rec["level"] == "ERROR" && strings.Contains(fmt.Sprint(rec["msg"]), "cleanup not confirmed") {
+	for _, rec := range logs.records("cleanup not confirmed") {
+		if rec["level"] == "ERROR" {
 			errs = append(errs, rec)
 		}
 	}
@@ -202,4 +201,16 @@ func (b *lockedBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// records reports the JSON log's records whose msg contains msg.
+func (b *lockedBuffer) records(msg string) []map[string]any {
+	var out []map[string]any
+	for _, line := range strings.Split(b.String(), "\n") {
+		var rec map[string]any
+		if json.Unmarshal([]byte(line), &rec) == nil && strings.Contains(fmt.Sprint(rec["msg"]), msg) {
+			out = append(out, rec)
+		}
+	}
+	return out
 }

@@ -1,14 +1,11 @@
 package process
 
 import (
-	"bytes"
 	"encoding/json"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -17,36 +14,9 @@ import (
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
-// ledgerTestLog is a JSON log a test reads back.
-type ledgerTestLog struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *ledgerTestLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-// records reports the log's records whose msg contains msg.
-func (l *ledgerTestLog) records(t *testing.T, msg string) []map[string]any {
+func ledgerTestOpen(t *testing.T) (*Ledger, *lockedBuffer) {
 	t.Helper()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []map[string]any
-	for _, line := range strings.Split(l.buf.String(), "\n") {
-		var rec map[string]any
-		if json.Unmarshal([]byte(line), &rec) == nil && strings.Contains(rec["msg"].(string), msg) {
-			out = append(out, rec)
-		}
-	}
-	return out
-}
-
-func ledgerTestOpen(t *testing.T) (*Ledger, *ledgerTestLog) {
-	t.Helper()
-	log := &ledgerTestLog{}
+	log := &lockedBuffer{}
 	l, err := OpenLedger(t.TempDir(), slog.New(slog.NewJSONHandler(log, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	if err != nil {
 		t.Fatal(err)
@@ -110,7 +80,7 @@ func TestLedgerSweepKillsWhatAnEarlierProcessLeft(t *testing.T) {
 	if got := ledgerTestRecords(t, l); len(got) != 0 {
 		t.Errorf("ledger still holds %v after the sweep", got)
 	}
-	recs := log.records(t, "killed a body")
+	recs := log.records("killed a body")
 	if len(recs) != 1 || recs[0]["level"] != "WARN" || recs[0]["invocation_id"] != "inv_A" || recs[0]["attempt"] != float64(2) || recs[0]["pid"] != float64(cmd.Process.Pid) {
 		t.Errorf("warn records %v; want one naming inv_A attempt 2 pid %d", recs, cmd.Process.Pid)
 	}
@@ -210,7 +180,7 @@ func TestLedgerSweepKeepsTheRecordOfASurvivor(t *testing.T) {
 	if got := ledgerTestRecords(t, l); len(got) != 1 {
 		t.Errorf("ledger holds %v; want the record kept", got)
 	}
-	if recs := log.records(t, "still running after SIGKILL"); len(recs) != 1 || recs[0]["level"] != "ERROR" {
+	if recs := log.records("still running after SIGKILL"); len(recs) != 1 || recs[0]["level"] != "ERROR" {
 		t.Errorf("error records %v; want one", recs)
 	}
 }

@@ -25,17 +25,17 @@ import (
 // control plane's own type, so an operator groups both sides' timeouts
 // together.
 const (
-	ErrorTypeTimeout        = wire.ErrorTypeTimeout // timeout_s passed
-	ErrorTypeExitCode       = "exit_code"           // the body exited non-zero
-	ErrorTypeSignal         = "signal"              // the body was killed by a signal nobody in the daemon sent
-	ErrorTypeCancelled      = "cancelled"           // an operator cancelled the run
-	ErrorTypeAbandoned      = "abandoned"           // the daemon killed the run on its way out; never acked
-	ErrorTypeRunSetupFailed = "run_setup_failed"    // a run_setup command failed; the body never started
-	ErrorTypeBadWorkdir     = "bad_workdir"         // run_config.workdir (or the invocation id) escapes the run directory
-	ErrorTypeWorkdirFailed  = "workdir_failed"      // the run directory or its log files could not be created
-	ErrorTypeStartFailed    = "start_failed"        // the body could not be started (not found, not executable)
-	ErrorTypeBadResult      = "bad_result"          // the result file is not JSON, not UTF-8, or over the limit
-	ErrorTypeInternal       = "internal"            // a bug in the runner; see the daemon's log
+	ErrorTypeTimeout        = wire.ErrorTypeTimeout  // timeout_s passed
+	ErrorTypeExitCode       = wire.ErrorTypeExitCode // the body exited non-zero
+	ErrorTypeSignal         = wire.ErrorTypeSignal   // the body was killed by a signal nobody in the daemon sent
+	ErrorTypeCancelled      = "cancelled"            // an operator cancelled the run
+	ErrorTypeAbandoned      = "abandoned"            // the daemon killed the run on its way out; never acked
+	ErrorTypeRunSetupFailed = "run_setup_failed"     // a run_setup command failed; the body never started
+	ErrorTypeBadWorkdir     = "bad_workdir"          // run_config.workdir (or the invocation id) escapes the run directory
+	ErrorTypeWorkdirFailed  = "workdir_failed"       // the run directory or its log files could not be created
+	ErrorTypeStartFailed    = "start_failed"         // the body could not be started (not found, not executable)
+	ErrorTypeBadResult      = "bad_result"           // the result file is not JSON, not UTF-8, or over the limit
+	ErrorTypeInternal       = "internal"             // a bug in the runner; see the daemon's log
 )
 
 // Names of the files the runner keeps in each run directory.

@@ -19,7 +19,6 @@ import (
 // wantTable is the expected shape of one table of template.yaml.
 type wantTable struct {
 	hash, rng string
-	numbers   []string             // key attributes of type N (all others are S)
 	gsis      map[string][2]string // index name -> hash, range
 	ttl       string
 }

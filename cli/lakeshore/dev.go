@@ -381,7 +381,6 @@ func pollHostsStore(ctx context.Context, p *hoststatus.Poller, log *slog.Logger)
 	return err
 }
 
-
 // every runs fn every interval until ctx ends, logging its errors; and
 // soon after a nudge on nudges (nil: none; nudges within nudgeSettle of
 // each other share one run).

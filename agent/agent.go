@@ -182,6 +182,17 @@ type state struct {
 	setupResults []wire.SetupResult // finished, not yet reported
 	setupBusy    bool               // a setup command (host or CP) runs
 	hostSetupOK  bool               // every --host-setup command succeeded
+	// hostSetup is the host setup in effect: --host-setup, or the one an
+	// adopt command gave (adopting names its key until it succeeded);
+	// hostKey is the key polls advertise (adopt.go).
+	hostSetup []string
+	hostKey   string
+	adopting  string
+	// adoptFailed is the key of a failed adoption the next poll reports;
+	// adoptRefused remembers every such key: it is never tried again.
+	adoptFailed  string
+	adoptRefused map[string]bool
+	rewake       bool // the key changed: the wake socket must listen for it
 	// hostSetupErr: a --host-setup command failed and is not being rerun.
 	// The daemon stays in setup (never claims) but runs control-plane setup
 	// commands, so an operator can repair the host; after one succeeds the
@@ -357,10 +368,11 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 	go a.logs.Run(logsCtx)
 	hello := wire.HelloRequest{
 		MachineID: machineID, BootID: bootID, Label: cfg.Label, Tags: cfg.Tags,
-		Lanes:        []string{cfg.Queue},
-		Capabilities: wire.Capabilities{MaxConcurrency: &cfg.Capacity},
-		Versions:     map[string]string{"nymph": cfg.Version},
-		HostKey:      hk,
+		Lanes:          []string{cfg.Queue},
+		Capabilities:   wire.Capabilities{MaxConcurrency: &cfg.Capacity},
+		Versions:       map[string]string{"nymph": cfg.Version},
+		HostKey:        hk,
+		AdoptHostSetup: cfg.AdoptHostSetup,
 	}
 	st := &state{runs: map[string]*running{}, setupSeen: map[string]bool{}, idleSince: a.now()}
 	st.sess, err = a.hello(stopCtx, hello)

@@ -18,18 +18,22 @@ import (
 // durations mean what they say, zero included: DefaultConfig holds the
 // flags' defaults, and New never puts one in place of a zero.
 type Config struct {
-	ControlPlane   string
-	EnrollToken    string
-	Queue          string
-	Label          string
-	Tags           map[string]string
-	Capacity       int
-	Workdir        string
-	StateDir       string
-	KeepAlive      time.Duration // exit after this long idle; 0: never exit for idleness
-	Grace          time.Duration // how long in-flight work may finish once draining; 0: none, terminate at once
-	KillAfter      time.Duration // SIGTERM → this long → SIGKILL; 0: SIGKILL right after SIGTERM
-	HostSetup      []string
+	ControlPlane string
+	EnrollToken  string
+	Queue        string
+	Label        string
+	Tags         map[string]string
+	Capacity     int
+	Workdir      string
+	StateDir     string
+	KeepAlive    time.Duration // exit after this long idle; 0: never exit for idleness
+	Grace        time.Duration // how long in-flight work may finish once draining; 0: none, terminate at once
+	KillAfter    time.Duration // SIGTERM → this long → SIGKILL; 0: SIGKILL right after SIGTERM
+	HostSetup    []string
+	// AdoptHostSetup: a generic worker (no HostSetup) that, idle, may be
+	// asked to run a queued invocation's host_setup and advertise its host
+	// key from then on (--adopt-host-setup; adopt.go).
+	AdoptHostSetup bool
 	IntrospectAddr string
 	MachineID      string
 	PollInterval   time.Duration // 0: what the control plane answers (hello's poll_interval_s)

@@ -42,7 +42,8 @@ func (a *Agent) loop(ctx context.Context, st *state, hello wire.HelloRequest) (e
 	}
 	a.setPhase(st, wire.PhaseSetup)
 	a.health.PollerRunning(true)
-	if len(cfg.HostSetup) > 0 {
+	st.hostSetup, st.hostKey = cfg.HostSetup, hello.HostKey
+	if len(st.hostSetup) > 0 {
 		a.startHostSetup(st, 0)
 	} else {
 		st.hostSetupOK = true

@@ -30,7 +30,8 @@ func (a *Agent) poll(ctx context.Context, st *state, hello wire.HelloRequest, ru
 		Queue:               a.cfg.Queue,
 		Invocations:         a.inflightIDs(st),
 		Phase:               st.phase,
-		HostKey:             hello.HostKey,
+		HostKey:             st.hostKey,
+		AdoptFailed:         st.adoptFailed,
 		UpdatedCapabilities: &wire.Capabilities{MaxConcurrency: &a.cfg.Capacity, CurrentInvocations: ptr(len(st.runs))},
 		SetupResults:        sent,
 		TimeoutS:            hold.Seconds(),
@@ -90,6 +91,7 @@ func (a *Agent) poll(ctx context.Context, st *state, hello wire.HelloRequest, ru
 		if hctx == nil { // a loop not started by Run (tests)
 			hctx = ctx
 		}
+		hello.HostKey = st.hostKey // an adopted key is this daemon's now
 		sess, herr := a.hello(hctx, hello)
 		if herr != nil && hctx.Err() != nil {
 			// Stopped while saying hello again: a clean end, as a stop
@@ -134,6 +136,16 @@ func (a *Agent) poll(ctx context.Context, st *state, hello wire.HelloRequest, ru
 	// now, not when their backoff runs out.
 	a.acker.RetryNow()
 	st.setupResults = st.setupResults[len(sent):]
+	if st.adoptFailed == req.AdoptFailed {
+		st.adoptFailed = ""
+	}
+	if st.rewake && req.HostKey == st.hostKey && st.wake != nil {
+		// The control plane knows the adopted key now: a new wake socket
+		// listens for its work (a socket's keys are set as it connects).
+		st.rewake = false
+		st.wake.Use("", "")
+		a.useWake(st)
+	}
 	if a.testHookPolled != nil {
 		a.testHookPolled(req)
 	}
@@ -156,6 +168,8 @@ func (a *Agent) poll(ctx context.Context, st *state, hello wire.HelloRequest, ru
 				a.log.Info("cancel", "invocation_id", c.InvocationID, "attempt", r.run.Attempt(), "reason", c.Reason)
 				r.run.Cancel()
 			}
+		case wire.CommandAdopt:
+			a.adoptCommand(st, c)
 		case wire.CommandDrain:
 			if !st.draining() {
 				a.log.Info("drain command: draining", "grace", a.cfg.Grace)

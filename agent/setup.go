@@ -9,24 +9,27 @@ import (
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
-// startHostSetup runs the --host-setup commands from index from on (0 at
-// start; the one that failed on a rerun), off the loop's goroutine.
+// startHostSetup runs the host setup commands (st.hostSetup) from index
+// from on (0 at start; the one that failed on a rerun), off the loop's
+// goroutine.
 func (a *Agent) startHostSetup(st *state, from int) {
 	st.setupBusy, st.idleSince = true, a.now()
-	st.setupRunning = hostSetupText(a.cfg.HostSetup[from])
+	st.setupRunning = hostSetupText(st.hostSetup[from])
 	st.hostSetupErr, st.hostSetupRerun = false, false
+	cmds := st.hostSetup
 	a.goSetup(st, func(ctx context.Context, report func(setupDone) bool) {
-		a.runHostSetup(ctx, from, report)
+		a.runHostSetup(ctx, cmds, from, report)
 	})
 }
 
-// runHostSetup runs --host-setup commands in order from index from, each
-// with sh -c, and reports each. A failing command stops the rest: the worker
-// stays in setup (heartbeating, never claiming) until a control-plane setup
-// command repairs the host, or its keep-alive runs out.
-func (a *Agent) runHostSetup(ctx context.Context, from int, report func(setupDone) bool) {
-	for i := from; i < len(a.cfg.HostSetup); i++ {
-		cmd := a.cfg.HostSetup[i]
+// runHostSetup runs host setup cmds in order from index from, each with sh
+// -c, and reports each. A failing command stops the rest: the worker stays
+// in setup (heartbeating, never claiming) until a control-plane setup
+// command repairs the host, or its keep-alive runs out; an adopted host
+// setup that fails leaves the worker generic instead (adopt.go).
+func (a *Agent) runHostSetup(ctx context.Context, cmds []string, from int, report func(setupDone) bool) {
+	for i := from; i < len(cmds); i++ {
+		cmd := cmds[i]
 		res := setupResult(a.runner.Exec(ctx, []string{"/bin/sh", "-c", cmd}, a.cfg.Workdir))
 		res.Command = hostSetupText(cmd)
 		if !report(setupDone{result: res, host: true, index: i}) || res.Status == wire.SetupFailed {
@@ -108,17 +111,20 @@ func (a *Agent) setupFinished(st *state, ev setupDone) {
 		a.log.Info("host setup", "index", ev.index, "status", ev.result.Status, "exit_code", ev.result.ExitCode,
 			"duration_ms", ev.result.DurationMS)
 		switch {
+		case ev.result.Status == wire.SetupFailed && st.adopting != "":
+			a.adoptionFailed(st, ev)
 		case ev.result.Status == wire.SetupFailed:
 			st.setupBusy = false
 			st.hostSetupErr, st.hostSetupNext, st.hostSetupFailure = true, ev.index, ev.result
 			a.log.Error("host setup failed; staying in setup without claiming until a setup command repairs the host",
 				"index", ev.index, "command", process.ClipString(ev.result.Command, 200), "exit_code", ev.result.ExitCode,
 				"keep_alive", a.cfg.KeepAlive)
-		case ev.index == len(a.cfg.HostSetup)-1:
+		case ev.index == len(st.hostSetup)-1:
 			st.setupBusy = false
 			st.hostSetupOK = true
+			a.adopted(st)
 		default:
-			st.setupRunning = hostSetupText(a.cfg.HostSetup[ev.index+1])
+			st.setupRunning = hostSetupText(st.hostSetup[ev.index+1])
 		}
 	} else {
 		st.setupBusy = false

@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
 
+	"github.com/dreamlake/lakeshore/shared/client"
 	"github.com/dreamlake/lakeshore/shared/hostkey"
 	"github.com/dreamlake/lakeshore/shared/provision"
 	"github.com/dreamlake/lakeshore/shared/store/storetest"
@@ -99,32 +100,54 @@ func TestProvisionLaunchesAHostThatRunsTheWork(t *testing.T) {
 	if err := os.WriteFile(setupFile, hostSetup, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	startNymph(t, d, id, "--machine-id", id, "--host-setup-file", setupFile, "--capacity", "2")
+	// --keep-alive as the launched host's settings say, shortened: once the
+	// queue is drained it leaves (bye idle) and the host powers off.
+	n := startNymph(t, d, id, "--machine-id", id, "--host-setup-file", setupFile, "--capacity", "2", "--keep-alive", "3s")
 	got := waitTerminal(t, op, inv.InvocationID, time.Minute)
 	if got.State != wire.StateSucceeded || got.WorkerID != pending.WorkerID {
 		t.Fatalf("the work ended %s on %s; want succeeded on the adopted worker %s", got.State, got.WorkerID, pending.WorkerID)
 	}
+
+	// The operator's view of what the provisioner did.
+	lsHosts := func() string {
+		cmd := exec.Command(lakeshoreBin(t), "ls", "hosts")
+		cmd.Env = append(os.Environ(), "LAKESHORE_URL="+d.URL, "LAKESHORE_TOKEN="+d.OperatorToken)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("lakeshore ls hosts: %v\n%s", err, out)
+		}
+		return string(out)
+	}
+	if out := lsHosts(); !strings.Contains(out, id) || !strings.Contains(out, "launched") || !strings.Contains(out, "queued work had no free slot") {
+		t.Fatalf("lakeshore ls hosts while it works:\n%s", out)
+	}
+
+	// Scale to zero: the queue is drained, the worker leaves by its
+	// keep-alive, the provisioner lets the host go and terminates its
+	// instance, and launches nothing more.
+	if code := n.wait(t, 30*time.Second); code != 0 {
+		t.Fatalf("nymph left by its keep-alive with exit %d, want 0", code)
+	}
+	eventually(t, 30*time.Second, "the instance terminated once its worker left", func() bool {
+		out, err := ec2c.DescribeInstances(ctx, &ec2.DescribeInstancesInput{InstanceIds: []string{id}})
+		return err == nil && len(out.Reservations) == 1 &&
+			out.Reservations[0].Instances[0].State.Name == ec2types.InstanceStateNameTerminated
+	})
 	time.Sleep(3 * time.Second) // three more provisioner passes
 	out, err := ec2c.DescribeInstances(ctx, &ec2.DescribeInstancesInput{Filters: []ec2types.Filter{
 		{Name: aws.String("tag:" + provision.TagHostKey), Values: []string{hostkey.Of(setup)}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := 0
+	launched := 0
 	for _, r := range out.Reservations {
-		n += len(r.Instances)
+		launched += len(r.Instances)
 	}
-	if n != 1 {
-		t.Fatalf("%d instances launched for one invocation, want 1", n)
+	if launched != 1 {
+		t.Fatalf("%d instances launched for one invocation, want 1", launched)
 	}
-
-	// The operator's view of what the provisioner did.
-	cmd := exec.Command(lakeshoreBin(t), "ls", "hosts")
-	cmd.Env = append(os.Environ(), "LAKESHORE_URL="+d.URL, "LAKESHORE_TOKEN="+d.OperatorToken)
-	outText, err := cmd.CombinedOutput()
-	if err != nil || !strings.Contains(string(outText), id) || !strings.Contains(string(outText), "launched") ||
-		!strings.Contains(string(outText), "queued work had no free slot") {
-		t.Fatalf("lakeshore ls hosts: %v\n%s", err, outText)
+	if out := lsHosts(); !strings.Contains(out, "ended") || !strings.Contains(out, "its worker left") {
+		t.Fatalf("lakeshore ls hosts after the queue drained:\n%s", out)
 	}
 }
 
@@ -150,5 +173,94 @@ func TestProvisionNudgedBySubmit(t *testing.T) {
 		out, err := ec2c.DescribeInstances(ctx, &ec2.DescribeInstancesInput{Filters: []ec2types.Filter{
 			{Name: aws.String("tag:" + provision.TagHostKey), Values: []string{hostkey.Of(setup)}}}})
 		return err == nil && len(out.Reservations) == 1
+	})
+}
+
+// TestProvisionAsksAGenericWorkerToAdopt (issue 15, `nymph
+// --adopt-host-setup`): with provisioning on, work whose host setup no
+// live worker has goes first to an idle generic worker that may adopt: the
+// real nymph runs that host setup in phase setup, advertises the derived
+// key and runs the work, and nothing is launched for it. A second generic
+// nymph asked for a host setup that fails stays generic and keeps working
+// (generic work still reaches it); the provisioner launches a host for
+// that key instead.
+func TestProvisionAsksAGenericWorkerToAdopt(t *testing.T) {
+	endpoint := storetest.MotoEndpoint(t)
+	ctx := context.Background()
+	ec2c := ec2.NewFromConfig(aws.Config{Region: "us-east-1", Credentials: credentials.NewStaticCredentialsProvider("test", "test", "")},
+		func(o *ec2.Options) { o.BaseEndpoint = aws.String(endpoint) })
+	template := "lakeshore-adopt-" + strings.TrimSuffix(storetest.Prefix(t), "-")
+	if _, err := ec2c.CreateLaunchTemplate(ctx, &ec2.CreateLaunchTemplateInput{LaunchTemplateName: aws.String(template),
+		LaunchTemplateData: &ec2types.RequestLaunchTemplateData{ImageId: aws.String("ami-12c6146b"), InstanceType: ec2types.InstanceTypeT3Micro}}); err != nil {
+		t.Fatalf("moto CreateLaunchTemplate: %v", err)
+	}
+	d := startDev(t, backends[1], "--provision-launch-template", template, "--provision-max-hosts", "3", "--provision-interval", "1s")
+	op := d.Operator()
+	instancesOf := func(setup []string) int {
+		out, err := ec2c.DescribeInstances(ctx, &ec2.DescribeInstancesInput{Filters: []ec2types.Filter{
+			{Name: aws.String("tag:" + provision.TagHostKey), Values: []string{hostkey.Of(setup)}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, r := range out.Reservations {
+			n += len(r.Instances)
+		}
+		return n
+	}
+
+	generic := startNymph(t, d, "generic-1", "--adopt-host-setup", "--capacity", "2")
+	waitReady(t, op, "generic-1")
+	marker := filepath.Join(t.TempDir(), "warmed")
+	setup := []string{"echo warm " + template + " > " + marker}
+	inv, _, err := op.Submit(ctx, wire.SubmitRequest{Queue: "q", Argv: []string{"cat", marker}, RunConfig: wire.RunConfig{HostSetup: setup}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := waitTerminal(t, op, inv.InvocationID, time.Minute)
+	w, _ := workerNamed(ctx, op, "generic-1")
+	if got.State != wire.StateSucceeded || got.WorkerID != w.WorkerID {
+		t.Fatalf("the work ended %s on %s; want succeeded on the generic worker %s that adopted its key", got.State, got.WorkerID, w.WorkerID)
+	}
+	if w.HostKey != hostkey.Of(setup) || w.Adoption != nil {
+		t.Fatalf("the adopting worker: key %q adoption %+v; want the work's key %s, the adoption over", w.HostKey, w.Adoption, hostkey.Of(setup))
+	}
+	generic.waitLog(t, 5*time.Second, "adopted a host key")
+	if n := instancesOf(setup); n != 0 {
+		t.Fatalf("%d instances launched for work a generic worker adopted, want 0", n)
+	}
+
+	// An adoption that fails.
+	other := startNymph(t, d, "generic-2", "--adopt-host-setup")
+	waitReady(t, op, "generic-2")
+	bad := []string{"echo broken " + template + "; exit 3"}
+	if _, _, err := op.Submit(ctx, wire.SubmitRequest{Queue: "q", Argv: []string{"true"}, RunConfig: wire.RunConfig{HostSetup: bad}}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Minute, "the failed adoption shown on the worker, and a host launched instead", func() bool {
+		w, ok := workerNamed(ctx, op, "generic-2")
+		return ok && w.Adoption != nil && w.Adoption.Failed != "" && w.HostKey == "" && instancesOf(bad) == 1
+	})
+	other.waitLog(t, 5*time.Second, "adopted host setup failed; staying generic")
+	// Still generic, still ready: generic work reaches it (generic-1 is
+	// keyed now but takes generic work too; either may run it).
+	plain, _, err := op.Submit(ctx, wire.SubmitRequest{Queue: "q", Argv: []string{"true"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := waitTerminal(t, op, plain.InvocationID, time.Minute); got.State != wire.StateSucceeded {
+		t.Fatalf("generic work after the failed adoption ended %s", got.State)
+	}
+	if w, _ := workerNamed(ctx, op, "generic-2"); w.State != "active" || w.Phase != wire.PhaseReady {
+		t.Fatalf("the worker whose adoption failed is %s/%s, want active/ready", w.State, w.Phase)
+	}
+}
+
+// waitReady waits for the worker labelled label to be active and ready.
+func waitReady(t *testing.T, op *client.Client, label string) {
+	t.Helper()
+	eventually(t, 30*time.Second, label+" ready", func() bool {
+		w, ok := workerNamed(context.Background(), op, label)
+		return ok && w.State == "active" && w.Phase == wire.PhaseReady
 	})
 }

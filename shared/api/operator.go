@@ -334,5 +334,15 @@ func (s *Server) workerView(w domain.Worker, now time.Time) wire.Worker {
 		MaxConcurrency: w.MaxConcurrency, CurrentInvocations: w.CurrentInvocations,
 		LastSeenAt: timePtr(w.LastSeenAt), CreatedAt: w.CreatedAt, ByeReason: w.ByeReason,
 		LastSetupResult: (*wire.SetupResult)(w.LastSetupResult),
+		AdoptHostSetup:  w.AdoptHostSetup,
+		Adoption:        adoptionView(w.Adoption),
 	}
+}
+
+// adoptionView is the operator's view of a worker's adoption (nil: none).
+func adoptionView(a *domain.Adoption) *wire.Adoption {
+	if a == nil {
+		return nil
+	}
+	return &wire.Adoption{HostKey: a.HostKey, Queue: a.Queue, AskedAt: a.AskedAt, Failed: a.Failed}
 }

@@ -80,7 +80,7 @@ func (s *Service) Register(ctx context.Context, req wire.HelloRequest, issue sto
 func registration(req wire.HelloRequest) domain.Registration {
 	return domain.Registration{
 		MachineID: req.MachineID, BootID: req.BootID, Label: req.Label, Tags: req.Tags, Lanes: req.Lanes,
-		Versions: req.Versions, HostKey: req.HostKey,
+		Versions: req.Versions, HostKey: req.HostKey, AdoptHostSetup: req.AdoptHostSetup,
 		MaxConcurrency: req.Capabilities.MaxConcurrency, CurrentInvocations: req.Capabilities.CurrentInvocations,
 	}
 }
@@ -88,7 +88,7 @@ func registration(req wire.HelloRequest) domain.Registration {
 // Heartbeat records poll req of its worker (domain.Worker.Heartbeat) and
 // reports the worker row after it: the first step of Poll.
 func (s *Service) Heartbeat(ctx context.Context, req wire.PollRequest, auth store.Authorize) (domain.Worker, error) {
-	p := domain.Poll{Phase: req.Phase, Queue: req.Queue, HostKey: req.HostKey, Listed: len(req.Invocations)}
+	p := domain.Poll{Phase: req.Phase, Queue: req.Queue, HostKey: req.HostKey, Listed: len(req.Invocations), AdoptFailed: req.AdoptFailed}
 	if c := req.UpdatedCapabilities; c != nil {
 		p.Capabilities, p.MaxConcurrency, p.CurrentInvocations = true, c.MaxConcurrency, c.CurrentInvocations
 	}

@@ -15,7 +15,8 @@ import (
 // Poll is the heartbeat and the only way work reaches a daemon. In order:
 // record the heartbeat (domain.Worker.Heartbeat: seen now, the state its
 // phase projects to) and its setup results; tell a worker asked to drain;
-// hand out its pending setup commands; reconcile what it says it runs with
+// ask it again to adopt the host key it was asked for (until it advertises
+// it, or says its host setup failed); hand out its pending setup commands; reconcile what it says it runs with
 // what it holds (cancel what it must stop, with why; hand back what it
 // never received); and, if the claim gate lets it (domain.AcceptsWork),
 // claim up to its free capacity, waiting for work to arrive when the poll
@@ -39,6 +40,9 @@ func (s *Service) Poll(ctx context.Context, req wire.PollRequest, auth store.Aut
 	cmds := []wire.Command{}
 	if w.OwesDrain(req.Phase) {
 		cmds = append(cmds, wire.Command{Type: wire.CommandDrain})
+	}
+	if hk := w.Adopting(); hk != "" {
+		cmds = append(cmds, wire.Command{Type: wire.CommandAdopt, HostKey: hk, HostSetup: w.Adoption.HostSetup})
 	}
 	pending, err := st.SetupCommands(ctx, w.ID, true)
 	if err != nil {

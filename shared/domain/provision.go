@@ -69,7 +69,7 @@ func PlanLaunches(demand []Demand, fleet Fleet, lim ProvisionLimits) map[Provisi
 	need := map[ProvisionKey]int{}
 	var keys []ProvisionKey
 	for _, d := range demand {
-		unmet := d.Queued - fleet.Free[d.Key] - fleet.Pending[d.Key]*lim.SlotsPerHost
+		unmet := fleet.unmet(d, lim.SlotsPerHost)
 		if unmet <= 0 {
 			continue
 		}
@@ -102,6 +102,69 @@ func PlanLaunches(demand []Demand, fleet Fleet, lim ProvisionLimits) map[Provisi
 		}
 	}
 	return plan
+}
+
+// unmet is how many of d's queued invocations nothing serving its key has
+// a slot for: free slots of live workers first, then those its pending
+// hosts will bring.
+func (f Fleet) unmet(d Demand, slots int) int {
+	return d.Queued - f.Free[d.Key] - f.Pending[d.Key]*slots
+}
+
+// AdoptionAsk is one generic worker to ask to take on a key.
+type AdoptionAsk struct {
+	WorkerID string
+	Key      ProvisionKey
+}
+
+// PlanAdoptions reports which idle generic workers to ask to take on a
+// host key (docs/provision.md, "Adopting a host key") before any host is
+// launched for it: for each keyed demand with unmet work, workers that may
+// (Worker.MayAdopt at now), round-robin one a key at a time in key order,
+// until each key's unmet work has their slots. A queue with generic work
+// queued keeps its generic workers for that work.
+func PlanAdoptions(demand []Demand, fleet Fleet, workers []Worker, slots int, now time.Time, staleAfter time.Duration) []AdoptionAsk {
+	genericQueued := map[string]bool{}
+	need := map[ProvisionKey]int{}
+	var keys []ProvisionKey
+	for _, d := range demand {
+		if d.Key.HostKey == "" {
+			genericQueued[d.Key.Queue] = d.Queued > 0
+			continue
+		}
+		if n := fleet.unmet(d, slots); n > 0 {
+			if _, seen := need[d.Key]; !seen {
+				keys = append(keys, d.Key)
+			}
+			need[d.Key] += n
+		}
+	}
+	slices.SortFunc(keys, ProvisionKey.Compare)
+	candidates := slices.SortedFunc(slices.Values(workers), func(a, b Worker) int { return cmp.Compare(a.ID, b.ID) })
+	taken := map[string]bool{}
+	var out []AdoptionAsk
+	for {
+		gave := false
+		for _, k := range keys {
+			if need[k] <= 0 || genericQueued[k.Queue] {
+				continue
+			}
+			i := slices.IndexFunc(candidates, func(w Worker) bool {
+				return !taken[w.ID] && w.MayAdopt(k.Queue, k.HostKey, now, staleAfter)
+			})
+			if i < 0 {
+				continue
+			}
+			w := candidates[i]
+			taken[w.ID] = true
+			need[k] -= max(w.MaxConcurrency, 1)
+			out = append(out, AdoptionAsk{WorkerID: w.ID, Key: k})
+			gave = true
+		}
+		if !gave {
+			return out
+		}
+	}
 }
 
 // Host is one host the provisioner launched, or tried to: its reservation

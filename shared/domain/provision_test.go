@@ -2,7 +2,10 @@ package domain
 
 import (
 	"maps"
+	"slices"
+	"strings"
 	"testing"
+	"time"
 )
 
 func TestPlanLaunches(t *testing.T) {
@@ -32,5 +35,100 @@ func TestPlanLaunches(t *testing.T) {
 		if got := PlanLaunches(c.demand, c.fleet, c.lim); !maps.Equal(got, c.want) {
 			t.Errorf("%s: plan %v, want %v", c.name, got, c.want)
 		}
+	}
+}
+
+// adoptable is an idle generic worker of queue q that said hello with
+// adopt_host_setup, seen at now.
+func adoptable(id, q string, capacity int, now time.Time) Worker {
+	return Worker{ID: id, MachineID: "m-" + id, BootID: "b", State: WorkerActive, Phase: PhaseReady, Lanes: []string{q},
+		MaxConcurrency: capacity, AdoptHostSetup: true, LastSeenAt: now}
+}
+
+func TestPlanAdoptions(t *testing.T) {
+	now := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	a, b := ProvisionKey{"q", "hk1_a"}, ProvisionKey{"q", "hk1_b"}
+	busy := adoptable("w-busy", "q", 4, now)
+	busy.CurrentInvocations = 1
+	keyed := adoptable("w-keyed", "q", 4, now)
+	keyed.HostKey = "hk1_c"
+	stale := adoptable("w-stale", "q", 4, now.Add(-time.Hour))
+	notAsked := adoptable("w-no", "q", 4, now)
+	notAsked.AdoptHostSetup = false
+	failedA := adoptable("w-failed", "q", 4, now)
+	failedA.Adoption = &Adoption{HostKey: a.HostKey, Queue: "q", Failed: "its host setup failed"}
+	other := adoptable("w-other", "other", 4, now)
+	for _, c := range []struct {
+		name    string
+		demand  []Demand
+		fleet   Fleet
+		workers []Worker
+		want    []AdoptionAsk
+	}{
+		{"no keyed work", []Demand{{ProvisionKey{"q", ""}, 0}}, Fleet{}, []Worker{adoptable("w1", "q", 4, now)}, nil},
+		{"one worker covers 4", []Demand{{a, 3}}, Fleet{}, []Worker{adoptable("w1", "q", 4, now), adoptable("w2", "q", 4, now)},
+			[]AdoptionAsk{{"w1", a}}},
+		{"two for 6", []Demand{{a, 6}}, Fleet{}, []Worker{adoptable("w2", "q", 4, now), adoptable("w1", "q", 4, now)},
+			[]AdoptionAsk{{"w1", a}, {"w2", a}}},
+		{"round-robin across keys", []Demand{{b, 40}, {a, 40}}, Fleet{},
+			[]Worker{adoptable("w1", "q", 4, now), adoptable("w2", "q", 4, now), adoptable("w3", "q", 4, now)},
+			[]AdoptionAsk{{"w1", a}, {"w2", b}, {"w3", a}}},
+		{"already served", []Demand{{a, 4}}, Fleet{Pending: map[ProvisionKey]int{a: 1}}, []Worker{adoptable("w1", "q", 4, now)}, nil},
+		{"generic work keeps its workers", []Demand{{a, 4}, {ProvisionKey{"q", ""}, 1}}, Fleet{}, []Worker{adoptable("w1", "q", 4, now)}, nil},
+		{"only those that may", []Demand{{a, 4}}, Fleet{},
+			[]Worker{busy, keyed, stale, notAsked, failedA, other, adoptable("w-ok", "q", 4, now)}, []AdoptionAsk{{"w-ok", a}}},
+		{"a failed key, another key", []Demand{{b, 4}}, Fleet{}, []Worker{failedA}, []AdoptionAsk{{"w-failed", b}}},
+	} {
+		got := PlanAdoptions(c.demand, c.fleet, c.workers, 4, now, time.Minute)
+		if !slices.Equal(got, c.want) {
+			t.Errorf("%s: asks %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// TestAdoptionLifecycle: asked, a worker claims nothing and is asked again
+// by each poll until it advertises the key (the adoption is over) or says
+// its host setup failed (kept, failed: never asked for that key again).
+func TestAdoptionLifecycle(t *testing.T) {
+	now := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	w := adoptable("w1", "q", 4, now)
+	ask := Adoption{HostKey: "hk1_a", Queue: "q", HostSetup: []string{"echo warm"}}
+	if _, _, err := w.AskToAdopt(Adoption{HostKey: "hk1_a", Queue: "other"}, now, time.Minute); err == nil {
+		t.Fatal("asked to adopt for a queue it does not serve")
+	}
+	asked, write, err := w.AskToAdopt(ask, now, time.Minute)
+	if err != nil || !write || asked.Adopting() != "hk1_a" || !asked.Adoption.AskedAt.Equal(now) {
+		t.Fatalf("ask: %+v %v %v", asked.Adoption, write, err)
+	}
+	if _, _, err := asked.AskToAdopt(ask, now, time.Minute); err == nil {
+		t.Fatal("asked twice")
+	}
+	if ok, why := AcceptsWork(asked, false); ok || !strings.Contains(why, "adopting") {
+		t.Fatalf("an asked worker accepts work: %v %q", ok, why)
+	}
+	setup, err := asked.Heartbeat(Poll{Phase: PhaseSetup}, now)
+	if err != nil || setup.Adopting() != "hk1_a" {
+		t.Fatalf("in setup: %+v %v; want still adopting", setup.Adoption, err)
+	}
+	done, err := setup.Heartbeat(Poll{Phase: PhaseReady, HostKey: "hk1_a"}, now)
+	if err != nil || done.Adoption != nil || done.HostKey != "hk1_a" || done.Adopting() != "" {
+		t.Fatalf("advertising the key: %+v key %q %v; want the adoption over", done.Adoption, done.HostKey, err)
+	}
+	if ok, why := AcceptsWork(done, false); !ok {
+		t.Fatalf("an adopted worker claims nothing: %s", why)
+	}
+	failed, err := setup.Heartbeat(Poll{Phase: PhaseReady, AdoptFailed: "hk1_a"}, now)
+	if err != nil || failed.Adoption == nil || failed.Adoption.Failed == "" || failed.Adopting() != "" || failed.HostKey != "" {
+		t.Fatalf("failed: %+v %v; want kept as failed, still generic", failed.Adoption, err)
+	}
+	if ok, why := AcceptsWork(failed, false); !ok {
+		t.Fatalf("a worker whose adoption failed claims nothing: %s", why)
+	}
+	if failed.MayAdopt("q", "hk1_a", now, time.Minute) || !failed.MayAdopt("q", "hk1_b", now, time.Minute) {
+		t.Fatal("after a failure: want never that key again, but another key")
+	}
+	// Only a generic hello may adopt.
+	if reg := NewWorker("w2", Registration{HostKey: "hk1_x", AdoptHostSetup: true}, "h", now); reg.AdoptHostSetup {
+		t.Fatal("a keyed worker's hello made it adoptable")
 	}
 }

@@ -35,8 +35,68 @@ type Worker struct {
 	MachineConflict bool
 	// Reaped marks a gone worker the sweep no longer needs to look at: a
 	// sweep found it holding nothing after the holder index settled.
-	Reaped  bool
-	Version int64
+	Reaped bool
+	// AdoptHostSetup: a generic worker that may be asked to take on a host
+	// key (its hello said so); Adoption is the key it was last asked for.
+	AdoptHostSetup bool
+	Adoption       *Adoption
+	Version        int64
+}
+
+// Adoption is a host key a generic worker is asked to take on
+// (docs/provision.md, "Adopting a host key"): it runs HostSetup, the
+// commands of queued work on Queue whose key is HostKey, and advertises
+// that key from then on. It is over when the worker advertises the key
+// (the row drops it) or its host setup failed (Failed says so, and the
+// worker is not asked for that key again).
+type Adoption struct {
+	HostKey   string
+	Queue     string
+	HostSetup []string
+	AskedAt   time.Time
+	Failed    string
+}
+
+// Adopting reports the key w is asked to take on and has not yet: "" if
+// none, or its adoption failed.
+func (w Worker) Adopting() string {
+	if w.Adoption == nil || w.Adoption.Failed != "" || w.HostKey == w.Adoption.HostKey {
+		return ""
+	}
+	return w.Adoption.HostKey
+}
+
+// MayAdopt reports whether w may be asked to take on host key hk of queue
+// at now: it said hello with adopt_host_setup, is generic (no key of its
+// own), live and ready, runs nothing, serves queue, is not already asked,
+// and did not fail that key before.
+func (w Worker) MayAdopt(queue, hk string, now time.Time, staleAfter time.Duration) bool {
+	switch {
+	case !w.AdoptHostSetup || w.HostKey != "" || hk == "" || w.Pending():
+		return false
+	case Project(w, now, staleAfter) != WorkerActive || w.Phase != PhaseReady:
+		return false
+	case w.CurrentInvocations > 0 || !slices.Contains(w.Lanes, queue):
+		return false
+	case w.Adopting() != "":
+		return false
+	case w.Adoption != nil && w.Adoption.HostKey == hk:
+		return false // it failed this key
+	}
+	return true
+}
+
+// AskToAdopt reports w asked to take on a (MayAdopt at now), and whether
+// that changes it; a worker that may not is refused (a conflict: it
+// changed since it was read).
+func (w Worker) AskToAdopt(a Adoption, now time.Time, staleAfter time.Duration) (Worker, bool, error) {
+	if !w.MayAdopt(a.Queue, a.HostKey, now, staleAfter) {
+		return w, false, refuse(KindConflict, "worker %s may not adopt host key %s now", w.ID, a.HostKey)
+	}
+	next := w
+	a.AskedAt, a.Failed = now, ""
+	next.Adoption = &a
+	return next, true, nil
 }
 
 // Project reports the state an operator (and the redelivery sweep) sees for
@@ -176,6 +236,8 @@ func AcceptsWork(w Worker, setupPending bool) (bool, string) {
 		return false, "phase " + w.Phase
 	case setupPending:
 		return false, "setup commands pending"
+	case w.Adopting() != "":
+		return false, "adopting host key " + w.Adopting()
 	case w.CurrentInvocations >= w.MaxConcurrency:
 		return false, "at capacity"
 	default:
@@ -195,6 +257,8 @@ type Poll struct {
 	// old daemon sends none, and what it lists is what it runs (Listed).
 	Capabilities bool
 	Listed       int
+	// AdoptFailed is the key whose adopted host setup failed ("": none).
+	AdoptFailed string
 }
 
 // Heartbeat reports w after a poll p at now: seen now, in the stored state
@@ -227,6 +291,16 @@ func (w Worker) Heartbeat(p Poll, now time.Time) (Worker, error) {
 	next.LastSeenAt = now
 	if p.HostKey != "" {
 		next.HostKey = p.HostKey
+	}
+	if a := next.Adoption; a != nil {
+		switch {
+		case next.HostKey == a.HostKey:
+			next.Adoption = nil // taken on: it advertises the key
+		case p.AdoptFailed == a.HostKey && a.Failed == "":
+			failed := *a
+			failed.Failed = "its host setup failed (see last_setup_result); it stays generic"
+			next.Adoption = &failed
+		}
 	}
 	switch {
 	case !p.Capabilities:
@@ -397,10 +471,10 @@ type Registration struct {
 	// MaxConcurrency and CurrentInvocations are its capabilities; nil when
 	// it sent none (capacity 1, nothing running).
 	MaxConcurrency, CurrentInvocations *int
+	// AdoptHostSetup: it may be asked to take on a host key.
+	AdoptHostSetup bool
 }
 
-// NewWorker reports the worker a hello makes: joining, seen now, holding
-// the hash of the token issued to it.
 // NewPendingWorker is the row the provisioner writes for a host it
 // launched (docs/provision.md): stored pending, keyed by the instance id as
 // its machine id, with no boot and no token until the host's hello adopts
@@ -422,6 +496,8 @@ func (w Worker) Adopt(r Registration, tokenHash string, now time.Time) Worker {
 	return next
 }
 
+// NewWorker reports the worker a hello makes: joining, seen now, holding
+// the hash of the token issued to it.
 func NewWorker(id string, r Registration, tokenHash string, now time.Time) Worker {
 	w := Worker{ID: id, MachineID: r.MachineID, BootID: r.BootID, State: WorkerJoining, CreatedAt: now}
 	return w.Register(r, tokenHash, now)
@@ -433,6 +509,7 @@ func NewWorker(id string, r Registration, tokenHash string, now time.Time) Worke
 func (w Worker) Register(r Registration, tokenHash string, now time.Time) Worker {
 	next := w
 	next.Label, next.Tags, next.Lanes, next.Versions, next.HostKey = r.Label, r.Tags, r.Lanes, r.Versions, r.HostKey
+	next.AdoptHostSetup = r.AdoptHostSetup && r.HostKey == ""
 	next.MaxConcurrency, next.CurrentInvocations = 1, 0
 	if r.MaxConcurrency != nil {
 		next.MaxConcurrency = *r.MaxConcurrency

@@ -59,6 +59,7 @@ type Store interface {
 	QueuedByHostKey(ctx context.Context, queue string, limit int) (map[string]int, bool, error)
 	EachWorker(ctx context.Context, op string, fn func(domain.Worker) error) error
 	PutPendingWorker(ctx context.Context, w domain.Worker) (bool, error)
+	AskToAdopt(ctx context.Context, id string, a domain.Adoption, staleAfter time.Duration) (domain.Worker, error)
 	MarkGone(ctx context.Context, id string, auth store.Authorize, why string) (domain.Worker, bool, error)
 }
 
@@ -122,6 +123,8 @@ func New(cfg Config) *Provisioner {
 // Result is what one pass did.
 type Result struct {
 	Launched, Failed, Ended int
+	// Asked counts the generic workers asked to adopt a host key.
+	Asked int
 	// Reserved counts the hosts this pass reserved (launched or failed).
 	Reserved int
 }
@@ -156,6 +159,11 @@ func (p *Provisioner) Pass(ctx context.Context) (Result, error) {
 			return res, err
 		}
 		demand, err := p.demand(ctx)
+		if err != nil {
+			return res, err
+		}
+		asked, err := p.adopt(ctx, demand, hosts, workers)
+		res.Asked += asked
 		if err != nil {
 			return res, err
 		}
@@ -205,7 +213,8 @@ func (p *Provisioner) readWorkers(ctx context.Context) (live []domain.Worker, se
 }
 
 // fleetOf is what serves each key: free slots of live workers (a worker
-// still in setup counts its whole capacity: it is about to serve), hosts
+// still in setup counts its whole capacity: it is about to serve; one asked
+// to adopt a key counts for that key only), hosts
 // launched whose worker has not said hello (pending), and hosts alive.
 func fleetOf(hosts []domain.Host, workers []domain.Worker, slots int) domain.Fleet {
 	f := domain.Fleet{Free: map[domain.ProvisionKey]int{}, Pending: map[domain.ProvisionKey]int{}, Hosts: map[domain.ProvisionKey]int{}}
@@ -216,6 +225,12 @@ func fleetOf(hosts []domain.Host, workers []domain.Worker, slots int) domain.Fle
 		}
 		hello[w.MachineID] = true
 		free := max(w.MaxConcurrency-w.CurrentInvocations, 0)
+		if hk := w.Adopting(); hk != "" {
+			// Asked to take on hk: its slots serve that key's work, once
+			// its host setup is done.
+			f.Free[domain.ProvisionKey{Queue: w.Adoption.Queue, HostKey: hk}] += free
+			continue
+		}
 		for _, q := range w.Lanes {
 			f.Free[domain.ProvisionKey{Queue: q, HostKey: w.HostKey}] += free
 			if w.HostKey != "" {
@@ -233,6 +248,52 @@ func fleetOf(hosts []domain.Host, workers []domain.Worker, slots int) domain.Fle
 		}
 	}
 	return f
+}
+
+// adopt asks idle generic workers started with --adopt-host-setup to take
+// on the host keys of queued work nothing serves (domain.PlanAdoptions),
+// before anything is launched for it; workers is updated in place, so the
+// plan that follows counts them. A worker that changed since it was read
+// (it took work, went away) is skipped. It reports how many were asked.
+func (p *Provisioner) adopt(ctx context.Context, demand []domain.Demand, hosts []domain.Host, workers []domain.Worker) (int, error) {
+	now := p.cfg.Clock.Now()
+	fleet := fleetOf(hosts, workers, p.cfg.Limits.SlotsPerHost)
+	asked := 0
+	for _, ask := range domain.PlanAdoptions(demand, fleet, workers, p.cfg.Limits.SlotsPerHost, now, p.cfg.StaleAfter) {
+		setup, err := p.hostSetup(ctx, ask.Key)
+		if err != nil {
+			return asked, err
+		}
+		if len(setup) == 0 {
+			continue // its work went, or its run config cannot be read
+		}
+		w, err := p.cfg.Store.AskToAdopt(ctx, ask.WorkerID, domain.Adoption{HostKey: ask.Key.HostKey, Queue: ask.Key.Queue, HostSetup: setup}, p.cfg.StaleAfter)
+		if errors.Is(err, wire.ErrConflict) || errors.Is(err, wire.ErrNotFound) {
+			p.log.Info("provision: a worker changed before it was asked to adopt; skipped", "worker_id", ask.WorkerID, "reason", err.Error())
+			continue
+		}
+		if err != nil {
+			return asked, err
+		}
+		for i := range workers {
+			if workers[i].ID == w.ID {
+				workers[i] = w
+			}
+		}
+		p.log.Info("provision: asked a generic worker to adopt a host key", "worker_id", w.ID,
+			"queue", ask.Key.Queue, "host_key", ask.Key.HostKey)
+		asked++
+	}
+	return asked, nil
+}
+
+// hostSetup reports the host setup commands of key's work (nil for
+// generic work).
+func (p *Provisioner) hostSetup(ctx context.Context, k domain.ProvisionKey) ([]string, error) {
+	if k.HostKey == "" || p.cfg.HostSetup == nil {
+		return nil, nil
+	}
+	return p.cfg.HostSetup(ctx, k.Queue, k.HostKey)
 }
 
 // demand reads every queue's queued work by host key.
@@ -297,12 +358,9 @@ func (p *Provisioner) reservations(ctx context.Context, plan map[domain.Provisio
 	now := p.cfg.Clock.Now().UTC()
 	var out []domain.Host
 	for _, k := range slices.SortedFunc(maps.Keys(plan), domain.ProvisionKey.Compare) {
-		var setup []string
-		if k.HostKey != "" && p.cfg.HostSetup != nil {
-			var err error
-			if setup, err = p.cfg.HostSetup(ctx, k.Queue, k.HostKey); err != nil {
-				return nil, err
-			}
+		setup, err := p.hostSetup(ctx, k)
+		if err != nil {
+			return nil, err
 		}
 		for range plan[k] {
 			if len(out) == store.MaxReservation {
@@ -439,9 +497,9 @@ func launchReason(err error) string {
 	return err.Error()
 }
 
-// settle lets go of launched hosts that are over: one whose worker said
-// hello and then left (gone), and one that never said hello within
-// HelloTimeout (terminated, so it costs nothing more). It reports how many.
+// settle lets go of launched hosts that are over, terminating each so it
+// costs nothing more: one whose worker said hello and then left (gone),
+// and one that never said hello within HelloTimeout. It reports how many.
 func (p *Provisioner) settle(ctx context.Context, hosts []domain.Host, live []domain.Worker, seen map[string]domain.Worker) (int, error) {
 	now := p.cfg.Clock.Now().UTC()
 	alive := map[string]bool{}
@@ -465,14 +523,17 @@ func (p *Provisioner) settle(ctx context.Context, hosts []domain.Host, live []do
 		case said && !domain.Retired(w):
 			continue // said hello and reads stale: it may come back, and the sweep decides
 		case said:
+			// It powers itself off after its bye (instance-initiated
+			// shutdown: terminate); the terminate makes sure, so a host
+			// whose power-off failed costs nothing more either.
 			why = "its worker left: " + w.ByeReason
 		case now.Sub(h.LaunchedAt) > p.cfg.HelloTimeout:
 			why = fmt.Sprintf("it never said hello within %s", p.cfg.HelloTimeout)
-			if _, err := p.cfg.EC2.TerminateInstances(ctx, &ec2.TerminateInstancesInput{InstanceIds: []string{h.InstanceID}}); err != nil {
-				p.log.Warn("provision: terminate failed; trying again next pass", "host_id", h.ID, "instance_id", h.InstanceID, "reason", launchReason(err))
-				continue
-			}
 		default:
+			continue
+		}
+		if _, err := p.cfg.EC2.TerminateInstances(ctx, &ec2.TerminateInstancesInput{InstanceIds: []string{h.InstanceID}}); err != nil {
+			p.log.Warn("provision: terminate failed; trying again next pass", "host_id", h.ID, "instance_id", h.InstanceID, "reason", launchReason(err))
 			continue
 		}
 		prev := h.Version

@@ -3,6 +3,7 @@ package provision_test
 import (
 	"context"
 	"encoding/base64"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -364,7 +365,100 @@ func TestHelloAdoptsTheLaunchedHost(t *testing.T) {
 	if err != nil || res.Ended != 1 || res.Launched != 0 || len(w.alive()) != 0 {
 		t.Fatalf("pass after the drain: %+v %v, %d hosts alive; want the host let go, nothing launched, none alive", res, err, len(w.alive()))
 	}
+	// Its instance is terminated too (it powers itself off; this makes sure).
+	for _, in := range w.instances([]domain.Host{host}) {
+		if st := in.State.Name; st != ec2types.InstanceStateNameTerminated && st != ec2types.InstanceStateNameShuttingDown {
+			t.Fatalf("instance %s of the host let go is %s, want terminated", host.InstanceID, st)
+		}
+	}
 	if res, _ := p.Pass(w.ctx); res != (provision.Result{}) {
 		t.Fatalf("a pass over an empty queue did something: %+v", res)
 	}
+}
+
+// TestIdleGenericWorkerIsAskedToAdopt: an idle generic worker that said
+// hello with adopt_host_setup is asked to take on the key of queued work
+// nothing serves before anything is launched for it, and its slots count:
+// 6 queued, 4 a host → one asked, one host launched. Its polls carry the
+// adopt command (and claim nothing) until it advertises the key; a failed
+// adoption is kept, never asked again, and its slots are launched for.
+func TestIdleGenericWorkerIsAskedToAdopt(t *testing.T) {
+	w := newWorld(t)
+	svc := storetest.Control(w.st)
+	four := 4
+	hello := func(boot string) string {
+		reg, err := svc.Register(w.ctx, wire.HelloRequest{MachineID: "m-" + boot, BootID: boot, Lanes: []string{"gpu"},
+			AdoptHostSetup: true, Capabilities: wire.Capabilities{MaxConcurrency: &four}}, func(string) (string, error) { return "hash", nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := svc.Heartbeat(w.ctx, wire.PollRequest{WorkerID: reg.Worker.ID, Phase: wire.PhaseReady}, nil); err != nil {
+			t.Fatal(err)
+		}
+		return reg.Worker.ID
+	}
+	generic := hello("boot-1")
+	w.submit("gpu", 6, "echo warm")
+	key := domain.ProvisionKey{Queue: "gpu", HostKey: hostKeyOf(t, w)}
+	p := w.provisioner(w.st, domain.ProvisionLimits{MaxHosts: 5, SlotsPerHost: 4})
+	if res, err := p.Pass(w.ctx); err != nil || res.Asked != 1 || res.Launched != 1 {
+		t.Fatalf("first pass: %+v %v; want one worker asked, one host for the other 2", res, err)
+	}
+	ans, err := svc.Poll(w.ctx, wire.PollRequest{WorkerID: generic, Phase: wire.PhaseReady, Invocations: []string{}}, nil)
+	if err != nil || len(ans.Commands) != 1 || ans.Commands[0].Type != wire.CommandAdopt || ans.Commands[0].HostKey != key.HostKey ||
+		!slices.Equal(ans.Commands[0].HostSetup, []string{"echo warm"}) {
+		t.Fatalf("the asked worker's poll: %+v %v; want one adopt command for %s and no work", ans.Commands, err, key.HostKey)
+	}
+	if res, err := p.Pass(w.ctx); err != nil || res.Asked != 0 || res.Launched != 0 {
+		t.Fatalf("second pass: %+v %v; want nothing more", res, err)
+	}
+	// It advertises the key: the adoption is over and it claims that work.
+	ans, err = svc.Poll(w.ctx, wire.PollRequest{WorkerID: generic, Phase: wire.PhaseReady, HostKey: key.HostKey, Invocations: []string{}}, nil)
+	var runs []string
+	for _, c := range ans.Commands {
+		if c.Type == wire.CommandRun {
+			runs = append(runs, c.Invocation.InvocationID)
+		} else {
+			t.Fatalf("after adopting: command %+v", c)
+		}
+	}
+	if err != nil || len(runs) != 4 {
+		t.Fatalf("after adopting: %d runs, %v; want 4 of the key's work", len(runs), err)
+	}
+	if _, err := svc.Heartbeat(w.ctx, wire.PollRequest{WorkerID: generic, Phase: wire.PhaseReady, Invocations: runs}, nil); err != nil {
+		t.Fatal(err) // it runs them: no free slot
+	}
+	if got, _ := w.st.GetWorker(w.ctx, generic); got.Adoption != nil || got.HostKey != key.HostKey {
+		t.Fatalf("adopted worker: key %q adoption %+v", got.HostKey, got.Adoption)
+	}
+
+	// A second generic worker is asked for the rest, and its host setup
+	// fails: it stays generic, is not asked again, and a host is launched.
+	w.submit("gpu", 8, "echo warm")
+	second := hello("boot-2")
+	if res, err := p.Pass(w.ctx); err != nil || res.Asked != 1 || res.Launched != 1 {
+		t.Fatalf("pass with a second generic worker: %+v %v; want it asked, and a host for the 2 that leaves (10 queued, 4 pending slots)", res, err)
+	}
+	if _, err := svc.Poll(w.ctx, wire.PollRequest{WorkerID: second, Phase: wire.PhaseReady, AdoptFailed: key.HostKey,
+		SetupResults: []wire.SetupResult{{Command: "echo warm", Status: wire.SetupFailed, ExitCode: 1}}, Invocations: []string{}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := w.st.GetWorker(w.ctx, second)
+	if got.Adoption == nil || got.Adoption.Failed == "" || got.HostKey != "" {
+		t.Fatalf("after its host setup failed: key %q adoption %+v; want generic, the failure kept", got.HostKey, got.Adoption)
+	}
+	res, err := p.Pass(w.ctx)
+	if err != nil || res.Asked != 0 || res.Launched != 1 {
+		t.Fatalf("pass after the failed adoption: %+v %v; want it not asked again, and one more host (10 queued, 8 pending slots)", res, err)
+	}
+}
+
+// hostKeyOf is the host key of the world's queued work.
+func hostKeyOf(t *testing.T, w *world) string {
+	t.Helper()
+	invs, _, err := w.st.ListInvocations(w.ctx, "gpu", wire.StateQueued, 1, "")
+	if err != nil || len(invs) == 0 {
+		t.Fatalf("queued work: %v", err)
+	}
+	return invs[0].HostKey
 }

@@ -36,7 +36,18 @@ type workerRecord struct {
 	ReplacedBy         string             `dynamodbav:"replaced_by,omitempty"`
 	MachineConflict    bool               `dynamodbav:"machine_conflict,omitempty"`
 	Reaped             bool               `dynamodbav:"reaped,omitempty"`
+	AdoptHostSetup     bool               `dynamodbav:"adopt_host_setup,omitempty"`
+	Adoption           *adoptionRecord    `dynamodbav:"adoption,omitempty"`
 	Version            int64              `dynamodbav:"version"`
+}
+
+// adoptionRecord is the stored form of domain.Adoption.
+type adoptionRecord struct {
+	HostKey   string    `dynamodbav:"host_key"`
+	Queue     string    `dynamodbav:"queue"`
+	HostSetup []string  `dynamodbav:"host_setup"`
+	AskedAt   time.Time `dynamodbav:"asked_at"`
+	Failed    string    `dynamodbav:"failed,omitempty"`
 }
 
 // attemptRecord is the stored form of domain.Attempt.
@@ -149,6 +160,8 @@ func toWorkerRecord(v domain.Worker) workerRecord {
 		ReplacedBy:         v.ReplacedBy,
 		MachineConflict:    v.MachineConflict,
 		Reaped:             v.Reaped,
+		AdoptHostSetup:     v.AdoptHostSetup,
+		Adoption:           ptrMap(v.Adoption, func(a domain.Adoption) adoptionRecord { return adoptionRecord(a) }),
 		Version:            v.Version,
 	}
 }
@@ -177,6 +190,8 @@ func (r workerRecord) domain() domain.Worker {
 		ReplacedBy:         r.ReplacedBy,
 		MachineConflict:    r.MachineConflict,
 		Reaped:             r.Reaped,
+		AdoptHostSetup:     r.AdoptHostSetup,
+		Adoption:           ptrMap(r.Adoption, func(a adoptionRecord) domain.Adoption { return domain.Adoption(a) }),
 		Version:            r.Version,
 	}
 }

@@ -362,6 +362,18 @@ func (s *Store) MarkMachineConflict(ctx context.Context, id string) (domain.Work
 	return s.updateWorker(ctx, "mark machine conflict", id, nil, noError(domain.Worker.ReplacedAlive))
 }
 
+// AskToAdopt asks worker id to take on adoption a's host key
+// (domain.Worker.AskToAdopt): its polls carry an adopt command until it
+// advertises the key or reports its host setup failed. A worker that may
+// not (it changed since it was read: busy, keyed, gone) is refused with
+// wire.ErrConflict.
+func (s *Store) AskToAdopt(ctx context.Context, id string, a domain.Adoption, staleAfter time.Duration) (domain.Worker, error) {
+	now := s.now()
+	return s.updateWorker(ctx, "ask to adopt", id, nil, func(w domain.Worker) (domain.Worker, bool, error) {
+		return w.AskToAdopt(a, now, staleAfter)
+	})
+}
+
 // RequestDrain marks a worker draining (domain.Worker.Drain): it claims
 // nothing more, and its next poll carries a drain command.
 func (s *Store) RequestDrain(ctx context.Context, id string) (domain.Worker, error) {

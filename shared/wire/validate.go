@@ -286,16 +286,20 @@ func checkLabels(field string, m map[string]string) error {
 	return nil
 }
 
-func checkHostKey(k string) error {
+func checkHostKey(k string) error { return checkKeyField("host_key", k) }
+
+// checkKeyField checks field k: empty, or a host key (hk1_ and 64
+// lower-case hex digits).
+func checkKeyField(field, k string) error {
 	if k == "" {
 		return nil
 	}
 	if len(k) != 4+64 || k[:4] != "hk1_" {
-		return invalid("host_key must be hk1_ followed by 64 hex digits, got %q", clip(k))
+		return invalid("%s must be hk1_ followed by 64 hex digits, got %q", field, clip(k))
 	}
 	for _, c := range k[4:] {
 		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-			return invalid("host_key must be hk1_ followed by 64 lower-case hex digits, got %q", clip(k))
+			return invalid("%s must be hk1_ followed by 64 lower-case hex digits, got %q", field, clip(k))
 		}
 	}
 	return nil
@@ -328,6 +332,9 @@ func (r *PollRequest) Validate() error {
 		}
 	}
 	if err := checkHostKey(r.HostKey); err != nil {
+		return err
+	}
+	if err := checkKeyField("adopt_failed", r.AdoptFailed); err != nil {
 		return err
 	}
 	if err := checkCapabilities("updated_capabilities", r.UpdatedCapabilities); err != nil {

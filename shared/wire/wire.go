@@ -57,6 +57,10 @@ const (
 	CommandSetup  = "setup"
 	CommandCancel = "cancel"
 	CommandDrain  = "drain"
+	// CommandAdopt asks an idle generic worker that said hello with
+	// adopt_host_setup to run host_setup and advertise host_key from then
+	// on (docs/provision.md, "Adopting a host key").
+	CommandAdopt = "adopt"
 )
 
 // Why a cancel command was sent. Only an operator's cancel can make an
@@ -103,6 +107,10 @@ type HelloRequest struct {
 	Capabilities Capabilities      `json:"capabilities"`
 	Versions     map[string]string `json:"versions,omitempty"`
 	HostKey      string            `json:"host_key,omitempty"`
+	// AdoptHostSetup: this generic daemon (no host key) may be asked to
+	// run a queued invocation's host_setup and take on its key (an adopt
+	// command).
+	AdoptHostSetup bool `json:"adopt_host_setup,omitempty"`
 }
 
 // HelloResponse answers a hello.
@@ -177,6 +185,10 @@ type PollRequest struct {
 	HostKey             string        `json:"host_key,omitempty"`
 	UpdatedCapabilities *Capabilities `json:"updated_capabilities,omitempty"`
 	SetupResults        []SetupResult `json:"setup_results,omitempty"`
+	// AdoptFailed names the host key an adopt command asked for whose host
+	// setup failed on this daemon (its setup_results say how): it stays
+	// generic, and is not asked for that key again.
+	AdoptFailed string `json:"adopt_failed,omitempty"`
 }
 
 // RunConfig is how an invocation is run: host setup selects the host (by its
@@ -210,6 +222,10 @@ type Command struct {
 	InvocationID string         `json:"invocation_id,omitempty"`
 	// Reason says why a cancel was sent: CancelOperator or CancelSuperseded.
 	Reason string `json:"reason,omitempty"`
+	// HostSetup and HostKey are an adopt command's: the commands to run,
+	// and the key (hostkey.Of of them) to advertise once they succeed.
+	HostSetup []string `json:"host_setup,omitempty"`
+	HostKey   string   `json:"host_key,omitempty"`
 }
 
 // PollResponse answers a poll.
@@ -368,6 +384,22 @@ type Worker struct {
 	StateWhy        string       `json:"state_why,omitempty"`
 	ByeReason       string       `json:"bye_reason,omitempty"`
 	LastSetupResult *SetupResult `json:"last_setup_result,omitempty"`
+	// AdoptHostSetup: a generic worker that may take on a queued
+	// invocation's host key (nymph --adopt-host-setup); Adoption is the
+	// key it was last asked to take on.
+	AdoptHostSetup bool      `json:"adopt_host_setup,omitempty"`
+	Adoption       *Adoption `json:"adoption,omitempty"`
+}
+
+// Adoption is a key a generic worker was asked to take on: by the
+// provisioner, for the queue's work of that key no live worker could take.
+// It ends when the worker advertises the key (then it is no longer shown)
+// or its host setup fails (Failed says so).
+type Adoption struct {
+	HostKey string    `json:"host_key"`
+	Queue   string    `json:"queue"`
+	AskedAt time.Time `json:"asked_at"`
+	Failed  string    `json:"failed,omitempty"`
 }
 
 // WorkerList answers GET /v1/workers.

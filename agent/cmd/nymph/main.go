@@ -115,6 +115,7 @@ func parseFlagsTo(args []string, getenv func(string) string, out io.Writer) (age
 	fs.StringArrayVar(&c.HostSetup, "host-setup", nil, "shell command run once at boot before taking work (repeatable)")
 	var hostSetupFile string
 	fs.StringVar(&hostSetupFile, "host-setup-file", "", "read the host setup commands from this JSON list of strings (what a provisioned host's user data writes); not with --host-setup")
+	fs.BoolVar(&c.AdoptHostSetup, "adopt-host-setup", false, "a generic worker (no host setup) that, idle, may be asked to run queued work's host_setup and take on its host key (docs/provision.md)")
 	fs.StringVar(&c.IntrospectAddr, "introspect-addr", def.IntrospectAddr, "loopback address for /status, /readyz, /livez (\"off\" disables)")
 	fs.StringVar(&c.MachineID, "machine-id", "", "machine id (default: EC2 instance id, /etc/machine-id, hostname)")
 	fs.DurationVar(&c.PollInterval, "poll-interval", def.PollInterval, "poll interval (0: what the control plane answers)")
@@ -166,6 +167,9 @@ func parseFlagsTo(args []string, getenv func(string) string, out io.Writer) (age
 			return c, 0, err
 		}
 		c.HostSetup = cmds
+	}
+	if c.AdoptHostSetup && len(c.HostSetup) > 0 {
+		return c, 0, fmt.Errorf("--adopt-host-setup is for a generic worker: not with --host-setup or --host-setup-file (that worker already has its host key)")
 	}
 	if tokenFile != "" {
 		if c.EnrollToken != "" {

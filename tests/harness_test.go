@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -105,6 +106,9 @@ var backends = []backend{
 	}},
 }
 
+// ranAFunction matches the log prefix of a function run under the emulator.
+var ranAFunction = regexp.MustCompile(`\[[a-z]+#1\]`)
+
 // startDev runs `lakeshore dev` on a free loopback port and waits until it
 // prints its address and tokens. It is stopped with SIGTERM when t ends.
 func startDev(t testing.TB, b backend, extra ...string) *devServer {
@@ -128,11 +132,12 @@ func startDev(t testing.TB, b backend, extra ...string) *devServer {
 	d.logText = func() string { mu.Lock(); defer mu.Unlock(); return logs.String() }
 	if slices.Contains(args, "--lambdas") {
 		// The Lambda path must really have been taken: each cold start
-		// logs the emulator's INIT REPORT, and the poll function ran.
+		// logs the emulator's INIT REPORT, and a function ran (its log
+		// lines carry "[<function>#<instance>]").
 		t.Cleanup(func() {
 			mu.Lock()
 			defer mu.Unlock()
-			if !strings.Contains(logs.String(), "INIT REPORT") || !strings.Contains(logs.String(), "[poll#1]") {
+			if !strings.Contains(logs.String(), "INIT REPORT") || !ranAFunction.MatchString(logs.String()) {
 				t.Errorf("lakeshore dev --lambdas: no function ran under the emulator")
 			}
 		})

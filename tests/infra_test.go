@@ -406,7 +406,7 @@ var infraFleetValues = map[string]string{
 	"AWS::URLSuffix": "amazonaws.com", "AWS::StackName": "fleet-test",
 	"ControlPlaneUrl": "https://abc123.execute-api.eu-west-1.amazonaws.com", "EnrollTokenParameter": "/lakeshore/enroll-token",
 	"NymphBucket": "artifacts-bucket", "NymphKey": "lakeshore/nymph-v1", "NymphSha256": strings.Repeat("ab", 32), "Queue": "batch", "Capacity": "4",
-	"KeepAlive": "15m", "Grace": "45s", "ShutdownWhenDone": "yes", "UseSpot": "yes",
+	"KeepAlive": "15m", "Grace": "45s", "AdoptHostSetup": "true", "ShutdownWhenDone": "yes", "UseSpot": "yes",
 	"InstanceType": "m7i.large", "VolumeSize": "30", "VpcId": "vpc-1",
 }
 
@@ -824,7 +824,7 @@ func TestInfraFleetUserDataRuns(t *testing.T) {
 	snap := s.snapshot(t)
 	wantEnv := "# Written by infra/user-data.sh; every nymph flag is also NYMPH_<FLAG>.\n" +
 		"NYMPH_CONTROL_PLANE='https://abc123.execute-api.eu-west-1.amazonaws.com'\nNYMPH_ENROLL_TOKEN='enroll-secret-1'\n" +
-		"NYMPH_QUEUE='batch'\nNYMPH_CAPACITY='4'\nNYMPH_LABEL='fleet-test'\nNYMPH_KEEP_ALIVE='15m'\nNYMPH_GRACE='45s'\n"
+		"NYMPH_QUEUE='batch'\nNYMPH_CAPACITY='4'\nNYMPH_LABEL='fleet-test'\nNYMPH_KEEP_ALIVE='15m'\nNYMPH_GRACE='45s'\nNYMPH_ADOPT_HOST_SETUP='true'\n"
 	if got := snap["/etc/nymph/nymph.env"].content; got != wantEnv {
 		t.Errorf("fleet env file:\n%s\nwant\n%s", got, wantEnv)
 	}
@@ -1029,14 +1029,15 @@ func TestInfraProvisionedHost(t *testing.T) {
 	}
 	_, out, err := s.run(t, infraFile(t, "user-data.sh"),
 		"NYMPH_URL=s3://artifacts/lakeshore/nymph", "NYMPH_SHA256="+s.sha(), "CONTROL_PLANE_URL=https://cp.example.com",
-		"QUEUE=default", "CAPACITY=1", "EXTRA_ENV=NYMPH_KEEP_ALIVE=15m\nNYMPH_GRACE=30s", "SHUTDOWN_WHEN_DONE=no")
+		"QUEUE=default", "CAPACITY=1", "EXTRA_ENV=NYMPH_KEEP_ALIVE=15m\nNYMPH_GRACE=30s\nNYMPH_ADOPT_HOST_SETUP=true", "SHUTDOWN_WHEN_DONE=no")
 	if err != nil {
 		t.Fatalf("user-data.sh: %v\n%s", err, out)
 	}
 	snap := s.snapshot(t)
 	got := snap["/etc/nymph/nymph.env"].content
 	for _, want := range []string{"NYMPH_QUEUE='gpu'\n", "NYMPH_CAPACITY='4'\n", "NYMPH_LABEL='hst_01J00000000000000000000000'\n",
-		"NYMPH_GRACE='30s'\nNYMPH_KEEP_ALIVE='10m0s'\nNYMPH_HOST_SETUP_FILE='/etc/lakeshore/host-setup.json'\n"} {
+		// The template's generic workers adopt; this keyed host does not.
+		"NYMPH_ADOPT_HOST_SETUP='true'\nNYMPH_KEEP_ALIVE='10m0s'\nNYMPH_HOST_SETUP_FILE='/etc/lakeshore/host-setup.json'\nNYMPH_ADOPT_HOST_SETUP='false'\n"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("nymph.env lacks %q:\n%s", want, got)
 		}

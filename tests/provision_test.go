@@ -151,10 +151,23 @@ func TestProvisionLaunchesAHostThatRunsTheWork(t *testing.T) {
 	}
 }
 
-// TestProvisionNudgedBySubmit: a submit nudges `lakeshore dev`'s
-// provisioner, so the host is launched within seconds, not at the next
-// interval (an hour here).
+// TestProvisionNudgedBySubmit: a submit nudges the provisioner, so the
+// host is launched within seconds, not at the next interval (an hour
+// here): in process, and through the real bootstraps (--lambdas), where
+// the api function invokes the provisioner function asynchronously through
+// the Lambda Invoke API, as on AWS.
 func TestProvisionNudgedBySubmit(t *testing.T) {
+	t.Run("in process", func(t *testing.T) { testProvisionNudged(t, backends[1]) })
+	t.Run("lambdas", func(t *testing.T) {
+		rieBin(t)
+		testProvisionNudged(t, backend{"moto-lambdas", func(t testing.TB) ([]string, []string) {
+			args, env := backends[1].setup(t)
+			return append(args, "--lambdas", lambdaDist(t)), env
+		}})
+	})
+}
+
+func testProvisionNudged(t *testing.T, b backend) {
 	endpoint := storetest.MotoEndpoint(t)
 	ctx := context.Background()
 	ec2c := ec2.NewFromConfig(aws.Config{Region: "us-east-1", Credentials: credentials.NewStaticCredentialsProvider("test", "test", "")},
@@ -164,7 +177,7 @@ func TestProvisionNudgedBySubmit(t *testing.T) {
 		LaunchTemplateData: &ec2types.RequestLaunchTemplateData{ImageId: aws.String("ami-12c6146b"), InstanceType: ec2types.InstanceTypeT3Micro}}); err != nil {
 		t.Fatalf("moto CreateLaunchTemplate: %v", err)
 	}
-	d := startDev(t, backends[1], "--provision-launch-template", template, "--provision-max-hosts", "3", "--provision-interval", "1h")
+	d := startDev(t, b, "--provision-launch-template", template, "--provision-max-hosts", "3", "--provision-interval", "1h")
 	setup := []string{"echo nudged " + template}
 	if _, _, err := d.Operator().Submit(ctx, wire.SubmitRequest{Queue: "q", Argv: []string{"true"}, RunConfig: wire.RunConfig{HostSetup: setup}}); err != nil {
 		t.Fatal(err)

@@ -79,8 +79,10 @@ With --lambdas DIR it is what "sam local start-api" is: every route of
 template.yaml's HttpApi is forwarded, as an API Gateway v2 event, to the real
 bootstrap in DIR/<function>/bootstrap (make lambdas LAMBDA_ARCH=<this
 machine's arch>) running under the Lambda runtime emulator (aws-lambda-rie,
-make tools); the sweep and the host poll invoke the reaper and hoststatus
-bootstraps with scheduled events.
+make tools); the sweep, the host poll and the provisioner invoke their
+bootstraps with scheduled events, and the functions reach each other
+through a loopback Lambda Invoke API (what "sam local start-lambda" is: the
+api function's provisioner nudge).
 
 The wake channel is served at ws://ADDR/wake: daemons keep a socket there and
 are told "poll now" when work they can take arrives, as API Gateway's
@@ -187,7 +189,7 @@ func runDev(ctx context.Context, o devOptions) error {
 	// A submit nudges the provisioner (when it runs): a pass soon after, not
 	// at its next interval.
 	nudges := make(chan struct{}, 1)
-	nudge := func(domain.Invocation) {
+	nudge := func(context.Context, domain.Invocation) {
 		select {
 		case nudges <- struct{}{}:
 		default:
@@ -202,18 +204,29 @@ func runDev(ctx context.Context, o devOptions) error {
 	svc = control.New(control.Config{Store: st, StaleAfter: o.staleAfter, Logger: log, Wake: hub, WakeURL: wc.url,
 		Poster: poster, Metrics: recorder})
 	var handler http.Handler
-	var sweepOnce, pollHostsOnce func(context.Context) error
+	var sweepOnce, pollHostsOnce, provisionOnce func(context.Context) error
 	if o.lambdas != "" {
-		gw, err := startLambdas(o, endpoint, wc, log)
+		// The Lambda Invoke API the functions call (the api function's
+		// provisioner nudge), on a port of its own on loopback.
+		invokeLn, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return fmt.Errorf("listen for the Lambda Invoke API: %w", err)
+		}
+		defer invokeLn.Close()
+		gw, err := startLambdas(o, endpoint, "http://"+invokeLn.Addr().String(), wc, log)
 		if err != nil {
 			return err
 		}
 		defer gw.close()
 		defer gw.logInits()
+		invokeSrv := &http.Server{Handler: gw.invokeAPI(ctx), ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = invokeSrv.Serve(invokeLn) }()
+		defer invokeSrv.Close()
 		handler = gw
 		wakeRoute = gw.wakeRoute
 		sweepOnce = func(ctx context.Context) error { return gw.invokeLogged(ctx, "reaper") }
 		pollHostsOnce = func(ctx context.Context) error { return gw.invokeLogged(ctx, "hoststatus") }
+		provisionOnce = func(ctx context.Context) error { return gw.invokeLogged(ctx, "provisioner") }
 	} else {
 		srv, err := api.New(api.Config{
 			Store:         st,
@@ -271,11 +284,14 @@ func runDev(ctx context.Context, o devOptions) error {
 	}
 
 	if o.provision.MaxHosts > 0 {
-		pass, err := devProvisioner(ctx, o, st, log)
-		if err != nil {
-			return err
+		// In process, a submit nudges the pass here; with --lambdas the
+		// api function nudges the provisioner function (invokeAPI).
+		if provisionOnce == nil {
+			if provisionOnce, err = devProvisioner(ctx, o, st, log); err != nil {
+				return err
+			}
 		}
-		go every(ctx, o.provision.Interval, nudges, "provision", pass, log)
+		go every(ctx, o.provision.Interval, nudges, "provision", provisionOnce, log)
 	}
 
 	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}

@@ -27,6 +27,7 @@ import (
 
 	"github.com/dreamlake/lakeshore"
 	"github.com/dreamlake/lakeshore/shared/clock"
+	lsconfig "github.com/dreamlake/lakeshore/shared/config"
 	"github.com/dreamlake/lakeshore/shared/lambdahttp"
 	"github.com/dreamlake/lakeshore/shared/rie"
 	"github.com/dreamlake/lakeshore/shared/store"
@@ -292,22 +293,63 @@ func (g *lambdaGateway) close() {
 
 // startLambdas prepares the gateway for `lakeshore dev --lambdas`: each
 // function gets the environment the deployed one gets from template.yaml,
-// pointed at this dev server's store.
-func startLambdas(o devOptions, endpoint string, wake wakeChannel, log *slog.Logger) (*lambdaGateway, error) {
+// pointed at this dev server's store. invokeURL is where the functions
+// reach the Lambda Invoke API (invokeAPI).
+func startLambdas(o devOptions, endpoint, invokeURL string, wake wakeChannel, log *slog.Logger) (*lambdaGateway, error) {
 	emulator, err := rie.Find()
 	if err != nil {
 		return nil, fmt.Errorf("--lambdas: %w", err)
 	}
 	return newLambdaGateway(lambdaConfig{
-		dist: o.lambdas, env: lambdaEnv(os.Environ(), o, endpoint, wake), logs: os.Stderr, emulator: emulator, maxConc: o.lambdaConc,
+		dist: o.lambdas, env: lambdaEnv(os.Environ(), o, endpoint, invokeURL, wake), logs: os.Stderr, emulator: emulator, maxConc: o.lambdaConc,
 	}, log)
+}
+
+// invokeAPI is what `sam local start-lambda` is: the Lambda Invoke API
+// (POST /2015-03-31/functions/{name}/invocations), so a function that
+// invokes another (the api function's provisioner nudge) runs that one's
+// bootstrap. An Event invoke is answered 202 at once and runs on, under
+// ctx, as Lambda queues it; any other runs and answers with the payload.
+func (g *lambdaGateway) invokeAPI(ctx context.Context) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /2015-03-31/functions/{name}/invocations", func(w http.ResponseWriter, r *http.Request) {
+		name := r.PathValue("name")
+		pool, ok := g.pools[name]
+		if !ok {
+			w.Header().Set("X-Amzn-ErrorType", "ResourceNotFoundException")
+			gatewayError(w, http.StatusNotFound, "Function not found: "+name)
+			return
+		}
+		payload, err := io.ReadAll(io.LimitReader(r.Body, 6<<20))
+		if err != nil {
+			gatewayError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		if r.Header.Get("X-Amz-Invocation-Type") == "Event" {
+			w.WriteHeader(http.StatusAccepted)
+			go func() {
+				if _, err := pool.Invoke(ctx, payload); err != nil && ctx.Err() == nil {
+					g.log.Error("async invoke failed", "function", name, "error", err.Error())
+				}
+			}()
+			return
+		}
+		out, err := pool.Invoke(r.Context(), payload)
+		if err != nil {
+			gatewayError(w, http.StatusBadGateway, err.Error())
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(out)
+	})
+	return mux
 }
 
 // lambdaEnv is a function's environment: the caller's, without any
 // LAKESHORE_ setting of its own, plus this server's configuration. On the
 // embedded store (endpoint set) the SDK is pointed at it with local
 // credentials, as storetest does for moto.
-func lambdaEnv(environ []string, o devOptions, endpoint string, wake wakeChannel) []string {
+func lambdaEnv(environ []string, o devOptions, endpoint, invokeURL string, wake wakeChannel) []string {
 	var env []string
 	for _, kv := range environ {
 		if !strings.HasPrefix(kv, "LAKESHORE_") {
@@ -324,13 +366,40 @@ func lambdaEnv(environ []string, o devOptions, endpoint string, wake wakeChannel
 	if wake.url != "" {
 		env = append(env, "LAKESHORE_WAKE_URL="+wake.url, "LAKESHORE_WAKE_ENDPOINT="+wake.endpoint)
 	}
+	if p := o.provision; p.MaxHosts > 0 {
+		// The provisioner function's settings, as template.yaml gives
+		// them, and the api function's nudge of it through invokeURL.
+		env = append(env,
+			lsconfig.EnvProvisionLaunchTemplate+"="+p.LaunchTemplate,
+			lsconfig.EnvProvisionMaxHosts+"="+strconv.Itoa(p.MaxHosts),
+			lsconfig.EnvProvisionMaxHostsPerKey+"="+strconv.Itoa(p.MaxHostsPerKey),
+			lsconfig.EnvProvisionerFunction+"=provisioner",
+			"AWS_ENDPOINT_URL_LAMBDA="+invokeURL)
+	}
 	if endpoint != "" {
+		// EC2 stays where the caller's SDK configuration points it.
+		for _, k := range []string{"AWS_ENDPOINT_URL_EC2", "AWS_ENDPOINT_URL"} {
+			if v := lookupEnv(environ, k); v != "" && o.provision.MaxHosts > 0 {
+				env = append(env, "AWS_ENDPOINT_URL_EC2="+v)
+				break
+			}
+		}
 		// exec keeps the last of duplicate keys, so these win.
 		env = append(env, "AWS_ENDPOINT_URL="+endpoint, "AWS_REGION="+store.EmbeddedRegion,
 			"AWS_ACCESS_KEY_ID=local", "AWS_SECRET_ACCESS_KEY=local", "AWS_SESSION_TOKEN=", "AWS_PROFILE=",
 			"AWS_EC2_METADATA_DISABLED=true")
 	}
 	return env
+}
+
+// lookupEnv reports key's value in environ ("" if unset).
+func lookupEnv(environ []string, key string) string {
+	for _, kv := range slices.Backward(environ) {
+		if k, v, ok := strings.Cut(kv, "="); ok && k == key {
+			return v
+		}
+	}
+	return ""
 }
 
 // invokeLogged runs a scheduled function (reaper, hoststatus) once and logs
@@ -340,9 +409,10 @@ func (g *lambdaGateway) invokeLogged(ctx context.Context, fn string) error {
 	if err != nil {
 		return err
 	}
-	// The reaper answers store.SweepResult, hoststatus hoststatus.Result.
-	var res struct{ Requeued, Changed int }
-	if json.Unmarshal(out, &res) == nil && res.Requeued+res.Changed > 0 {
+	// The reaper answers store.SweepResult, hoststatus hoststatus.Result,
+	// the provisioner provision.Result.
+	var res struct{ Requeued, Changed, Launched, Failed, Ended, Asked int }
+	if json.Unmarshal(out, &res) == nil && res.Requeued+res.Changed+res.Launched+res.Failed+res.Ended+res.Asked > 0 {
 		g.log.Info(fn+" did work", "result", json.RawMessage(out))
 	}
 	return nil

@@ -106,7 +106,7 @@ func TestGatewayRefusesWrongBuilds(t *testing.T) {
 // configuration that reaches it whatever the caller's AWS settings.
 func TestLambdaEnv(t *testing.T) {
 	o := devOptions{tablePrefix: "p-", enrollToken: "e", operatorToken: "o", staleAfter: 3 * time.Second}
-	env := lambdaEnv([]string{"PATH=/bin", "LAKESHORE_ENROLL_TOKEN_PARAM=/x", "AWS_PROFILE=prod"}, o, "http://127.0.0.1:1", wakeChannel{})
+	env := lambdaEnv([]string{"PATH=/bin", "LAKESHORE_ENROLL_TOKEN_PARAM=/x", "AWS_PROFILE=prod"}, o, "http://127.0.0.1:1", "", wakeChannel{})
 	got := map[string]string{}
 	for _, kv := range env {
 		k, v, _ := strings.Cut(kv, "=")

@@ -3,6 +3,28 @@
 // under `lakeshore dev` and in tests.
 package main
 
-import "github.com/dreamlake/lakeshore/shared/api/apilambda"
+import (
+	"os"
 
-func main() { apilambda.Main("api") }
+	"github.com/aws/aws-sdk-go-v2/service/lambda"
+
+	"github.com/dreamlake/lakeshore/shared/api"
+	"github.com/dreamlake/lakeshore/shared/api/apilambda"
+	"github.com/dreamlake/lakeshore/shared/config"
+	"github.com/dreamlake/lakeshore/shared/lambdamain"
+	"github.com/dreamlake/lakeshore/shared/nudge"
+)
+
+func main() { apilambda.Main("api", nudgeProvisioner) }
+
+// nudgeProvisioner makes each submit nudge the provisioner function named
+// by LAKESHORE_PROVISIONER_FUNCTION (set when provisioning is on): its
+// hosts launch now, not at the next scheduled pass.
+func nudgeProvisioner(s lambdamain.Start, c *api.Config) {
+	fn := os.Getenv(config.EnvProvisionerFunction)
+	if fn == "" {
+		return
+	}
+	n := &nudge.Nudger{Invoke: nudge.InvokeFunction(lambda.NewFromConfig(s.AWS), fn), Logger: s.Log}
+	c.Submitted = n.Submitted
+}

@@ -55,7 +55,7 @@ type Config struct {
 	// Metrics is control.Config's: what receives the use cases' events.
 	Metrics metrics.Recorder
 	// Submitted is control.Config's: told of each new invocation.
-	Submitted func(domain.Invocation)
+	Submitted func(context.Context, domain.Invocation)
 }
 
 // Operator list bounds.

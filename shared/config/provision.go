@@ -12,6 +12,9 @@ const (
 	EnvProvisionMaxHosts       = "LAKESHORE_PROVISION_MAX_HOSTS"
 	EnvProvisionMaxHostsPerKey = "LAKESHORE_PROVISION_MAX_HOSTS_PER_KEY"
 	EnvProvisionInterval       = "LAKESHORE_PROVISION_INTERVAL"
+	// EnvProvisionerFunction, in the api function's environment, names the
+	// provisioner function a submit nudges (an async invoke); unset: none.
+	EnvProvisionerFunction = "LAKESHORE_PROVISIONER_FUNCTION"
 )
 
 // DefaultProvisionInterval is how often `lakeshore dev` runs a pass (the

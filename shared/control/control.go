@@ -82,7 +82,7 @@ type Service struct {
 	// pushPausedUntil: the wake channel failed; notify skips it until then.
 	pushPausedUntil atomic.Pointer[time.Time]
 	metrics         metrics.Recorder
-	submitted       func(domain.Invocation)
+	submitted       func(context.Context, domain.Invocation)
 	log             *slog.Logger
 }
 
@@ -118,8 +118,10 @@ type Config struct {
 	// Metrics receives the use cases' events (nil: none; docs/metrics.md).
 	Metrics metrics.Recorder
 	// Submitted, if set, is told of each new invocation after its submit
-	// (`lakeshore dev` nudges its provisioner). It must not block.
-	Submitted func(domain.Invocation)
+	// is stored, before the answer: it nudges the provisioner (a channel
+	// send in `lakeshore dev`, a bounded async invoke on AWS). Keep it
+	// short; it never fails the submit.
+	Submitted func(context.Context, domain.Invocation)
 	Logger    *slog.Logger
 }
 

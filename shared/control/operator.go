@@ -33,7 +33,7 @@ func (s *Service) Submit(ctx context.Context, req wire.SubmitRequest) (inv domai
 			s.log.Warn("queue not noted for the metrics", "queue", inv.Queue, "error", err.Error())
 		}
 		if s.submitted != nil {
-			s.submitted(inv)
+			s.submitted(ctx, inv)
 		}
 	}
 	return inv, created, err

@@ -93,7 +93,8 @@ func userData(base string, h domain.Host, capacity int, keepAlive time.Duration)
 // Settings are the two files a launched host's first user-data part writes:
 // /etc/lakeshore/provisioned.env, which infra/user-data.sh sources (the
 // queue and capacity h serves, its label, power-off when done, and nymph's
-// keep-alive and host setup file), and /etc/lakeshore/host-setup.json, h's
+// keep-alive and host setup file, and no --adopt-host-setup when it has a
+// host setup of its own), and /etc/lakeshore/host-setup.json, h's
 // exact host setup commands (nil when it has none).
 func Settings(h domain.Host, capacity int, keepAlive time.Duration) (env string, hostSetup []byte, err error) {
 	var b strings.Builder
@@ -103,7 +104,9 @@ func Settings(h domain.Host, capacity int, keepAlive time.Duration) (env string,
 		if hostSetup, err = json.Marshal(h.HostSetup); err != nil {
 			return "", nil, fmt.Errorf("encode the host setup of %s: %w", h.ID, err)
 		}
-		extra = append(extra, "NYMPH_HOST_SETUP_FILE="+hostSetupPath)
+		// A keyed host has its key: a template's --adopt-host-setup (for
+		// the generic workers it also starts) must not refuse the setup.
+		extra = append(extra, "NYMPH_HOST_SETUP_FILE="+hostSetupPath, "NYMPH_ADOPT_HOST_SETUP=false")
 	}
 	fmt.Fprintf(&b, "PROVISIONED_EXTRA_ENV='%s'\n", strings.Join(extra, "\n"))
 	return b.String(), hostSetup, nil

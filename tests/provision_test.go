@@ -32,15 +32,8 @@ import (
 // from its user data) adopts the pending worker, runs the setup, claims
 // and finishes the work. Nothing else is launched meanwhile.
 func TestProvisionLaunchesAHostThatRunsTheWork(t *testing.T) {
-	endpoint := storetest.MotoEndpoint(t)
 	ctx := context.Background()
-	ec2c := ec2.NewFromConfig(aws.Config{Region: "us-east-1", Credentials: credentials.NewStaticCredentialsProvider("test", "test", "")},
-		func(o *ec2.Options) { o.BaseEndpoint = aws.String(endpoint) })
-	template := "lakeshore-e2e-" + strings.TrimSuffix(storetest.Prefix(t), "-")
-	if _, err := ec2c.CreateLaunchTemplate(ctx, &ec2.CreateLaunchTemplateInput{LaunchTemplateName: aws.String(template),
-		LaunchTemplateData: &ec2types.RequestLaunchTemplateData{ImageId: aws.String("ami-12c6146b"), InstanceType: ec2types.InstanceTypeT3Micro}}); err != nil {
-		t.Fatalf("moto CreateLaunchTemplate: %v", err)
-	}
+	ec2c, template := motoLaunchTemplate(t, "lakeshore-e2e-")
 	d := startDev(t, backends[1], "--provision-launch-template", template, "--provision-max-hosts", "3", "--provision-interval", "1s")
 	op := d.Operator()
 	setup := []string{"echo warm " + template} // its own host key: moto is shared by the package's tests
@@ -134,16 +127,7 @@ func TestProvisionLaunchesAHostThatRunsTheWork(t *testing.T) {
 			out.Reservations[0].Instances[0].State.Name == ec2types.InstanceStateNameTerminated
 	})
 	time.Sleep(3 * time.Second) // three more provisioner passes
-	out, err := ec2c.DescribeInstances(ctx, &ec2.DescribeInstancesInput{Filters: []ec2types.Filter{
-		{Name: aws.String("tag:" + provision.TagHostKey), Values: []string{hostkey.Of(setup)}}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	launched := 0
-	for _, r := range out.Reservations {
-		launched += len(r.Instances)
-	}
-	if launched != 1 {
+	if launched := instancesFor(t, ec2c, setup); launched != 1 {
 		t.Fatalf("%d instances launched for one invocation, want 1", launched)
 	}
 	if out := lsHosts(); !strings.Contains(out, "ended") || !strings.Contains(out, "its worker left") {
@@ -168,25 +152,14 @@ func TestProvisionNudgedBySubmit(t *testing.T) {
 }
 
 func testProvisionNudged(t *testing.T, b backend) {
-	endpoint := storetest.MotoEndpoint(t)
 	ctx := context.Background()
-	ec2c := ec2.NewFromConfig(aws.Config{Region: "us-east-1", Credentials: credentials.NewStaticCredentialsProvider("test", "test", "")},
-		func(o *ec2.Options) { o.BaseEndpoint = aws.String(endpoint) })
-	template := "lakeshore-nudge-" + strings.TrimSuffix(storetest.Prefix(t), "-")
-	if _, err := ec2c.CreateLaunchTemplate(ctx, &ec2.CreateLaunchTemplateInput{LaunchTemplateName: aws.String(template),
-		LaunchTemplateData: &ec2types.RequestLaunchTemplateData{ImageId: aws.String("ami-12c6146b"), InstanceType: ec2types.InstanceTypeT3Micro}}); err != nil {
-		t.Fatalf("moto CreateLaunchTemplate: %v", err)
-	}
+	ec2c, template := motoLaunchTemplate(t, "lakeshore-nudge-")
 	d := startDev(t, b, "--provision-launch-template", template, "--provision-max-hosts", "3", "--provision-interval", "1h")
 	setup := []string{"echo nudged " + template}
 	if _, _, err := d.Operator().Submit(ctx, wire.SubmitRequest{Queue: "q", Argv: []string{"true"}, RunConfig: wire.RunConfig{HostSetup: setup}}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "an instance launched right after the submit", func() bool {
-		out, err := ec2c.DescribeInstances(ctx, &ec2.DescribeInstancesInput{Filters: []ec2types.Filter{
-			{Name: aws.String("tag:" + provision.TagHostKey), Values: []string{hostkey.Of(setup)}}}})
-		return err == nil && len(out.Reservations) == 1
-	})
+	eventually(t, 30*time.Second, "an instance launched right after the submit", func() bool { return instancesFor(t, ec2c, setup) == 1 })
 }
 
 // TestProvisionAsksAGenericWorkerToAdopt (issue 15, `nymph
@@ -198,29 +171,11 @@ func testProvisionNudged(t *testing.T, b backend) {
 // (generic work still reaches it); the provisioner launches a host for
 // that key instead.
 func TestProvisionAsksAGenericWorkerToAdopt(t *testing.T) {
-	endpoint := storetest.MotoEndpoint(t)
 	ctx := context.Background()
-	ec2c := ec2.NewFromConfig(aws.Config{Region: "us-east-1", Credentials: credentials.NewStaticCredentialsProvider("test", "test", "")},
-		func(o *ec2.Options) { o.BaseEndpoint = aws.String(endpoint) })
-	template := "lakeshore-adopt-" + strings.TrimSuffix(storetest.Prefix(t), "-")
-	if _, err := ec2c.CreateLaunchTemplate(ctx, &ec2.CreateLaunchTemplateInput{LaunchTemplateName: aws.String(template),
-		LaunchTemplateData: &ec2types.RequestLaunchTemplateData{ImageId: aws.String("ami-12c6146b"), InstanceType: ec2types.InstanceTypeT3Micro}}); err != nil {
-		t.Fatalf("moto CreateLaunchTemplate: %v", err)
-	}
+	ec2c, template := motoLaunchTemplate(t, "lakeshore-adopt-")
 	d := startDev(t, backends[1], "--provision-launch-template", template, "--provision-max-hosts", "3", "--provision-interval", "1s")
 	op := d.Operator()
-	instancesOf := func(setup []string) int {
-		out, err := ec2c.DescribeInstances(ctx, &ec2.DescribeInstancesInput{Filters: []ec2types.Filter{
-			{Name: aws.String("tag:" + provision.TagHostKey), Values: []string{hostkey.Of(setup)}}}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		n := 0
-		for _, r := range out.Reservations {
-			n += len(r.Instances)
-		}
-		return n
-	}
+	instancesOf := func(setup []string) int { return instancesFor(t, ec2c, setup) }
 
 	generic := startNymph(t, d, "generic-1", "--adopt-host-setup", "--capacity", "2")
 	waitReady(t, op, "generic-1")
@@ -276,4 +231,36 @@ func waitReady(t *testing.T, op *client.Client, label string) {
 		w, ok := workerNamed(context.Background(), op, label)
 		return ok && w.State == "active" && w.Phase == wire.PhaseReady
 	})
+}
+
+// motoLaunchTemplate is an EC2 client of moto's and a launch template of
+// this test's own there, named prefix + the test's table prefix (moto is
+// shared by the package's tests).
+func motoLaunchTemplate(t *testing.T, prefix string) (*ec2.Client, string) {
+	t.Helper()
+	endpoint := storetest.MotoEndpoint(t)
+	ec2c := ec2.NewFromConfig(aws.Config{Region: "us-east-1", Credentials: credentials.NewStaticCredentialsProvider("test", "test", "")},
+		func(o *ec2.Options) { o.BaseEndpoint = aws.String(endpoint) })
+	template := prefix + strings.TrimSuffix(storetest.Prefix(t), "-")
+	if _, err := ec2c.CreateLaunchTemplate(context.Background(), &ec2.CreateLaunchTemplateInput{LaunchTemplateName: aws.String(template),
+		LaunchTemplateData: &ec2types.RequestLaunchTemplateData{ImageId: aws.String("ami-12c6146b"), InstanceType: ec2types.InstanceTypeT3Micro}}); err != nil {
+		t.Fatalf("moto CreateLaunchTemplate: %v", err)
+	}
+	return ec2c, template
+}
+
+// instancesFor counts the instances launched for work with host setup
+// (tagged with its host key), whatever their state.
+func instancesFor(t *testing.T, ec2c *ec2.Client, setup []string) int {
+	t.Helper()
+	out, err := ec2c.DescribeInstances(context.Background(), &ec2.DescribeInstancesInput{Filters: []ec2types.Filter{
+		{Name: aws.String("tag:" + provision.TagHostKey), Values: []string{hostkey.Of(setup)}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, r := range out.Reservations {
+		n += len(r.Instances)
+	}
+	return n
 }

@@ -16,13 +16,14 @@ import (
 // record the heartbeat (domain.Worker.Heartbeat: seen now, the state its
 // phase projects to) and its setup results; tell a worker asked to drain;
 // ask it again to adopt the host key it was asked for (until it advertises
-// it, or says its host setup failed); hand out its pending setup commands; reconcile what it says it runs with
-// what it holds (cancel what it must stop, with why; hand back what it
-// never received); and, if the claim gate lets it (domain.AcceptsWork),
-// claim up to its free capacity, waiting for work to arrive when the poll
-// asks to and nothing else is to be said (news that an invocation it lists
-// has finished rides with the eventual answer). auth checks the worker's token on
-// every read of its row.
+// it, or says its host setup failed); hand out its pending setup commands;
+// reconcile what it says it runs with what it holds (cancel what it must
+// stop, with why; hand back what it never received); and, if the claim
+// gate lets it (domain.AcceptsWork), claim up to its free capacity,
+// waiting for work to arrive when the poll asks to and nothing else is to
+// be said (news that an invocation it lists has finished rides with the
+// eventual answer). auth checks the worker's token on every read of its
+// row.
 func (s *Service) Poll(ctx context.Context, req wire.PollRequest, auth store.Authorize) (wire.PollResponse, error) {
 	st := s.store
 	w, err := s.Heartbeat(ctx, req, auth)

@@ -157,40 +157,34 @@ func (s *Store) SaveHost(ctx context.Context, prev int64, next *domain.Host) err
 func (s *Store) QueuedByHostKey(ctx context.Context, queue string, limit int) (counts map[string]int, truncated bool, err error) {
 	counts = map[string]int{}
 	seen := 0
-	var start map[string]types.AttributeValue
-	for {
-		page, err := s.db.Query(ctx, &dynamodb.QueryInput{
-			TableName:                 aws.String(s.tables.Invocations),
-			IndexName:                 aws.String(indexQueueState),
-			KeyConditionExpression:    aws.String("queue_state = :q"),
-			ExpressionAttributeValues: map[string]types.AttributeValue{":q": str(queue + "#" + wire.StateQueued)},
-			ProjectionExpression:      aws.String("host_key, retry_at"),
-			ExclusiveStartKey:         start,
-		})
-		if err != nil {
-			return nil, false, storeErr("queued work of "+queue, err)
+	err = s.queryEach(ctx, "queued work of "+queue, &dynamodb.QueryInput{
+		TableName:                 aws.String(s.tables.Invocations),
+		IndexName:                 aws.String(indexQueueState),
+		KeyConditionExpression:    aws.String("queue_state = :q"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":q": str(queue + "#" + wire.StateQueued)},
+		ProjectionExpression:      aws.String("host_key, retry_at"),
+	}, func(item map[string]types.AttributeValue) error {
+		var r struct {
+			HostKey string    `dynamodbav:"host_key"`
+			RetryAt time.Time `dynamodbav:"retry_at"`
 		}
-		for _, item := range page.Items {
-			var r struct {
-				HostKey string    `dynamodbav:"host_key"`
-				RetryAt time.Time `dynamodbav:"retry_at"`
-			}
-			if err := attributevalue.UnmarshalMap(item, &r); err != nil {
-				return nil, false, fmt.Errorf("decode queued work of %s: %w", queue, err)
-			}
-			if !r.RetryAt.IsZero() {
-				continue // waiting out a retry backoff: no slot needed yet
-			}
-			counts[r.HostKey]++
-			if seen++; seen >= limit {
-				return counts, true, nil
-			}
+		if err := attributevalue.UnmarshalMap(item, &r); err != nil {
+			return fmt.Errorf("decode queued work of %s: %w", queue, err)
 		}
-		if page.LastEvaluatedKey == nil {
-			return counts, false, nil
+		if !r.RetryAt.IsZero() {
+			return nil // waiting out a retry backoff: no slot needed yet
 		}
-		start = page.LastEvaluatedKey
+		counts[r.HostKey]++
+		if seen++; seen >= limit {
+			truncated = true
+			return errStopPaging
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, false, err
 	}
+	return counts, truncated, nil
 }
 
 // HostSetupOf reports the host_setup of queue's queued work with host key

@@ -554,32 +554,22 @@ func (s *Store) RequeueChanged(ctx context.Context, id, workerID string, loss do
 // Held lists the invocations running on worker, from the sparse holder index.
 func (s *Store) Held(ctx context.Context, workerID string) ([]domain.Invocation, error) {
 	var out []domain.Invocation
-	var start map[string]types.AttributeValue
-	for {
-		page, err := s.db.Query(ctx, &dynamodb.QueryInput{
-			TableName:                 aws.String(s.tables.Invocations),
-			IndexName:                 aws.String(indexHolder),
-			KeyConditionExpression:    aws.String("holder = :w"),
-			ExpressionAttributeValues: map[string]types.AttributeValue{":w": str(workerID)},
-			ExclusiveStartKey:         start,
-		})
-		if err != nil {
-			return nil, storeErr("held by "+workerID, err)
+	err := s.queryEach(ctx, "held by "+workerID, &dynamodb.QueryInput{
+		TableName:                 aws.String(s.tables.Invocations),
+		IndexName:                 aws.String(indexHolder),
+		KeyConditionExpression:    aws.String("holder = :w"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":w": str(workerID)},
+	}, func(item map[string]types.AttributeValue) error {
+		inv, err := decodeInvocation(item)
+		if err == nil && inv.Running(workerID) {
+			out = append(out, inv)
 		}
-		for _, item := range page.Items {
-			inv, err := decodeInvocation(item)
-			if err != nil {
-				return nil, err
-			}
-			if inv.Running(workerID) {
-				out = append(out, inv)
-			}
-		}
-		if page.LastEvaluatedKey == nil {
-			return out, nil
-		}
-		start = page.LastEvaluatedKey
+		return err
+	})
+	if err != nil {
+		return nil, err
 	}
+	return out, nil
 }
 
 // ListInvocations pages through invocations, optionally of one queue and
@@ -801,31 +791,22 @@ const claimKeyRetrying = "!retrying"
 // others are still tried.
 func (s *Store) ReleaseRetries(ctx context.Context) ([]domain.Invocation, error) {
 	var due []string
-	var start map[string]types.AttributeValue
-	for {
-		page, err := s.db.Query(ctx, &dynamodb.QueryInput{
-			TableName:                 aws.String(s.tables.Invocations),
-			IndexName:                 aws.String(indexClaim),
-			KeyConditionExpression:    aws.String("claim_key = :k"),
-			ExpressionAttributeValues: map[string]types.AttributeValue{":k": str(claimKeyRetrying)},
-			ExclusiveStartKey:         start,
-		})
+	if err := s.queryEach(ctx, "read retrying invocations", &dynamodb.QueryInput{
+		TableName:                 aws.String(s.tables.Invocations),
+		IndexName:                 aws.String(indexClaim),
+		KeyConditionExpression:    aws.String("claim_key = :k"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":k": str(claimKeyRetrying)},
+	}, func(item map[string]types.AttributeValue) error {
+		inv, err := decodeInvocation(item)
 		if err != nil {
-			return nil, storeErr("read retrying invocations", err)
+			return err
 		}
-		for _, item := range page.Items {
-			inv, err := decodeInvocation(item)
-			if err != nil {
-				return nil, err
-			}
-			if _, ok := inv.ReleaseRetry(s.now()); ok {
-				due = append(due, inv.ID)
-			}
+		if _, ok := inv.ReleaseRetry(s.now()); ok {
+			due = append(due, inv.ID)
 		}
-		if page.LastEvaluatedKey == nil {
-			break
-		}
-		start = page.LastEvaluatedKey
+		return nil
+	}); err != nil {
+		return nil, err
 	}
 	var out []domain.Invocation
 	var errs []error

@@ -72,23 +72,17 @@ func (s *Store) SetupCommands(ctx context.Context, id string, pendingOnly bool) 
 		in.ExpressionAttributeValues[":p"] = str(wire.SetupPending)
 	}
 	var out []domain.SetupCommand
-	for {
-		page, err := s.db.Query(ctx, in)
-		if err != nil {
-			return nil, storeErr("setup commands of "+id, err)
-		}
-		for _, item := range page.Items {
-			c, err := decodeSetupCommand(item)
-			if err != nil {
-				return nil, err
-			}
+	err := s.queryEach(ctx, "setup commands of "+id, in, func(item map[string]types.AttributeValue) error {
+		c, err := decodeSetupCommand(item)
+		if err == nil {
 			out = append(out, c)
 		}
-		if page.LastEvaluatedKey == nil {
-			return out, nil
-		}
-		in.ExclusiveStartKey = page.LastEvaluatedKey
+		return err
+	})
+	if err != nil {
+		return nil, err
 	}
+	return out, nil
 }
 
 // RecordSetupResults stores the daemon's reports. Each moves a pending

@@ -242,6 +242,15 @@ func describeWorker(w io.Writer, wk wire.Worker, now time.Time) error {
 	row("Phase", wk.Phase)
 	row("Host status", wk.HostStatus)
 	row("Host key", wk.HostKey)
+	if a := wk.Adoption; a != nil {
+		v := fmt.Sprintf("host key %s for queue %s, asked %s", a.HostKey, a.Queue, timestamp(now, &a.AskedAt))
+		if a.Failed != "" {
+			v += "; failed: " + a.Failed
+		}
+		row("Adoption", v)
+	} else if wk.AdoptHostSetup {
+		row("Adoption", "may be asked to adopt a host key (--adopt-host-setup)")
+	}
 	row("Lanes", strings.Join(wk.Lanes, ","))
 	if len(wk.Tags) > 0 {
 		row("Tags", sortedPairs(wk.Tags))
@@ -256,7 +265,10 @@ func describeWorker(w io.Writer, wk wire.Worker, now time.Time) error {
 		row("Last setup", fmt.Sprintf("%s %s exit %d in %s", setupName(r, 0), r.Status, r.ExitCode,
 			time.Duration(r.DurationMS)*time.Millisecond))
 		if note := setupNote(r, 0); note != "" {
-			if r.CommandID == "" && wk.State != "gone" {
+			switch {
+			case r.CommandID == "" && adoptionFailed(wk):
+				note += " (a host setup it was asked to adopt: it stays generic and takes generic work)"
+			case r.CommandID == "" && wk.State != "gone":
 				note += " (its host setup: it claims nothing until a `lakeshore setup` command repairs it, or its keep-alive ends it)"
 			}
 			row("Note", note)
@@ -292,13 +304,33 @@ func setupName(r *wire.SetupResult, max int) string {
 // reads stale or gone, clipped.
 func workerNote(wk wire.Worker) string {
 	if note := setupNote(wk.LastSetupResult, 40); note != "" {
+		if adoptionFailed(wk) {
+			note = "adoption " + note
+		}
 		return note
 	}
 	why := []rune(cell(wk.StateWhy))
 	if len(why) > 120 {
 		return string(why[:120]) + "…"
 	}
+	if len(why) == 0 && wk.Adoption != nil && wk.Adoption.Failed == "" {
+		return "adopting host key " + clipKey(wk.Adoption.HostKey)
+	}
 	return string(why)
+}
+
+// adoptionFailed reports whether wk is a generic worker whose last
+// adoption failed (its last setup result is that failure).
+func adoptionFailed(wk wire.Worker) bool {
+	return wk.Adoption != nil && wk.Adoption.Failed != "" && wk.HostKey == ""
+}
+
+// clipKey shortens a host key for a table cell: hk1_ and 12 hex digits.
+func clipKey(k string) string {
+	if len(k) > 16 {
+		return k[:16] + "…"
+	}
+	return k
 }
 
 // setupNote says why a worker needs an operator, from its last setup result:

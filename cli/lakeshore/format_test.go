@@ -61,6 +61,40 @@ func TestWorkerViewsShowFailedSetup(t *testing.T) {
 	}
 }
 
+// TestWorkerViewsShowAdoption: a worker asked to adopt a host key says so
+// in `ls workers` (NOTE) and `get`; one whose adopted host setup failed
+// says that, and that it stays generic.
+func TestWorkerViewsShowAdoption(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	key := "hk1_" + strings.Repeat("ab", 32)
+	asked := wire.Worker{WorkerID: "wrk_ASKED", State: "setting_up", Phase: wire.PhaseSetup, MaxConcurrency: 2, CreatedAt: now,
+		AdoptHostSetup: true, Adoption: &wire.Adoption{HostKey: key, Queue: "q", AskedAt: now.Add(-time.Minute)}}
+	failed := wire.Worker{WorkerID: "wrk_FAILED", State: "active", Phase: wire.PhaseReady, MaxConcurrency: 2, CreatedAt: now,
+		AdoptHostSetup: true, Adoption: &wire.Adoption{HostKey: key, Queue: "q", AskedAt: now, Failed: "its host setup failed"},
+		LastSetupResult: &wire.SetupResult{Command: "exit 3", Status: wire.SetupFailed, ExitCode: 3}}
+	var b bytes.Buffer
+	if err := workerTable(&b, []wire.Worker{asked, failed}, now); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	if len(lines) != 3 || !strings.Contains(lines[1], "adopting host key hk1_abababababab…") ||
+		!strings.Contains(lines[2], "adoption setup failed: `exit 3` exit 3") {
+		t.Fatalf("ls workers:\n%s", b.String())
+	}
+	b.Reset()
+	if err := describeWorker(&b, failed, now); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"Adoption:", "host key " + key + " for queue q", "failed: its host setup failed", "it stays generic"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("get worker lacks %q:\n%s", want, b.String())
+		}
+	}
+	if strings.Contains(b.String(), "claims nothing until") {
+		t.Errorf("get worker says a failed adoption blocks claims:\n%s", b.String())
+	}
+}
+
 // TestVersionFlag: `lakeshore --version` prints the build's version.
 func TestVersionFlag(t *testing.T) {
 	root := newRootCmd()

@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -16,6 +15,7 @@ import (
 	"github.com/dreamlake/lakeshore/agent/internal/notify"
 	"github.com/dreamlake/lakeshore/agent/internal/notify/notifytest"
 	"github.com/dreamlake/lakeshore/shared/api/apitest"
+	"github.com/dreamlake/lakeshore/shared/syncbuf"
 )
 
 // TestAgentNotifiesOverSocket: a real agent against a real control plane,
@@ -90,7 +90,7 @@ func TestAgentNotifiesOverSocket(t *testing.T) {
 // and nothing else: the agent runs and exits as usual.
 func TestAgentBrokenNotifySocket(t *testing.T) {
 	p := apitest.New(t)
-	var logs notifyLog
+	var logs syncbuf.Buffer
 	n, _ := notify.NewSD(filepath.Join(t.TempDir(), "gone"))
 	dir := t.TempDir()
 	a, err := New(Config{
@@ -114,23 +114,6 @@ func TestAgentBrokenNotifySocket(t *testing.T) {
 	if got := strings.Count(logs.String(), "could not notify the service manager"); got != 1 {
 		t.Fatalf("%d warnings about the socket, want 1:\n%s", got, logs.String())
 	}
-}
-
-type notifyLog struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *notifyLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *notifyLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // notifyRecorder is a Notifier that keeps what it is told.

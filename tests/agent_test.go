@@ -9,38 +9,21 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/dreamlake/lakeshore/shared/client"
+	"github.com/dreamlake/lakeshore/shared/syncbuf"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
 // nymphProc is a running bin/nymph.
 type nymphProc struct {
 	cmd  *exec.Cmd
-	logs *syncBuffer
+	logs *syncbuf.Buffer
 	done chan struct{}
 	err  error
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // startNymph runs bin/nymph against d with its own workdir and state dir.
@@ -83,7 +66,7 @@ func launchNymph(t testing.TB, machine string, argv, env []string, cred *syscall
 	t.Helper()
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), env...)
-	p := &nymphProc{cmd: cmd, logs: &syncBuffer{}, done: make(chan struct{})}
+	p := &nymphProc{cmd: cmd, logs: &syncbuf.Buffer{}, done: make(chan struct{})}
 	cmd.Stderr = p.logs
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Credential: cred}
 	if err := cmd.Start(); err != nil {

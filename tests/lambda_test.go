@@ -18,6 +18,7 @@ import (
 	"github.com/dreamlake/lakeshore/shared/rie"
 	"github.com/dreamlake/lakeshore/shared/store/schema"
 	"github.com/dreamlake/lakeshore/shared/store/storetest"
+	"github.com/dreamlake/lakeshore/shared/syncbuf"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
@@ -94,7 +95,7 @@ func startLambda(t *testing.T, name string, env []string) *lambdaFn {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	pool, err := rie.NewPool(rie.Function{Name: name, Bootstrap: bootstrap, Emulator: rieBin(t),
 		Env: append(os.Environ(), env...), MaxConcurrency: 1, Logs: logs})
 	if err != nil {

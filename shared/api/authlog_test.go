@@ -1,34 +1,20 @@
 package api_test
 
 import (
-	"bytes"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"log/slog"
 
 	"github.com/dreamlake/lakeshore/shared/api"
+	"github.com/dreamlake/lakeshore/shared/syncbuf"
 )
 
 // lockedBuffer is a log sink the server's goroutines share.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
+type lockedBuffer struct{ syncbuf.Buffer }
 
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) count(s string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Count(l.b.String(), s)
-}
+func (l *lockedBuffer) count(s string) int { return strings.Count(l.String(), s) }
 
 // TestUnauthorizedIsWarnedOnceAMinute: refused credentials are logged at
 // warn, once a minute per route, the next warning counting what was held
@@ -51,7 +37,7 @@ func TestUnauthorizedIsWarnedOnceAMinute(t *testing.T) {
 	c.Advance(61 * time.Second)
 	h.do("GET", "/v1/invocations", "wrong-token", nil).want(t, 401, nil)
 	if n := logs.count(`"refused_since_last_warning":4`); n != 1 {
-		t.Fatalf("the next warning does not count the 4 held back:\n%s", logs.b.String())
+		t.Fatalf("the next warning does not count the 4 held back:\n%s", logs.String())
 	}
 	h.do("POST", "/v1/daemon/poll", "wrong-token", map[string]any{"worker_id": "wrk_01J00000000000000000000000"}).want(t, 401, nil)
 	if n := logs.count(`"level":"WARN"`); n != 3 {

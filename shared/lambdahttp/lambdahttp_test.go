@@ -10,10 +10,10 @@ import (
 	"net/http"
 	"reflect"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/aws/aws-lambda-go/events"
+	"github.com/dreamlake/lakeshore/shared/syncbuf"
 )
 
 // seen is what echoHandler reports about the request it was given.
@@ -625,30 +625,12 @@ func TestMalformedEventIsBadRequest(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log destination safe for the race detector.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // captureLog sends slog's default logger to a buffer for the test.
-func captureLog(t *testing.T) *syncBuffer {
+func captureLog(t *testing.T) *syncbuf.Buffer {
 	t.Helper()
 	old := slog.Default()
 	t.Cleanup(func() { slog.SetDefault(old) })
-	var buf syncBuffer
+	var buf syncbuf.Buffer
 	slog.SetDefault(slog.New(slog.NewJSONHandler(&buf, nil)))
 	return &buf
 }

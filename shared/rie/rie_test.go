@@ -14,11 +14,12 @@ import (
 	"time"
 
 	"github.com/dreamlake/lakeshore/shared/rie"
+	"github.com/dreamlake/lakeshore/shared/syncbuf"
 )
 
 // testPool builds testdata/fn as a static bootstrap and returns a pool of it
 // under the real emulator (skipped without it, failed under CI=true).
-func testPool(t *testing.T, max int) (*rie.Pool, *strings.Builder) {
+func testPool(t *testing.T, max int) (*rie.Pool, *syncbuf.Buffer) {
 	t.Helper()
 	emulator, err := rie.Find()
 	if err != nil {
@@ -33,25 +34,14 @@ func testPool(t *testing.T, max int) (*rie.Pool, *strings.Builder) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
-	logs := &lockedBuilder{}
+	logs := &syncbuf.Buffer{}
 	p, err := rie.NewPool(rie.Function{Name: "fn", Bootstrap: bootstrap, Emulator: emulator,
 		Env: []string{"RIE_TEST_VALUE=configured"}, Timeout: 5 * time.Second, MaxConcurrency: max, Logs: logs})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(p.Close)
-	return p, &logs.b
-}
-
-type lockedBuilder struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuilder) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
+	return p, logs
 }
 
 type answer struct {

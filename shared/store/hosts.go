@@ -23,34 +23,6 @@ const fleetItemID = "!fleet"
 // changed since it was read: read it again and plan again.
 var ErrProvisionRaced = errors.New("another provisioner pass reserved hosts first")
 
-// hostRecord is the stored form of domain.Host.
-type hostRecord struct {
-	ID         string    `dynamodbav:"host_id"`
-	Queue      string    `dynamodbav:"queue"`
-	HostKey    string    `dynamodbav:"host_key,omitempty"`
-	HostSetup  []string  `dynamodbav:"host_setup,omitempty"`
-	State      string    `dynamodbav:"state"`
-	InstanceID string    `dynamodbav:"instance_id,omitempty"`
-	Market     string    `dynamodbav:"market,omitempty"`
-	Reason     string    `dynamodbav:"reason,omitempty"`
-	CreatedAt  time.Time `dynamodbav:"created_at"`
-	LaunchedAt time.Time `dynamodbav:"launched_at,omitempty"`
-	EndedAt    time.Time `dynamodbav:"ended_at,omitempty"`
-	Version    int64     `dynamodbav:"version"`
-}
-
-func toHostRecord(h domain.Host) hostRecord {
-	return hostRecord{ID: h.ID, Queue: h.Key.Queue, HostKey: h.Key.HostKey, HostSetup: h.HostSetup, State: h.State,
-		InstanceID: h.InstanceID, Market: h.Market, Reason: h.Reason, CreatedAt: h.CreatedAt,
-		LaunchedAt: h.LaunchedAt, EndedAt: h.EndedAt, Version: h.Version}
-}
-
-func (r hostRecord) domain() domain.Host {
-	return domain.Host{ID: r.ID, Key: domain.ProvisionKey{Queue: r.Queue, HostKey: r.HostKey}, HostSetup: r.HostSetup,
-		State: r.State, InstanceID: r.InstanceID, Market: r.Market, Reason: r.Reason, CreatedAt: r.CreatedAt,
-		LaunchedAt: r.LaunchedAt, EndedAt: r.EndedAt, Version: r.Version}
-}
-
 // Fleet reads the hosts table whole: the ledger's version (what a
 // reservation must find unchanged) and every host (strongly consistent:
 // a reservation that moved the version is in what a read after it sees).

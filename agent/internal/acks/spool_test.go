@@ -1,7 +1,6 @@
 package acks
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -9,32 +8,21 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/dreamlake/lakeshore/shared/syncbuf"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
 // spoolTestLog is a concurrency-safe buffer a JSON slog handler writes to.
-type spoolTestLog struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *spoolTestLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
+type spoolTestLog struct{ syncbuf.Buffer }
 
 // lines reports every logged record, decoded.
 func (l *spoolTestLog) lines(t *testing.T) []map[string]any {
 	t.Helper()
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	var out []map[string]any
-	for _, line := range strings.Split(strings.TrimSpace(l.buf.String()), "\n") {
+	for _, line := range strings.Split(strings.TrimSpace(l.String()), "\n") {
 		if line == "" {
 			continue
 		}
@@ -45,12 +33,6 @@ func (l *spoolTestLog) lines(t *testing.T) []map[string]any {
 		out = append(out, m)
 	}
 	return out
-}
-
-func (l *spoolTestLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
 }
 
 func (l *spoolTestLog) logger() *slog.Logger {

@@ -1,7 +1,6 @@
 package process
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/dreamlake/lakeshore/agent/internal/process/proctest"
+	"github.com/dreamlake/lakeshore/shared/syncbuf"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
@@ -186,22 +186,7 @@ func TestRunUnconfirmedCleanup(t *testing.T) {
 }
 
 // lockedBuffer is a log sink the runner's goroutines may write at once.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+type lockedBuffer struct{ syncbuf.Buffer }
 
 // records reports the JSON log's records whose msg contains msg.
 func (b *lockedBuffer) records(msg string) []map[string]any {

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/dreamlake/lakeshore/agent/internal/acks"
@@ -14,6 +15,7 @@ import (
 	"github.com/dreamlake/lakeshore/agent/internal/logship"
 	"github.com/dreamlake/lakeshore/agent/internal/notify"
 	"github.com/dreamlake/lakeshore/agent/internal/process"
+	"github.com/dreamlake/lakeshore/agent/internal/runview"
 	"github.com/dreamlake/lakeshore/agent/internal/wakeclient"
 	"github.com/dreamlake/lakeshore/shared/client"
 	"github.com/dreamlake/lakeshore/shared/hostkey"
@@ -38,6 +40,10 @@ type Agent struct {
 	// --keep-runs-size); each run is held from before it starts until its
 	// ack is answered. Nil until Run makes it (nil holds nothing).
 	retention *process.Retention
+
+	// views is the lifecycle endpoint bodies read (lifecycle.go); nil
+	// when it could not listen.
+	views *runview.Server
 
 	notify *notify.Service // READY/STOPPING/STATUS to a service manager
 	runAs  *process.RunAs  // --run-as, resolved at New; nil: the daemon's account
@@ -161,6 +167,7 @@ type body interface {
 	Pid() int
 	Unconfirmed() (pgid int, pids []int)
 	LogFiles() (stdout, stderr string)
+	Signal(sig syscall.Signal) bool
 }
 
 var _ body = (*process.Run)(nil)
@@ -169,6 +176,14 @@ var _ body = (*process.Run)(nil)
 type running struct {
 	run     body
 	session session // the worker (and token) that claimed it
+	// view is the run's lifecycle view (nil: none); drainSignal is its
+	// run_config.drain_signal (0: none), signalled once sent;
+	// requeueExitCodes are its run_config.requeue_exit_codes.
+	view             *runview.Handle
+	drainSignal      syscall.Signal
+	drainSignalName  string
+	signalled        bool
+	requeueExitCodes []int
 }
 
 // loop state, owned by Run's goroutine.
@@ -283,6 +298,7 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 	if err := os.MkdirAll(cfg.Workdir, 0o700); err != nil {
 		return fmt.Errorf("workdir: %w", err)
 	}
+	defer a.startViews()()
 	spool, err := acks.OpenSpool(cfg.StateDir)
 	if err != nil {
 		return fmt.Errorf("state dir: %w", err)

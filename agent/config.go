@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"strings"
@@ -35,8 +36,12 @@ type Config struct {
 	// key from then on (--adopt-host-setup; adopt.go).
 	AdoptHostSetup bool
 	IntrospectAddr string
-	MachineID      string
-	PollInterval   time.Duration // 0: what the control plane answers (hello's poll_interval_s)
+	// LifecycleAddr is the loopback address of the endpoint each body
+	// reads its lifecycle view at (NYMPH_LIFECYCLE_URL; lifecycle.go):
+	// port 0 picks a free one; "" or "off" serves none.
+	LifecycleAddr string
+	MachineID     string
+	PollInterval  time.Duration // 0: what the control plane answers (hello's poll_interval_s)
 	// KeepRuns is how long a finished run's directory stays once its ack is
 	// answered, counted from the run's end (--keep-runs); 0: it goes as
 	// soon as the ack is answered.
@@ -116,6 +121,7 @@ func DefaultConfig() Config {
 		KeepRuns:       DefaultKeepRuns,
 		KeepRunsSize:   DefaultKeepRunsSize,
 		IntrospectAddr: "127.0.0.1:7788",
+		LifecycleAddr:  "127.0.0.1:0",
 		HelloAttempts:  DefaultHelloAttempts,
 		OnRebalance:    OnRebalanceLog,
 	}
@@ -131,6 +137,11 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if err := checkTransport(u, c.Insecure); err != nil {
 		return c, err
+	}
+	if c.LifecycleAddr != "" && c.LifecycleAddr != "off" {
+		if ap, err := netip.ParseAddrPort(c.LifecycleAddr); err != nil || !ap.Addr().IsLoopback() {
+			return c, fmt.Errorf("--lifecycle-addr %q: want a loopback address and port, e.g. 127.0.0.1:0, or off", c.LifecycleAddr)
+		}
 	}
 	for _, name := range c.PassEnv {
 		if name == "" || strings.ContainsAny(name, "=\x00") {

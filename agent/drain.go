@@ -88,6 +88,7 @@ func (a *Agent) reap(st *state) {
 			continue
 		case <-deadline.Done():
 		}
+		r.closeView()
 		st.abandoned++
 		if st.phase == wire.PhaseTerminating {
 			a.health.Failed(health.FailedShutdown)
@@ -108,6 +109,12 @@ func (a *Agent) reap(st *state) {
 func (a *Agent) settle(ctx context.Context, st *state, r *running) {
 	o := r.run.Outcome()
 	id, attempt := r.run.InvocationID(), r.run.Attempt()
+	if why := handBackAsked(st, r, o); why != "" {
+		// Its body asked to be handed back: the ack queues it again.
+		a.log.Info("handing back at its body's request", "invocation_id", id, "attempt", attempt, "why", why)
+		o = requeuedOutcome(o, why)
+	}
+	r.closeView()
 	a.logs.Finish(id, attempt) // its files are complete: the rest of its output goes
 	if pgid, pids := r.run.Unconfirmed(); pgid != 0 {
 		if st.phase == wire.PhaseTerminating {

@@ -135,7 +135,9 @@ func (a *Agent) loop(ctx context.Context, st *state, hello wire.HelloRequest) (e
 		}
 		// After every event: the drain's grace, then draining → terminating
 		// once nothing runs.
-		g.update(cfg, st, a.now())
+		if g.update(cfg, st, a.now()) {
+			a.drainNotice(st, g.end)
+		}
 		if st.phase == wire.PhaseDraining && len(st.runs) == 0 {
 			a.terminate(st)
 			kick()
@@ -173,18 +175,23 @@ type gracePeriod struct {
 	expired <-chan time.Time
 }
 
-func (g *gracePeriod) update(cfg Config, st *state, now time.Time) {
+// update reports whether the grace's end was set or moved: the bodies are
+// told (drainNotice).
+func (g *gracePeriod) update(cfg Config, st *state, now time.Time) bool {
 	switch {
 	case !st.draining():
 	case !g.started:
 		g.started = true
 		grace := spotGrace(cfg.Grace, cfg.KillAfter, st.spotReclaim, now)
 		g.end, g.expired = now.Add(grace), time.After(grace)
+		return true
 	case st.phase == wire.PhaseDraining && !st.spotReclaim.IsZero():
 		if grace := spotGrace(cfg.Grace, cfg.KillAfter, st.spotReclaim, now); now.Add(grace).Before(g.end) {
 			g.end, g.expired = now.Add(grace), time.After(grace)
+			return true
 		}
 	}
+	return false
 }
 
 // keepAliveExpired drains a daemon that ran no invocation for --keep-alive.

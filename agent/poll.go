@@ -276,7 +276,11 @@ func (a *Agent) startRun(ctx context.Context, st *state, c wire.Command, runDone
 	// Held before its directory exists: retention never removes a run in
 	// progress, nor one whose ack is not answered (ackAnswered releases it).
 	a.retention.Hold(inv.InvocationID, inv.Attempt)
-	r := &running{run: a.runner.Start(*inv, st.sess.workerID), session: st.sess}
+	view, env := a.openView(st, *inv)
+	run := a.runner.Start(*inv, st.sess.workerID, env)
+	r := &running{run: run, session: st.sess, view: view, requeueExitCodes: inv.RunConfig.RequeueExitCodes,
+		drainSignal: drainSignalOf(inv.RunConfig.DrainSignal), drainSignalName: inv.RunConfig.DrainSignal}
+	attachView(r, run)
 	stdout, stderr := r.run.LogFiles()
 	a.logs.Track(st.sess.api, st.sess.workerID, inv.InvocationID, inv.Attempt, stdout, stderr)
 	st.runs[inv.InvocationID] = r

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -298,4 +299,5 @@ func (b *stuckBody) Kill()                      {}
 func (b *stuckBody) LogFiles() (string, string) { return "", "" }
 
 func (b *stuckBody) Pid() int                            { return 0 }
+func (b *stuckBody) Signal(syscall.Signal) bool          { return false }
 func (b *stuckBody) Unconfirmed() (pgid int, pids []int) { return 0, nil }

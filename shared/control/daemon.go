@@ -121,7 +121,17 @@ func (s *Service) Ack(ctx context.Context, req wire.AckRequest, auth store.Autho
 	}
 	s.log.Info("ack", "worker_id", req.WorkerID, "invocation_id", req.InvocationID, "attempt", req.Attempt,
 		"state", req.State, "recorded", res.Recorded)
-	if res.Recorded {
+	switch {
+	case !res.Recorded:
+	case req.State == wire.AckRequeued:
+		// Its body asked to be handed back as its worker drained: queued
+		// again (or ended, once max_attempts is spent).
+		s.metrics.HandedBack(res.Queue, domain.EndRequeued)
+		if domain.Terminal(res.State) {
+			s.metrics.Finished(res.Queue, res.State)
+		}
+		s.claimable(ctx, domain.Invocation{State: res.State, Queue: res.Queue, HostKey: res.HostKey})
+	case domain.Terminal(res.State): // not a retry, which is queued again
 		s.metrics.Finished(res.Queue, res.State)
 	}
 	return wire.AckResponse{Recorded: res.Recorded, State: res.State}, nil

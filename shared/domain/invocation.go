@@ -87,6 +87,7 @@ const (
 	EndBye        = "bye"        // its worker said bye while it ran
 	EndOmitted    = "omitted"    // its worker's poll no longer listed it
 	EndSuperseded = "superseded" // another attempt's outcome was recorded first
+	EndRequeued   = AckRequeued  // its body asked to be handed back as its worker drained
 )
 
 // Loss says why a worker's attempt was taken back: Kind is an End* kind,
@@ -270,11 +271,15 @@ type Outcome struct {
 // The history shows o's attempt ended with o (Recorded), and an attempt
 // still running elsewhere as superseded: its worker is told to stop.
 func (inv Invocation) Record(o Outcome, now time.Time) (Invocation, bool, error) {
-	if !Terminal(o.State) {
-		return inv, false, refuse(KindInvalid, "outcome state %q is not succeeded, failed or cancelled", o.State)
+	if !Terminal(o.State) && o.State != AckRequeued {
+		return inv, false, refuse(KindInvalid, "outcome state %q is not succeeded, failed, cancelled or requeued", o.State)
 	}
 	if !inv.HeldBy(o.WorkerID, o.Attempt) {
 		return inv, false, refuse(KindForbidden, "attempt %d of %s was not run by %s", o.Attempt, inv.ID, o.WorkerID)
+	}
+	if o.State == AckRequeued {
+		next, changed := inv.handBack(o, now)
+		return next, changed, nil
 	}
 	if !inv.AckRecords(o.WorkerID, o.Attempt, o.State) {
 		return inv, false, nil
@@ -305,6 +310,27 @@ func (inv Invocation) Record(o Outcome, now time.Time) (Invocation, bool, error)
 	a.Reason = strings.Join(why, "; ")
 	a.Outcome, a.ExitCode, a.Recorded, a.EndedAt = o.State, o.ExitCode, true, now
 	return next, true, nil
+}
+
+// handBack reports inv after worker's report that its body asked, during
+// a drain, to be queued again (AckRequeued), and whether it counts: only
+// for the attempt running now. It is handed back as a lost worker's
+// attempt is (Requeue): queued again for attempt + 1, cancelled if an
+// operator's cancel was pending, failed once max_attempts is spent. The
+// history shows the attempt ended requeued, with its exit status.
+func (inv Invocation) handBack(o Outcome, now time.Time) (Invocation, bool) {
+	if !inv.Running(o.WorkerID) || inv.Attempt != o.Attempt {
+		return inv, false
+	}
+	why := fmt.Sprintf("its body asked to be handed back as worker %s drained", o.WorkerID)
+	if o.Error != nil && o.Error.Message != "" {
+		why += " (" + o.Error.Message + ")"
+	}
+	next, changed := inv.Requeue(o.WorkerID, Loss{Kind: EndRequeued, Why: why}, now)
+	if changed {
+		next.Attempts[next.attemptIndex(o.Attempt)].ExitCode = o.ExitCode
+	}
+	return next, changed
 }
 
 // retryFor reports whether outcome o, which counts, is retried instead of
@@ -402,8 +428,11 @@ func (inv Invocation) Requeue(workerID string, loss Loss, now time.Time) (Invoca
 	case inv.Attempt >= inv.MaxAttempts:
 		next.State = StateFailed
 		next.FinishedAt = now
-		next.Error = &ErrorInfo{Type: ErrorTypeWorkerLost,
-			Message: fmt.Sprintf("worker %s was lost (%s) on attempt %d of %d", workerID, loss, inv.Attempt, inv.MaxAttempts)}
+		msg := fmt.Sprintf("worker %s was lost (%s) on attempt %d of %d", workerID, loss, inv.Attempt, inv.MaxAttempts)
+		if loss.Kind == EndRequeued {
+			msg = fmt.Sprintf("%s on attempt %d of %d; no attempt left to hand it to", loss, inv.Attempt, inv.MaxAttempts)
+		}
+		next.Error = &ErrorInfo{Type: ErrorTypeWorkerLost, Message: msg}
 	default:
 		next.State = StateQueued
 	}

@@ -408,3 +408,52 @@ func TestRetryPolicy(t *testing.T) {
 		t.Errorf("backoff capped at %s, want %s", d, MaxRetryBackoff)
 	}
 }
+
+// TestRequeuedAck: a worker's requeued report hands back the attempt
+// running now (attempt + 1 at the next claim, nothing terminal, so no
+// count moves); it counts only for that attempt, is forbidden to a worker
+// that did not run it, gives way to an operator's cancel, and ends the
+// invocation failed once max_attempts is spent.
+func TestRequeuedAck(t *testing.T) {
+	at := func(m int) time.Time { return t0.Add(time.Duration(m) * time.Minute) }
+	inv := NewInvocation("inv_1", Spec{Queue: "q", Argv: []string{"train"}, MaxAttempts: 2}, t0)
+	inv, _ = inv.Claim(Worker{ID: "a"}, at(1))
+	code := 75
+	req := Outcome{WorkerID: "a", Attempt: 1, State: AckRequeued, ExitCode: &code}
+
+	back, ok, err := inv.Record(req, at(2))
+	if err != nil || !ok || back.State != StateQueued || back.WorkerID != "" || !back.FinishedAt.IsZero() {
+		t.Fatalf("requeued: %v %v %+v", ok, err, back)
+	}
+	if got := back.Attempts[0]; got.Outcome != EndRequeued || got.Recorded || got.ExitCode == nil || *got.ExitCode != 75 ||
+		!got.EndedAt.Equal(at(2)) || !strings.Contains(got.Reason, "asked to be handed back as worker a drained") {
+		t.Errorf("the requeued attempt's history: %+v", got)
+	}
+	if inv.Attempts[0].Outcome != "" {
+		t.Error("Record wrote into its receiver's history")
+	}
+	if again, ok, _ := back.Record(req, at(3)); ok || again.State != StateQueued {
+		t.Errorf("a second requeued report counted: %v %s", ok, again.State)
+	}
+	if _, _, err := inv.Record(Outcome{WorkerID: "b", Attempt: 1, State: AckRequeued}, at(2)); KindOf(err) != KindForbidden {
+		t.Errorf("another worker's requeued report: %v", err)
+	}
+
+	second, _ := back.Claim(Worker{ID: "b"}, at(3))
+	if second.Attempt != 2 {
+		t.Fatalf("next claim is attempt %d", second.Attempt)
+	}
+	if late, ok, _ := second.Record(req, at(4)); ok || late.State != StateRunning || late.WorkerID != "b" {
+		t.Errorf("attempt 1's requeued report, late, moved attempt 2: %v %+v", ok, late)
+	}
+	spent, ok, _ := second.Record(Outcome{WorkerID: "b", Attempt: 2, State: AckRequeued}, at(4))
+	if !ok || spent.State != StateFailed || spent.Error == nil || spent.Error.Type != ErrorTypeWorkerLost ||
+		!strings.Contains(spent.Error.Message, "no attempt left") {
+		t.Errorf("requeued on the last attempt: %v %+v", ok, spent)
+	}
+
+	cancelled, _, _ := second.Cancel(at(4))
+	if c, ok, _ := cancelled.Record(Outcome{WorkerID: "b", Attempt: 2, State: AckRequeued}, at(5)); !ok || c.State != StateCancelled {
+		t.Errorf("requeued after an operator's cancel: %v %s", ok, c.State)
+	}
+}

@@ -22,6 +22,11 @@ func Terminal(state string) bool {
 	return state == StateSucceeded || state == StateFailed || state == StateCancelled
 }
 
+// AckRequeued is the state of a worker's report that hands an attempt
+// back: its body asked to be queued again during a drain. It is not an
+// invocation state.
+const AckRequeued = "requeued"
+
 // Daemon phases (docs/design.md §6), as its poll reports them.
 const (
 	PhaseSetup       = "setup"
@@ -56,6 +61,10 @@ type RunConfig struct {
 	RunSetup  []string
 	Env       map[string]string
 	Workdir   string
+	// DrainSignal and RequeueExitCodes are how a body hears a drain and
+	// asks to be handed back (docs/lifecycle.md).
+	DrainSignal      string
+	RequeueExitCodes []int
 }
 
 // ErrorInfo is an invocation's error: a type an operator can group by and

@@ -382,6 +382,7 @@ type AckResult struct {
 	Recorded bool
 	State    string
 	Queue    string // the invocation's queue, when it was recorded
+	HostKey  string // and its host key (a requeued one wakes a poll for it)
 }
 
 // Ack records outcome o of one attempt of invocation id. The first
@@ -432,7 +433,7 @@ func (s *Store) Ack(ctx context.Context, id string, o domain.Outcome, auth Autho
 		case err != nil:
 			return err
 		}
-		res = AckResult{Recorded: true, State: next.State, Queue: next.Queue}
+		res = AckResult{Recorded: true, State: next.State, Queue: next.Queue, HostKey: next.HostKey}
 		return nil
 	})
 	return res, err
@@ -462,7 +463,7 @@ func (s *Store) ackClaimed(ctx context.Context, c claimedEntry, o domain.Outcome
 	case err != nil:
 		return true, AckResult{}, err
 	}
-	return true, AckResult{Recorded: true, State: next.State, Queue: next.Queue}, nil
+	return true, AckResult{Recorded: true, State: next.State, Queue: next.Queue, HostKey: next.HostKey}, nil
 }
 
 // tokenCheck is the transaction item that holds only while worker id's

@@ -156,6 +156,9 @@ type runConfigRecord struct {
 	RunSetup  []string          `dynamodbav:"run_setup,omitempty"`
 	Env       map[string]string `dynamodbav:"env,omitempty"`
 	Workdir   string            `dynamodbav:"workdir,omitempty"`
+	// DrainSignal and RequeueExitCodes: docs/lifecycle.md.
+	DrainSignal      string `dynamodbav:"drain_signal,omitempty"`
+	RequeueExitCodes []int  `dynamodbav:"requeue_exit_codes,omitempty"`
 }
 
 // errorInfoRecord is the stored form of domain.ErrorInfo.

@@ -30,6 +30,7 @@ const (
 	MaxResultBlobBytes = 128 << 10
 	MaxTailBytes       = 4 << 10
 	MaxSetupCommands   = 64 // host_setup, run_setup
+	MaxExitCodes       = 32 // retry.exit_codes, run_config.requeue_exit_codes
 	MaxSetupBytes      = 16 << 10
 	MaxLabelLen        = 256
 	MaxTags            = 50
@@ -381,7 +382,7 @@ func (r *AckRequest) Validate() error {
 	if r.Attempt < 1 || r.Attempt > MaxAttemptsLimit {
 		return invalid("attempt must be 1-%d", MaxAttemptsLimit)
 	}
-	if err := checkOneOf("state", r.State, StateSucceeded, StateFailed, StateCancelled); err != nil {
+	if err := checkOneOf("state", r.State, StateSucceeded, StateFailed, StateCancelled, AckRequeued); err != nil {
 		return err
 	}
 	if len(r.ResultBlob) > MaxResultBlobBytes {
@@ -488,6 +489,12 @@ func (r *SubmitRequest) Validate() error {
 	if !ValidWorkdir(r.RunConfig.Workdir) {
 		return invalid("run_config.workdir must be a path relative to the run directory, inside it (no leading /, no ..)")
 	}
+	if r.RunConfig.DrainSignal != "" && !slices.Contains(DrainSignals, r.RunConfig.DrainSignal) {
+		return invalid("run_config.drain_signal %q is not one of %s", r.RunConfig.DrainSignal, strings.Join(DrainSignals, ", "))
+	}
+	if err := checkExitCodes("run_config.requeue_exit_codes", r.RunConfig.RequeueExitCodes); err != nil {
+		return err
+	}
 	if r.TimeoutS < 0 || r.TimeoutS > MaxTimeoutS {
 		return invalid("timeout_s must be 0 (none) to %d", MaxTimeoutS)
 	}
@@ -501,13 +508,8 @@ func (r *SubmitRequest) Validate() error {
 		if len(p.ExitCodes) == 0 && !p.Timeout {
 			return invalid("retry must name exit_codes or timeout (absent: no retry of a failing body)")
 		}
-		if len(p.ExitCodes) > 32 {
-			return invalid("retry.exit_codes holds %d codes; at most 32", len(p.ExitCodes))
-		}
-		for _, c := range p.ExitCodes {
-			if c < 1 || c > 255 {
-				return invalid("retry.exit_codes: %d is not an exit status of a failure (1-255)", c)
-			}
+		if err := checkExitCodes("retry.exit_codes", p.ExitCodes); err != nil {
+			return err
 		}
 		if p.BackoffS == 0 {
 			p.BackoffS = DefaultRetryBackoffS
@@ -517,6 +519,20 @@ func (r *SubmitRequest) Validate() error {
 		}
 	}
 	return checkText("idempotency_key", r.IdempotencyKey, MaxIDLen, false)
+}
+
+// checkExitCodes checks a list of exit statuses of a failure: at most
+// MaxExitCodes, each 1-255 (128+n for signal n).
+func checkExitCodes(field string, codes []int) error {
+	if len(codes) > MaxExitCodes {
+		return invalid("%s holds %d codes; at most %d", field, len(codes), MaxExitCodes)
+	}
+	for _, c := range codes {
+		if c < 1 || c > 255 {
+			return invalid("%s: %d is not an exit status of a failure (1-255)", field, c)
+		}
+	}
+	return nil
 }
 
 // Validate checks a setup command.

@@ -200,7 +200,22 @@ type RunConfig struct {
 	// Workdir is where run setup and the body start: relative to the run
 	// directory, and inside it (ValidWorkdir); "" is the run directory.
 	Workdir string `json:"workdir,omitempty"`
+	// DrainSignal, when set, is sent to the body's process group as the
+	// daemon starts to drain, at the start of the grace window (one of
+	// DrainSignals; "" sends none). RequeueExitCodes are exit statuses by
+	// which a body that ends during a drain asks to be handed back to the
+	// queue instead of recorded (docs/lifecycle.md).
+	DrainSignal      string `json:"drain_signal,omitempty"`
+	RequeueExitCodes []int  `json:"requeue_exit_codes,omitempty"`
 }
+
+// DrainSignals are the signals run_config.drain_signal may name.
+var DrainSignals = []string{"SIGHUP", "SIGINT", "SIGQUIT", "SIGTERM", "SIGUSR1", "SIGUSR2"}
+
+// AckRequeued is the ack state by which a worker hands an attempt back to
+// the queue: its body asked for it during a drain (docs/lifecycle.md). It
+// is not an invocation state: the invocation is queued again.
+const AckRequeued = domain.AckRequeued
 
 // RunInvocation is the payload of a run command.
 type RunInvocation struct {

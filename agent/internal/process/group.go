@@ -95,7 +95,9 @@ func (r *Runner) runGroup(cmd *exec.Cmd, stop <-chan struct{}, onStart func(pid 
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
-	cmd.SysProcAttr.Setpgid = true
+	// A session of its own, hence a process group of its own (pgid = pid)
+	// that no process outside it can join.
+	cmd.SysProcAttr.Setsid = true
 	// Set after the credentials change (--run-as), which would clear it;
 	// the syscall package orders it so.
 	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
@@ -202,6 +204,10 @@ func (r *Runner) confirmGroupGone(pgid int) []int {
 		}
 	}
 }
+
+// GroupMembers reports the live processes of process group pgid (zombies
+// excluded), as the runner reads them to confirm a group gone.
+func GroupMembers(pgid int) []int { return liveGroupMembers(pgid) }
 
 // liveGroupMembers reports the processes of group pgid that still run:
 // every member but zombies, which run nothing (and which, without a reaping

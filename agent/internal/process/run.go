@@ -89,9 +89,17 @@ func (r *Run) run(workerID string) Outcome {
 // recordGroup notes a process group the run just started in the ledger.
 // A record that cannot be written leaves Pdeathsig as the only guard.
 func (r *Run) recordGroup(pid int) {
+	r.setGroup(pid)
 	if err := r.runner.cfg.Ledger.record(r.inv.InvocationID, r.inv.Attempt, pid); err != nil {
 		r.log.Warn("cannot record the run's process group; a daemon killed meanwhile would leave it running", "pid", pid, "error", err.Error())
 	}
+}
+
+// setGroup notes the process group the run has running now (0: none).
+func (r *Run) setGroup(pgid int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.group = pgid
 }
 
 // forgetGroups removes the run's ledger record once its groups are gone.
@@ -120,7 +128,7 @@ func stampFinished(f *os.File, at time.Time) {
 // outcome without tails.
 func (r *Run) supervised(workerID, dir, bodyDir string, stdout, stderr *os.File) Outcome {
 	cfg := r.runner.cfg
-	env := bodyEnv(cfg.BaseEnv, r.inv, workerID, dir)
+	env := mergeEnv(bodyEnv(cfg.BaseEnv, r.inv, workerID, dir), r.extraEnv)
 	var sys *syscall.SysProcAttr
 	if cfg.RunAs != nil {
 		// The account's own identity, whatever the daemon's was.
@@ -140,6 +148,7 @@ func (r *Run) supervised(workerID, dir, bodyDir string, stdout, stderr *os.File)
 		}
 		cmd := &exec.Cmd{Path: "/bin/sh", Args: []string{"/bin/sh", "-c", line}, Dir: bodyDir, Env: env, Stdout: stdout, Stderr: stderr, SysProcAttr: sys}
 		res := r.runner.runGroup(cmd, r.stopc, r.recordGroup)
+		r.setGroup(0)
 		r.noteGroup(fmt.Sprintf("run_setup[%d]", i), res)
 		if res.startErr == nil && res.exitCode() == 0 && !res.signaled() {
 			continue
@@ -177,6 +186,7 @@ func (r *Run) supervised(workerID, dir, bodyDir string, stdout, stderr *os.File)
 		r.mu.Unlock()
 		r.markStarted()
 	})
+	r.setGroup(0)
 	r.noteGroup("body", res)
 	reason := r.seal()
 	if res.startErr == nil && reason != stopNone && !res.terminated {

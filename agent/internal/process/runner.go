@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/dreamlake/lakeshore/shared/clock"
@@ -98,8 +99,10 @@ type Hooks struct {
 // It is safe for concurrent use; its config must not change while runs
 // start.
 //
-// The runner is Unix-only: it relies on process groups (Setpgid and
-// kill(-pgid)). A descendant that leaves the group (setsid, a daemonising
+// The runner is Unix-only: it relies on sessions and process groups
+// (Setsid and kill(-pgid)). Each group leads a session of its own, so no
+// process of another run can join it (setpgid never crosses a session):
+// membership of a run's group is what its lifecycle endpoint trusts. A descendant that leaves the group (setsid, a daemonising
 // double fork) escapes termination; containing that needs cgroups.
 type Runner struct {
 	cfg Config
@@ -160,9 +163,11 @@ const (
 type Run struct {
 	runner *Runner
 	inv    wire.RunInvocation
-	log    *slog.Logger
-	begin  time.Time
-	ended  time.Time // when the run's processes were over (set and read on its own goroutine)
+	// extraEnv is the daemon's per-run variables (Start's env).
+	extraEnv map[string]string
+	log      *slog.Logger
+	begin    time.Time
+	ended    time.Time // when the run's processes were over (set and read on its own goroutine)
 
 	started     chan struct{}
 	startedOnce sync.Once
@@ -174,6 +179,7 @@ type Run struct {
 	sealed      bool // the run's end has been observed; later stops change nothing
 	outcome     Outcome
 	pid         int   // the body's, once started (it leads its process group)
+	group       int   // the process group running now (a run_setup command's or the body's); 0 between them
 	leftPgid    int   // a group whose cleanup was not confirmed …
 	leftMembers []int // … and its members still alive after SIGKILL
 }
@@ -232,21 +238,30 @@ type Run struct {
 //     ResultBlob. A bad one turns a would-be success into failed with error
 //     bad_result; a run that failed anyway keeps its state and error, and the
 //     bad file is only logged, because the first failure is the one to see.
-func (r *Runner) Start(inv wire.RunInvocation, workerID string) *Run {
+//
+// env, if given, is set last of all (the daemon's own variables for this
+// run, such as NYMPH_LIFECYCLE_URL: the invocation cannot override them).
+func (r *Runner) Start(inv wire.RunInvocation, workerID string, env ...map[string]string) *Run {
 	// The run reads these from its own goroutine; the caller keeps its copy.
 	inv.Argv = slices.Clone(inv.Argv)
 	inv.Env = maps.Clone(inv.Env)
 	inv.RunConfig.Env = maps.Clone(inv.RunConfig.Env)
 	inv.RunConfig.RunSetup = slices.Clone(inv.RunConfig.RunSetup)
 	inv.RunConfig.HostSetup = slices.Clone(inv.RunConfig.HostSetup)
+	inv.RunConfig.RequeueExitCodes = slices.Clone(inv.RunConfig.RequeueExitCodes)
+	extra := map[string]string{}
+	for _, m := range env {
+		maps.Copy(extra, m)
+	}
 	run := &Run{
-		runner:  r,
-		inv:     inv,
-		log:     r.log.With("invocation_id", inv.InvocationID, "attempt", inv.Attempt),
-		begin:   r.cfg.Clock.Now(),
-		started: make(chan struct{}),
-		done:    make(chan struct{}),
-		stopc:   make(chan struct{}),
+		extraEnv: extra,
+		runner:   r,
+		inv:      inv,
+		log:      r.log.With("invocation_id", inv.InvocationID, "attempt", inv.Attempt),
+		begin:    r.cfg.Clock.Now(),
+		started:  make(chan struct{}),
+		done:     make(chan struct{}),
+		stopc:    make(chan struct{}),
 	}
 	go run.execute(workerID)
 	return run
@@ -263,6 +278,26 @@ func (r *Run) Cancel() { r.requestStop(stopCancel) }
 // again after bye. A body that had already exited on its own keeps its
 // outcome (Start): that one is known, and is acked.
 func (r *Run) Kill() { r.requestStop(stopKill) }
+
+// Signal sends sig to the process group the run has running now (a
+// run_setup command's, or the body's), as a drain notice: it stops
+// nothing by itself. It reports whether there was one to signal.
+func (r *Run) Signal(sig syscall.Signal) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.group == 0 || r.sealed {
+		return false
+	}
+	return syscall.Kill(-r.group, sig) == nil
+}
+
+// Group reports the process group the run has running now (a run_setup
+// command's, or the body's; each leads a session of its own), or 0.
+func (r *Run) Group() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.group
+}
 
 // Done is closed once the outcome is final.
 func (r *Run) Done() <-chan struct{} { return r.done }

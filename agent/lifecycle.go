@@ -1,0 +1,139 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"syscall"
+	"time"
+
+	"github.com/dreamlake/lakeshore/agent/internal/process"
+	"github.com/dreamlake/lakeshore/agent/internal/runview"
+	"github.com/dreamlake/lakeshore/shared/wire"
+)
+
+// What nymph tells bodies of its lifecycle (docs/lifecycle.md): each run
+// reads its own view at NYMPH_LIFECYCLE_URL, hears the drain there (and
+// by run_config.drain_signal) at the start of the grace window, and may
+// ask to be handed back instead of recorded.
+
+// EnvLifecycleURL names the variable that gives a body its view's URL.
+const EnvLifecycleURL = "NYMPH_LIFECYCLE_URL"
+
+// startViews starts the lifecycle endpoint (--lifecycle-addr) and reports
+// how to stop it. A
+// daemon that cannot listen runs on without it: its bodies get no
+// NYMPH_LIFECYCLE_URL, and hear a drain only by their drain_signal.
+func (a *Agent) startViews() (stop func()) {
+	if a.cfg.LifecycleAddr == "" || a.cfg.LifecycleAddr == "off" {
+		return func() {}
+	}
+	s, err := runview.Listen(a.cfg.LifecycleAddr, runview.Config{Logger: a.log, Members: process.GroupMembers})
+	if err != nil {
+		a.log.Warn("no lifecycle endpoint: bodies get no NYMPH_LIFECYCLE_URL", "error", err.Error())
+		return func() {}
+	}
+	a.views = s
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = s.Close(ctx)
+	}
+}
+
+// openView registers run inv's view and reports the variables that name
+// it to the body (none without an endpoint).
+func (a *Agent) openView(st *state, inv wire.RunInvocation) (*runview.Handle, map[string]string) {
+	if a.views == nil {
+		return nil, nil
+	}
+	h, err := a.views.Add(runview.Run{HostKey: st.hostKey, WorkerID: st.sess.workerID, InvocationID: inv.InvocationID, Attempt: inv.Attempt})
+	if err != nil {
+		a.log.Warn("no lifecycle view for this run", "invocation_id", inv.InvocationID, "attempt", inv.Attempt, "error", err.Error())
+		return nil, nil
+	}
+	return h, map[string]string{EnvLifecycleURL: h.URL()}
+}
+
+// attachView ties r's view to its processes: a request is answered only
+// to them, and a requeue ends the run (its outcome is then settled as
+// requeued, whatever it was).
+func attachView(r *running, run *process.Run) {
+	if r.view == nil {
+		return
+	}
+	r.view.Attach(run.Started(), run.Group, run.Kill)
+}
+
+// closeView forgets r's view: its URL answers 404 from now on.
+func (r *running) closeView() {
+	if r.view != nil {
+		r.view.Close()
+	}
+}
+
+// drainNotice tells every run the drain's grace ends at deadline: their
+// views read draining (a wait returns), and on the first notice each run
+// with a run_config.drain_signal gets it, inside the grace window.
+func (a *Agent) drainNotice(st *state, deadline time.Time) {
+	if a.views != nil {
+		a.views.Drain(deadline)
+	}
+	for id, r := range st.runs {
+		if r.drainSignal == 0 || r.signalled {
+			continue
+		}
+		r.signalled = true
+		sent := r.run.Signal(r.drainSignal)
+		a.log.Info("drain signal", "invocation_id", id, "attempt", r.run.Attempt(), "signal", r.drainSignalName, "sent", sent, "deadline", deadline)
+	}
+}
+
+// drainSignalOf reads run_config.drain_signal (validated at submit; an
+// unknown name, from a newer control plane, sends none).
+func drainSignalOf(name string) syscall.Signal {
+	switch name {
+	case "SIGHUP":
+		return syscall.SIGHUP
+	case "SIGINT":
+		return syscall.SIGINT
+	case "SIGQUIT":
+		return syscall.SIGQUIT
+	case "SIGTERM":
+		return syscall.SIGTERM
+	case "SIGUSR1":
+		return syscall.SIGUSR1
+	case "SIGUSR2":
+		return syscall.SIGUSR2
+	}
+	return 0
+}
+
+// handBackAsked reports why r's body asked to be handed back, or "": it
+// asked on its lifecycle endpoint, or it ended during the drain with one
+// of run_config.requeue_exit_codes (not when an operator cancelled it, or
+// it timed out: those outcomes stand).
+func handBackAsked(st *state, r *running, o process.Outcome) string {
+	switch {
+	case r.view != nil && r.view.Requeued():
+		return "asked on its lifecycle endpoint"
+	case !st.draining() || o.ExitCode == nil || o.State == wire.StateCancelled:
+		return ""
+	case o.Error != nil && o.Error.Type == process.ErrorTypeTimeout:
+		return ""
+	case slices.Contains(r.requeueExitCodes, *o.ExitCode):
+		return fmt.Sprintf("exited with status %d, one of run_config.requeue_exit_codes", *o.ExitCode)
+	}
+	return ""
+}
+
+// requeuedOutcome is o reported as a hand-back: the ack asks the control
+// plane to queue the invocation again (attempt + 1), so it is neither
+// recorded nor abandoned.
+func requeuedOutcome(o process.Outcome, why string) process.Outcome {
+	o.State = wire.AckRequeued
+	o.Abandoned = false
+	o.ResultBlob = nil
+	o.Error = &wire.ErrorInfo{Type: wire.AckRequeued, Message: why}
+	return o
+}

@@ -104,6 +104,8 @@ type submitOptions struct {
 	retryCodes     []int
 	retryTimeout   bool
 	retryBackoff   time.Duration
+	drainSignal    string
+	requeueCodes   []int
 	wait           bool
 	logs           bool
 	waitTimeout    time.Duration
@@ -127,6 +129,12 @@ Without them only attempts whose worker was lost run again.
 --host-setup list (the same host key) runs the invocation. --run-setup
 commands run in the invocation's workdir before ARGV.
 
+When its worker drains (a stop, a spot notice, keep-alive), a body hears
+it inside the grace window on its lifecycle endpoint (NYMPH_LIFECYCLE_URL),
+and by --drain-signal if set; it is handed back to the queue instead of
+recorded when it asks there, or exits with a --requeue-exit-code status
+(docs/lifecycle.md).
+
 With --wait, follow the invocation until it finishes (progress on stderr) and
 exit non-zero unless it succeeded; --logs also prints its output as it runs.`,
 		Args: cobra.MinimumNArgs(1),
@@ -146,6 +154,8 @@ exit non-zero unless it succeeded; --logs also prints its output as it runs.`,
 	f.IntSliceVar(&s.retryCodes, "retry-exit-code", nil, "run a failing body again when it exits with this status (128+n: killed by signal n); repeatable or comma-separated")
 	f.BoolVar(&s.retryTimeout, "retry-timeout", false, "run a body that ran past --timeout again")
 	f.DurationVar(&s.retryBackoff, "retry-backoff", 0, "wait before the first retry, doubling each time, at most 15m (default 10s)")
+	f.StringVar(&s.drainSignal, "drain-signal", "", "signal the body's process group gets as its worker starts to drain, inside the grace window: SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1 or SIGUSR2 (default: none)")
+	f.IntSliceVar(&s.requeueCodes, "requeue-exit-code", nil, "a body that exits with this status while its worker drains is handed back to the queue (attempt + 1) instead of recorded; repeatable or comma-separated")
 	f.StringVar(&s.idempotencyKey, "idempotency-key", "", "submitting the same key again returns the first invocation")
 	f.BoolVarP(&s.wait, "wait", "w", false, "wait until the invocation finishes; exit 1 unless it succeeded")
 	f.BoolVar(&s.logs, "logs", false, "with --wait, print the invocation's output as it runs (lakeshore logs --follow)")
@@ -174,8 +184,10 @@ func runSubmit(cmd *cobra.Command, o *clientOptions, s submitOptions, argv []str
 		Env:   env,
 		RunConfig: wire.RunConfig{
 			HostSetup: s.hostSetup,
-			RunSetup:  s.runSetup,
-			Workdir:   s.workdir,
+			RunSetup:         s.runSetup,
+			Workdir:          s.workdir,
+			DrainSignal:      s.drainSignal,
+			RequeueExitCodes: s.requeueCodes,
 		},
 		TimeoutS:       int((s.timeout + time.Second - 1) / time.Second),
 		MaxAttempts:    s.maxAttempts,

@@ -187,6 +187,12 @@ func describeInvocation(w io.Writer, inv wire.Invocation, now time.Time) error {
 	if inv.RunConfig.Workdir != "" {
 		row("Workdir", inv.RunConfig.Workdir)
 	}
+	if inv.RunConfig.DrainSignal != "" {
+		row("Drain signal", inv.RunConfig.DrainSignal)
+	}
+	if len(inv.RunConfig.RequeueExitCodes) > 0 {
+		row("Requeue on exit", joinInts(inv.RunConfig.RequeueExitCodes)+" (while its worker drains)")
+	}
 	row("Host key", inv.HostKey)
 	if inv.TimeoutS > 0 {
 		row("Timeout", (time.Duration(inv.TimeoutS) * time.Second).String())
@@ -402,15 +408,20 @@ func setupTable(w io.Writer, res wire.SetupResults, now time.Time) error {
 	return tw.Flush()
 }
 
+// joinInts writes exit statuses as "1,75".
+func joinInts(codes []int) string {
+	s := make([]string, len(codes))
+	for i, c := range codes {
+		s[i] = strconv.Itoa(c)
+	}
+	return strings.Join(s, ",")
+}
+
 // retryText describes a retry policy in words.
 func retryText(p *wire.RetryPolicy) string {
 	var on []string
 	if len(p.ExitCodes) > 0 {
-		codes := make([]string, len(p.ExitCodes))
-		for i, c := range p.ExitCodes {
-			codes[i] = strconv.Itoa(c)
-		}
-		on = append(on, "exit "+strings.Join(codes, ","))
+		on = append(on, "exit "+joinInts(p.ExitCodes))
 	}
 	if p.Timeout {
 		on = append(on, "timeout")

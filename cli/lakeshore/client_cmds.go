@@ -183,7 +183,7 @@ func runSubmit(cmd *cobra.Command, o *clientOptions, s submitOptions, argv []str
 		Argv:  argv,
 		Env:   env,
 		RunConfig: wire.RunConfig{
-			HostSetup: s.hostSetup,
+			HostSetup:        s.hostSetup,
 			RunSetup:         s.runSetup,
 			Workdir:          s.workdir,
 			DrainSignal:      s.drainSignal,

@@ -86,11 +86,13 @@ check:
 	@echo "layering: ok"
 
 ## bench: store benchmarks (claims/s, conflicts/claim, requests/lifecycle), each
-## Lambda's cold start under the emulator and size, and the daemon's footprint
+## Lambda's cold start under the emulator and size, how soon a body hears a drain,
+## and the daemon's footprint
 bench: build tools lambdas
 	$(GO) test -run '^$$' -bench . -benchtime 200x ./shared/store/
 	$(GO) test -run '^$$' -bench LambdaColdStart -benchtime 5x ./tests/
 	$(GO) test -run '^$$' -bench Dispatch -benchtime 1x -timeout 30m ./tests/
+	$(GO) test -run '^$$' -bench DrainNotice -benchtime 3x ./tests/
 	@echo "deploy bootstraps ($(LAMBDA_ARCH), dist/; target <= 15 MB):"
 	@for f in $(FUNCTIONS); do stat -c '  %n %s bytes' $(DIST)/$$f/bootstrap; done
 	bash scripts/footprint.sh

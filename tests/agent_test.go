@@ -84,7 +84,7 @@ func launchNymph(t testing.TB, machine string, argv, env []string, cred *syscall
 }
 
 // wait waits up to limit for the process to exit and reports its exit code.
-func (p *nymphProc) wait(t *testing.T, limit time.Duration) int {
+func (p *nymphProc) wait(t testing.TB, limit time.Duration) int {
 	t.Helper()
 	select {
 	case <-p.done:

@@ -3,6 +3,7 @@ package tests
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -22,6 +23,111 @@ import (
 // measured is logged (docs/lifecycle.md quotes them).
 const drainNoticeBound = 2 * time.Second
 
+// lifecycleBody is a body under test: the checkpoint example, or a shell
+// body that hears the drain by its drain_signal.
+type lifecycleBody struct {
+	name string
+	argv []string
+	env  map[string]string
+	rc   wire.RunConfig
+}
+
+// lifecycleBodies are the example in Go and in Python, and a shell body
+// that uses run_config.drain_signal and requeue_exit_codes alone.
+func lifecycleBodies(tb testing.TB) []lifecycleBody {
+	abs := func(p string) string {
+		a, err := filepath.Abs(p)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		return a
+	}
+	shBody := `if [ "$NYMPH_ATTEMPT" -gt 1 ]; then echo "attempt $NYMPH_ATTEMPT: resumed"; exit 0; fi
+trap 'date -u +%Y-%m-%dT%H:%M:%S.%NZ > "$CHECKPOINT_DIR/usr1"; exit 75' USR1
+echo "attempt $NYMPH_ATTEMPT: phase ready"
+while :; do sleep 0.05; done`
+	return []lifecycleBody{
+		{name: "go", argv: []string{bin(tb, "checkpoint")}},
+		{name: "python", argv: []string{"python3", abs("../examples/lifecycle/checkpoint.py")},
+			env: map[string]string{"PYTHONPATH": abs("../python"), "PYTHONUNBUFFERED": "1"}},
+		{name: "shell", argv: []string{"/bin/sh", "-c", shBody},
+			rc: wire.RunConfig{DrainSignal: "SIGUSR1", RequeueExitCodes: []int{75}}},
+	}
+}
+
+// handBack is what one drain of a lifecycle body showed.
+type handBack struct {
+	inv       wire.Invocation // as submitted
+	notice    time.Duration   // from SIGTERM to nymph to the body hearing the drain
+	exited    time.Duration   // from SIGTERM to nymph's exit
+	savedStep int             // the step the checkpoint saved (0: the shell body keeps none)
+}
+
+// drainBody submits body c on queue, runs it on a nymph with a 60 s
+// grace until it works, SIGTERMs that nymph and waits for it to exit 0
+// (the hand-back ends the drain early), and reads what the body saved
+// in ckDir.
+func drainBody(tb testing.TB, d *devServer, c lifecycleBody, queue, ckDir string) handBack {
+	tb.Helper()
+	env := map[string]string{"CHECKPOINT_DIR": ckDir, "STEPS": "400", "STEP_MS": "25"}
+	for k, v := range c.env {
+		env[k] = v
+	}
+	inv, _, err := d.Operator().Submit(context.Background(), wire.SubmitRequest{Queue: queue, Argv: c.argv, Env: env, RunConfig: c.rc, MaxAttempts: 3})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	dir := tb.TempDir()
+	a := startNymphIn(tb, d, queue+"-a", dir, "--queue", queue, "--grace", "60s")
+	stdout := filepath.Join(dir, "work", inv.InvocationID, "1", "stdout.log")
+	want := "phase ready"
+	if c.name != "shell" {
+		want = "step 10\n" // a few steps in, so the checkpoint has something to save
+	}
+	eventually(tb, time.Minute, "attempt 1 reads phase ready and works", func() bool {
+		b, _ := os.ReadFile(stdout)
+		return strings.Contains(string(b), "phase ready") && strings.Contains(string(b), want)
+	})
+
+	sigterm := time.Now()
+	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		tb.Fatal(err)
+	}
+	if code := a.wait(tb, 50*time.Second); code != 0 {
+		tb.Fatalf("nymph exited %d after the hand-back, want 0", code)
+	}
+	hb := handBack{inv: inv, exited: time.Since(sigterm)}
+	var seen time.Time
+	if c.name == "shell" {
+		b, err := os.ReadFile(filepath.Join(ckDir, "usr1"))
+		if err != nil {
+			tb.Fatalf("the drain signal did not reach the body: %v", err)
+		}
+		if seen, err = time.Parse(time.RFC3339Nano, strings.TrimSpace(string(b))); err != nil {
+			tb.Fatal(err)
+		}
+	} else {
+		var ck struct {
+			Step        int    `json:"step"`
+			Attempt     int    `json:"attempt"`
+			DrainSeenAt string `json:"drain_seen_at"`
+		}
+		b, err := os.ReadFile(filepath.Join(ckDir, "checkpoint.json"))
+		if err != nil || json.Unmarshal(b, &ck) != nil {
+			tb.Fatalf("no checkpoint after the drain: %v %q", err, b)
+		}
+		if ck.Step < 10 || ck.Attempt != 1 {
+			tb.Fatalf("checkpoint %+v: want attempt 1 past step 10", ck)
+		}
+		hb.savedStep = ck.Step
+		if seen, err = time.Parse(time.RFC3339Nano, ck.DrainSeenAt); err != nil {
+			tb.Fatalf("drain_seen_at %q: %v", ck.DrainSeenAt, err)
+		}
+	}
+	hb.notice = seen.Sub(sigterm)
+	return hb
+}
+
 // TestBodiesSeeTheLifecycle: the runnable example of docs/lifecycle.md, in
 // Go and in Python, under real nymph processes. Each body reads phase
 // ready; SIGTERM to its nymph drains it, and the body hears it inside the
@@ -34,103 +140,24 @@ const drainNoticeBound = 2 * time.Second
 func TestBodiesSeeTheLifecycle(t *testing.T) {
 	d := startDev(t, backends[0])
 	op := d.Operator()
-	abs := func(p string) string {
-		a, err := filepath.Abs(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return a
-	}
-	shBody := `if [ "$NYMPH_ATTEMPT" -gt 1 ]; then echo "attempt $NYMPH_ATTEMPT: resumed"; exit 0; fi
-trap 'date -u +%Y-%m-%dT%H:%M:%S.%NZ > "$CHECKPOINT_DIR/usr1"; exit 75' USR1
-echo "attempt $NYMPH_ATTEMPT: phase ready"
-while :; do sleep 0.05; done`
-	cases := []struct {
-		name string
-		argv []string
-		env  map[string]string
-		rc   wire.RunConfig
-	}{
-		{name: "go", argv: []string{bin(t, "checkpoint")}},
-		{name: "python", argv: []string{"python3", abs("../examples/lifecycle/checkpoint.py")},
-			env: map[string]string{"PYTHONPATH": abs("../python"), "PYTHONUNBUFFERED": "1"}},
-		{name: "shell", argv: []string{"/bin/sh", "-c", shBody},
-			rc: wire.RunConfig{DrainSignal: "SIGUSR1", RequeueExitCodes: []int{75}}},
-	}
-	for _, c := range cases {
+	for _, c := range lifecycleBodies(t) {
 		t.Run(c.name, func(t *testing.T) {
 			ctx := context.Background()
 			queue := "lc-" + c.name
-			ckDir := t.TempDir()
-			env := map[string]string{"CHECKPOINT_DIR": ckDir, "STEPS": "400", "STEP_MS": "25"}
-			for k, v := range c.env {
-				env[k] = v
-			}
-			inv, _, err := op.Submit(ctx, wire.SubmitRequest{Queue: queue, Argv: c.argv, Env: env, RunConfig: c.rc, MaxAttempts: 3})
-			if err != nil {
-				t.Fatal(err)
-			}
-			dirA := t.TempDir()
-			a := startNymphIn(t, d, queue+"-a", dirA, "--queue", queue, "--grace", "60s")
-			stdout := filepath.Join(dirA, "work", inv.InvocationID, "1", "stdout.log")
-			eventually(t, time.Minute, "attempt 1 reads phase ready", func() bool {
-				b, _ := os.ReadFile(stdout)
-				return strings.Contains(string(b), "phase ready")
-			})
-			if c.name != "shell" {
-				// A few steps in, so the checkpoint has something to save.
-				eventually(t, time.Minute, "attempt 1 works", func() bool {
-					b, _ := os.ReadFile(stdout)
-					return strings.Contains(string(b), "step 10\n")
-				})
-			}
-
-			sigterm := time.Now()
-			if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-				t.Fatal(err)
-			}
-			if code := a.wait(t, 50*time.Second); code != 0 {
-				t.Fatalf("nymph exited %d after the hand-back, want 0", code)
-			}
+			hb := drainBody(t, d, c, queue, t.TempDir())
 			// The grace is 60 s: an exit well inside it is the body's
 			// hand-back ending the drain early.
-			t.Logf("%s: nymph exited %s after SIGTERM (grace 60s)", c.name, time.Since(sigterm).Round(time.Millisecond))
-
-			var seen time.Time
-			savedStep := 0
-			if c.name == "shell" {
-				b, err := os.ReadFile(filepath.Join(ckDir, "usr1"))
-				if err != nil {
-					t.Fatalf("the drain signal did not reach the body: %v", err)
-				}
-				if seen, err = time.Parse(time.RFC3339Nano, strings.TrimSpace(string(b))); err != nil {
-					t.Fatal(err)
-				}
-			} else {
-				var ck struct {
-					Step        int    `json:"step"`
-					Attempt     int    `json:"attempt"`
-					DrainSeenAt string `json:"drain_seen_at"`
-				}
-				b, err := os.ReadFile(filepath.Join(ckDir, "checkpoint.json"))
-				if err != nil || json.Unmarshal(b, &ck) != nil {
-					t.Fatalf("no checkpoint after the drain: %v %q", err, b)
-				}
-				if ck.Step < 10 || ck.Attempt != 1 {
-					t.Fatalf("checkpoint %+v: want attempt 1 past step 10", ck)
-				}
-				savedStep = ck.Step
-				if seen, err = time.Parse(time.RFC3339Nano, ck.DrainSeenAt); err != nil {
-					t.Fatalf("drain_seen_at %q: %v", ck.DrainSeenAt, err)
-				}
+			t.Logf("%s: the body heard the drain %s after SIGTERM to nymph; nymph exited after %s (grace 60s)",
+				c.name, hb.notice.Round(100*time.Microsecond), hb.exited.Round(time.Millisecond))
+			if hb.notice < 0 || hb.notice > drainNoticeBound {
+				t.Errorf("the body heard the drain %s after SIGTERM; want within %s", hb.notice, drainNoticeBound)
 			}
-			notice := seen.Sub(sigterm)
-			t.Logf("%s: the body heard the drain %s after SIGTERM to nymph", c.name, notice.Round(100*time.Microsecond))
-			if notice < 0 || notice > drainNoticeBound {
-				t.Errorf("the body heard the drain %s after SIGTERM; want within %s", notice, drainNoticeBound)
+			if hb.exited > 30*time.Second {
+				t.Errorf("nymph exited %s after SIGTERM: the hand-back did not end the drain early", hb.exited)
 			}
+			id := hb.inv.InvocationID
 
-			back, err := op.GetInvocation(ctx, inv.InvocationID)
+			back, err := op.GetInvocation(ctx, id)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -142,7 +169,7 @@ while :; do sleep 0.05; done`
 			}
 
 			startNymph(t, d, queue+"-b", "--queue", queue)
-			final := waitTerminal(t, op, inv.InvocationID, 2*time.Minute)
+			final := waitTerminal(t, op, id, 2*time.Minute)
 			if final.State != wire.StateSucceeded || final.Attempt != 2 {
 				t.Fatalf("the next attempt: %s attempt %d (%+v); want succeeded on attempt 2", final.State, final.Attempt, final.Error)
 			}
@@ -150,8 +177,8 @@ while :; do sleep 0.05; done`
 				var res struct {
 					ResumedFrom int `json:"resumed_from"`
 				}
-				if err := json.Unmarshal(final.ResultBlob, &res); err != nil || res.ResumedFrom != savedStep {
-					t.Fatalf("result %s: want resumed_from %d", final.ResultBlob, savedStep)
+				if err := json.Unmarshal(final.ResultBlob, &res); err != nil || res.ResumedFrom != hb.savedStep {
+					t.Fatalf("result %s: want resumed_from %d", final.ResultBlob, hb.savedStep)
 				}
 			} else if !strings.Contains(final.StdoutTail, "resumed") {
 				t.Fatalf("attempt 2's output: %q", final.StdoutTail)
@@ -163,6 +190,27 @@ while :; do sleep 0.05; done`
 			if err != nil || stats.DoneCount != 1 || stats.Counts[wire.StateSucceeded] != 1 {
 				t.Fatalf("queue stats at the end: %+v %v; want done_count 1, one success", stats, err)
 			}
+		})
+	}
+}
+
+// BenchmarkDrainNotice measures, with real nymph processes, how soon after
+// SIGTERM to nymph each body hears the drain (target: within 100 ms), and
+// how soon nymph exits once the body handed itself back (grace 60 s).
+//
+//	go test -run '^$' -bench DrainNotice -benchtime 3x ./tests/
+func BenchmarkDrainNotice(b *testing.B) {
+	d := startDev(b, backends[0])
+	for _, c := range lifecycleBodies(b) {
+		b.Run(c.name, func(b *testing.B) {
+			var notice, exited time.Duration
+			for i := range b.N {
+				hb := drainBody(b, d, c, fmt.Sprintf("bench-%s-%d", c.name, i), b.TempDir())
+				notice += hb.notice
+				exited += hb.exited
+			}
+			b.ReportMetric(float64(notice.Microseconds())/1000/float64(b.N), "ms-to-notice")
+			b.ReportMetric(float64(exited.Milliseconds())/float64(b.N), "ms-to-exit")
 		})
 	}
 }

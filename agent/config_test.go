@@ -82,3 +82,23 @@ func TestDefaultConfig(t *testing.T) {
 		t.Fatalf("grace %s, kill-after %s; want the defaults", got.Grace, got.KillAfter)
 	}
 }
+
+// TestLifecycleAddr: the lifecycle endpoint listens on loopback only, by
+// default on a free port; "" and "off" serve none.
+func TestLifecycleAddr(t *testing.T) {
+	if d := DefaultConfig(); d.LifecycleAddr != "127.0.0.1:0" {
+		t.Fatalf("default --lifecycle-addr %q", d.LifecycleAddr)
+	}
+	for addr, ok := range map[string]bool{"127.0.0.1:0": true, "[::1]:9000": true, "off": true, "": true,
+		"0.0.0.0:0": false, "10.0.0.1:80": false, "localhost": false, "127.0.0.1": false} {
+		c := configTestBase()
+		c.LifecycleAddr = addr
+		_, err := c.withDefaults()
+		if (err == nil) != ok {
+			t.Errorf("--lifecycle-addr %q: %v, want accepted %v", addr, err, ok)
+		}
+		if err != nil && !strings.Contains(err.Error(), "loopback") {
+			t.Errorf("--lifecycle-addr %q: %v does not say what it wants", addr, err)
+		}
+	}
+}

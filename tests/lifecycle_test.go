@@ -49,7 +49,7 @@ while :; do sleep 0.05; done`
 	return []lifecycleBody{
 		{name: "go", argv: []string{bin(tb, "checkpoint")}},
 		{name: "python", argv: []string{"python3", abs("../examples/lifecycle/checkpoint.py")},
-			env: map[string]string{"PYTHONPATH": abs("../python"), "PYTHONUNBUFFERED": "1"}},
+			env: map[string]string{"PYTHONPATH": abs("../python"), "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"}},
 		{name: "shell", argv: []string{"/bin/sh", "-c", shBody},
 			rc: wire.RunConfig{DrainSignal: "SIGUSR1", RequeueExitCodes: []int{75}}},
 	}

@@ -10,9 +10,6 @@ import (
 
 	"github.com/dreamlake/lakeshore/shared/control"
 	"github.com/dreamlake/lakeshore/shared/domain"
-	"github.com/dreamlake/lakeshore/shared/store"
-	"github.com/dreamlake/lakeshore/shared/store/schema"
-	"github.com/dreamlake/lakeshore/shared/store/storetest"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
@@ -47,12 +44,7 @@ func (r *recorder) take() []string {
 func TestAckRequeuedAndRetried(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	db := storetest.Embedded(t)
-	prefix := storetest.Prefix(t)
-	if err := schema.EnsureTables(ctx, db, prefix); err != nil {
-		t.Fatal(err)
-	}
-	st := store.New(db, prefix)
+	st := embeddedStore(t)
 	rec := &recorder{}
 	svc := control.New(control.Config{Store: st, StaleAfter: time.Minute, Metrics: rec, Logger: slog.New(slog.DiscardHandler)})
 	issue := func(string) (string, error) { return "hash", nil }

@@ -13,6 +13,17 @@ import (
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
+// embeddedStore is a store over the embedded DynamoDB, its tables made.
+func embeddedStore(t *testing.T) *store.Store {
+	t.Helper()
+	db := storetest.Embedded(t)
+	prefix := storetest.Prefix(t)
+	if err := schema.EnsureTables(t.Context(), db, prefix); err != nil {
+		t.Fatal(err)
+	}
+	return store.New(db, prefix)
+}
+
 // TestPollUseCase drives the poll use case straight over the embedded
 // store, no HTTP in between: the claim gate keeps a worker in setup from
 // claiming, a ready poll claims up to capacity, and a poll that omits what
@@ -21,12 +32,7 @@ import (
 func TestPollUseCase(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	db := storetest.Embedded(t)
-	prefix := storetest.Prefix(t)
-	if err := schema.EnsureTables(ctx, db, prefix); err != nil {
-		t.Fatal(err)
-	}
-	st := store.New(db, prefix)
+	st := embeddedStore(t)
 	svc := control.New(control.Config{Store: st, StaleAfter: 3 * time.Second, Logger: slog.New(slog.DiscardHandler)})
 	issue := func(string) (string, error) { return "hash", nil }
 

@@ -8,8 +8,6 @@ import (
 
 	"github.com/dreamlake/lakeshore/shared/clock"
 	"github.com/dreamlake/lakeshore/shared/domain"
-	"github.com/dreamlake/lakeshore/shared/store"
-	"github.com/dreamlake/lakeshore/shared/store/schema"
 	"github.com/dreamlake/lakeshore/shared/store/storetest"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
@@ -19,13 +17,8 @@ import (
 // a host status never moves back; a worker stored gone is left alone.
 func TestHostStatus(t *testing.T) {
 	ctx := context.Background()
-	db := storetest.Embedded(t)
-	prefix := storetest.Prefix(t)
-	if err := schema.EnsureTables(ctx, db, prefix); err != nil {
-		t.Fatal(err)
-	}
 	c := clock.NewFake(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC))
-	s := store.New(db, prefix)
+	s := embeddedStore(t)
 	s.Clock = c.Clock()
 	svc := storetest.Control(s)
 	issue := func(string) (string, error) { return "h", nil }

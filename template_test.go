@@ -67,7 +67,7 @@ func TestTemplateMatchesTheCode(t *testing.T) {
 		}
 	}
 	slices.Sort(routed)
-	if want := api.Routes(); !slices.Equal(routed, want) {
+	if want := api.GatewayRoutes(); !slices.Equal(routed, want) {
 		t.Errorf("HttpApi routes in template.yaml:\n  %v\nthe router serves:\n  %v", routed, want)
 	}
 }

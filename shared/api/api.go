@@ -22,6 +22,7 @@ import (
 	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/metrics"
 	"github.com/dreamlake/lakeshore/shared/store"
+	"github.com/dreamlake/lakeshore/shared/ui"
 	"github.com/dreamlake/lakeshore/shared/wake"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
@@ -71,6 +72,7 @@ type Server struct {
 	mux     *http.ServeMux
 	log     *slog.Logger
 	authLog authLimiter
+	ui      *ui.UI // the web view under /ui/ (docs/ui.md)
 }
 
 // New returns the router. It refuses a config without both tokens: a
@@ -103,6 +105,12 @@ func New(cfg Config) (*Server, error) {
 		WakeURL: cfg.WakeURL, Poster: cfg.Poster, Metrics: cfg.Metrics, Submitted: cfg.Submitted})
 	s := &Server{cfg: cfg, svc: svc, mux: http.NewServeMux(), log: cfg.Logger}
 	s.routes()
+	// The web view acts through the operator routes, in this process.
+	view, err := ui.New(ui.Config{API: http.HandlerFunc(s.serveAPI), OperatorToken: cfg.OperatorToken, Clock: cfg.Clock, Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
+	s.ui = view
 	return s, nil
 }
 
@@ -142,10 +150,16 @@ func (s *Server) routes() {
 	}
 }
 
-// Routes lists every route the router serves ("METHOD /path", sorted): what
-// template.yaml's HttpApi must route to the functions.
+// Routes lists every route of the wire API ("METHOD /path", sorted).
 func Routes() []string {
 	return slices.Sorted(maps.Keys((&Server{}).routeTable()))
+}
+
+// GatewayRoutes lists what template.yaml's HttpApi must route to the
+// functions, in its syntax: the wire API, and the web view (every path
+// under /ui/, and /ui for its redirect).
+func GatewayRoutes() []string {
+	return slices.Sorted(slices.Values(append(Routes(), "GET /ui", "GET /ui/{proxy+}", "POST /ui/{proxy+}")))
 }
 
 // ServeHTTP answers a request; unknown routes and methods get JSON errors.
@@ -154,6 +168,19 @@ func Routes() []string {
 // answered 404 here: ServeMux would redirect it with an HTML body, and a
 // client that follows a redirect may send a POST twice.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch p := r.URL.Path; {
+	case p == "/ui" && r.Method == http.MethodGet:
+		http.Redirect(w, r, ui.Prefix, http.StatusMovedPermanently)
+		return
+	case strings.HasPrefix(p, ui.Prefix):
+		s.ui.ServeHTTP(w, r)
+		return
+	}
+	s.serveAPI(w, r)
+}
+
+// serveAPI answers a request of the wire API (/v1/...).
+func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 	// The escaped path, as ServeMux matches it: "..%2F" inside a segment
 	// is that segment's value (and an id check refuses it), not a step up.
 	if p := r.URL.EscapedPath(); p != "/" && path.Clean(p) != p {

@@ -1,0 +1,455 @@
+// Package ui is the control plane's web view of the fleet (docs/ui.md): a
+// login with the operator token, the workers by state, the queues, a
+// timeline of attempts per worker, an invocation's history and output, and
+// the operator's actions (cancel, drain, setup). It is served by the same
+// router as the API (the api function on AWS, lakeshore dev locally), is a
+// client of that API's operator routes in-process, renders everything on
+// the server (html/template, SVG) and needs no JavaScript; a small script
+// refreshes the page's parts every 2 s where it runs.
+package ui
+
+import (
+	"cmp"
+	"context"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/dreamlake/lakeshore/shared/client"
+	"github.com/dreamlake/lakeshore/shared/clock"
+	"github.com/dreamlake/lakeshore/shared/wire"
+)
+
+//go:embed assets
+var assets embed.FS
+
+// Prefix is where the view is served (pinned: GET /ui/).
+const Prefix = "/ui/"
+
+// defaultWindow is the timeline's span unless ?minutes= says otherwise.
+const defaultWindow = 15 * time.Minute
+
+// listLimit bounds what one page reads of the fleet.
+const listLimit = 500
+
+// Config is what the view needs.
+type Config struct {
+	// API serves the operator routes (/v1/...) the view reads and acts
+	// through, with the operator token.
+	API           http.Handler
+	OperatorToken string
+	Clock         clock.Clock
+	Logger        *slog.Logger
+}
+
+// UI is the web view's handler.
+type UI struct {
+	cfg  Config
+	key  []byte
+	api  *client.Client
+	tmpl *template.Template
+	mux  *http.ServeMux
+	log  *slog.Logger
+}
+
+// New returns the view for cfg.
+func New(cfg Config) (*UI, error) {
+	if cfg.API == nil || cfg.OperatorToken == "" {
+		return nil, errors.New("ui: an API handler and the operator token are required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	tmpl, err := template.New("ui").ParseFS(assets, "assets/*.html")
+	if err != nil {
+		return nil, fmt.Errorf("ui: templates: %w", err)
+	}
+	u := &UI{cfg: cfg, key: sessionKey(cfg.OperatorToken), tmpl: tmpl, mux: http.NewServeMux(), log: cfg.Logger,
+		api: client.New("http://api.in-process", cfg.OperatorToken, client.WithHTTPClient(&http.Client{Transport: inProcess{cfg.API}}),
+			client.WithUserAgent("lakeshore-ui/1"))}
+	static, _ := fs.Sub(assets, "assets")
+	u.mux.Handle("GET /ui/static/", http.StripPrefix("/ui/static/", http.FileServerFS(static)))
+	u.mux.HandleFunc("GET /ui/{$}", u.index)
+	u.mux.HandleFunc("POST /ui/login", u.login)
+	u.mux.HandleFunc("POST /ui/logout", u.withSession(true, u.logout))
+	u.mux.HandleFunc("GET /ui/live", u.withSession(false, u.live))
+	u.mux.HandleFunc("GET /ui/invocations/{id}", u.withSession(false, u.invocation))
+	u.mux.HandleFunc("GET /ui/invocations/{id}/live", u.withSession(false, u.invocationLive))
+	u.mux.HandleFunc("POST /ui/invocations/{id}/cancel", u.withSession(true, u.cancel))
+	u.mux.HandleFunc("POST /ui/workers/{id}/drain", u.withSession(true, u.drain))
+	u.mux.HandleFunc("POST /ui/workers/{id}/setup", u.withSession(true, u.setup))
+	return u, nil
+}
+
+func (u *UI) now() time.Time { return u.cfg.Clock.Now() }
+
+// csp allows this origin's own script, style and fetches, and nothing
+// else: no inline script, no third-party asset, no framing.
+const csp = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; " +
+	"form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+
+// ServeHTTP answers a request under Prefix.
+func (u *UI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	h.Set("Content-Security-Policy", csp)
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("Referrer-Policy", "no-referrer")
+	h.Set("Cache-Control", "no-store")
+	if _, pattern := u.mux.Handler(r); pattern == "" {
+		http.Error(w, "not found", http.StatusNotFound)
+		return
+	}
+	u.mux.ServeHTTP(w, r)
+}
+
+// withSession runs h for a request with a valid session (and, for an
+// action, its CSRF token). Without one a page goes to the login, a script's
+// request gets 401, an action 403.
+func (u *UI) withSession(action bool, h func(w http.ResponseWriter, r *http.Request, sess string)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		sess := u.session(r)
+		switch {
+		case sess == "" && r.Method == http.MethodGet && !wantsJSON(r):
+			http.Redirect(w, r, Prefix, http.StatusSeeOther)
+		case sess == "" && r.Method == http.MethodGet:
+			writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "not logged in"})
+		case sess == "":
+			http.Error(w, "not logged in", http.StatusForbidden)
+		case action && !u.csrfOK(r, sess):
+			u.log.Warn("ui: refused an action without its CSRF token", "path", r.URL.Path)
+			http.Error(w, "missing or wrong CSRF token: reload the page and try again", http.StatusForbidden)
+		default:
+			h(w, r, sess)
+		}
+	}
+}
+
+func wantsJSON(r *http.Request) bool {
+	return strings.HasSuffix(r.URL.Path, "/live") || strings.Contains(r.Header.Get("Accept"), "application/json")
+}
+
+func (u *UI) index(w http.ResponseWriter, r *http.Request) {
+	sess := u.session(r)
+	if sess == "" {
+		u.render(w, http.StatusOK, "login.html", map[string]any{})
+		return
+	}
+	f, err := u.fleet(r.Context(), sess, window(r))
+	if err != nil {
+		u.fail(w, err)
+		return
+	}
+	u.render(w, http.StatusOK, "fleet.html", f)
+}
+
+func (u *UI) login(w http.ResponseWriter, r *http.Request) {
+	if !u.tokenOK(r.PostFormValue("token")) {
+		u.log.Warn("ui: a login with a wrong token")
+		u.render(w, http.StatusUnauthorized, "login.html", map[string]any{"Error": "That is not the operator token."})
+		return
+	}
+	now := u.now()
+	setSession(w, r, u.newSession(now), now.Add(sessionTTL))
+	http.Redirect(w, r, Prefix, http.StatusSeeOther)
+}
+
+func (u *UI) logout(w http.ResponseWriter, r *http.Request, _ string) {
+	setSession(w, r, "", time.Time{})
+	http.Redirect(w, r, Prefix, http.StatusSeeOther)
+}
+
+// live answers the fleet page's parts, rendered, for the script to swap in.
+func (u *UI) live(w http.ResponseWriter, r *http.Request, sess string) {
+	f, err := u.fleet(r.Context(), sess, window(r))
+	if err != nil {
+		writeJSON(w, http.StatusBadGateway, map[string]string{"error": err.Error()})
+		return
+	}
+	u.parts(w, f, "workers", "queues", "timeline", "recent")
+}
+
+func (u *UI) invocation(w http.ResponseWriter, r *http.Request, sess string) {
+	p, err := u.invocationPage(r.Context(), sess, r.PathValue("id"))
+	if err != nil {
+		u.fail(w, err)
+		return
+	}
+	u.render(w, http.StatusOK, "invocation.html", p)
+}
+
+func (u *UI) invocationLive(w http.ResponseWriter, r *http.Request, sess string) {
+	p, err := u.invocationPage(r.Context(), sess, r.PathValue("id"))
+	if err != nil {
+		writeJSON(w, http.StatusBadGateway, map[string]string{"error": err.Error()})
+		return
+	}
+	u.parts(w, p, "invocation")
+}
+
+func (u *UI) cancel(w http.ResponseWriter, r *http.Request, _ string) {
+	id := r.PathValue("id")
+	_, err := u.api.CancelInvocation(r.Context(), id)
+	u.acted(w, r, "cancel "+id, err, back(r, "/ui/invocations/"+id))
+}
+
+func (u *UI) drain(w http.ResponseWriter, r *http.Request, _ string) {
+	id := r.PathValue("id")
+	_, err := u.api.DrainWorker(r.Context(), id)
+	u.acted(w, r, "drain "+id, err, Prefix)
+}
+
+func (u *UI) setup(w http.ResponseWriter, r *http.Request, _ string) {
+	id, cmd := r.PathValue("id"), strings.TrimSpace(r.PostFormValue("command"))
+	if cmd == "" {
+		http.Error(w, "setup: the command is empty", http.StatusBadRequest)
+		return
+	}
+	_, err := u.api.AddSetup(r.Context(), id, []string{"/bin/sh", "-c", cmd})
+	u.acted(w, r, "setup on "+id, err, Prefix)
+}
+
+// acted ends an action: back to the page it came from, or the API's
+// refusal as the answer.
+func (u *UI) acted(w http.ResponseWriter, r *http.Request, what string, err error, to string) {
+	if err != nil {
+		var we *wire.Error
+		status := http.StatusBadGateway
+		if errors.As(err, &we) {
+			status = wire.Status(we.Code)
+		}
+		http.Error(w, what+": "+err.Error(), status)
+		return
+	}
+	u.log.Info("ui: operator action", "action", what)
+	http.Redirect(w, r, to, http.StatusSeeOther)
+}
+
+// back is the page an action's form says it came from (a path under the
+// view only), or def.
+func back(r *http.Request, def string) string {
+	if to := r.PostFormValue("back"); strings.HasPrefix(to, Prefix) && !strings.Contains(to, "//") {
+		return to
+	}
+	return def
+}
+
+// window reads ?minutes= (1-1440) for the timeline.
+func window(r *http.Request) time.Duration {
+	if n, err := strconv.Atoi(r.URL.Query().Get("minutes")); err == nil && n >= 1 && n <= 1440 {
+		return time.Duration(n) * time.Minute
+	}
+	return defaultWindow
+}
+
+// fleet reads what the fleet page shows.
+func (u *UI) fleet(ctx context.Context, sess string, win time.Duration) (fleet, error) {
+	now := u.now()
+	wl, err := u.api.ListWorkers(ctx, listLimit, "")
+	if err != nil {
+		return fleet{}, fmt.Errorf("list workers: %w", err)
+	}
+	il, err := u.api.ListInvocations(ctx, client.ListInvocationsParams{Limit: listLimit})
+	if err != nil {
+		return fleet{}, fmt.Errorf("list invocations: %w", err)
+	}
+	invs := il.Invocations
+	slices.SortFunc(invs, func(a, b wire.Invocation) int { return b.CreatedAt.Compare(a.CreatedAt) })
+	f := fleet{Groups: groupWorkers(wl.Workers, now), CSRF: u.csrfToken(sess),
+		Timeline: layoutTimeline(invs, wl.Workers, now, win)}
+	names := labels(wl.Workers)
+	for _, inv := range invs[:min(len(invs), 25)] {
+		f.Recent = append(f.Recent, invRowOf(inv, names, now))
+	}
+	queues := map[string]bool{}
+	for _, w := range wl.Workers {
+		for _, q := range w.Lanes {
+			queues[q] = true
+		}
+	}
+	oldest := map[string]time.Time{}
+	for _, inv := range invs {
+		queues[inv.Queue] = true
+		if inv.State == wire.StateQueued && (oldest[inv.Queue].IsZero() || inv.CreatedAt.Before(oldest[inv.Queue])) {
+			oldest[inv.Queue] = inv.CreatedAt
+		}
+	}
+	for _, q := range slices.Sorted(func(yield func(string) bool) {
+		for q := range queues {
+			if !yield(q) {
+				return
+			}
+		}
+	}) {
+		st, err := u.api.QueueStats(ctx, q)
+		if err != nil {
+			return fleet{}, fmt.Errorf("queue %s: %w", q, err)
+		}
+		row := queueRow{Queue: q, Queued: st.Counts[wire.StateQueued], Running: st.Counts[wire.StateRunning], Done: st.DoneCount,
+			Succeeded: st.Counts[wire.StateSucceeded], Failed: st.Counts[wire.StateFailed], Cancelled: st.Counts[wire.StateCancelled], Oldest: "—"}
+		if t := oldest[q]; !t.IsZero() {
+			row.Oldest = shortAge(now.Sub(t))
+		}
+		f.Queues = append(f.Queues, row)
+	}
+	return f, nil
+}
+
+// invPage is what an invocation's page shows.
+type invPage struct {
+	Inv      wire.Invocation
+	Argv     string
+	Attempts []attemptRow
+	Result   string
+	Error    string
+	Stdout   string
+	Stderr   string
+	Running  bool
+	CSRF     string
+	Back     string
+}
+
+type attemptRow struct {
+	Attempt                         int
+	Worker, Claimed, Ended, Outcome string
+	Reason, ExitCode                string
+	Recorded                        bool
+}
+
+// logTailBytes is how much of each stream the invocation page shows.
+const logTailBytes = 8 << 10
+
+func (u *UI) invocationPage(ctx context.Context, sess, id string) (invPage, error) {
+	inv, err := u.api.GetInvocation(ctx, id)
+	if err != nil {
+		return invPage{}, err
+	}
+	wl, err := u.api.ListWorkers(ctx, listLimit, "")
+	if err != nil {
+		return invPage{}, fmt.Errorf("list workers: %w", err)
+	}
+	names, now := labels(wl.Workers), u.now()
+	p := invPage{Inv: inv, Argv: printable(strings.Join(inv.Argv, " ")), Running: !wire.Terminal(inv.State),
+		CSRF: u.csrfToken(sess), Back: "/ui/invocations/" + inv.InvocationID}
+	for _, a := range inv.Attempts {
+		row := attemptRow{Attempt: a.Attempt, Worker: cmp.Or(names[a.WorkerID], a.WorkerID), Claimed: shortAge(now.Sub(a.ClaimedAt)) + " ago",
+			Outcome: cmp.Or(a.Outcome, "running"), Reason: printable(a.Reason), Recorded: a.Recorded, Ended: "—"}
+		if a.EndedAt != nil {
+			row.Ended = shortAge(now.Sub(*a.EndedAt)) + " ago"
+		}
+		if a.ExitCode != nil {
+			row.ExitCode = strconv.Itoa(*a.ExitCode)
+		}
+		p.Attempts = append(p.Attempts, row)
+	}
+	if len(inv.ResultBlob) > 0 {
+		p.Result = printable(string(inv.ResultBlob))
+	}
+	if inv.Error != nil {
+		p.Error = printable(inv.Error.Type + ": " + inv.Error.Message)
+	}
+	p.Stdout, p.Stderr = u.output(ctx, inv)
+	return p, nil
+}
+
+// output reads the tail of the latest attempt's output, as `lakeshore logs`
+// does; an invocation whose output was not shipped shows its ack's tails.
+func (u *UI) output(ctx context.Context, inv wire.Invocation) (stdout, stderr string) {
+	var out, errs []byte
+	after := 0
+	for range 50 { // bounded: at most 50 pages
+		page, err := u.api.Logs(ctx, inv.InvocationID, 0, after)
+		if err != nil || len(page.Chunks) == 0 {
+			break
+		}
+		for _, c := range page.Chunks {
+			switch c.Stream {
+			case "stdout":
+				out = tail(append(out, c.Data...))
+			case "stderr":
+				errs = tail(append(errs, c.Data...))
+			}
+		}
+		if page.EOF || page.Next <= after {
+			break
+		}
+		after = page.Next
+	}
+	if len(out) == 0 && len(errs) == 0 {
+		return printableLog(inv.StdoutTail), printableLog(inv.StderrTail)
+	}
+	return printableLog(string(out)), printableLog(string(errs))
+}
+
+func tail(b []byte) []byte {
+	if len(b) > logTailBytes {
+		return b[len(b)-logTailBytes:]
+	}
+	return b
+}
+
+// printableLog keeps a log's newlines and tabs and drops other control
+// characters (terminal escapes).
+func printableLog(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r == '\n' || r == '\t' {
+			return r
+		}
+		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
+			return -1
+		}
+		return r
+	}, strings.ToValidUTF8(s, "\uFFFD"))
+}
+
+// render writes template name with data as the page.
+func (u *UI) render(w http.ResponseWriter, status int, name string, data any) {
+	var b strings.Builder
+	if err := u.tmpl.ExecuteTemplate(&b, name, data); err != nil {
+		u.log.Error("ui: render", "template", name, "error", err.Error())
+		http.Error(w, "internal error", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	_, _ = w.Write([]byte(b.String()))
+}
+
+// parts answers the named templates rendered with data, as JSON.
+func (u *UI) parts(w http.ResponseWriter, data any, names ...string) {
+	out := map[string]string{}
+	for _, n := range names {
+		var b strings.Builder
+		if err := u.tmpl.ExecuteTemplate(&b, n, data); err != nil {
+			u.log.Error("ui: render", "template", n, "error", err.Error())
+			writeJSON(w, http.StatusInternalServerError, map[string]string{"error": "internal error"})
+			return
+		}
+		out[n] = b.String()
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (u *UI) fail(w http.ResponseWriter, err error) {
+	var we *wire.Error
+	status := http.StatusBadGateway
+	if errors.As(err, &we) {
+		status = wire.Status(we.Code)
+	}
+	u.render(w, status, "error.html", map[string]any{"Error": err.Error()})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}

@@ -3,7 +3,9 @@
 # three nymphs, submits a batch, shows it run, kills one worker (the daemon
 # and every process it started, as when an instance vanishes) mid-run, and
 # ends with proof that every invocation finished exactly once, then the
-# attempt history and output of one invocation the killed worker ran.
+# attempt history and output of one invocation the killed worker ran, and
+# the web view's URL and token; run from a terminal it stays up until
+# Ctrl-C (in CI, or with DEMO_EXIT=1, it exits by itself).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -99,4 +101,12 @@ if [ -n "$victim_inv" ]; then
   echo
   echo "\$ lakeshore logs $victim_inv   (the last lines of its output)"
   "$BIN/lakeshore" logs "$victim_inv" 2>&1 | tail -n 5
+fi
+
+say "the web view: the fleet, and the timeline of the kill and its hand-off"
+echo "open $LAKESHORE_URL/ui/ and log in with the operator token:"
+echo "  $LAKESHORE_TOKEN"
+if [ -t 0 ] && [ -t 1 ] && [ "${CI:-}" != "true" ] && [ -z "${DEMO_EXIT:-}" ]; then
+  echo "lakeshore dev and the two workers left stay up until Ctrl-C (DEMO_EXIT=1 make demo exits here)"
+  while :; do sleep 3600; done
 fi

@@ -86,7 +86,7 @@ func (u *UI) tokenOK(tok string) bool {
 // setSession writes the session cookie (value "" clears it). It is Secure
 // unless the page is served on loopback over plain HTTP (lakeshore dev).
 func setSession(w http.ResponseWriter, r *http.Request, value string, exp time.Time) {
-	c := &http.Cookie{Name: cookieName, Value: value, Path: "/ui/", HttpOnly: true, SameSite: http.SameSiteStrictMode,
+	c := &http.Cookie{Name: cookieName, Value: value, Path: "/ui", HttpOnly: true, SameSite: http.SameSiteStrictMode,
 		Secure: !loopback(r)}
 	if value == "" {
 		c.MaxAge = -1

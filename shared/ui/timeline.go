@@ -146,9 +146,9 @@ func layoutTimeline(invs []wire.Invocation, workers []wire.Worker, now time.Time
 				row = len(rowEnds)
 				rowEnds = append(rowEnds, 0)
 			}
-			rowEnds[row] = x2 + 1
+			rowEnds[row] = x2 // the next attempt may start where this one ended
 			by := y + row*tlRowH
-			tl.Bars = append(tl.Bars, bar{X: x1, Y: by + 1, W: x2 - x1, H: tlRowH - 2, Class: barClass(s.a), InvocationID: s.inv.InvocationID,
+			tl.Bars = append(tl.Bars, bar{X: x1, Y: by + 1, W: max(x2-x1-1, 1), H: tlRowH - 2, Class: barClass(s.a), InvocationID: s.inv.InvocationID,
 				Title: fmt.Sprintf("%s attempt %d: %s", s.inv.InvocationID, s.a.Attempt, cmp.Or(s.a.Outcome, "running"))})
 			where[fmt.Sprintf("%s/%d", s.inv.InvocationID, s.a.Attempt)] = pos{x1, x2, by + tlRowH/2}
 		}
@@ -169,10 +169,22 @@ func layoutTimeline(invs []wire.Invocation, workers []wire.Worker, now time.Time
 	step := tickStep(window)
 	tl.Ticks = append(tl.Ticks, tick{X: x(now), Label: "now"})
 	for t := now.Add(-step); !t.Before(start); t = t.Add(-step) {
-		tl.Ticks = append(tl.Ticks, tick{X: x(t), Label: "-" + shortAge(now.Sub(t))})
+		tl.Ticks = append(tl.Ticks, tick{X: x(t), Label: tickLabel(now.Sub(t))})
 	}
 	tl.Height = y + 4
 	return tl
+}
+
+// tickLabel names a tick d before now: "-90 s" under two minutes, "-5 min",
+// "-2 h".
+func tickLabel(d time.Duration) string {
+	switch {
+	case d < 2*time.Minute:
+		return fmt.Sprintf("-%d s", int(d.Seconds()))
+	case d < 2*time.Hour:
+		return fmt.Sprintf("-%d min", int(d.Minutes()))
+	}
+	return fmt.Sprintf("-%d h", int(d.Hours()))
 }
 
 // tickStep is a round step that puts four to eight ticks on window.

@@ -47,7 +47,7 @@ func TestLayoutTimeline(t *testing.T) {
 		t.Fatalf("links %+v: want one hand-off", tl.Links)
 	}
 	l, a1 := tl.Links[0], tl.Bars[0]
-	if l.X1 != a1.X+a1.W || l.Y1 >= tl.Lanes[1].Y || l.Y2 < tl.Lanes[1].Y || l.X2 <= l.X1 {
+	if l.X1 != a1.X+a1.W+1 || l.Y1 >= tl.Lanes[1].Y || l.Y2 < tl.Lanes[1].Y || l.X2 <= l.X1 {
 		t.Errorf("the hand-off %+v does not run from a's bar end (%+v) to b's lane", l, a1)
 	}
 	// The axis fits the activity (about two minutes), not the 15 asked for.

@@ -70,7 +70,8 @@ const hostileLabel = "<script>document.title='pwned'</script><b>ui-c</b>\x1b[31m
 // one with a label of markup shown as text; invocations submitted with
 // the CLI appear running, then succeeded, without a reload; a SIGKILLed
 // worker turns stale and its attempts go on another lane (a hand-off line
-// on the timeline); an invocation cancelled from the page ends cancelled;
+// on the timeline); an invocation's page shows its output as it grows, and
+// a cancel from there ends it cancelled;
 // a POST without the CSRF token is refused. Screenshots of the fleet page
 // and the timeline go to bin/ (ui-fleet.png, ui-timeline.png).
 func TestWebViewInABrowser(t *testing.T) {
@@ -180,20 +181,30 @@ func TestWebViewInABrowser(t *testing.T) {
 	shot(t, ctx, "ui-timeline.png", "#timeline svg")
 	shot(t, ctx, "ui-fleet.png", "")
 
-	// Cancel from the page.
-	victim, _, err := op.Submit(context.Background(), wire.SubmitRequest{Queue: "q", Argv: []string{"/bin/sh", "-c", "sleep 120"}})
+	// An invocation's page: its output as it runs, without a reload; then
+	// cancel it from there.
+	victim, _, err := op.Submit(context.Background(), wire.SubmitRequest{Queue: "q", Argv: []string{"/bin/sh", "-c",
+		"echo tick-1; sleep 3; echo tick-2; sleep 120"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	row := fmt.Sprintf(`#recent tr.invocation[data-invocation=%q]`, victim.InvocationID)
-	evalEventually(t, ctx, time.Minute, "the long one shows running", `!!document.querySelector('`+row+`[data-state="running"]')`)
-	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(row+" button.cancel"))); err != nil {
+	if err := chromedp.Do(ctx, chromedp.Navigate(d.URL+"/ui/invocations/"+victim.InvocationID), chromedp.WaitVisible(chromedp.ID("stdout"))); err != nil {
+		t.Fatalf("open the invocation page: %v", err)
+	}
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`window.__noReload = 2; true`)); err != nil {
+		t.Fatal(err)
+	}
+	evalEventually(t, ctx, time.Minute, "the page shows the first line of output",
+		`document.getElementById('stdout').textContent.includes('tick-1')`)
+	evalEventually(t, ctx, time.Minute, "then the second, without a reload",
+		`document.getElementById('stdout').textContent.includes('tick-2') && window.__noReload === 2`)
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.ID("cancel"))); err != nil {
 		t.Fatalf("click cancel: %v", err)
 	}
 	if got := waitTerminal(t, op, victim.InvocationID, time.Minute); got.State != wire.StateCancelled {
 		t.Fatalf("after the page's cancel: %s", got.State)
 	}
-	evalEventually(t, ctx, 30*time.Second, "the page shows it cancelled", `!!document.querySelector('`+row+`[data-state="cancelled"]')`)
+	evalEventually(t, ctx, 30*time.Second, "the page shows it cancelled", `document.getElementById('inv-state').textContent === 'cancelled'`)
 
 	// A POST without the CSRF token (the session cookie alone) is refused.
 	other, _, err := op.Submit(context.Background(), wire.SubmitRequest{Queue: "nobody-serves-this", Argv: []string{"true"}})

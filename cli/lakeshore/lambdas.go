@@ -160,13 +160,18 @@ func checkArch(path string) error {
 func (g *lambdaGateway) match(method, path string) (gatewayRoute, map[string]string, bool) {
 	segs := strings.Split(strings.Trim(path, "/"), "/")
 	for _, rt := range g.routes {
-		if rt.method != method || len(rt.segments) != len(segs) {
+		n := len(rt.segments)
+		// A greedy last segment ({proxy+}) takes one segment or more.
+		greedy := n > 0 && strings.HasSuffix(rt.segments[n-1], "+}")
+		if rt.method != method || (!greedy && n != len(segs)) || (greedy && len(segs) < n) {
 			continue
 		}
 		params := map[string]string{}
 		ok := true
 		for i, s := range rt.segments {
 			switch {
+			case greedy && i == n-1:
+				params[strings.Trim(s, "{}+")] = strings.Join(segs[i:], "/")
 			case strings.HasPrefix(s, "{") && segs[i] != "":
 				params[strings.Trim(s, "{}")] = segs[i]
 			case s != segs[i]:

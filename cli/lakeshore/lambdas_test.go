@@ -45,7 +45,7 @@ func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, n
 
 // TestGatewayRoutesFromTemplate: the gateway's routes are template.yaml's
 // HttpApi events, literal segments preferred over {params}, as API Gateway
-// chooses.
+// chooses; a greedy {proxy+} takes one segment or more.
 func TestGatewayRoutesFromTemplate(t *testing.T) {
 	g, err := newLambdaGateway(lambdaConfig{dist: fakeDist(t, runtime.GOARCH, allFunctions...), emulator: "/bin/true"}, quietLog())
 	if err != nil {
@@ -66,6 +66,10 @@ func TestGatewayRoutesFromTemplate(t *testing.T) {
 		{"GET", "/v1/workers/wrk_1/setup-results", "api", map[string]string{"id": "wrk_1"}},
 		{"GET", "/v1/queues/q.a", "api", map[string]string{"queue": "q.a"}},
 		{"GET", "/v1/healthz", "api", nil},
+		{"GET", "/ui", "api", nil},
+		{"GET", "/ui/live", "api", map[string]string{"proxy": "live"}},
+		{"GET", "/ui/static/app.css", "api", map[string]string{"proxy": "static/app.css"}},
+		{"POST", "/ui/invocations/inv_1/cancel", "api", map[string]string{"proxy": "invocations/inv_1/cancel"}},
 		{"GET", "/v1/daemon/hello", "", nil},
 		{"POST", "/v1/queues/q", "", nil},
 		{"GET", "/v1/invocations//cancel", "", nil},

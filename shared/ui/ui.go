@@ -222,12 +222,7 @@ func (u *UI) setup(w http.ResponseWriter, r *http.Request, _ string) {
 // refusal as the answer.
 func (u *UI) acted(w http.ResponseWriter, r *http.Request, what string, err error, to string) {
 	if err != nil {
-		var we *wire.Error
-		status := http.StatusBadGateway
-		if errors.As(err, &we) {
-			status = wire.Status(we.Code)
-		}
-		http.Error(w, what+": "+err.Error(), status)
+		http.Error(w, what+": "+err.Error(), statusOf(err))
 		return
 	}
 	u.log.Info("ui: operator action", "action", what)
@@ -399,17 +394,7 @@ func tail(b []byte) []byte {
 
 // printableLog keeps a log's newlines and tabs and drops other control
 // characters (terminal escapes).
-func printableLog(s string) string {
-	return strings.Map(func(r rune) rune {
-		if r == '\n' || r == '\t' {
-			return r
-		}
-		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
-			return -1
-		}
-		return r
-	}, strings.ToValidUTF8(s, "\uFFFD"))
-}
+func printableLog(s string) string { return keepPrintable(strings.ToValidUTF8(s, "\uFFFD"), "\n\t") }
 
 // render writes template name with data as the page.
 func (u *UI) render(w http.ResponseWriter, status int, name string, data any) {
@@ -440,12 +425,16 @@ func (u *UI) parts(w http.ResponseWriter, data any, names ...string) {
 }
 
 func (u *UI) fail(w http.ResponseWriter, err error) {
-	var we *wire.Error
-	status := http.StatusBadGateway
-	if errors.As(err, &we) {
-		status = wire.Status(we.Code)
+	u.render(w, statusOf(err), "error.html", map[string]any{"Error": err.Error()})
+}
+
+// statusOf is the status to answer an API refusal with (its own: 404, 409
+// …), or 502 when the API could not be asked.
+func statusOf(err error) int {
+	if we := (*wire.Error)(nil); errors.As(err, &we) {
+		return wire.Status(we.Code)
 	}
-	u.render(w, status, "error.html", map[string]any{"Error": err.Error()})
+	return http.StatusBadGateway
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -27,9 +27,12 @@ func shortAge(d time.Duration) string {
 
 // printable drops control characters (terminal escapes among them) from a
 // worker-supplied string; html/template escapes the rest.
-func printable(s string) string {
+func printable(s string) string { return keepPrintable(s, "") }
+
+// keepPrintable drops the control characters of s but those in keep.
+func keepPrintable(s, keep string) string {
 	return strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) {
+		if unicode.IsControl(r) && !strings.ContainsRune(keep, r) {
 			return -1
 		}
 		return r

@@ -123,3 +123,99 @@ func mapping(n *yaml.Node, key string) *yaml.Node {
 	}
 	return nil
 }
+
+// TestTemplateProductionGuards: what keeps a deployed control plane's data,
+// caps its cost and pages someone (docs/operations.md) is in template.yaml,
+// so a later edit cannot drop it unnoticed: every table retained on stack
+// delete and replacement, deletion-protected, with point-in-time recovery
+// and the optional customer-managed key; the API throttled, hello tighter;
+// the daemon-facing functions' concurrency reserved and capped; every
+// function's log group made with a retention before it runs; the alarms.
+func TestTemplateProductionGuards(t *testing.T) {
+	tmpl, err := goformation.ParseYAML(lakeshore.Template)
+	if err != nil {
+		t.Fatalf("parse template.yaml: %v", err)
+	}
+	tables := tmpl.GetAllDynamoDBTableResources()
+	if len(tables) != 9 {
+		t.Errorf("%d tables; this test knows 9 — check the new one's guards and update it", len(tables))
+	}
+	for id, tb := range tables {
+		if tb.AWSCloudFormationDeletionPolicy != "Retain" || tb.AWSCloudFormationUpdateReplacePolicy != "Retain" {
+			t.Errorf("%s: DeletionPolicy %q, UpdateReplacePolicy %q; want Retain, Retain", id, tb.AWSCloudFormationDeletionPolicy, tb.AWSCloudFormationUpdateReplacePolicy)
+		}
+		if tb.DeletionProtectionEnabled == nil || !*tb.DeletionProtectionEnabled {
+			t.Errorf("%s: no DeletionProtectionEnabled", id)
+		}
+		if p := tb.PointInTimeRecoverySpecification; p == nil || p.PointInTimeRecoveryEnabled == nil || !*p.PointInTimeRecoveryEnabled {
+			t.Errorf("%s: no point-in-time recovery", id)
+		}
+	}
+	// What is an !If is read from the source.
+	var doc struct {
+		Parameters map[string]any `yaml:"Parameters"`
+		Resources  map[string]struct {
+			Type       string               `yaml:"Type"`
+			Properties map[string]yaml.Node `yaml:"Properties"`
+		} `yaml:"Resources"`
+	}
+	if err := yaml.Unmarshal(lakeshore.Template, &doc); err != nil {
+		t.Fatal(err)
+	}
+	for id, r := range doc.Resources {
+		if r.Type != "AWS::DynamoDB::Table" {
+			continue
+		}
+		sse := r.Properties["SSESpecification"]
+		if sse.Tag != "!If" || len(sse.Content) != 3 || sse.Content[0].Value != "UseTableKey" {
+			t.Errorf("%s: SSESpecification is not !If [UseTableKey, …]", id)
+		}
+	}
+	for _, p := range []string{"TableKmsKeyArn", "ApiRateLimit", "ApiBurstLimit", "HelloRateLimit", "HelloBurstLimit",
+		"DaemonReservedConcurrency", "LogRetentionDays", "AlarmTopicArn", "OldestQueuedAlarmSeconds", "RedeliveriesAlarmPerMinute"} {
+		if _, ok := doc.Parameters[p]; !ok {
+			t.Errorf("no parameter %s", p)
+		}
+	}
+
+	api, ok := tmpl.GetAllServerlessHttpApiResources()["HttpApi"]
+	if !ok || api.DefaultRouteSettings == nil || api.DefaultRouteSettings.ThrottlingRateLimit == nil || api.DefaultRouteSettings.ThrottlingBurstLimit == nil {
+		t.Errorf("HttpApi has no default throttling")
+	}
+	fns := tmpl.GetAllServerlessFunctionResources()
+	hello := fns["HelloFunction"].Events["Hello"].Properties.HttpApiEvent
+	if hello == nil || hello.RouteSettings == nil || hello.RouteSettings.ThrottlingRateLimit == nil {
+		t.Errorf("hello has no throttling of its own")
+	}
+	logGroups := tmpl.GetAllLogsLogGroupResources()
+	for id, fn := range fns {
+		short := strings.TrimSuffix(id, "Function")
+		daemon := slices.Contains([]string{"Hello", "Poll", "Ack", "Bye"}, short)
+		if rc := doc.Resources[id].Properties["ReservedConcurrentExecutions"]; daemon &&
+			(rc.Tag != "!If" || len(rc.Content) != 3 || rc.Content[0].Value != "CapDaemonConcurrency" || rc.Content[1].Value != "DaemonReservedConcurrency") {
+			t.Errorf("%s: ReservedConcurrentExecutions is not !If [CapDaemonConcurrency, DaemonReservedConcurrency, …]", id)
+		}
+		lg, ok := logGroups[short+"Logs"]
+		if !ok || lg.RetentionInDays == nil || !slices.Contains(fn.AWSCloudFormationDependsOn, short+"Logs") {
+			t.Errorf("%s: no log group %sLogs with a retention, made before it", id, short)
+			continue
+		}
+		if fn.FunctionName == nil || lg.LogGroupName == nil || *lg.LogGroupName != "/aws/lambda/"+*fn.FunctionName {
+			t.Errorf("%s: its log group is not the one it writes to (/aws/lambda/<its name>)", id)
+		}
+	}
+	alarms := tmpl.GetAllCloudWatchAlarmResources()
+	for _, a := range []string{"OldestQueued", "StaleWorkers", "Redeliveries", "Api5xx", "LambdaThrottles", "LambdaErrors", "DynamoThrottles"} {
+		if _, ok := alarms[a+"Alarm"]; !ok {
+			t.Errorf("no %sAlarm", a)
+		}
+	}
+	for id, r := range doc.Resources {
+		if r.Type != "AWS::CloudWatch::Alarm" {
+			continue
+		}
+		if act := r.Properties["AlarmActions"]; act.Tag != "!If" || act.Content[0].Value != "AlarmNotify" {
+			t.Errorf("%s: AlarmActions is not !If [AlarmNotify, …]", id)
+		}
+	}
+}

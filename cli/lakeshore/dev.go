@@ -42,15 +42,21 @@ type devOptions struct {
 	tablePrefix   string
 	enrollToken   string
 	operatorToken string
-	staleAfter    time.Duration
-	hostPoll      time.Duration
-	logLevel      string
-	lambdas       string
-	lambdaConc    int
-	longPoll      bool
-	wakeChannel   bool
-	claimShards   int
-	provision     lsconfig.Provision
+	// previousEnroll and previousOperator are still accepted during a
+	// rotation: the second of --enroll-token / --operator-token.
+	previousEnroll   string
+	previousOperator string
+	enrollTokens     []string // the flags as given: current[,previous]
+	operatorTokens   []string
+	staleAfter       time.Duration
+	hostPoll         time.Duration
+	logLevel         string
+	lambdas          string
+	lambdaConc       int
+	longPoll         bool
+	wakeChannel      bool
+	claimShards      int
+	provision        lsconfig.Provision
 }
 
 // wakeChannel is where the dev server serves the wake channel: the socket
@@ -97,8 +103,10 @@ bootstrap, and the Lambdas post through the emulated management API).`,
 	f.StringVar(&o.addr, "addr", "127.0.0.1:3000", "listen address")
 	f.StringVar(&o.storeKind, "store", "embedded", "state store: embedded (in memory) or aws (SDK config, AWS_ENDPOINT_URL)")
 	f.StringVar(&o.tablePrefix, "table-prefix", "lakeshore-dev-", "DynamoDB table name prefix")
-	f.StringVar(&o.enrollToken, "enroll-token", os.Getenv("LAKESHORE_ENROLL_TOKEN"), "enrollment token daemons send to hello (default: random)")
-	f.StringVar(&o.operatorToken, "operator-token", os.Getenv("LAKESHORE_OPERATOR_TOKEN"), "operator token for the operator routes (default: random)")
+	f.StringSliceVar(&o.enrollTokens, "enroll-token", splitTokens(os.Getenv("LAKESHORE_ENROLL_TOKEN")),
+		"enrollment token daemons send to hello (default: random); a second one (repeated, or current,previous) is still accepted during a rotation")
+	f.StringSliceVar(&o.operatorTokens, "operator-token", splitTokens(os.Getenv("LAKESHORE_OPERATOR_TOKEN")),
+		"operator token for the operator routes (default: random); a second one (repeated, or current,previous) is still accepted during a rotation")
 	f.DurationVar(&o.staleAfter, "stale-after", domain.DefaultStaleAfter, "silence after which a worker reads stale")
 	f.DurationVar(&o.hostPoll, "host-poll-interval", 5*time.Second, "with --store aws, how often to poll EC2 for the host status of workers on instances (0: never); the embedded store has no EC2, so it is ignored there")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
@@ -114,7 +122,42 @@ bootstrap, and the Lambdas post through the emulated management API).`,
 	return cmd
 }
 
+// splitTokens reads "current[,previous]" from the environment.
+func splitTokens(v string) []string {
+	if v == "" {
+		return nil
+	}
+	return strings.Split(v, ",")
+}
+
+// pickTokens sets current and previous from a token flag's values: one is
+// the token, a second the previous one (a rotation); more are refused.
+func pickTokens(flag string, vals []string, current, previous *string) error {
+	switch len(vals) {
+	case 0:
+	case 1, 2:
+		*current = vals[0]
+		if len(vals) == 2 {
+			*previous = vals[1]
+		}
+	default:
+		return fmt.Errorf("%s takes the current token and at most one previous one, got %d", flag, len(vals))
+	}
+	for _, v := range vals {
+		if strings.TrimSpace(v) == "" {
+			return fmt.Errorf("%s: an empty token", flag)
+		}
+	}
+	return nil
+}
+
 func runDev(ctx context.Context, o devOptions) error {
+	if err := pickTokens("--enroll-token", o.enrollTokens, &o.enrollToken, &o.previousEnroll); err != nil {
+		return err
+	}
+	if err := pickTokens("--operator-token", o.operatorTokens, &o.operatorToken, &o.previousOperator); err != nil {
+		return err
+	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
 		return fmt.Errorf("--log-level: %w", err)
@@ -138,7 +181,8 @@ func runDev(ctx context.Context, o devOptions) error {
 	if !loopbackAddr(o.addr) {
 		// Reachable from other machines: tokens are all that guards the
 		// fleet there, and they travel without TLS.
-		for _, t := range []struct{ flag, tok string }{{"--enroll-token", o.enrollToken}, {"--operator-token", o.operatorToken}} {
+		for _, t := range []struct{ flag, tok string }{{"--enroll-token", o.enrollToken}, {"--operator-token", o.operatorToken},
+			{"--enroll-token", o.previousEnroll}, {"--operator-token", o.previousOperator}} {
 			if t.tok != "" && len(t.tok) < minRoutableToken {
 				return fmt.Errorf("%s is %d bytes; on a non-loopback --addr (%s) tokens must be at least %d (leave it out for a random one)",
 					t.flag, len(t.tok), o.addr, minRoutableToken)
@@ -229,17 +273,19 @@ func runDev(ctx context.Context, o devOptions) error {
 		provisionOnce = func(ctx context.Context) error { return gw.invokeLogged(ctx, "provisioner") }
 	} else {
 		srv, err := api.New(api.Config{
-			Store:         st,
-			EnrollToken:   o.enrollToken,
-			OperatorToken: o.operatorToken,
-			StaleAfter:    o.staleAfter,
-			Logger:        log,
-			Wake:          hub,
-			LongPoll:      o.longPoll,
-			WakeURL:       wc.url,
-			Poster:        poster,
-			Metrics:       recorder,
-			Submitted:     nudge,
+			Store:                 st,
+			EnrollToken:           o.enrollToken,
+			OperatorToken:         o.operatorToken,
+			PreviousEnrollToken:   o.previousEnroll,
+			PreviousOperatorToken: o.previousOperator,
+			StaleAfter:            o.staleAfter,
+			Logger:                log,
+			Wake:                  hub,
+			LongPoll:              o.longPoll,
+			WakeURL:               wc.url,
+			Poster:                poster,
+			Metrics:               recorder,
+			Submitted:             nudge,
 		})
 		if err != nil {
 			return err

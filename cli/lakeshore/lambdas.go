@@ -365,6 +365,8 @@ func lambdaEnv(environ []string, o devOptions, endpoint, invokeURL string, wake 
 		"LAKESHORE_TABLE_PREFIX="+o.tablePrefix,
 		"LAKESHORE_ENROLL_TOKEN="+o.enrollToken,
 		"LAKESHORE_OPERATOR_TOKEN="+o.operatorToken,
+		"LAKESHORE_PREVIOUS_ENROLL_TOKEN="+o.previousEnroll,
+		"LAKESHORE_PREVIOUS_OPERATOR_TOKEN="+o.previousOperator,
 		"LAKESHORE_STALE_AFTER="+o.staleAfter.String(),
 		"LAKESHORE_CLAIM_SHARDS="+strconv.Itoa(max(o.claimShards, 1)),
 	)

@@ -32,6 +32,11 @@ type Config struct {
 	Store         *store.Store
 	EnrollToken   string
 	OperatorToken string
+	// PreviousEnrollToken and PreviousOperatorToken, when set, are still
+	// accepted while daemons and operators move to the current ones (a
+	// rotation: docs/operations.md). Optional.
+	PreviousEnrollToken   string
+	PreviousOperatorToken string
 	// StaleAfter is how long a silent worker stays live (default 60 s).
 	StaleAfter time.Duration
 	// MaxPollWait caps a long poll (default 20 s, under API Gateway's 30 s;
@@ -84,8 +89,12 @@ func New(cfg Config) (*Server, error) {
 	if cfg.EnrollToken == "" || cfg.OperatorToken == "" {
 		return nil, errors.New("api: enrollment and operator tokens are both required")
 	}
-	if cfg.EnrollToken == cfg.OperatorToken {
-		return nil, errors.New("api: the enrollment and operator tokens must differ")
+	for _, e := range []string{cfg.EnrollToken, cfg.PreviousEnrollToken} {
+		for _, o := range []string{cfg.OperatorToken, cfg.PreviousOperatorToken} {
+			if e != "" && e == o {
+				return nil, errors.New("api: the enrollment and operator tokens must differ (current and previous alike)")
+			}
+		}
 	}
 	switch cfg.DaemonAuth {
 	case "":
@@ -106,7 +115,8 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg, svc: svc, mux: http.NewServeMux(), log: cfg.Logger}
 	s.routes()
 	// The web view acts through the operator routes, in this process.
-	view, err := ui.New(ui.Config{API: http.HandlerFunc(s.serveAPI), OperatorToken: cfg.OperatorToken, Clock: cfg.Clock, Logger: cfg.Logger})
+	view, err := ui.New(ui.Config{API: http.HandlerFunc(s.serveAPI), OperatorToken: cfg.OperatorToken,
+		PreviousOperatorToken: cfg.PreviousOperatorToken, Clock: cfg.Clock, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}
@@ -263,7 +273,7 @@ func writeError(w http.ResponseWriter, err error) {
 // operator guards a route with the operator token.
 func (s *Server) operator(h handlerFunc) handlerFunc {
 	return func(r *http.Request) (int, any, error) {
-		if !auth.Equal(auth.Bearer(r), s.cfg.OperatorToken) {
+		if !auth.EqualAny(auth.Bearer(r), s.cfg.OperatorToken, s.cfg.PreviousOperatorToken) {
 			return 0, nil, wire.Errorf(wire.CodeUnauthorized, "operator routes need Authorization: Bearer <operator token>")
 		}
 		return h(r)

@@ -13,7 +13,7 @@ func (s *Server) hello(r *http.Request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	if !auth.Equal(s.daemonToken(r), s.cfg.EnrollToken) {
+	if !auth.EqualAny(s.daemonToken(r), s.cfg.EnrollToken, s.cfg.PreviousEnrollToken) {
 		if s.cfg.DaemonAuth == auth.DaemonAuthIAM {
 			return 0, nil, wire.Errorf(wire.CodeUnauthorized, "hello needs %s: <enrollment token>", wire.TokenHeader)
 		}

@@ -48,6 +48,17 @@ func BearerValue(h string) string {
 
 // Equal reports whether two secrets are equal, in time independent of where
 // they differ. Both are hashed first so the length does not leak either.
+// EqualAny reports whether got is one of wants (ignoring empty ones), in
+// time that does not depend on which: a current and a previous token
+// during a rotation (docs/operations.md).
+func EqualAny(got string, wants ...string) bool {
+	ok := false
+	for _, w := range wants {
+		ok = Equal(got, w) || ok // every one compared, whatever the first said
+	}
+	return ok
+}
+
 func Equal(got, want string) bool {
 	if want == "" {
 		return false

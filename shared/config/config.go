@@ -24,6 +24,10 @@ const (
 	EnvTablePrefix   = "LAKESHORE_TABLE_PREFIX"
 	EnvEnrollToken   = "LAKESHORE_ENROLL_TOKEN"
 	EnvOperatorToken = "LAKESHORE_OPERATOR_TOKEN"
+	// The previous tokens, still accepted during a rotation (optional;
+	// docs/operations.md): their values, or their _PARAM names.
+	EnvPreviousEnrollToken   = "LAKESHORE_PREVIOUS_ENROLL_TOKEN"
+	EnvPreviousOperatorToken = "LAKESHORE_PREVIOUS_OPERATOR_TOKEN"
 	EnvStaleAfter    = "LAKESHORE_STALE_AFTER"
 	EnvDaemonAuth    = "LAKESHORE_DAEMON_AUTH" // token (default) or iam
 	// The wake channel (both or neither): the WebSocket URL hello hands
@@ -44,7 +48,11 @@ type Config struct {
 	TablePrefix   string
 	EnrollToken   string
 	OperatorToken string
-	StaleAfter    time.Duration
+	// PreviousEnrollToken and PreviousOperatorToken are still accepted
+	// during a rotation ("" when none).
+	PreviousEnrollToken   string
+	PreviousOperatorToken string
+	StaleAfter            time.Duration
 	// DaemonAuth is how daemon routes authenticate: "token" or "iam"
 	// (auth.DaemonAuthToken, auth.DaemonAuthIAM).
 	DaemonAuth string
@@ -72,6 +80,19 @@ func Load(ctx context.Context, getenv func(string) string, params ParameterGette
 		name string
 		dst  *string
 	}{{EnvEnrollToken, &c.EnrollToken}, {EnvOperatorToken, &c.OperatorToken}} {
+		v, err := secret(ctx, getenv, params, s.name)
+		if err != nil {
+			return Config{}, err
+		}
+		*s.dst = v
+	}
+	for _, s := range []struct {
+		name string
+		dst  *string
+	}{{EnvPreviousEnrollToken, &c.PreviousEnrollToken}, {EnvPreviousOperatorToken, &c.PreviousOperatorToken}} {
+		if getenv(s.name) == "" && getenv(s.name+paramSuffix) == "" {
+			continue // no rotation under way
+		}
 		v, err := secret(ctx, getenv, params, s.name)
 		if err != nil {
 			return Config{}, err

@@ -3,13 +3,14 @@ package ui
 import (
 	"crypto/hmac"
 	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/base64"
 	"net"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/dreamlake/lakeshore/shared/auth"
 )
 
 // The session: after a login with the operator token, a cookie holding its
@@ -80,7 +81,7 @@ func (u *UI) csrfOK(r *http.Request, sess string) bool {
 
 // tokenOK compares a login's token with the operator token in constant time.
 func (u *UI) tokenOK(tok string) bool {
-	return tok != "" && subtle.ConstantTimeCompare([]byte(tok), []byte(u.cfg.OperatorToken)) == 1
+	return tok != "" && auth.EqualAny(tok, u.cfg.OperatorToken, u.cfg.PreviousOperatorToken)
 }
 
 // setSession writes the session cookie (value "" clears it). It is Secure

@@ -47,8 +47,11 @@ type Config struct {
 	// through, with the operator token.
 	API           http.Handler
 	OperatorToken string
-	Clock         clock.Clock
-	Logger        *slog.Logger
+	// PreviousOperatorToken, during a rotation, still logs in; sessions
+	// are signed with a key of the current token.
+	PreviousOperatorToken string
+	Clock                 clock.Clock
+	Logger                *slog.Logger
 }
 
 // UI is the web view's handler.

@@ -28,15 +28,17 @@ func Main(name string, hooks ...Hook) {
 	c, err := config.Load(context.Background(), os.Getenv, ssm.NewFromConfig(s.AWS))
 	s.Check("read configuration", err)
 	cfg := api.Config{
-		Store:         s.Store,
-		EnrollToken:   c.EnrollToken,
-		OperatorToken: c.OperatorToken,
-		StaleAfter:    c.StaleAfter,
-		DaemonAuth:    c.DaemonAuth,
-		WakeURL:       c.WakeURL,
-		Poster:        s.Poster,
-		Metrics:       s.Metrics,
-		Logger:        s.Log,
+		Store:                 s.Store,
+		EnrollToken:           c.EnrollToken,
+		OperatorToken:         c.OperatorToken,
+		PreviousEnrollToken:   c.PreviousEnrollToken,
+		PreviousOperatorToken: c.PreviousOperatorToken,
+		StaleAfter:            c.StaleAfter,
+		DaemonAuth:            c.DaemonAuth,
+		WakeURL:               c.WakeURL,
+		Poster:                s.Poster,
+		Metrics:               s.Metrics,
+		Logger:                s.Log,
 	}
 	for _, h := range hooks {
 		h(s, &cfg)

@@ -28,8 +28,8 @@ const (
 	// docs/operations.md): their values, or their _PARAM names.
 	EnvPreviousEnrollToken   = "LAKESHORE_PREVIOUS_ENROLL_TOKEN"
 	EnvPreviousOperatorToken = "LAKESHORE_PREVIOUS_OPERATOR_TOKEN"
-	EnvStaleAfter    = "LAKESHORE_STALE_AFTER"
-	EnvDaemonAuth    = "LAKESHORE_DAEMON_AUTH" // token (default) or iam
+	EnvStaleAfter            = "LAKESHORE_STALE_AFTER"
+	EnvDaemonAuth            = "LAKESHORE_DAEMON_AUTH" // token (default) or iam
 	// The wake channel (both or neither): the WebSocket URL hello hands
 	// daemons, and the https endpoint of its management API.
 	EnvWakeURL      = "LAKESHORE_WAKE_URL"

@@ -35,6 +35,12 @@ const DefaultStaleAfter = 60 * time.Second
 // after it went gone (its history stays on the invocations it ran).
 const DefaultWorkerRetention = 24 * time.Hour
 
+// DefaultNeverPolledRetention is how long a worker that said hello and
+// never polled is kept: a daemon polls within seconds of its hello (in
+// setup too), so one that has not in an hour is not coming, and a flood of
+// hellos must not grow the table for ever (docs/operations.md).
+const DefaultNeverPolledRetention = time.Hour
+
 // RetireSilentAfter is how long a stale worker may stay silent before the
 // sweep retires it (gone): one that comes back after that says hello anew.
 // It keeps a worker whose process died unseen from reading stale forever.

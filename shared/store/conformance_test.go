@@ -96,6 +96,7 @@ var conformanceCases = []conformanceCase{
 	{"hello/retried hello same worker", testHelloRetry},
 	{"hello/new boot retires old worker", testHelloNewBoot},
 	{"hello/after gone makes a new worker", testHelloAfterGone},
+	{"hello/never polled expires", testHelloNeverPolledExpires},
 	{"heartbeat/phase projection", testHeartbeatProjection},
 	{"heartbeat/gone worker", testHeartbeatGone},
 	{"heartbeat/authorize refusal", testHeartbeatAuthorize},
@@ -1009,6 +1010,50 @@ func testCancelTerminal(t *testing.T, f *fixture) {
 	_, err = f.s.Cancel(f.ctx, "inv_missing")
 	wantCode(t, err, wire.ErrNotFound)
 	f.wantStats("q", map[string]int{wire.StateSucceeded: 1, wire.StateCancelled: 1}, 2)
+}
+
+// testHelloNeverPolledExpires: a worker that said hello carries a TTL an
+// hour after it, so hello floods do not grow the table for ever; its first
+// poll removes it; a hello of the same boot after the row went makes a new
+// worker.
+func testHelloNeverPolledExpires(t *testing.T, f *fixture) {
+	expiresAt := func(id string) (int64, bool) {
+		t.Helper()
+		out, err := f.db.GetItem(f.ctx, &dynamodb.GetItemInput{TableName: aws.String(f.tables.Workers),
+			Key: map[string]types.AttributeValue{"worker_id": &types.AttributeValueMemberS{Value: id}}, ConsistentRead: aws.Bool(true)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, ok := out.Item["expires_at"].(*types.AttributeValueMemberN)
+		if !ok {
+			return 0, false
+		}
+		n, err := strconv.ParseInt(v.Value, 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n, true
+	}
+	w := f.hello(helloReq("m-flood", "b1")).Worker
+	if exp, ok := expiresAt(w.ID); !ok || exp != f.clock.Now().Add(domain.DefaultNeverPolledRetention).Unix() {
+		t.Fatalf("a worker that only said hello: expires_at %d (%v), want an hour on", exp, ok)
+	}
+	if _, err := f.svc.Heartbeat(f.ctx, wire.PollRequest{WorkerID: w.ID, Phase: wire.PhaseSetup}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if exp, ok := expiresAt(w.ID); ok {
+		t.Fatalf("after its first poll the worker still expires at %d", exp)
+	}
+	// Its row gone (as TTL deletes it), a retried hello of the same boot
+	// makes a new worker.
+	gone := f.hello(helloReq("m-gone", "b1")).Worker
+	if _, err := f.db.DeleteItem(f.ctx, &dynamodb.DeleteItemInput{TableName: aws.String(f.tables.Workers),
+		Key: map[string]types.AttributeValue{"worker_id": &types.AttributeValueMemberS{Value: gone.ID}}}); err != nil {
+		t.Fatal(err)
+	}
+	if again := f.hello(helloReq("m-gone", "b1")).Worker; again.ID == gone.ID {
+		t.Fatalf("a hello after the row expired answered the expired worker %s", gone.ID)
+	}
 }
 
 func testHelloRetry(t *testing.T, f *fixture) {

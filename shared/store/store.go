@@ -102,6 +102,9 @@ type Store struct {
 	// WorkerRetention is how long a gone worker's row is kept after it
 	// went gone, once the sweep is done with it (reaped; DynamoDB TTL).
 	WorkerRetention time.Duration
+	// NeverPolledRetention is how long a worker that said hello and never
+	// polled (joining) is kept (DynamoDB TTL); its first poll clears it.
+	NeverPolledRetention time.Duration
 
 	pool    claimPool
 	claimed claimedCache
@@ -122,7 +125,8 @@ func New(db DB, prefix string) *Store {
 		TerminalTTL:  defaultTerminalTTL,
 		LogTTL:       domain.DefaultLogRetention,
 
-		WorkerRetention: domain.DefaultWorkerRetention,
+		WorkerRetention:      domain.DefaultWorkerRetention,
+		NeverPolledRetention: domain.DefaultNeverPolledRetention,
 	}
 }
 

@@ -39,9 +39,19 @@ func (s *Store) workerPut(prev int64, next *domain.Worker) (*types.Put, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encode worker %s: %w", next.ID, err)
 	}
-	if next.Reaped && s.WorkerRetention > 0 {
-		// Only a reaped worker expires: the sweep found it holding nothing.
+	switch {
+	case next.Reaped && s.WorkerRetention > 0:
+		// A reaped worker expires: the sweep found it holding nothing.
 		item["expires_at"] = num(next.GoneSince().Add(s.WorkerRetention).Unix())
+	case next.State == domain.WorkerJoining && s.NeverPolledRetention > 0:
+		// Said hello and never polled, so it holds nothing: it goes unless
+		// it polls (that put has no expires_at). A hello of the same boot
+		// after it went makes a new worker.
+		seen := next.LastSeenAt
+		if seen.Before(next.CreatedAt) {
+			seen = next.CreatedAt
+		}
+		item["expires_at"] = num(seen.Add(s.NeverPolledRetention).Unix())
 	}
 	return versionedPut(s.tables.Workers, "worker_id", item, prev), nil
 }

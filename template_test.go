@@ -171,7 +171,27 @@ func TestTemplateProductionGuards(t *testing.T) {
 			t.Errorf("%s: SSESpecification is not !If [UseTableKey, …]", id)
 		}
 	}
-	for _, p := range []string{"TableKmsKeyArn", "ApiRateLimit", "ApiBurstLimit", "HelloRateLimit", "HelloBurstLimit",
+	// Token rotation: the previous tokens' parameters reach every route
+	// function.
+	routeFns := 0
+	for id, fn := range tmpl.GetAllServerlessFunctionResources() {
+		if fn.Environment == nil {
+			continue
+		}
+		if _, ok := fn.Environment.Variables["LAKESHORE_ENROLL_TOKEN_PARAM"]; !ok {
+			continue // not a route function
+		}
+		routeFns++
+		for _, v := range []string{"LAKESHORE_PREVIOUS_ENROLL_TOKEN_PARAM", "LAKESHORE_PREVIOUS_OPERATOR_TOKEN_PARAM"} {
+			if _, ok := fn.Environment.Variables[v]; !ok {
+				t.Errorf("%s: no %s (token rotation)", id, v)
+			}
+		}
+	}
+	if routeFns != 5 {
+		t.Errorf("%d route functions read the token parameters, want 5 (hello, poll, ack, bye, api)", routeFns)
+	}
+	for _, p := range []string{"PreviousEnrollTokenParameter", "PreviousOperatorTokenParameter", "TableKmsKeyArn", "ApiRateLimit", "ApiBurstLimit", "HelloRateLimit", "HelloBurstLimit",
 		"DaemonReservedConcurrency", "LogRetentionDays", "AlarmTopicArn", "OldestQueuedAlarmSeconds", "RedeliveriesAlarmPerMinute"} {
 		if _, ok := doc.Parameters[p]; !ok {
 			t.Errorf("no parameter %s", p)

@@ -18,6 +18,7 @@ import (
 	"html/template"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -281,13 +282,7 @@ func (u *UI) fleet(ctx context.Context, sess string, win time.Duration) (fleet, 
 			oldest[inv.Queue] = inv.CreatedAt
 		}
 	}
-	for _, q := range slices.Sorted(func(yield func(string) bool) {
-		for q := range queues {
-			if !yield(q) {
-				return
-			}
-		}
-	}) {
+	for _, q := range slices.Sorted(maps.Keys(queues)) {
 		st, err := u.api.QueueStats(ctx, q)
 		if err != nil {
 			return fleet{}, fmt.Errorf("queue %s: %w", q, err)

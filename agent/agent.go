@@ -177,11 +177,10 @@ type running struct {
 	run     body
 	session session // the worker (and token) that claimed it
 	// view is the run's lifecycle view (nil: none); drainSignal is its
-	// run_config.drain_signal (0: none), signalled once sent;
+	// run_config.drain_signal ("": none), signalled once sent;
 	// requeueExitCodes are its run_config.requeue_exit_codes.
 	view             *runview.Handle
-	drainSignal      syscall.Signal
-	drainSignalName  string
+	drainSignal      string
 	signalled        bool
 	requeueExitCodes []int
 }

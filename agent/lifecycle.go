@@ -80,33 +80,25 @@ func (a *Agent) drainNotice(st *state, deadline time.Time) {
 		a.views.Drain(deadline)
 	}
 	for id, r := range st.runs {
-		if r.drainSignal == 0 || r.signalled {
+		sig := drainSignalOf(r.drainSignal)
+		if sig == 0 || r.signalled {
 			continue
 		}
 		r.signalled = true
-		sent := r.run.Signal(r.drainSignal)
-		a.log.Info("drain signal", "invocation_id", id, "attempt", r.run.Attempt(), "signal", r.drainSignalName, "sent", sent, "deadline", deadline)
+		sent := r.run.Signal(sig)
+		a.log.Info("drain signal", "invocation_id", id, "attempt", r.run.Attempt(), "signal", r.drainSignal, "sent", sent, "deadline", deadline)
 	}
 }
 
-// drainSignalOf reads run_config.drain_signal (validated at submit; an
-// unknown name, from a newer control plane, sends none).
+// drainSignalOf reads run_config.drain_signal: one of wire.DrainSignals
+// (validated at submit); anything else, from a newer control plane, sends
+// none.
 func drainSignalOf(name string) syscall.Signal {
-	switch name {
-	case "SIGHUP":
-		return syscall.SIGHUP
-	case "SIGINT":
-		return syscall.SIGINT
-	case "SIGQUIT":
-		return syscall.SIGQUIT
-	case "SIGTERM":
-		return syscall.SIGTERM
-	case "SIGUSR1":
-		return syscall.SIGUSR1
-	case "SIGUSR2":
-		return syscall.SIGUSR2
+	if !slices.Contains(wire.DrainSignals, name) {
+		return 0
 	}
-	return 0
+	sig, _ := process.SignalNamed(name)
+	return sig
 }
 
 // handBackAsked reports why r's body asked to be handed back, or "": it

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"syscall"
 	"testing"
 
 	"github.com/dreamlake/lakeshore/agent/internal/process"
@@ -43,5 +44,22 @@ func TestHandBackAsked(t *testing.T) {
 	o := requeuedOutcome(process.Outcome{State: wire.StateFailed, Abandoned: true, ExitCode: code(143), ResultBlob: []byte(`{}`)}, "why")
 	if o.State != wire.AckRequeued || o.Abandoned || o.ResultBlob != nil || o.Error.Message != "why" || *o.ExitCode != 143 {
 		t.Errorf("requeuedOutcome: %+v", o)
+	}
+}
+
+// TestDrainSignalOf: every name a submit accepts maps to its signal; any
+// other (SIGKILL, from a newer or confused control plane) sends none.
+func TestDrainSignalOf(t *testing.T) {
+	want := map[string]syscall.Signal{"SIGHUP": syscall.SIGHUP, "SIGINT": syscall.SIGINT, "SIGQUIT": syscall.SIGQUIT,
+		"SIGTERM": syscall.SIGTERM, "SIGUSR1": syscall.SIGUSR1, "SIGUSR2": syscall.SIGUSR2}
+	for _, name := range wire.DrainSignals {
+		if sig := drainSignalOf(name); sig != want[name] || sig == 0 {
+			t.Errorf("drainSignalOf(%q) = %v, want %v", name, sig, want[name])
+		}
+	}
+	for _, name := range []string{"", "SIGKILL", "USR1", "sigterm"} {
+		if sig := drainSignalOf(name); sig != 0 {
+			t.Errorf("drainSignalOf(%q) = %v, want none", name, sig)
+		}
 	}
 }

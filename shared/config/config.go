@@ -77,21 +77,15 @@ func Load(ctx context.Context, getenv func(string) string, params ParameterGette
 		return Config{}, err
 	}
 	for _, s := range []struct {
-		name string
-		dst  *string
-	}{{EnvEnrollToken, &c.EnrollToken}, {EnvOperatorToken, &c.OperatorToken}} {
-		v, err := secret(ctx, getenv, params, s.name)
-		if err != nil {
-			return Config{}, err
-		}
-		*s.dst = v
-	}
-	for _, s := range []struct {
-		name string
-		dst  *string
-	}{{EnvPreviousEnrollToken, &c.PreviousEnrollToken}, {EnvPreviousOperatorToken, &c.PreviousOperatorToken}} {
-		if getenv(s.name) == "" && getenv(s.name+paramSuffix) == "" {
-			continue // no rotation under way
+		name     string
+		dst      *string
+		optional bool // a previous token: set only during a rotation
+	}{
+		{EnvEnrollToken, &c.EnrollToken, false}, {EnvOperatorToken, &c.OperatorToken, false},
+		{EnvPreviousEnrollToken, &c.PreviousEnrollToken, true}, {EnvPreviousOperatorToken, &c.PreviousOperatorToken, true},
+	} {
+		if s.optional && getenv(s.name) == "" && getenv(s.name+paramSuffix) == "" {
+			continue
 		}
 		v, err := secret(ctx, getenv, params, s.name)
 		if err != nil {

@@ -27,6 +27,7 @@ import (
 
 	"github.com/dreamlake/lakeshore/shared/client"
 	"github.com/dreamlake/lakeshore/shared/clock"
+	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
@@ -176,7 +177,7 @@ func (u *UI) logout(w http.ResponseWriter, r *http.Request, _ string) {
 func (u *UI) live(w http.ResponseWriter, r *http.Request, sess string) {
 	f, err := u.fleet(r.Context(), sess, window(r))
 	if err != nil {
-		writeJSON(w, http.StatusBadGateway, map[string]string{"error": err.Error()})
+		writeJSON(w, statusOf(err), map[string]string{"error": err.Error()})
 		return
 	}
 	u.parts(w, f, "workers", "queues", "timeline", "recent")
@@ -194,7 +195,7 @@ func (u *UI) invocation(w http.ResponseWriter, r *http.Request, sess string) {
 func (u *UI) invocationLive(w http.ResponseWriter, r *http.Request, sess string) {
 	p, err := u.invocationPage(r.Context(), sess, r.PathValue("id"))
 	if err != nil {
-		writeJSON(w, http.StatusBadGateway, map[string]string{"error": err.Error()})
+		writeJSON(w, statusOf(err), map[string]string{"error": err.Error()})
 		return
 	}
 	u.parts(w, p, "invocation")
@@ -366,9 +367,9 @@ func (u *UI) output(ctx context.Context, inv wire.Invocation) (stdout, stderr st
 		}
 		for _, c := range page.Chunks {
 			switch c.Stream {
-			case "stdout":
+			case domain.LogStdout:
 				out = tail(append(out, c.Data...))
-			case "stderr":
+			case domain.LogStderr:
 				errs = tail(append(errs, c.Data...))
 			}
 		}

@@ -316,6 +316,16 @@ var signalNames = map[syscall.Signal]string{
 	syscall.SIGXCPU: "SIGXCPU", syscall.SIGXFSZ: "SIGXFSZ", syscall.SIGSYS: "SIGSYS",
 }
 
+// SignalNamed reports the signal of a conventional name ("SIGUSR1").
+func SignalNamed(name string) (syscall.Signal, bool) {
+	for sig, n := range signalNames {
+		if n == name {
+			return sig, true
+		}
+	}
+	return 0, false
+}
+
 // signalName reports the conventional name of sig ("SIGKILL"), or
 // "signal N" for one without a common name.
 func signalName(sig syscall.Signal) string {

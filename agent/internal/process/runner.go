@@ -102,8 +102,9 @@ type Hooks struct {
 // The runner is Unix-only: it relies on sessions and process groups
 // (Setsid and kill(-pgid)). Each group leads a session of its own, so no
 // process of another run can join it (setpgid never crosses a session):
-// membership of a run's group is what its lifecycle endpoint trusts. A descendant that leaves the group (setsid, a daemonising
-// double fork) escapes termination; containing that needs cgroups.
+// membership of a run's group is what its lifecycle endpoint trusts. A
+// descendant that leaves the group (setsid, a daemonising double fork)
+// escapes termination; containing that needs cgroups.
 type Runner struct {
 	cfg Config
 	log *slog.Logger

@@ -309,7 +309,7 @@ func (s *Server) workerRequest(r *http.Request, body interface {
 	}
 	return tok, func(w domain.Worker) error {
 		if !auth.HashMatches(tok, w.TokenHash) {
-			return wire.Errorf(wire.CodeUnauthorized, "worker token is not valid (wrong secret, or revoked by a newer hello)")
+			return store.ErrWorkerToken
 		}
 		return sameInstance(instance, w.MachineID)
 	}, nil

@@ -291,3 +291,36 @@ func TestUncleanPathsAreJSON404(t *testing.T) {
 		})
 	}
 }
+
+// TestDaemonRoutesHideWhichWorkersExist: with a secret it does not hold, a
+// caller learns nothing about a worker id from any daemon route that
+// checks a worker token: the answer to an id that names no worker and to a
+// real worker's id are the same bytes (status, code, message).
+func TestDaemonRoutesHideWhichWorkersExist(t *testing.T) {
+	f := newAuthFixture(t)
+	h := f.h
+	unknown := "wrk_" + strings.Split(strings.TrimPrefix(f.unknownWorkerTok, "wtk_"), "_")[0]
+	routes := func(wid string) map[string]route {
+		return map[string]route{
+			"poll": {"POST", "/v1/daemon/poll", wire.PollRequest{WorkerID: wid, Phase: wire.PhaseReady}},
+			"ack":  {"POST", "/v1/daemon/ack", wire.AckRequest{WorkerID: wid, InvocationID: f.running, Attempt: 1, State: wire.StateSucceeded}},
+			"bye":  {"POST", "/v1/daemon/bye", wire.ByeRequest{WorkerID: wid, Reason: wire.ByeIdle}},
+			"logs": {"POST", "/v1/daemon/logs", wire.LogsRequest{WorkerID: wid, Logs: []wire.LogBatch{{InvocationID: f.running, Attempt: 1,
+				Chunks: []wire.LogChunk{{Seq: 0, Stream: "stdout", Data: []byte("x")}}}}}},
+		}
+	}
+	known, made := routes(f.a.id), routes(unknown)
+	for name := range known {
+		t.Run(name, func(t *testing.T) {
+			h.unchanged(t, func() {
+				k := h.do(known[name].method, known[name].path, f.forgedA, known[name].body)
+				u := h.do(made[name].method, made[name].path, f.unknownWorkerTok, made[name].body)
+				k.wantError(t, 401, wire.CodeUnauthorized)
+				if k.status != u.status || string(k.body) != string(u.body) {
+					t.Errorf("a wrong secret for worker %s answers %d %s; a worker id that does not exist answers %d %s",
+						f.a.id, k.status, k.body, u.status, u.body)
+				}
+			})
+		})
+	}
+}

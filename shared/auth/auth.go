@@ -75,10 +75,20 @@ func Hash(token string) string {
 }
 
 // HashMatches reports, in constant time, whether token hashes to stored.
+// An empty stored hash (no such worker, or none issued) never matches, and
+// costs the same hash and compare as one that does not match.
 func HashMatches(token, stored string) bool {
 	got := Hash(token)
-	return stored != "" && subtle.ConstantTimeCompare([]byte(got), []byte(stored)) == 1
+	want := stored
+	if want == "" {
+		want = noHash
+	}
+	return subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1 && stored != ""
 }
+
+// noHash stands in for a missing stored hash: a hash's length, so the
+// compare takes its usual time.
+var noHash = strings.Repeat("0", 2*sha256.Size)
 
 // NewWorkerToken returns a fresh token for workerID ("wrk_…") and its hash.
 func NewWorkerToken(workerID string) (token, hash string, err error) {

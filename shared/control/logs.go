@@ -2,6 +2,7 @@ package control
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/dreamlake/lakeshore/shared/domain"
@@ -20,6 +21,9 @@ const DefaultLogPage = 16
 // how many chunks were stored; an attempt refused stops the request there.
 func (s *Service) ShipLogs(ctx context.Context, req wire.LogsRequest, auth store.Authorize) (wire.LogsAccepted, error) {
 	w, err := s.store.GetWorker(ctx, req.WorkerID)
+	if errors.Is(err, wire.ErrNotFound) {
+		return wire.LogsAccepted{}, store.UnknownWorker(req.WorkerID, auth)
+	}
 	if err != nil {
 		return wire.LogsAccepted{}, fmt.Errorf("ship logs: %w", err)
 	}

@@ -406,7 +406,7 @@ func (s *Store) Ack(ctx context.Context, id string, o domain.Outcome, auth Autho
 			return err
 		}
 		if w == nil {
-			return errUnknownWorker
+			return UnknownWorker(o.WorkerID, auth)
 		}
 		if auth != nil {
 			if err := auth(*w); err != nil {
@@ -429,7 +429,7 @@ func (s *Store) Ack(ctx context.Context, id string, o domain.Outcome, auth Autho
 		}
 		switch err := s.terminalWrite(ctx, inv.Version, &next, s.tokenCheck(o.WorkerID, tokenHash)); {
 		case errors.Is(err, errExtraCondition):
-			return errRevoked
+			return ErrWorkerToken
 		case err != nil:
 			return err
 		}
@@ -459,7 +459,7 @@ func (s *Store) ackClaimed(ctx context.Context, c claimedEntry, o domain.Outcome
 	case errors.Is(err, errVersion):
 		return false, AckResult{}, nil
 	case errors.Is(err, errExtraCondition):
-		return true, AckResult{}, errRevoked
+		return true, AckResult{}, ErrWorkerToken
 	case err != nil:
 		return true, AckResult{}, err
 	}

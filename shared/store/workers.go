@@ -191,13 +191,21 @@ func (s *Store) Hello(ctx context.Context, reg domain.Registration, issue TokenI
 // the store so the check is repeated on every re-read of a racing update.
 type Authorize func(domain.Worker) error
 
-// Answers to a worker token that names no worker, or a revoked one. Both are
-// 401, the same as a wrong secret: a daemon route never tells a bad token
-// whether a worker exists.
-var (
-	errUnknownWorker = wire.Errorf(wire.CodeUnauthorized, "worker token is not valid (no such worker)")
-	errRevoked       = wire.Errorf(wire.CodeUnauthorized, "worker token is not valid (revoked by a newer hello?)")
-)
+// ErrWorkerToken answers every worker token that does not pass: one that
+// names no worker, has a wrong secret, or was revoked by a newer hello. One
+// answer for all, byte for byte: a daemon route never tells a bad token
+// whether a worker exists. An Authorize check returns it on a wrong secret.
+var ErrWorkerToken = wire.Errorf(wire.CodeUnauthorized, "worker token is not valid (wrong secret, no such worker, or revoked by a newer hello)")
+
+// UnknownWorker answers a token whose worker id names no row: auth is run
+// against a row with no token hash (it cannot pass), so the answer costs
+// the same hash and compare as a wrong secret, and is ErrWorkerToken.
+func UnknownWorker(id string, auth Authorize) error {
+	if auth != nil {
+		_ = auth(domain.Worker{ID: id})
+	}
+	return ErrWorkerToken
+}
 
 // updateWorker reads worker id, checks it with auth, lets change compute the
 // next row (a domain transition, which reports whether it changes anything),
@@ -208,7 +216,7 @@ func (s *Store) updateWorker(ctx context.Context, op, id string, auth Authorize,
 	err := retryVersion(op+" "+id, func() error {
 		w, err := s.GetWorker(ctx, id)
 		if auth != nil && errors.Is(err, wire.ErrNotFound) {
-			return errUnknownWorker
+			return UnknownWorker(id, auth)
 		}
 		if err != nil {
 			return err

@@ -15,10 +15,11 @@ import (
 const DefaultLogPage = 16
 
 // ShipLogs stores the output a worker shipped (docs/logs.md). The token
-// must be the worker's (auth), and each attempt one the worker ran: a
-// worker can write only its own attempts' output, also after the attempt
-// was taken back or ended (its last chunks come after its ack). It reports
-// how many chunks were stored; an attempt refused stops the request there.
+// must be the worker's (auth), and each attempt one the worker ran and
+// that ended no more than domain.LogGrace ago (its last chunks come just
+// after its ack); the store writes each chunk once and holds each stream
+// to its cap. It reports how many chunks were stored; an attempt refused
+// stops the request there.
 func (s *Service) ShipLogs(ctx context.Context, req wire.LogsRequest, auth store.Authorize) (wire.LogsAccepted, error) {
 	w, err := s.store.GetWorker(ctx, req.WorkerID)
 	if errors.Is(err, wire.ErrNotFound) {
@@ -36,8 +37,8 @@ func (s *Service) ShipLogs(ctx context.Context, req wire.LogsRequest, auth store
 		if err != nil {
 			return res, fmt.Errorf("ship logs of %s: %w", b.InvocationID, err)
 		}
-		if !inv.HeldBy(req.WorkerID, b.Attempt) {
-			return res, wire.Errorf(wire.CodeForbidden, "attempt %d of %s was not run by %s", b.Attempt, b.InvocationID, req.WorkerID)
+		if err := inv.TakesLogs(req.WorkerID, b.Attempt, s.clock.Now()); err != nil {
+			return res, store.Refused(err)
 		}
 		chunks := make([]domain.LogChunk, 0, len(b.Chunks))
 		for _, c := range b.Chunks {

@@ -742,7 +742,7 @@ func testGauges(t *testing.T, f *fixture) {
 }
 
 // testLogs: shipped output reads back in seq order, text and bytes alike,
-// from any seq on, a page at a time; a re-shipped chunk overwrites itself;
+// from any seq on, a page at a time; a re-shipped chunk is taken as stored;
 // attempts are apart; expired chunks are not served.
 func testLogs(t *testing.T, f *fixture) {
 	at := f.clock.Now()

@@ -314,6 +314,10 @@ func refused(err error) error {
 	return &wire.Error{Code: code, Message: de.Message, Reason: de.Reason} // the message is the whole story: no cause to repeat in logs
 }
 
+// Refused is refused for a rule the use cases check themselves
+// (domain.Invocation.TakesLogs): the wire answer of a domain refusal.
+func Refused(err error) error { return refused(err) }
+
 // retryVersion runs fn until it does not lose a version race, at most
 // maxVersionRetries times.
 func retryVersion(op string, fn func() error) error {

@@ -9,8 +9,10 @@
 //
 // Shipping never holds up the work: it runs on its own goroutine, a failed
 // request is retried with backoff, and the chunks of a retry are the same
-// bytes under the same seq (the control plane stores a chunk by seq, so a
-// retry after a lost answer overwrites itself).
+// bytes under the same seq (the control plane writes a chunk once, and
+// takes one sent again the same as stored). A request it refuses (a 4xx:
+// the attempt is not the worker's, its output is closed or at its cap)
+// drops the runs it carried.
 package logship
 
 import (
@@ -40,8 +42,8 @@ type Sender interface {
 // Defaults of Config.
 const (
 	DefaultInterval  = time.Second
-	DefaultHeadBytes = 4 << 20
-	DefaultTailBytes = 1 << 20
+	DefaultHeadBytes = domain.LogHeadBytes
+	DefaultTailBytes = domain.LogTailBytes
 	maxBackoff       = 30 * time.Second
 )
 
@@ -51,7 +53,9 @@ type Config struct {
 	Interval time.Duration
 	// HeadBytes and TailBytes are the per-stream cap: output up to
 	// HeadBytes + TailBytes is shipped whole; past it, the first HeadBytes
-	// (live) and the last TailBytes (when the run ends).
+	// (live) and the last TailBytes (when the run ends). Whatever they
+	// are, no more than domain.MaxLogStreamBytes of a stream is shipped:
+	// the control plane stores no more.
 	HeadBytes, TailBytes int64
 	// Retryable reports whether a failed request may succeed later
 	// (client.Retryable); one that may not drops the runs it carried.
@@ -95,6 +99,7 @@ type run struct {
 type stream struct {
 	name, path string
 	offset     int64 // bytes of the file shipped (or left out) so far
+	shipped    int64 // bytes of the file shipped
 }
 
 // New returns a shipper; call Run to start it.
@@ -346,7 +351,16 @@ func (s *Shipper) read(r *run, finished bool, budget int) ([]wire.LogChunk, bool
 			if !finished && r.seq >= liveSeqs {
 				break
 			}
-			n := min(limit-st.offset, domain.LogChunkBytes, int64(budget))
+			room := domain.MaxLogStreamBytes - st.shipped
+			if room <= 0 {
+				// The stream grew past the cap after its run ended (or the
+				// head and tail are set past it): the rest is left out.
+				out = append(out, wire.LogChunk{Seq: r.seq, Stream: st.name, At: now, Dropped: limit - st.offset})
+				r.seq++
+				st.offset = limit
+				break
+			}
+			n := min(limit-st.offset, domain.LogChunkBytes, int64(budget), room)
 			data, err := readAt(st.path, st.offset, n)
 			if err != nil || len(data) == 0 {
 				if err != nil {
@@ -358,6 +372,7 @@ func (s *Shipper) read(r *run, finished bool, budget int) ([]wire.LogChunk, bool
 			out = append(out, wire.LogChunk{Seq: r.seq, Stream: st.name, Data: data, At: now})
 			r.seq++
 			st.offset += int64(len(data))
+			st.shipped += int64(len(data))
 			budget -= len(data)
 		}
 	}

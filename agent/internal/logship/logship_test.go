@@ -10,20 +10,30 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/dreamlake/lakeshore/shared/client"
+	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
-// sink is a Sender that keeps what it was sent, by seq, the way the control
-// plane stores it (a chunk sent again overwrites itself). fail, while set,
-// answers every request with that error.
+// sink is a Sender that keeps what it was sent the way the control plane
+// stores it (domain.LogTotals): a chunk is written once (one sent again
+// the same is taken as stored, any other is refused), only after the one
+// before it, and no stream past its cap. fail, while set, answers every
+// request with that error.
 type sink struct {
 	mu       sync.Mutex
-	chunks   map[int]wire.LogChunk
+	chunks   map[int]wire.LogChunk // of testInv1 attempt 1, by seq
+	totals   map[sinkKey]domain.LogTotals
 	requests int
 	fail     error
 }
 
-func newSink() *sink { return &sink{chunks: map[int]wire.LogChunk{}} }
+type sinkKey struct {
+	invocation string
+	seq        int
+}
+
+func newSink() *sink { return &sink{chunks: map[int]wire.LogChunk{}, totals: map[sinkKey]domain.LogTotals{}} }
 
 func (s *sink) ShipLogs(_ context.Context, req wire.LogsRequest) (wire.LogsAccepted, error) {
 	s.mu.Lock()
@@ -38,11 +48,38 @@ func (s *sink) ShipLogs(_ context.Context, req wire.LogsRequest) (wire.LogsAccep
 	n := 0
 	for _, b := range req.Logs {
 		for _, c := range b.Chunks {
-			s.chunks[c.Seq] = c
+			if err := s.store(b.InvocationID, c); err != nil {
+				return wire.LogsAccepted{}, err
+			}
 			n++
 		}
 	}
 	return wire.LogsAccepted{Stored: n}, nil
+}
+
+// store keeps chunk c of invocation id as the control plane would, or
+// refuses it (409).
+func (s *sink) store(id string, c wire.LogChunk) error {
+	k := sinkKey{id, c.Seq}
+	before, ok := s.totals[sinkKey{id, c.Seq - 1}]
+	if c.Seq > 0 && !ok {
+		return wire.Errorf(wire.CodeConflict, "chunk %d before chunk %d", c.Seq, c.Seq-1)
+	}
+	after, err := before.Add(domain.LogChunk(c))
+	if err != nil {
+		return wire.Errorf(wire.CodeConflict, "%v", err)
+	}
+	if _, ok := s.totals[k]; ok {
+		if id == testInv1 && !domain.LogChunk(s.chunks[c.Seq]).Same(domain.LogChunk(c)) {
+			return wire.Errorf(wire.CodeConflict, "chunk %d rewritten", c.Seq)
+		}
+		return nil
+	}
+	s.totals[k] = after
+	if id == testInv1 {
+		s.chunks[c.Seq] = c
+	}
+	return nil
 }
 
 // streams reassembles what was stored: each stream's bytes, the bytes
@@ -221,5 +258,42 @@ func TestDoesNotFollowSymlinks(t *testing.T) {
 	out, _, _, eof := snk.streams(t)
 	if len(out) != 0 || !eof {
 		t.Fatalf("shipped %q through a symlink (eof %v)", out, eof)
+	}
+}
+
+// TestNeverShipsPastTheCap: whatever its head and tail are set to, and
+// however a stream grows after its run ended, nymph ships no more of a
+// stream than the control plane stores (domain.MaxLogStreamBytes): the
+// rest is left out, said by a chunk with dropped, and the eof still goes.
+func TestNeverShipsPastTheCap(t *testing.T) {
+	snk, f := newSink(), newRunFiles(t)
+	s := New(Config{HeadBytes: domain.LogHeadBytes, TailBytes: 2 * domain.LogTailBytes})
+	s.Track(snk, testWorker, testInv1, 1, f.stdout, f.stderr)
+	size := domain.MaxLogStreamBytes + 2*domain.LogTailBytes
+	appendFile(t, f.stdout, bytes.Repeat([]byte("o"), size))
+	shipAll(t, s)
+	s.Finish(testInv1, 1)
+	shipAll(t, s)
+	out, _, dropped, eof := snk.streams(t)
+	if len(out) != domain.MaxLogStreamBytes || int64(len(out))+dropped != int64(size) || !eof {
+		t.Fatalf("shipped %d bytes, %d reported left out, eof %v; want the cap, %d, the rest left out, and the eof",
+			len(out), dropped, eof, domain.MaxLogStreamBytes)
+	}
+}
+
+// TestRefusedRunIsDropped: the control plane's 409 (the attempt's output
+// closed, rewritten or at its cap) is not retried: the run is dropped and
+// the shipper goes on.
+func TestRefusedRunIsDropped(t *testing.T) {
+	snk, f := newSink(), newRunFiles(t)
+	s := New(Config{Retryable: client.Retryable})
+	s.Track(snk, testWorker, testInv1, 1, f.stdout, f.stderr)
+	appendFile(t, f.stdout, []byte("late\n"))
+	snk.fail = wire.Errorf(wire.CodeConflict, "attempt 1 of %s ended; its output is closed", testInv1)
+	if _, err := s.Ship(context.Background()); err != nil {
+		t.Fatalf("a 409 is not an error to retry: %v", err)
+	}
+	if s.Pending() != 0 || snk.requests != 1 {
+		t.Fatalf("%d runs tracked after %d requests; want the refused run dropped after one", s.Pending(), snk.requests)
 	}
 }

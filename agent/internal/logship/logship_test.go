@@ -33,7 +33,9 @@ type sinkKey struct {
 	seq        int
 }
 
-func newSink() *sink { return &sink{chunks: map[int]wire.LogChunk{}, totals: map[sinkKey]domain.LogTotals{}} }
+func newSink() *sink {
+	return &sink{chunks: map[int]wire.LogChunk{}, totals: map[sinkKey]domain.LogTotals{}}
+}
 
 func (s *sink) ShipLogs(_ context.Context, req wire.LogsRequest) (wire.LogsAccepted, error) {
 	s.mu.Lock()

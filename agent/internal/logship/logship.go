@@ -94,6 +94,17 @@ type run struct {
 	pending  []wire.LogChunk
 	finished bool // the run ended: its files are complete
 	eofSent  bool
+	// solo: a request that carried this run with others was refused, so
+	// it goes alone until one is answered: a refusal of one run (its
+	// attempt's output closed, say) drops that run only.
+	solo bool
+}
+
+// requestKey groups the runs one request carries: a worker's, or one solo
+// run.
+type requestKey struct {
+	worker string
+	solo   runKey
 }
 
 type stream struct {
@@ -230,8 +241,9 @@ func (s *Shipper) finishedLeft() int {
 // Ship sends one request of new output of every tracked run (up to
 // wire.MaxLogBytesPerRequest), one request per worker, and reports whether
 // more is ready right away. A run whose last chunk was answered is dropped;
-// so is every run of a request the control plane refused for good (its
-// worker was replaced, its attempt is not its worker's).
+// so is a run the control plane refused for good (its worker was replaced,
+// its attempt is not its worker's or its output is closed). A refused
+// request that carried several runs drops none: each is sent alone next.
 func (s *Shipper) Ship(ctx context.Context) (more bool, err error) {
 	s.shipMu.Lock()
 	defer s.shipMu.Unlock()
@@ -242,10 +254,14 @@ func (s *Shipper) Ship(ctx context.Context) (more bool, err error) {
 	s.mu.Unlock()
 
 	budget := wire.MaxLogBytesPerRequest
-	byWorker := map[string][]*run{}
-	var order []string
+	byRequest := map[requestKey][]*run{}
+	var order []requestKey
 	for _, r := range runs {
-		if budget <= 0 || len(byWorker[r.worker]) >= 64 {
+		k := requestKey{worker: r.worker}
+		if r.solo {
+			k.solo = r.key
+		}
+		if budget <= 0 || len(byRequest[k]) >= 64 {
 			more = true
 			break
 		}
@@ -263,14 +279,14 @@ func (s *Shipper) Ship(ctx context.Context) (more bool, err error) {
 		for _, c := range r.pending {
 			budget -= len(c.Data)
 		}
-		if byWorker[r.worker] == nil {
-			order = append(order, r.worker)
+		if byRequest[k] == nil {
+			order = append(order, k)
 		}
-		byWorker[r.worker] = append(byWorker[r.worker], r)
+		byRequest[k] = append(byRequest[k], r)
 	}
 	var errs []error
-	for _, worker := range order {
-		rs := byWorker[worker]
+	for _, k := range order {
+		rs, worker := byRequest[k], k.worker
 		req := wire.LogsRequest{WorkerID: worker}
 		for _, r := range rs {
 			req.Logs = append(req.Logs, wire.LogBatch{InvocationID: r.key.invocation, Attempt: r.key.attempt, Chunks: r.pending})
@@ -281,6 +297,13 @@ func (s *Shipper) Ship(ctx context.Context) (more bool, err error) {
 			s.sent(rs)
 		case s.cfg.Retryable(err):
 			errs = append(errs, err)
+		case len(rs) > 1:
+			// Which run was refused is not said: each goes alone next, at
+			// once, the same chunks (those stored already are taken as such).
+			for _, r := range rs {
+				r.solo = true
+			}
+			more = true
 		default:
 			s.log.Warn("log shipping refused; dropping the output of these runs", "worker_id", worker,
 				"runs", len(rs), "error", err.Error())
@@ -298,7 +321,7 @@ func (s *Shipper) sent(rs []*run) {
 		for _, c := range r.pending {
 			r.eofSent = r.eofSent || c.EOF
 		}
-		r.pending = nil
+		r.pending, r.solo = nil, false
 		if r.eofSent {
 			delete(s.runs, r.key)
 		}

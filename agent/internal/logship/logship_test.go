@@ -26,6 +26,7 @@ type sink struct {
 	totals   map[sinkKey]domain.LogTotals
 	requests int
 	fail     error
+	closed   string // an invocation whose output the sink refuses (409)
 }
 
 type sinkKey struct {
@@ -49,6 +50,9 @@ func (s *sink) ShipLogs(_ context.Context, req wire.LogsRequest) (wire.LogsAccep
 	}
 	n := 0
 	for _, b := range req.Logs {
+		if b.InvocationID == s.closed {
+			return wire.LogsAccepted{}, wire.Errorf(wire.CodeConflict, "attempt %d of %s ended; its output is closed", b.Attempt, b.InvocationID)
+		}
 		for _, c := range b.Chunks {
 			if err := s.store(b.InvocationID, c); err != nil {
 				return wire.LogsAccepted{}, err
@@ -297,5 +301,29 @@ func TestRefusedRunIsDropped(t *testing.T) {
 	}
 	if s.Pending() != 0 || snk.requests != 1 {
 		t.Fatalf("%d runs tracked after %d requests; want the refused run dropped after one", s.Pending(), snk.requests)
+	}
+}
+
+// TestRefusalDropsOnlyTheRefusedRun: a request that carried two runs is
+// refused for one of them (its attempt's output is closed); the other is
+// not dropped with it: each goes alone, and only the refused one is
+// dropped.
+func TestRefusalDropsOnlyTheRefusedRun(t *testing.T) {
+	snk, f := newSink(), newRunFiles(t)
+	s := New(Config{Retryable: client.Retryable})
+	s.Track(snk, testWorker, testInv1, 1, f.stdout, f.stderr)
+	s.Track(snk, testWorker, testInv2, 1, f.stdout+"2", f.stderr+"2")
+	appendFile(t, f.stdout, []byte("kept\n"))
+	appendFile(t, f.stdout+"2", []byte("late\n"))
+	snk.closed = testInv2
+	shipAll(t, s)
+	if s.Pending() != 1 {
+		t.Fatalf("%d runs tracked; want inv_1 only", s.Pending())
+	}
+	appendFile(t, f.stdout, []byte("more\n"))
+	s.Finish(testInv1, 1)
+	shipAll(t, s)
+	if out, _, _, eof := snk.streams(t); string(out) != "kept\nmore\n" || !eof {
+		t.Fatalf("inv_1 stored %q (eof %v); want all of it", out, eof)
 	}
 }

@@ -88,8 +88,8 @@ func wantRefused(t *testing.T, what string, err error, code wire.Code) {
 // TestShipLogsCapsEachStream: a worker that holds an attempt and ships far
 // past the per-stream cap (400 chunks of 32 KiB, 12.5 MiB, 4 a request as
 // the API allows) is refused once its stream reaches the cap; skipping
-// ahead in seq or using the other stream's seqs gains it nothing, and the
-// store holds no more than the cap.
+// ahead in seq gains it nothing, the store holds no more than the cap, and
+// stderr, with a cap of its own, does not reopen stdout.
 func TestShipLogsCapsEachStream(t *testing.T) {
 	f := newLogsFixture(t)
 	id := f.inv[0]

@@ -105,7 +105,13 @@ func (w *world) instances(hosts []domain.Host) []ec2types.Instance {
 	if len(want) == 0 {
 		return nil
 	}
-	out, err := w.ec2.DescribeInstances(w.ctx, &ec2.DescribeInstancesInput{InstanceIds: want})
+	return w.describe(&ec2.DescribeInstancesInput{InstanceIds: want})
+}
+
+// describe lists the instances in moto that in asks for.
+func (w *world) describe(in *ec2.DescribeInstancesInput) []ec2types.Instance {
+	w.t.Helper()
+	out, err := w.ec2.DescribeInstances(w.ctx, in)
 	if err != nil {
 		w.t.Fatalf("DescribeInstances: %v", err)
 	}
@@ -480,16 +486,8 @@ func (w *world) lossyEC2(t *storetest.FaultyTransport) *ec2.Client {
 // tagged lists every instance tagged with host id, in any state.
 func (w *world) tagged(hostID string) []ec2types.Instance {
 	w.t.Helper()
-	out, err := w.ec2.DescribeInstances(w.ctx, &ec2.DescribeInstancesInput{
+	return w.describe(&ec2.DescribeInstancesInput{
 		Filters: []ec2types.Filter{{Name: aws.String("tag:" + provision.TagHostID), Values: []string{hostID}}}})
-	if err != nil {
-		w.t.Fatalf("DescribeInstances: %v", err)
-	}
-	var got []ec2types.Instance
-	for _, r := range out.Reservations {
-		got = append(got, r.Instances...)
-	}
-	return got
 }
 
 // TestLostLaunchAnswerIsTracked: RunInstances reaches EC2 and launches,

@@ -23,7 +23,6 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
 	"github.com/aws/smithy-go"
@@ -542,8 +541,8 @@ func (p *Provisioner) tags(h domain.Host) []ec2types.Tag {
 }
 
 // lostAnswer is a RunInstances call that may have launched: no answer of
-// EC2's came back (a timeout, a dropped connection), or only a server
-// fault. A refusal (EC2's error answer) is not one.
+// EC2's came back (a timeout, a dropped connection), or only that it
+// failed partway. A refusal (EC2's error answer) is not one.
 type lostAnswer struct{ err error }
 
 func (l *lostAnswer) Error() string {
@@ -551,16 +550,17 @@ func (l *lostAnswer) Error() string {
 }
 func (l *lostAnswer) Unwrap() error { return l.err }
 
+// uncertainCodes are EC2's error codes that say it failed partway, not
+// that it refused: the launch may have happened. (Capacity refusals come
+// with a 5xx status too, and are refusals.)
+var uncertainCodes = []string{"InternalError", "InternalFailure", "ServerInternal", "ServiceUnavailable", "Unavailable"}
+
 // answerLost reports whether err, of a RunInstances call, leaves it
 // unknown whether EC2 launched: no API error answer came back, or one
-// with a 5xx status (EC2 failed partway).
+// saying EC2 failed on its side.
 func answerLost(err error) bool {
 	var ae smithy.APIError
-	if !errors.As(err, &ae) {
-		return true
-	}
-	var re *awshttp.ResponseError
-	return errors.As(err, &re) && re.HTTPStatusCode() >= 500
+	return !errors.As(err, &ae) || slices.Contains(uncertainCodes, ae.ErrorCode())
 }
 
 // findInstance looks up the instance launched for host id, by its host-id

@@ -3,10 +3,13 @@ package provision_test
 import (
 	"context"
 	"encoding/base64"
+	"fmt"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -14,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
+	"github.com/aws/smithy-go"
 
 	"github.com/dreamlake/lakeshore/shared/clock"
 	"github.com/dreamlake/lakeshore/shared/domain"
@@ -577,4 +581,27 @@ func TestRefusedLaunchAnswerIsAFailure(t *testing.T) {
 		t.Fatalf("hosts %+v; want one failed with EC2's reason, none alive", hosts)
 	}
 	t.Logf("refusal kept: %s", hosts[0].Reason)
+}
+
+// TestAnswerLost: what leaves a launch unknown (no answer; EC2 failing on
+// its side) and what is a refusal (any other error answer, capacity
+// refusals included, though EC2 sends those with a 5xx status).
+func TestAnswerLost(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		err  error
+		lost bool
+	}{
+		{"connection reset", &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}, true},
+		{"timeout", fmt.Errorf("operation error EC2: RunInstances: %w", context.DeadlineExceeded), true},
+		{"internal error", &smithy.GenericAPIError{Code: "InternalError", Message: "An internal error has occurred"}, true},
+		{"unavailable", &smithy.GenericAPIError{Code: "Unavailable", Message: "The server is overloaded"}, true},
+		{"capacity", &smithy.GenericAPIError{Code: "InsufficientInstanceCapacity", Message: "no capacity"}, false},
+		{"unauthorized", &smithy.GenericAPIError{Code: "UnauthorizedOperation", Message: "not allowed"}, false},
+		{"no such template", &smithy.GenericAPIError{Code: "InvalidLaunchTemplateId.NotFound", Message: "not found"}, false},
+	} {
+		if got := provision.AnswerLost(c.err); got != c.lost {
+			t.Errorf("%s: lost %v, want %v", c.name, got, c.lost)
+		}
+	}
 }

@@ -1,6 +1,7 @@
 package lakeshore_test
 
 import (
+	"fmt"
 	"os"
 	"slices"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/dreamlake/lakeshore"
 	"github.com/dreamlake/lakeshore/shared/api"
+	"github.com/dreamlake/lakeshore/shared/provision"
 )
 
 // TestTemplateMatchesTheCode: template.yaml, functions/, the Makefile's
@@ -238,4 +240,118 @@ func TestTemplateProductionGuards(t *testing.T) {
 			t.Errorf("%s: AlarmActions is not !If [AlarmNotify, …]", id)
 		}
 	}
+}
+
+// TestProvisionerPolicy: the provisioner's EC2 rights are as narrow as EC2
+// allows, in template.yaml and in the generated template-iam.yaml:
+// RunInstances only from the configured launch template (every resource
+// it names, and the instance carrying this stack's tag and a host id),
+// CreateTags only as RunInstances creates, TerminateInstances only on this
+// stack's instances, and Resource "*" only for Describe* actions (EC2
+// supports no resource-level permissions on them). The stack tag the
+// policy requires is the one the provisioner adds.
+func TestProvisionerPolicy(t *testing.T) {
+	const (
+		templateARN = "arn:${AWS::Partition}:ec2:${AWS::Region}:${AWS::AccountId}:launch-template/${ProvisionLaunchTemplate}"
+		instanceARN = "arn:${AWS::Partition}:ec2:${AWS::Region}:${AWS::AccountId}:instance/*"
+	)
+	stackTag := provision.TagStack
+	for _, file := range []string{"template.yaml", "template-iam.yaml"} {
+		src, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var doc yaml.Node
+		if err := yaml.Unmarshal(src, &doc); err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+		root := doc.Content[0]
+		if p := mapping(mapping(mapping(root, "Parameters"), "ProvisionLaunchTemplate"), "AllowedPattern"); p == nil || p.Value != "^(lt-[0-9a-f]+)?$" {
+			t.Errorf("%s: ProvisionLaunchTemplate must be a launch template id (the policy names it in an ARN)", file)
+		}
+		fn := mapping(mapping(root, "Resources"), "ProvisionerFunction")
+		props := mapping(fn, "Properties")
+		if env := mapping(mapping(mapping(props, "Environment"), "Variables"), "LAKESHORE_PROVISION_STACK"); env == nil || env.Tag != "!Ref" || env.Value != "AWS::StackName" {
+			t.Errorf("%s: the provisioner is not told its stack (LAKESHORE_PROVISION_STACK: !Ref AWS::StackName)", file)
+		}
+		var statements []*yaml.Node
+		if policies := mapping(props, "Policies"); policies != nil {
+			for _, p := range policies.Content {
+				if st := mapping(p, "Statement"); st != nil {
+					statements = append(statements, st.Content...)
+				}
+			}
+		}
+		seen := map[string]int{}
+		for i, st := range statements {
+			actions := scalars(mapping(st, "Action"))
+			resources := mapping(st, "Resource")
+			cond := mapping(st, "Condition")
+			where := fmt.Sprintf("%s: ProvisionerFunction statement %d %v", file, i, actions)
+			for _, a := range actions {
+				if !strings.HasPrefix(a, "ec2:") {
+					continue
+				}
+				seen[a]++
+				if strings.HasPrefix(a, "ec2:Describe") {
+					continue
+				}
+				for _, r := range scalars(resources) {
+					if r == "*" {
+						t.Errorf("%s: %s on Resource \"*\"", where, a)
+					}
+				}
+			}
+			switch {
+			case slices.Contains(actions, "ec2:RunInstances"):
+				if lt := mapping(mapping(cond, "ArnEquals"), "ec2:LaunchTemplate"); lt == nil || lt.Tag != "!Sub" || lt.Value != templateARN {
+					t.Errorf("%s: no ArnEquals ec2:LaunchTemplate %s", where, templateARN)
+				}
+				if slices.Contains(scalars(resources), instanceARN) {
+					if st := mapping(mapping(cond, "StringEquals"), "aws:RequestTag/"+stackTag); st == nil || st.Tag != "!Ref" || st.Value != "AWS::StackName" {
+						t.Errorf("%s: the instance must carry %s = the stack name", where, stackTag)
+					}
+					if hid := mapping(mapping(cond, "Null"), "aws:RequestTag/"+provision.TagHostID); hid == nil || hid.Value != "false" {
+						t.Errorf("%s: the instance must carry %s", where, provision.TagHostID)
+					}
+				}
+			case slices.Contains(actions, "ec2:CreateTags"):
+				if ca := mapping(mapping(cond, "StringEquals"), "ec2:CreateAction"); ca == nil || ca.Value != "RunInstances" {
+					t.Errorf("%s: tags other than at RunInstances", where)
+				}
+			case slices.Contains(actions, "ec2:TerminateInstances"):
+				if st := mapping(mapping(cond, "StringEquals"), "aws:ResourceTag/"+stackTag); st == nil || st.Tag != "!Ref" || st.Value != "AWS::StackName" ||
+					!slices.Equal(scalars(resources), []string{instanceARN}) {
+					t.Errorf("%s: terminates more than instances tagged %s = the stack name", where, stackTag)
+				}
+			}
+			if len(actions) > 1 && slices.ContainsFunc(actions, func(a string) bool { return strings.HasPrefix(a, "ec2:Describe") }) &&
+				slices.ContainsFunc(actions, func(a string) bool { return !strings.HasPrefix(a, "ec2:Describe") }) {
+				t.Errorf("%s: Describe* share a statement (and its Resource \"*\") with other actions", where)
+			}
+		}
+		for _, a := range []string{"ec2:RunInstances", "ec2:CreateTags", "ec2:TerminateInstances", "ec2:DescribeInstances", "ec2:DescribeLaunchTemplateVersions"} {
+			if seen[a] == 0 {
+				t.Errorf("%s: the provisioner has no %s (it calls it)", file, a)
+			}
+		}
+	}
+}
+
+// scalars reads a YAML scalar or sequence of scalars (an Action, a
+// Resource) as a list of its values.
+func scalars(n *yaml.Node) []string {
+	switch {
+	case n == nil:
+		return nil
+	case n.Kind == yaml.ScalarNode:
+		return []string{n.Value}
+	}
+	var out []string
+	for _, c := range n.Content {
+		if c.Kind == yaml.ScalarNode {
+			out = append(out, c.Value)
+		}
+	}
+	return out
 }

@@ -19,7 +19,7 @@ func main() {
 	s := lambdamain.Open("provisioner")
 	c, err := config.LoadProvision(os.Getenv)
 	s.Check("read the provisioner's configuration", err)
-	p := provision.New(provision.Config{Store: s.Store, EC2: ec2.NewFromConfig(s.AWS), LaunchTemplate: c.LaunchTemplate,
+	p := provision.New(provision.Config{Store: s.Store, EC2: ec2.NewFromConfig(s.AWS), LaunchTemplate: c.LaunchTemplate, Stack: c.Stack,
 		Limits:     domain.ProvisionLimits{MaxHosts: c.MaxHosts, MaxHostsPerKey: c.MaxHostsPerKey},
 		StaleAfter: s.Config.StaleAfter, HostSetup: s.Store.HostSetupOf, Logger: s.Log})
 	lambda.Start(provision.Handler(p, s.Log))

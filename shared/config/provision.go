@@ -12,6 +12,10 @@ const (
 	EnvProvisionMaxHosts       = "LAKESHORE_PROVISION_MAX_HOSTS"
 	EnvProvisionMaxHostsPerKey = "LAKESHORE_PROVISION_MAX_HOSTS_PER_KEY"
 	EnvProvisionInterval       = "LAKESHORE_PROVISION_INTERVAL"
+	// EnvProvisionStack names the deployment (its stack): launched
+	// instances carry it as their lakeshore:stack tag, which the deployed
+	// policy requires to terminate them. Optional.
+	EnvProvisionStack = "LAKESHORE_PROVISION_STACK"
 	// EnvProvisionerFunction, in the api function's environment, names the
 	// provisioner function a submit nudges (an async invoke); unset: none.
 	EnvProvisionerFunction = "LAKESHORE_PROVISIONER_FUNCTION"
@@ -27,13 +31,14 @@ type Provision struct {
 	MaxHosts       int
 	MaxHostsPerKey int
 	Interval       time.Duration
+	Stack          string
 }
 
 // LoadProvision reads the provisioner's configuration from getenv: off
 // unless LAKESHORE_PROVISION_MAX_HOSTS is above 0, and then a launch
 // template is required.
 func LoadProvision(getenv func(string) string) (Provision, error) {
-	p := Provision{LaunchTemplate: getenv(EnvProvisionLaunchTemplate), Interval: DefaultProvisionInterval}
+	p := Provision{LaunchTemplate: getenv(EnvProvisionLaunchTemplate), Stack: getenv(EnvProvisionStack), Interval: DefaultProvisionInterval}
 	for _, v := range []struct {
 		name string
 		dst  *int

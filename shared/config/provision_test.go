@@ -12,8 +12,8 @@ func TestLoadProvision(t *testing.T) {
 		t.Fatalf("defaults: %+v %v; want off, a minute", p, err)
 	}
 	p, err = LoadProvision(env(map[string]string{EnvProvisionMaxHosts: "10", EnvProvisionMaxHostsPerKey: "3",
-		EnvProvisionLaunchTemplate: "lt-0abc", EnvProvisionInterval: "30s"}))
-	if err != nil || p != (Provision{LaunchTemplate: "lt-0abc", MaxHosts: 10, MaxHostsPerKey: 3, Interval: 30 * time.Second}) {
+		EnvProvisionLaunchTemplate: "lt-0abc", EnvProvisionInterval: "30s", EnvProvisionStack: "lakeshore"}))
+	if err != nil || p != (Provision{LaunchTemplate: "lt-0abc", MaxHosts: 10, MaxHostsPerKey: 3, Interval: 30 * time.Second, Stack: "lakeshore"}) {
 		t.Fatalf("set: %+v %v", p, err)
 	}
 	for name, kv := range map[string]map[string]string{

@@ -6,6 +6,10 @@ import (
 	"testing"
 )
 
+// AnswerLost is answerLost: whether a RunInstances error leaves the launch
+// unknown.
+var AnswerLost = answerLost
+
 var userDataFile = regexp.MustCompile(`echo ([A-Za-z0-9+/=]+) \| base64 -d >(\S+)`)
 
 // ReadUserData reads back what a launched host's first user-data part

@@ -4,7 +4,10 @@
 // hello. A launch is reserved in DynamoDB before the EC2 call (one
 // conditional transaction: two passes at once never launch for the same
 // demand), and the call carries the reservation's id as its ClientToken, so
-// a retried call is the same launch.
+// a retried call is the same launch. A call whose answer is lost (a
+// timeout, a dropped connection) may have launched: the pass looks the
+// instance up by its host-id tag, and a reservation it cannot settle stays
+// reserved (counted against the caps) for the next pass, never a failure.
 package provision
 
 import (
@@ -36,6 +39,10 @@ const (
 	TagHostID  = "lakeshore:host-id"
 	TagQueue   = "lakeshore:queue"
 	TagHostKey = "lakeshore:host-key"
+	// TagStack names the deployment that launched the instance
+	// (Config.Stack); the deployed policy terminates only instances
+	// carrying its own stack's.
+	TagStack = "lakeshore:stack"
 )
 
 // Defaults of Config.
@@ -70,6 +77,7 @@ type EC2 interface {
 	RunInstances(ctx context.Context, in *ec2.RunInstancesInput, optFns ...func(*ec2.Options)) (*ec2.RunInstancesOutput, error)
 	DescribeLaunchTemplateVersions(ctx context.Context, in *ec2.DescribeLaunchTemplateVersionsInput, optFns ...func(*ec2.Options)) (*ec2.DescribeLaunchTemplateVersionsOutput, error)
 	TerminateInstances(ctx context.Context, in *ec2.TerminateInstancesInput, optFns ...func(*ec2.Options)) (*ec2.TerminateInstancesOutput, error)
+	DescribeInstances(ctx context.Context, in *ec2.DescribeInstancesInput, optFns ...func(*ec2.Options)) (*ec2.DescribeInstancesOutput, error)
 }
 
 // Config is a provisioner's; zero values take the defaults, and MaxHosts 0
@@ -80,7 +88,10 @@ type Config struct {
 	// LaunchTemplate names the launch template hosts start from: its id
 	// ("lt-…") or its name.
 	LaunchTemplate string
-	Limits         domain.ProvisionLimits
+	// Stack, when set, is every launched instance's lakeshore:stack tag:
+	// the deployment's stack name, which its policy requires to terminate.
+	Stack  string
+	Limits domain.ProvisionLimits
 	// HelloTimeout is how long a launched host may take to say hello
 	// before it is terminated and its demand counts again.
 	HelloTimeout time.Duration
@@ -125,8 +136,12 @@ type Result struct {
 	Launched, Failed, Ended int
 	// Asked counts the generic workers asked to adopt a host key.
 	Asked int
-	// Reserved counts the hosts this pass reserved (launched or failed).
+	// Reserved counts the hosts this pass reserved (launched, failed or
+	// unconfirmed).
 	Reserved int
+	// Unconfirmed counts launches whose answer was lost and whose instance
+	// was not found: they stay reserved, and the next pass settles them.
+	Unconfirmed int
 }
 
 // Pass runs one provisioner pass: settle the hosts already launched (a
@@ -375,10 +390,25 @@ func (p *Provisioner) reservations(ctx context.Context, plan map[domain.Provisio
 }
 
 // launchReserved launches the reserved hosts older than before: a pass
-// that died between its reservation and its EC2 call left them.
+// that died between its reservation and its EC2 call, or whose call's
+// answer was lost, left them. An instance already launched for one (found
+// by its host-id tag) is recorded, not launched again.
 func (p *Provisioner) launchReserved(ctx context.Context, hosts []domain.Host, base func() (string, error), res *Result, before time.Time) error {
 	for i := range hosts {
 		if h := &hosts[i]; h.State == domain.LaunchReserved && h.CreatedAt.Before(before) {
+			instance, market, err := p.findInstance(ctx, h.ID)
+			if err != nil {
+				// Launching blind could launch twice: it stays reserved.
+				p.log.Warn("provision: a reserved host could not be looked up; trying again next pass", "host_id", h.ID, "reason", err.Error())
+				res.Unconfirmed++
+				continue
+			}
+			if instance != "" {
+				if err := p.record(ctx, h, instance, market, res); err != nil {
+					return err
+				}
+				continue
+			}
 			if err := p.launch(ctx, h, base, res); err != nil {
 				return err
 			}
@@ -389,9 +419,27 @@ func (p *Provisioner) launchReserved(ctx context.Context, hosts []domain.Host, b
 
 // launch starts host h (reserved): spot first, on-demand when spot
 // capacity is refused; records the instance, or the refusal's reason.
-// base reads the launch template's user data.
+// base reads the launch template's user data. A call whose answer was lost
+// may have launched: the instance is looked up by its host-id tag, and if
+// it cannot be found h stays reserved for the next pass (which looks again,
+// then calls again under the same ClientToken: the same launch).
 func (p *Provisioner) launch(ctx context.Context, h *domain.Host, base func() (string, error), res *Result) error {
 	instance, market, err := p.runInstance(ctx, *h, base)
+	var lost *lostAnswer
+	if errors.As(err, &lost) {
+		instance, market, err = p.findInstance(ctx, h.ID)
+		if err != nil || instance == "" {
+			reason := lost.Error()
+			if err != nil {
+				reason += "; looking it up: " + err.Error()
+			}
+			p.log.Warn("provision: launch unconfirmed; the host stays reserved and the next pass settles it",
+				"host_id", h.ID, "queue", h.Key.Queue, "host_key", h.Key.HostKey, "reason", reason)
+			res.Unconfirmed++
+			return nil
+		}
+		p.log.Info("provision: a launch whose answer was lost is found", "host_id", h.ID, "instance_id", instance, "reason", lost.Error())
+	}
 	now := p.cfg.Clock.Now().UTC()
 	prev := h.Version
 	if err != nil {
@@ -401,6 +449,14 @@ func (p *Provisioner) launch(ctx context.Context, h *domain.Host, base func() (s
 		*h = next
 		return p.cfg.Store.SaveHost(ctx, prev, h)
 	}
+	return p.record(ctx, h, instance, market, res)
+}
+
+// record keeps host h (reserved) launched as instance, bought on market,
+// and writes the worker row its hello adopts.
+func (p *Provisioner) record(ctx context.Context, h *domain.Host, instance, market string, res *Result) error {
+	now := p.cfg.Clock.Now().UTC()
+	prev := h.Version
 	next, err := h.Launched(instance, market, now)
 	if err != nil {
 		return err
@@ -444,13 +500,9 @@ func (p *Provisioner) runInstance(ctx context.Context, h domain.Host, base func(
 		// Its idle bye powers it off (SHUTDOWN_WHEN_DONE): then it is gone.
 		InstanceInitiatedShutdownBehavior: ec2types.ShutdownBehaviorTerminate,
 		MinCount:                          aws.Int32(1), MaxCount: aws.Int32(1),
-		LaunchTemplate: launchTemplate(p.cfg.LaunchTemplate),
-		ClientToken:    aws.String(h.ID),
-		TagSpecifications: []ec2types.TagSpecification{{ResourceType: ec2types.ResourceTypeInstance, Tags: []ec2types.Tag{
-			{Key: aws.String(TagHostID), Value: aws.String(h.ID)},
-			{Key: aws.String(TagQueue), Value: aws.String(h.Key.Queue)},
-			{Key: aws.String(TagHostKey), Value: aws.String(h.Key.HostKey)},
-		}}},
+		LaunchTemplate:        launchTemplate(p.cfg.LaunchTemplate),
+		ClientToken:           aws.String(h.ID),
+		TagSpecifications:     []ec2types.TagSpecification{{ResourceType: ec2types.ResourceTypeInstance, Tags: p.tags(h)}},
 		InstanceMarketOptions: &ec2types.InstanceMarketOptionsRequest{MarketType: ec2types.MarketTypeSpot},
 	}
 	out, err := p.cfg.EC2.RunInstances(ctx, in)
@@ -462,6 +514,9 @@ func (p *Provisioner) runInstance(ctx context.Context, h domain.Host, base func(
 		out, err = p.cfg.EC2.RunInstances(ctx, in)
 		market = "on-demand"
 	}
+	if err != nil && answerLost(err) {
+		return "", "", &lostAnswer{err: err}
+	}
 	if err != nil {
 		return "", "", err
 	}
@@ -469,6 +524,77 @@ func (p *Provisioner) runInstance(ctx context.Context, h domain.Host, base func(
 		return "", "", errors.New("RunInstances answered no instance")
 	}
 	return aws.ToString(out.Instances[0].InstanceId), market, nil
+}
+
+// tags are what a launched instance carries: its host, queue and key, and
+// the deployment's stack when one is named.
+func (p *Provisioner) tags(h domain.Host) []ec2types.Tag {
+	tags := []ec2types.Tag{
+		{Key: aws.String(TagHostID), Value: aws.String(h.ID)},
+		{Key: aws.String(TagQueue), Value: aws.String(h.Key.Queue)},
+		{Key: aws.String(TagHostKey), Value: aws.String(h.Key.HostKey)},
+	}
+	if p.cfg.Stack != "" {
+		tags = append(tags, ec2types.Tag{Key: aws.String(TagStack), Value: aws.String(p.cfg.Stack)})
+	}
+	return tags
+}
+
+// lostAnswer is a RunInstances call that may have launched: no answer of
+// EC2's came back (a timeout, a dropped connection), or only that it
+// failed partway. A refusal (EC2's error answer) is not one.
+type lostAnswer struct{ err error }
+
+func (l *lostAnswer) Error() string {
+	return "RunInstances answered nothing certain: " + launchReason(l.err)
+}
+func (l *lostAnswer) Unwrap() error { return l.err }
+
+// uncertainCodes are EC2's error codes that say it failed partway, not
+// that it refused: the launch may have happened. (Capacity refusals come
+// with a 5xx status too, and are refusals.)
+var uncertainCodes = []string{"InternalError", "InternalFailure", "ServerInternal", "ServiceUnavailable", "Unavailable"}
+
+// answerLost reports whether err, of a RunInstances call, leaves it
+// unknown whether EC2 launched: no API error answer came back, or one
+// saying EC2 failed on its side.
+func answerLost(err error) bool {
+	var ae smithy.APIError
+	return !errors.As(err, &ae) || slices.Contains(uncertainCodes, ae.ErrorCode())
+}
+
+// findInstance looks up the instance launched for host id, by its host-id
+// tag: "" when there is none. One still alive is preferred to one already
+// terminated (spot capacity reclaimed at once).
+func (p *Provisioner) findInstance(ctx context.Context, hostID string) (instance, market string, err error) {
+	out, err := p.cfg.EC2.DescribeInstances(ctx, &ec2.DescribeInstancesInput{
+		Filters: []ec2types.Filter{{Name: aws.String("tag:" + TagHostID), Values: []string{hostID}}},
+	})
+	if err != nil {
+		return "", "", fmt.Errorf("provision: look up the instance of host %s: %w", hostID, err)
+	}
+	var found *ec2types.Instance
+	for _, r := range out.Reservations {
+		for i := range r.Instances {
+			in := &r.Instances[i]
+			if found == nil || (gone(found) && !gone(in)) {
+				found = in
+			}
+		}
+	}
+	if found == nil || found.InstanceId == nil {
+		return "", "", nil
+	}
+	market = "on-demand"
+	if found.InstanceLifecycle == ec2types.InstanceLifecycleTypeSpot {
+		market = "spot"
+	}
+	return aws.ToString(found.InstanceId), market, nil
+}
+
+// gone reports whether in is terminated or on its way there.
+func gone(in *ec2types.Instance) bool {
+	return in.State != nil && (in.State.Name == ec2types.InstanceStateNameTerminated || in.State.Name == ec2types.InstanceStateNameShuttingDown)
 }
 
 // launchTemplate names the template by id ("lt-…") or by name.

@@ -3,9 +3,13 @@ package provision_test
 import (
 	"context"
 	"encoding/base64"
+	"fmt"
+	"net"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -13,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
+	"github.com/aws/smithy-go"
 
 	"github.com/dreamlake/lakeshore/shared/clock"
 	"github.com/dreamlake/lakeshore/shared/domain"
@@ -104,7 +109,13 @@ func (w *world) instances(hosts []domain.Host) []ec2types.Instance {
 	if len(want) == 0 {
 		return nil
 	}
-	out, err := w.ec2.DescribeInstances(w.ctx, &ec2.DescribeInstancesInput{InstanceIds: want})
+	return w.describe(&ec2.DescribeInstancesInput{InstanceIds: want})
+}
+
+// describe lists the instances in moto that in asks for.
+func (w *world) describe(in *ec2.DescribeInstancesInput) []ec2types.Instance {
+	w.t.Helper()
+	out, err := w.ec2.DescribeInstances(w.ctx, in)
 	if err != nil {
 		w.t.Fatalf("DescribeInstances: %v", err)
 	}
@@ -461,4 +472,136 @@ func hostKeyOf(t *testing.T, w *world) string {
 		t.Fatalf("queued work: %v", err)
 	}
 	return invs[0].HostKey
+}
+
+// lossyEC2 is an EC2 client for the world's moto whose requests pass
+// through t. It makes one attempt a call: moto does not honour ClientToken
+// (EC2 answers a repeated token with the first launch), so an SDK retry
+// would be a second instance there and nowhere else.
+func (w *world) lossyEC2(t *storetest.FaultyTransport) *ec2.Client {
+	return ec2.NewFromConfig(aws.Config{Region: "us-east-1", Credentials: credentials.NewStaticCredentialsProvider("test", "test", "")},
+		func(o *ec2.Options) {
+			o.BaseEndpoint = w.ec2.Options().BaseEndpoint
+			o.HTTPClient = &http.Client{Transport: t}
+			o.RetryMaxAttempts = 1
+		})
+}
+
+// tagged lists every instance tagged with host id, in any state.
+func (w *world) tagged(hostID string) []ec2types.Instance {
+	w.t.Helper()
+	return w.describe(&ec2.DescribeInstancesInput{
+		Filters: []ec2types.Filter{{Name: aws.String("tag:" + provision.TagHostID), Values: []string{hostID}}}})
+}
+
+// TestLostLaunchAnswerIsTracked: RunInstances reaches EC2 and launches,
+// and its answer is lost (the connection drops): the pass finds the
+// instance by its host-id tag and records it (the host row has its id),
+// it counts against the cap, and no second instance is launched for the
+// host, then or at later passes.
+func TestLostLaunchAnswerIsTracked(t *testing.T) {
+	w := newWorld(t)
+	w.submit("gpu", 8, "echo warm") // two hosts' worth, under a cap of one
+	faults := storetest.NewFaultyTransport(nil)
+	p := provision.New(provision.Config{Store: w.st, EC2: w.lossyEC2(faults), LaunchTemplate: w.template, Stack: "lakeshore-test",
+		Limits: domain.ProvisionLimits{MaxHosts: 1, SlotsPerHost: 4}, Clock: w.clock.Clock()})
+	faults.Next("RunInstances", storetest.DropAfter)
+	res, err := p.Pass(w.ctx)
+	if got := faults.Injected(); len(got) != 1 {
+		t.Fatalf("faults injected: %v; want the one RunInstances answer dropped", got)
+	}
+	if err != nil || res.Launched != 1 || res.Failed != 0 || res.Unconfirmed != 0 {
+		t.Fatalf("pass with the answer lost: %+v %v; want the launch found and recorded", res, err)
+	}
+	hosts := w.alive()
+	if len(hosts) != 1 || hosts[0].State != domain.LaunchRunning || hosts[0].InstanceID == "" {
+		t.Fatalf("hosts %+v; want one launched, its instance recorded", hosts)
+	}
+	insts := w.tagged(hosts[0].ID)
+	if len(insts) != 1 || aws.ToString(insts[0].InstanceId) != hosts[0].InstanceID || tag(insts[0], provision.TagStack) != "lakeshore-test" {
+		t.Fatalf("instances of host %s: %+v; want exactly %s, tagged with the stack", hosts[0].ID, insts, hosts[0].InstanceID)
+	}
+	for range 2 {
+		w.clock.Advance(2 * time.Minute)
+		if res, err := p.Pass(w.ctx); err != nil || res.Reserved != 0 || res.Launched != 0 {
+			t.Fatalf("later pass: %+v %v; want nothing (the found host fills the cap)", res, err)
+		}
+	}
+	if n := len(w.tagged(hosts[0].ID)); n != 1 {
+		t.Fatalf("%d instances for host %s after later passes; want 1", n, hosts[0].ID)
+	}
+}
+
+// TestUnconfirmedLaunchStaysReserved: RunInstances never reaches EC2 and
+// the client cannot tell (the connection is lost): no instance is found,
+// so the host stays reserved (counted against the cap, not failed), and
+// the next pass launches it, once.
+func TestUnconfirmedLaunchStaysReserved(t *testing.T) {
+	w := newWorld(t)
+	w.submit("gpu", 8, "echo warm")
+	faults := storetest.NewFaultyTransport(nil)
+	p := provision.New(provision.Config{Store: w.st, EC2: w.lossyEC2(faults), LaunchTemplate: w.template,
+		Limits: domain.ProvisionLimits{MaxHosts: 1, SlotsPerHost: 4}, Clock: w.clock.Clock()})
+	faults.Next("RunInstances", storetest.FailBefore)
+	res, err := p.Pass(w.ctx)
+	if err != nil || res.Unconfirmed != 1 || res.Failed != 0 || res.Launched != 0 {
+		t.Fatalf("pass with the call lost: %+v %v; want one unconfirmed launch", res, err)
+	}
+	hosts := w.alive()
+	if len(hosts) != 1 || hosts[0].State != domain.LaunchReserved || len(w.tagged(hosts[0].ID)) != 0 {
+		t.Fatalf("hosts %+v; want one still reserved, no instance", hosts)
+	}
+	if res, err := p.Pass(w.ctx); err != nil || res.Reserved != 0 || res.Launched != 0 {
+		t.Fatalf("pass within the minute: %+v %v; want nothing (the reservation fills the cap)", res, err)
+	}
+	w.clock.Advance(2 * time.Minute)
+	if res, err := p.Pass(w.ctx); err != nil || res.Launched != 1 || res.Reserved != 0 {
+		t.Fatalf("next pass: %+v %v; want the reserved host launched", res, err)
+	}
+	hosts = w.alive()
+	if len(hosts) != 1 || hosts[0].State != domain.LaunchRunning || len(w.tagged(hosts[0].ID)) != 1 {
+		t.Fatalf("hosts %+v; want the one host launched, one instance", hosts)
+	}
+}
+
+// TestRefusedLaunchAnswerIsAFailure: EC2's error answer is a refusal, not
+// a lost answer: the launch is recorded failed, with EC2's code.
+func TestRefusedLaunchAnswerIsAFailure(t *testing.T) {
+	w := newWorld(t)
+	w.submit("gpu", 4, "echo warm")
+	faults := storetest.NewFaultyTransport(nil)
+	p := provision.New(provision.Config{Store: w.st, EC2: w.lossyEC2(faults), LaunchTemplate: "lt-0123456789abcdef0",
+		Limits: domain.ProvisionLimits{MaxHosts: 1, SlotsPerHost: 4}, Clock: w.clock.Clock(), HostSetup: func(context.Context, string, string) ([]string, error) { return nil, nil }})
+	res, err := p.Pass(w.ctx)
+	if err != nil || res.Failed != 1 || res.Unconfirmed != 0 || res.Launched != 0 {
+		t.Fatalf("pass with a refused launch: %+v %v; want one failed", res, err)
+	}
+	_, hosts, _ := w.st.Fleet(w.ctx)
+	if len(hosts) != 1 || hosts[0].State != domain.LaunchFailed || hosts[0].Reason == "" || len(w.alive()) != 0 {
+		t.Fatalf("hosts %+v; want one failed with EC2's reason, none alive", hosts)
+	}
+	t.Logf("refusal kept: %s", hosts[0].Reason)
+}
+
+// TestAnswerLost: what leaves a launch unknown (no answer; EC2 failing on
+// its side) and what is a refusal (any other error answer, capacity
+// refusals included, though EC2 sends those with a 5xx status).
+func TestAnswerLost(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		err  error
+		lost bool
+	}{
+		{"connection reset", &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}, true},
+		{"timeout", fmt.Errorf("operation error EC2: RunInstances: %w", context.DeadlineExceeded), true},
+		{"internal error", &smithy.GenericAPIError{Code: "InternalError", Message: "An internal error has occurred"}, true},
+		{"unavailable", &smithy.GenericAPIError{Code: "Unavailable", Message: "The server is overloaded"}, true},
+		{"capacity", &smithy.GenericAPIError{Code: "InsufficientInstanceCapacity", Message: "no capacity"}, false},
+		{"unauthorized", &smithy.GenericAPIError{Code: "UnauthorizedOperation", Message: "not allowed"}, false},
+		{"no such template", &smithy.GenericAPIError{Code: "InvalidLaunchTemplateId.NotFound", Message: "not found"}, false},
+	} {
+		if got := provision.AnswerLost(c.err); got != c.lost {
+			t.Errorf("%s: lost %v, want %v", c.name, got, c.lost)
+		}
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/netip"
 	"os"
 	"strconv"
@@ -41,15 +42,33 @@ func inGroup(remote, local netip.AddrPort, pgid int, members func(pgid int) []in
 
 // socketInode finds, in the kernel's socket tables, the inode of the
 // socket whose local address is remote and whose peer is local: the
-// caller's end of the connection.
+// caller's end of the connection. An IPv4 caller's socket is in tcp, or in
+// tcp6 when it is a dual-stack IPv6 socket connected to an IPv4-mapped
+// address (::ffff:127.0.0.1: a JVM's default); so both tables are searched
+// whatever family the listener is. An IPv6 caller's is in tcp6 only.
 func socketInode(remote, local netip.AddrPort) (uint64, error) {
-	table := "/proc/net/tcp"
+	tables := []string{"/proc/net/tcp", "/proc/net/tcp6"}
 	if remote.Addr().Is6() {
-		table = "/proc/net/tcp6"
+		tables = tables[1:]
 	}
+	for _, table := range tables {
+		inode, found, err := tableInode(table, remote, local)
+		if err != nil || found {
+			return inode, err
+		}
+	}
+	return 0, fmt.Errorf("%s: no socket %s → %s", strings.Join(tables, ", "), remote, local)
+}
+
+// tableInode looks the socket remote → local up in one socket table; a
+// table the kernel does not have (no IPv6) holds nothing.
+func tableInode(table string, remote, local netip.AddrPort) (uint64, bool, error) {
 	f, err := os.Open(table)
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, false, nil
+	}
 	if err != nil {
-		return 0, fmt.Errorf("read %s: %w", table, err)
+		return 0, false, fmt.Errorf("read %s: %w", table, err)
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
@@ -67,18 +86,19 @@ func socketInode(remote, local netip.AddrPort) (uint64, error) {
 		}
 		inode, err := strconv.ParseUint(fields[9], 10, 64)
 		if err != nil || inode == 0 {
-			return 0, fmt.Errorf("%s: the caller's socket has no inode", table)
+			return 0, false, fmt.Errorf("%s: the caller's socket has no inode", table)
 		}
-		return inode, nil
+		return inode, true, nil
 	}
 	if err := sc.Err(); err != nil {
-		return 0, fmt.Errorf("read %s: %w", table, err)
+		return 0, false, fmt.Errorf("read %s: %w", table, err)
 	}
-	return 0, fmt.Errorf("%s: no socket %s → %s", table, remote, local)
+	return 0, false, nil
 }
 
-// parseProcAddr reads an address of /proc/net/tcp: the IP as 32-bit words
-// in host byte order, in hex, a colon, the port in hex.
+// parseProcAddr reads an address of /proc/net/tcp or tcp6: the IP as
+// 32-bit words in host byte order, in hex, a colon, the port in hex. An
+// IPv4-mapped address of tcp6 reads as the IPv4 one.
 func parseProcAddr(s string) (netip.AddrPort, error) {
 	ipHex, portHex, ok := strings.Cut(s, ":")
 	if !ok {

@@ -77,6 +77,9 @@ type Server struct {
 	ln   net.Listener
 	http *http.Server
 	base string // http://127.0.0.1:port
+	// peer checks that the caller's socket (remote → local) is held by a
+	// process of group pgid: inGroup, which tests replace.
+	peer func(remote, local netip.AddrPort, pgid int, members func(pgid int) []int) error
 
 	mu       sync.Mutex
 	runs     map[[sha256.Size]byte]*entry
@@ -116,10 +119,8 @@ func Listen(addr string, cfg Config) (*Server, error) {
 		ln.Close()
 		return nil, errors.New("lifecycle endpoint: no way to list a run's processes (Config.Members)")
 	}
-	s := &Server{
-		cfg: cfg, log: cfg.Logger, ln: ln, base: "http://" + ln.Addr().String(),
-		runs: map[[sha256.Size]byte]*entry{}, drained: make(chan struct{}), closing: make(chan struct{}),
-	}
+	s := newServer(cfg, "http://"+ln.Addr().String())
+	s.ln = ln
 	s.http = &http.Server{Handler: s, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := s.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -127,6 +128,14 @@ func Listen(addr string, cfg Config) (*Server, error) {
 		}
 	}()
 	return s, nil
+}
+
+// newServer is a Server answering at base, not yet serving.
+func newServer(cfg Config, base string) *Server {
+	return &Server{
+		cfg: cfg, log: cfg.Logger, base: base, peer: inGroup,
+		runs: map[[sha256.Size]byte]*entry{}, drained: make(chan struct{}), closing: make(chan struct{}),
+	}
 }
 
 // Close ends held requests and stops the server, within ctx.
@@ -293,7 +302,7 @@ func (s *Server) allowed(r *http.Request, e *entry) error {
 	if pgid == 0 {
 		return errors.New("the run has no process running")
 	}
-	return inGroup(unmap(remote), unmap(local), pgid, s.cfg.Members)
+	return s.peer(unmap(remote), unmap(local), pgid, s.cfg.Members)
 }
 
 func (s *Server) get(w http.ResponseWriter, r *http.Request, e *entry) {

@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,8 +24,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 )
 
-// Fault is what a FaultyTransport does to one request to DynamoDB. A real
-// DynamoDB (and the network in front of it) does each of these: the point of
+// Fault is what a FaultyTransport does to one request to DynamoDB (or
+// another AWS API: EC2). A real service (and the network in front of it)
+// does each of these: the point of
 // the last three is that the client sees an error although the write
 // happened.
 type Fault int
@@ -197,9 +199,28 @@ func (t *FaultyTransport) Settle() {
 // X-Amz-Target header.
 const dynamoTargetPrefix = "DynamoDB_20120810."
 
+// operation names req's API operation: DynamoDB's from its X-Amz-Target
+// header, or a query-protocol API's (EC2: "RunInstances") from the Action
+// of its form body, which is read and put back.
+func operation(req *http.Request) (string, error) {
+	if target := req.Header.Get("X-Amz-Target"); target != "" || req.Body == nil {
+		return strings.TrimPrefix(target, dynamoTargetPrefix), nil
+	}
+	body, err := readBody(req)
+	if err != nil {
+		return "", err
+	}
+	req.Body = io.NopCloser(bytes.NewReader(body))
+	form, _ := url.ParseQuery(string(body))
+	return form.Get("Action"), nil
+}
+
 // RoundTrip sends req, or not, by the schedule.
 func (t *FaultyTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	op := strings.TrimPrefix(req.Header.Get("X-Amz-Target"), dynamoTargetPrefix)
+	op, err := operation(req)
+	if err != nil {
+		return nil, err
+	}
 	t.mu.Lock()
 	t.seq++
 	t.perOp[op]++

@@ -642,37 +642,54 @@ func (s *Store) ListInvocations(ctx context.Context, queue, state string, limit 
 	return invs, encodeCursor(last), nil
 }
 
-// QueueStats counts a queue's invocations by state (from the queue_state
-// index) and reads its done_count: terminal transitions, each counted once.
+// QueueStats reports a queue's invocations by state and its done_count, at
+// a cost bounded by its live work, never its history: queued and running
+// are counted from their partitions of the queue_state index, which hold
+// only live invocations, and the terminal states are read from the queue's
+// counters row (QueueCounters), moved in the transaction that records each
+// outcome. The terminal counts are totals since the queue began; the
+// invocations themselves expire after TerminalTTL.
 func (s *Store) QueueStats(ctx context.Context, queue string) (wire.QueueStats, error) {
-	st := wire.QueueStats{Queue: queue, Counts: map[string]int{}}
-	for _, state := range wire.InvocationStates {
-		var start map[string]types.AttributeValue
-		for {
-			out, err := s.db.Query(ctx, &dynamodb.QueryInput{
-				TableName:                 aws.String(s.tables.Invocations),
-				IndexName:                 aws.String(indexQueueState),
-				KeyConditionExpression:    aws.String("queue_state = :q"),
-				ExpressionAttributeValues: map[string]types.AttributeValue{":q": str(queue + "#" + state)},
-				Select:                    types.SelectCount,
-				ExclusiveStartKey:         start,
-			})
-			if err != nil {
-				return st, storeErr("queue stats", err)
-			}
-			st.Counts[state] += int(out.Count)
-			if out.LastEvaluatedKey == nil {
-				break
-			}
-			start = out.LastEvaluatedKey
-		}
-	}
 	c, err := s.Counters(ctx, queue)
 	if err != nil {
-		return st, err
+		return wire.QueueStats{}, err
 	}
-	st.DoneCount = c.Done
+	st := wire.QueueStats{Queue: queue, Counts: c.ByState(), DoneCount: c.Done}
+	for _, state := range wire.InvocationStates {
+		if wire.Terminal(state) {
+			continue
+		}
+		n, err := s.countLive(ctx, queue, state)
+		if err != nil {
+			return wire.QueueStats{}, err
+		}
+		st.Counts[state] = n
+	}
 	return st, nil
+}
+
+// countLive counts the invocations of queue in live state (queued or
+// running) from its partition of the queue_state index.
+func (s *Store) countLive(ctx context.Context, queue, state string) (int, error) {
+	n := 0
+	in := &dynamodb.QueryInput{
+		TableName:                 aws.String(s.tables.Invocations),
+		IndexName:                 aws.String(indexQueueState),
+		KeyConditionExpression:    aws.String("queue_state = :q"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":q": str(queue + "#" + state)},
+		Select:                    types.SelectCount,
+	}
+	for {
+		out, err := s.db.Query(ctx, in)
+		if err != nil {
+			return 0, storeErr("count "+state+" of "+queue, err)
+		}
+		n += int(out.Count)
+		if out.LastEvaluatedKey == nil {
+			return n, nil
+		}
+		in.ExclusiveStartKey = out.LastEvaluatedKey
+	}
 }
 
 // QueueCounters is a queue's counters row: how many invocations became

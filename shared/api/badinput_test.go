@@ -239,6 +239,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{name: "setup invocation id", method: "POST", path: "/v1/workers/" + f.running + "/setup", body: setup, status: 400, code: wire.CodeInvalid},
 		{name: "setup-results invocation id", method: "GET", path: "/v1/workers/" + f.running + "/setup-results", status: 400, code: wire.CodeInvalid},
 		{name: "queue name bad", method: "GET", path: "/v1/queues/a%23b", status: 400, code: wire.CodeInvalid},
+		{name: "list order sideways", method: "GET", path: "/v1/invocations?order=sideways", status: 400, code: wire.CodeInvalid},
 		{name: "queue name too long", method: "GET", path: "/v1/queues/" + strings.Repeat("q", 65), status: 400, code: wire.CodeInvalid},
 		{name: "unknown invocation", method: "GET", path: "/v1/invocations/" + f.unknownInv, status: 404, code: wire.CodeNotFound},
 		{name: "cancel unknown invocation", method: "POST", path: "/v1/invocations/" + f.unknownInv + "/cancel", status: 404, code: wire.CodeNotFound},

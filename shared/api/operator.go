@@ -11,6 +11,7 @@ import (
 	"github.com/dreamlake/lakeshore/shared/control"
 	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/ids"
+	"github.com/dreamlake/lakeshore/shared/store"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
@@ -121,14 +122,18 @@ func (s *Server) listInvocations(r *http.Request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	queue, state := r.URL.Query().Get("queue"), r.URL.Query().Get("state")
+	q := r.URL.Query()
+	queue, state, order := q.Get("queue"), q.Get("state"), q.Get("order")
 	if queue != "" && !wire.ValidQueue(queue) {
 		return 0, nil, wire.Errorf(wire.CodeInvalid, "queue %q is not a valid queue name", queue)
 	}
 	if state != "" && !slices.Contains(wire.InvocationStates, state) {
 		return 0, nil, wire.Errorf(wire.CodeInvalid, "state must be one of %v", wire.InvocationStates)
 	}
-	invs, next, err := s.cfg.Store.ListInvocations(r.Context(), queue, state, limit, cursor)
+	if order != "" && order != wire.OrderOldest && order != wire.OrderNewest {
+		return 0, nil, wire.Errorf(wire.CodeInvalid, "order must be %s or %s, got %q", wire.OrderOldest, wire.OrderNewest, order)
+	}
+	invs, next, err := s.cfg.Store.List(r.Context(), store.ListQuery{Queue: queue, State: state, Order: order, Limit: limit, Cursor: cursor})
 	if err != nil {
 		return 0, nil, err
 	}

@@ -160,6 +160,7 @@ func (c *Client) GetInvocation(ctx context.Context, id string) (wire.Invocation,
 type ListInvocationsParams struct {
 	Queue  string
 	State  string
+	Order  string // wire.OrderOldest or wire.OrderNewest
 	Limit  int
 	Cursor string
 }
@@ -174,6 +175,9 @@ func (c *Client) ListInvocations(ctx context.Context, p ListInvocationsParams) (
 	}
 	if p.State != "" {
 		q.Set("state", p.State)
+	}
+	if p.Order != "" {
+		q.Set("order", p.Order)
 	}
 	if p.Limit > 0 {
 		q.Set("limit", strconv.Itoa(p.Limit))

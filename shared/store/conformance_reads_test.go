@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -14,6 +15,8 @@ import (
 // work, not history, run on every backend like conformanceCases.
 var readCases = []conformanceCase{
 	{"queue stats/cost independent of history", testQueueStatsCost},
+	{"list invocations/ordered across queues", testListAcrossQueues},
+	{"list invocations/live work past history", testListLivePastHistory},
 }
 
 // TestConformanceReads runs every read case on every backend, each case on
@@ -91,5 +94,103 @@ func testQueueStatsCost(t *testing.T, f *fixture) {
 	}
 	if read10 > 3 {
 		t.Fatalf("QueueStats read %d items; the live work is 3", read10)
+	}
+}
+
+// listQuery pages through q with its limit and returns every id in the
+// order the pages gave them.
+func (f *fixture) listQuery(q store.ListQuery) []string {
+	f.t.Helper()
+	var got []string
+	for range 50 {
+		invs, next, err := f.s.List(f.ctx, q)
+		if err != nil {
+			f.t.Fatalf("List(%+v): %v", q, err)
+		}
+		if len(invs) > q.Limit {
+			f.t.Fatalf("page of %d with limit %d", len(invs), q.Limit)
+		}
+		for _, inv := range invs {
+			if (q.Queue != "" && inv.Queue != q.Queue) || (q.State != "" && inv.State != q.State) {
+				f.t.Fatalf("List(%+v) returned %s in %s/%s", q, inv.ID, inv.Queue, inv.State)
+			}
+			got = append(got, inv.ID)
+		}
+		if next == "" {
+			return got
+		}
+		q.Cursor = next
+	}
+	f.t.Fatalf("List(%+v): more than 50 pages", q)
+	return nil
+}
+
+// testListAcrossQueues: without a queue, an ordered listing merges every
+// queue's invocations by id, oldest or newest first, a state filter
+// included, paging each once; a queue's listing orders newest first too.
+func testListAcrossQueues(t *testing.T, f *fixture) {
+	var all []string
+	for i := range 4 {
+		all = append(all, invIDs(f.submitN("a", 1+i%2))...)
+		all = append(all, invIDs(f.submitN("b", 1))...)
+	}
+	newest := slices.Clone(all)
+	slices.Reverse(newest)
+	for _, limit := range []int{1, 3, 100} {
+		if got := f.listQuery(store.ListQuery{Order: wire.OrderNewest, Limit: limit}); !slices.Equal(got, newest) {
+			t.Fatalf("newest first, limit %d: %v, want %v", limit, got, newest)
+		}
+		if got := f.listQuery(store.ListQuery{Order: wire.OrderOldest, Limit: limit}); !slices.Equal(got, all) {
+			t.Fatalf("oldest first, limit %d: %v, want %v", limit, got, all)
+		}
+	}
+	var a []string
+	for _, id := range all {
+		if f.get(id).Queue == "a" {
+			a = append(a, id)
+		}
+	}
+	slices.Reverse(a)
+	if got := f.listQuery(store.ListQuery{Queue: "a", Order: wire.OrderNewest, Limit: 2}); !slices.Equal(got, a) {
+		t.Fatalf("queue a newest first: %v, want %v", got, a)
+	}
+	// A cursor of one listing is refused by another (400, not a 5xx).
+	_, across, err := f.s.List(f.ctx, store.ListQuery{State: wire.StateQueued, Limit: 1})
+	if err != nil || across == "" {
+		t.Fatalf("first page across queues: cursor %q, %v", across, err)
+	}
+	_, scan, err := f.s.List(f.ctx, store.ListQuery{Limit: 1})
+	if err != nil || scan == "" {
+		t.Fatalf("first scan page: cursor %q, %v", scan, err)
+	}
+	for _, q := range []store.ListQuery{
+		{State: wire.StateQueued, Limit: 1, Cursor: scan},
+		{Limit: 1, Cursor: across},
+		{Queue: "a", Limit: 1, Cursor: across},
+		{Order: wire.OrderNewest, Limit: 1, Cursor: "not a cursor!"},
+	} {
+		_, _, err := f.s.List(f.ctx, q)
+		wantCode(t, err, wire.ErrInvalid)
+	}
+}
+
+// testListLivePastHistory: the running and queued invocations of every
+// queue are listed in their first page, whatever the number of finished
+// ones around them.
+func testListLivePastHistory(t *testing.T, f *fixture) {
+	first := f.submitN("slow", 1)[0]
+	f.finishN("q", 30)
+	running := f.submitN("q", 1)[0]
+	f.claimOne(f.worker("m1", ""), running)
+	last := f.submitN("q", 1)[0]
+	f.finishN("q", 30)
+	for state, want := range map[string][]string{
+		wire.StateQueued:  {first.ID, last.ID},
+		wire.StateRunning: {running.ID},
+	} {
+		invs, next, err := f.s.ListInvocations(f.ctx, "", state, 5, "")
+		if err != nil || next != "" || !slices.Equal(invIDs(invs), want) {
+			t.Fatalf("%s: %v (next %q), %v; want %v in one page", state, invIDs(invs), next, err, want)
+		}
 	}
 }

@@ -251,25 +251,40 @@ func window(r *http.Request) time.Duration {
 	return defaultWindow
 }
 
-// fleet reads what the fleet page shows.
+// fleet reads what the fleet page shows: the workers, every queue's live
+// work (running, then queued, oldest first), then the newest invocations,
+// each read by index, so live work shows however long the history.
 func (u *UI) fleet(ctx context.Context, sess string, win time.Duration) (fleet, error) {
 	now := u.now()
 	wl, err := u.api.ListWorkers(ctx, listLimit, "")
 	if err != nil {
 		return fleet{}, fmt.Errorf("list workers: %w", err)
 	}
-	il, err := u.api.ListInvocations(ctx, client.ListInvocationsParams{Limit: listLimit})
-	if err != nil {
-		return fleet{}, fmt.Errorf("list invocations: %w", err)
+	var lists [3][]wire.Invocation
+	for i, p := range []client.ListInvocationsParams{
+		{State: wire.StateRunning, Limit: listLimit},
+		{State: wire.StateQueued, Limit: listLimit},
+		{Order: wire.OrderNewest, Limit: listLimit},
+	} {
+		il, err := u.api.ListInvocations(ctx, p)
+		if err != nil {
+			return fleet{}, fmt.Errorf("list invocations: %w", err)
+		}
+		lists[i] = il.Invocations
 	}
-	invs := il.Invocations
+	running, queued, newest := lists[0], lists[1], lists[2]
+	seen := map[string]bool{}
+	var invs []wire.Invocation
+	for _, inv := range slices.Concat(running, queued, newest) {
+		if !seen[inv.InvocationID] {
+			seen[inv.InvocationID] = true
+			invs = append(invs, inv)
+		}
+	}
 	slices.SortFunc(invs, func(a, b wire.Invocation) int { return b.CreatedAt.Compare(a.CreatedAt) })
 	f := fleet{Groups: groupWorkers(wl.Workers, now), CSRF: u.csrfToken(sess),
 		Timeline: layoutTimeline(invs, wl.Workers, now, win)}
-	names := labels(wl.Workers)
-	for _, inv := range invs[:min(len(invs), 25)] {
-		f.Recent = append(f.Recent, invRowOf(inv, names, now))
-	}
+	f.Recent, f.More = recentRows(running, queued, newest, labels(wl.Workers), now)
 	queues := map[string]bool{}
 	for _, w := range wl.Workers {
 		for _, q := range w.Lanes {
@@ -279,7 +294,9 @@ func (u *UI) fleet(ctx context.Context, sess string, win time.Duration) (fleet, 
 	oldest := map[string]time.Time{}
 	for _, inv := range invs {
 		queues[inv.Queue] = true
-		if inv.State == wire.StateQueued && (oldest[inv.Queue].IsZero() || inv.CreatedAt.Before(oldest[inv.Queue])) {
+	}
+	for _, inv := range queued {
+		if oldest[inv.Queue].IsZero() || inv.CreatedAt.Before(oldest[inv.Queue]) {
 			oldest[inv.Queue] = inv.CreatedAt
 		}
 	}
@@ -296,6 +313,45 @@ func (u *UI) fleet(ctx context.Context, sess string, win time.Duration) (fleet, 
 		f.Queues = append(f.Queues, row)
 	}
 	return f, nil
+}
+
+// Rows of the fleet page's invocation list: up to liveRows running and as
+// many queued (the page stays light with thousands queued; `lakeshore ls
+// invocations --state queued` lists them all), then the newest finished.
+const (
+	liveRows     = 50
+	finishedRows = 25
+)
+
+// recentRows lists running work newest first, queued work oldest first
+// (the longest waiting), then the newest finished invocations; more says
+// what live work the rows leave out.
+func recentRows(running, queued, newest []wire.Invocation, names map[string]string, now time.Time) (rows []invRow, more string) {
+	running = slices.Clone(running)
+	slices.SortFunc(running, func(a, b wire.Invocation) int { return b.CreatedAt.Compare(a.CreatedAt) })
+	var left []string
+	for _, l := range []struct {
+		invs []wire.Invocation
+		what string
+	}{{running, wire.StateRunning}, {queued, wire.StateQueued}} {
+		for _, inv := range l.invs[:min(len(l.invs), liveRows)] {
+			rows = append(rows, invRowOf(inv, names, now))
+		}
+		if n := len(l.invs) - liveRows; n > 0 {
+			left = append(left, fmt.Sprintf("%d more %s", n, l.what))
+		}
+	}
+	finished := 0
+	for _, inv := range newest {
+		if wire.Terminal(inv.State) && finished < finishedRows {
+			rows = append(rows, invRowOf(inv, names, now))
+			finished++
+		}
+	}
+	if len(left) > 0 {
+		more = "and " + strings.Join(left, ", ") + " (lakeshore ls invocations --state STATE)"
+	}
+	return rows, more
 }
 
 // invPage is what an invocation's page shows.

@@ -70,6 +70,7 @@ type fleet struct {
 	Groups   []workerGroup
 	Queues   []queueRow
 	Recent   []invRow
+	More     string // live work the rows leave out
 	Timeline timeline
 	CSRF     string
 }

@@ -25,6 +25,13 @@ const (
 // InvocationStates lists every invocation state, in lifecycle order.
 var InvocationStates = []string{StateQueued, StateRunning, StateSucceeded, StateFailed, StateCancelled}
 
+// Listing orders GET /v1/invocations takes as order=: by id, which is by
+// creation time (ids are ULIDs).
+const (
+	OrderOldest = "oldest"
+	OrderNewest = "newest"
+)
+
 // WorkerStates lists every state a worker reads (stored, and the computed
 // stale), as GET /v1/workers?state= takes them.
 var WorkerStates = []string{domain.WorkerPending, domain.WorkerJoining, domain.WorkerActive, domain.WorkerSettingUp,

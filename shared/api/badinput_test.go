@@ -240,6 +240,8 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{name: "setup-results invocation id", method: "GET", path: "/v1/workers/" + f.running + "/setup-results", status: 400, code: wire.CodeInvalid},
 		{name: "queue name bad", method: "GET", path: "/v1/queues/a%23b", status: 400, code: wire.CodeInvalid},
 		{name: "list order sideways", method: "GET", path: "/v1/invocations?order=sideways", status: 400, code: wire.CodeInvalid},
+		{name: "logs tail with after", method: "GET", path: "/v1/invocations/" + f.running + "/logs?tail=5&after=3", status: 400, code: wire.CodeInvalid},
+		{name: "logs tail zero", method: "GET", path: "/v1/invocations/" + f.running + "/logs?tail=0", status: 400, code: wire.CodeInvalid},
 		{name: "queue name too long", method: "GET", path: "/v1/queues/" + strings.Repeat("q", 65), status: 400, code: wire.CodeInvalid},
 		{name: "unknown invocation", method: "GET", path: "/v1/invocations/" + f.unknownInv, status: 404, code: wire.CodeNotFound},
 		{name: "cancel unknown invocation", method: "POST", path: "/v1/invocations/" + f.unknownInv + "/cancel", status: 404, code: wire.CodeNotFound},

@@ -51,7 +51,8 @@ func (s *Server) getInvocation(r *http.Request) (int, any, error) {
 }
 
 // invocationLogs answers GET /v1/invocations/{id}/logs?attempt=N&after=SEQ&limit=L:
-// one page of an attempt's shipped output (attempt 0 or absent: the latest).
+// one page of an attempt's shipped output (attempt 0 or absent: the latest),
+// or with tail=N instead of after and limit its last N chunks.
 func (s *Server) invocationLogs(r *http.Request) (int, any, error) {
 	id, err := pathID(r, ids.Invocation)
 	if err != nil {
@@ -80,6 +81,20 @@ func (s *Server) invocationLogs(r *http.Request) (int, any, error) {
 	limit, err := num("limit", 1, 64, control.DefaultLogPage)
 	if err != nil {
 		return 0, nil, err
+	}
+	tail, err := num("tail", 1, 64, 0)
+	if err != nil {
+		return 0, nil, err
+	}
+	if tail > 0 {
+		if q.Has("after") || q.Has("limit") {
+			return 0, nil, wire.Errorf(wire.CodeInvalid, "tail reads the last chunks: it takes no after or limit")
+		}
+		page, err := s.svc.ReadLogsTail(r.Context(), id, attempt, tail)
+		if err != nil {
+			return 0, nil, err
+		}
+		return http.StatusOK, page, nil
 	}
 	page, err := s.svc.ReadLogs(r.Context(), id, attempt, after, limit)
 	if err != nil {

@@ -1,11 +1,14 @@
 package store_test
 
 import (
+	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
+	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/store"
 	"github.com/dreamlake/lakeshore/shared/store/storetest"
 	"github.com/dreamlake/lakeshore/shared/wire"
@@ -17,6 +20,7 @@ var readCases = []conformanceCase{
 	{"queue stats/cost independent of history", testQueueStatsCost},
 	{"list invocations/ordered across queues", testListAcrossQueues},
 	{"list invocations/live work past history", testListLivePastHistory},
+	{"logs/tail", testLogsTail},
 }
 
 // TestConformanceReads runs every read case on every backend, each case on
@@ -192,5 +196,45 @@ func testListLivePastHistory(t *testing.T, f *fixture) {
 		if err != nil || next != "" || !slices.Equal(invIDs(invs), want) {
 			t.Fatalf("%s: %v (next %q), %v; want %v in one page", state, invIDs(invs), next, err, want)
 		}
+	}
+}
+
+// testLogsTail: LogsTail reads an attempt's last chunks in order, of that
+// attempt only, leaving out expired ones.
+func testLogsTail(t *testing.T, f *fixture) {
+	at := f.clock.Now()
+	var chunks []domain.LogChunk
+	for seq := range 40 {
+		chunks = append(chunks, domain.LogChunk{Seq: seq, Stream: domain.LogStdout, Data: fmt.Appendf(nil, "line %d\n", seq), At: at})
+	}
+	if err := f.s.PutLogs(f.ctx, "inv_a", 1, chunks); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.s.PutLogs(f.ctx, "inv_a", 2, chunks[:2]); err != nil {
+		t.Fatal(err)
+	}
+	seqs := func(attempt, n int) (out []string) {
+		t.Helper()
+		got, err := f.s.LogsTail(f.ctx, "inv_a", attempt, n)
+		if err != nil {
+			t.Fatalf("LogsTail(%d, %d): %v", attempt, n, err)
+		}
+		for _, c := range got {
+			out = append(out, string(c.Data))
+		}
+		return out
+	}
+	if got, want := seqs(1, 3), []string{"line 37\n", "line 38\n", "line 39\n"}; !slices.Equal(got, want) {
+		t.Fatalf("tail 3 of attempt 1: %q, want %q", got, want)
+	}
+	if got, want := seqs(2, 64), []string{"line 0\n", "line 1\n"}; !slices.Equal(got, want) {
+		t.Fatalf("tail 64 of attempt 2: %q, want %q", got, want)
+	}
+	if got := seqs(3, 5); len(got) != 0 {
+		t.Fatalf("tail of an attempt with no output: %q", got)
+	}
+	f.clock.Advance(f.s.LogTTL + time.Minute)
+	if got := seqs(1, 3); len(got) != 0 {
+		t.Fatalf("tail of expired output: %q", got)
 	}
 }

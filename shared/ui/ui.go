@@ -411,16 +411,16 @@ func (u *UI) invocationPage(ctx context.Context, sess, id string) (invPage, erro
 	return p, nil
 }
 
-// output reads the tail of the latest attempt's output, as `lakeshore logs`
-// does; an invocation whose output was not shipped shows its ack's tails.
+// logTailChunks is how many of the last chunks of an attempt's output the
+// invocation page reads (the most one read answers).
+const logTailChunks = 64
+
+// output reads the tail of the latest attempt's output (its last chunks,
+// what `lakeshore logs` ends with); an invocation whose output was not
+// shipped shows its ack's tails.
 func (u *UI) output(ctx context.Context, inv wire.Invocation) (stdout, stderr string) {
 	var out, errs []byte
-	after := 0
-	for range 50 { // bounded: at most 50 pages
-		page, err := u.api.Logs(ctx, inv.InvocationID, 0, after)
-		if err != nil || len(page.Chunks) == 0 {
-			break
-		}
+	if page, err := u.api.LogsTail(ctx, inv.InvocationID, 0, logTailChunks); err == nil {
 		for _, c := range page.Chunks {
 			switch c.Stream {
 			case domain.LogStdout:
@@ -429,10 +429,6 @@ func (u *UI) output(ctx context.Context, inv wire.Invocation) (stdout, stderr st
 				errs = tail(append(errs, c.Data...))
 			}
 		}
-		if page.EOF || page.Next <= after {
-			break
-		}
-		after = page.Next
 	}
 	if len(out) == 0 && len(errs) == 0 {
 		return printableLog(inv.StdoutTail), printableLog(inv.StderrTail)

@@ -73,3 +73,34 @@ func attr(path, s string) string {
 	}
 	return s
 }
+
+// TestLabelBidiControlsShowEscaped: a worker label holding a right-to-left
+// override (U+202E) shows it as the escape \u202e, in the fleet page and
+// its live parts, never as the character that would reorder the text.
+func TestLabelBidiControlsShowEscaped(t *testing.T) {
+	s := serve(t)
+	label := "build-\u202egnp.exe"
+	if _, err := client.New(s.url, enrollToken).Hello(t.Context(), wire.HelloRequest{MachineID: "m-1", BootID: "b", Label: label,
+		Lanes: []string{"q"}}); err != nil {
+		t.Fatal(err)
+	}
+	s.do(t, "POST", "/ui/login", url.Values{"token": {operatorToken}})
+	for _, path := range []string{"/ui/", "/ui/live"} {
+		_, body := s.do(t, "GET", path, nil)
+		if strings.ContainsRune(body, '\u202e') {
+			t.Errorf("%s keeps the U+202E of the label", path)
+		}
+		if want := attrEscaped(path, `build-\u202egnp.exe`); !strings.Contains(body, want) {
+			t.Errorf("%s does not show the label as %s", path, want)
+		}
+	}
+}
+
+// attrEscaped is text holding backslashes as it reads in the page at path
+// (the live parts are JSON strings: a backslash is doubled).
+func attrEscaped(path, s string) string {
+	if strings.HasSuffix(path, "/live") {
+		return strings.ReplaceAll(s, `\`, `\\`)
+	}
+	return s
+}

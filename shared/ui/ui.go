@@ -27,6 +27,7 @@ import (
 
 	"github.com/dreamlake/lakeshore/shared/client"
 	"github.com/dreamlake/lakeshore/shared/clock"
+	"github.com/dreamlake/lakeshore/shared/display"
 	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
@@ -402,7 +403,7 @@ func (u *UI) invocationPage(ctx context.Context, sess, id string) (invPage, erro
 		p.Attempts = append(p.Attempts, row)
 	}
 	if len(inv.ResultBlob) > 0 {
-		p.Result = printable(string(inv.ResultBlob))
+		p.Result = printableLog(string(inv.ResultBlob))
 	}
 	if inv.Error != nil {
 		p.Error = printable(inv.Error.Type + ": " + inv.Error.Message)
@@ -443,9 +444,9 @@ func tail(b []byte) []byte {
 	return b
 }
 
-// printableLog keeps a log's newlines and tabs and drops other control
-// characters (terminal escapes).
-func printableLog(s string) string { return keepPrintable(strings.ToValidUTF8(s, "\uFFFD"), "\n\t") }
+// printableLog shows output with its newlines and tabs, its other hidden
+// characters escaped (display.Block).
+func printableLog(s string) string { return display.Block(s) }
 
 // render writes template name with data as the page.
 func (u *UI) render(w http.ResponseWriter, status int, name string, data any) {

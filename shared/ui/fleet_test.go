@@ -104,3 +104,26 @@ func attrEscaped(path, s string) string {
 	}
 	return s
 }
+
+// TestOldestQueuedOfEveryQueue: a queue whose queued work is past the
+// first page of queued work (other queues' older work fills it) still
+// shows its oldest queued one's age.
+func TestOldestQueuedOfEveryQueue(t *testing.T) {
+	s := serve(t)
+	for range 501 {
+		s.submit(t, "a", "older")
+	}
+	s.submit(t, "b", "newer")
+	s.do(t, "POST", "/ui/login", url.Values{"token": {operatorToken}})
+	_, body := s.do(t, "GET", "/ui/", nil)
+	for _, q := range []string{"a", "b"} {
+		row := `<tr class="queue" data-queue="` + q + `">`
+		i := strings.Index(body, row)
+		if i < 0 {
+			t.Fatalf("no row for queue %s", q)
+		}
+		if cells := body[i : i+strings.Index(body[i:], "</tr>")]; strings.Contains(cells, "—") {
+			t.Errorf("queue %s shows no oldest queued age: %s", q, cells)
+		}
+	}
+}

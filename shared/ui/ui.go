@@ -308,6 +308,17 @@ func (u *UI) fleet(ctx context.Context, sess string, win time.Duration) (fleet, 
 		}
 		row := queueRow{Queue: q, Queued: st.Counts[wire.StateQueued], Running: st.Counts[wire.StateRunning], Done: st.DoneCount,
 			Succeeded: st.Counts[wire.StateSucceeded], Failed: st.Counts[wire.StateFailed], Cancelled: st.Counts[wire.StateCancelled], Oldest: "—"}
+		if oldest[q].IsZero() && row.Queued > 0 {
+			// Its queued work is past the first page of every queue's:
+			// its own first one, by index.
+			il, err := u.api.ListInvocations(ctx, client.ListInvocationsParams{Queue: q, State: wire.StateQueued, Limit: 1})
+			if err != nil {
+				return fleet{}, fmt.Errorf("oldest queued of %s: %w", q, err)
+			}
+			for _, inv := range il.Invocations {
+				oldest[q] = inv.CreatedAt
+			}
+		}
 		if t := oldest[q]; !t.IsZero() {
 			row.Oldest = shortAge(now.Sub(t))
 		}

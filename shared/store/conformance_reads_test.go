@@ -25,18 +25,7 @@ var readCases = []conformanceCase{
 
 // TestConformanceReads runs every read case on every backend, each case on
 // tables of its own.
-func TestConformanceReads(t *testing.T) {
-	for _, b := range backends {
-		t.Run(b.name, func(t *testing.T) {
-			db := b.client(t)
-			for _, c := range readCases {
-				t.Run(c.name, func(t *testing.T) {
-					c.run(t, newFixture(t, b, db))
-				})
-			}
-		})
-	}
-}
+func TestConformanceReads(t *testing.T) { runCases(t, readCases) }
 
 // counted is f's store over a client that counts requests and items read.
 func (f *fixture) counted() (s *store.Store, requests, items *storetest.Counter) {

@@ -466,7 +466,9 @@ type DrainAccepted struct {
 	Note string `json:"note,omitempty"`
 }
 
-// QueueStats answers GET /v1/queues/{queue}.
+// QueueStats answers GET /v1/queues/{queue}: counts by state (queued and
+// running: the live work; succeeded, failed, cancelled: totals since the
+// queue began) and done_count, the terminal transitions, each counted once.
 type QueueStats struct {
 	Queue     string         `json:"queue"`
 	Counts    map[string]int `json:"counts"`

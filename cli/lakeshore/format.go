@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/dreamlake/lakeshore/shared/display"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
@@ -37,40 +38,15 @@ func dash(s string) string {
 	return cell(s)
 }
 
-// cell and block show text a worker or a body supplied (labels, commands,
-// error messages, output) with its control characters as Go escapes
-// (\x1b, \r, \x9b), so it cannot move the cursor, recolour or retitle an
-// operator's terminal, or break a table. A block keeps newlines and tabs.
-func cell(s string) string  { return printable(s, false) }
-func block(s string) string { return printable(s, true) }
-
-func printable(s string, block bool) string {
-	clean := true
-	for _, r := range s {
-		if isControl(r) && !(block && (r == '\n' || r == '\t')) {
-			clean = false
-			break
-		}
-	}
-	if clean {
-		return s
-	}
-	var b strings.Builder
-	for _, r := range s {
-		switch {
-		case block && (r == '\n' || r == '\t'):
-			b.WriteRune(r)
-		case isControl(r):
-			fmt.Fprintf(&b, "\\x%02x", r)
-		default:
-			b.WriteRune(r)
-		}
-	}
-	return b.String()
-}
-
-// isControl reports C0 and C1 control characters and DEL.
-func isControl(r rune) bool { return r < 0x20 || (r >= 0x7f && r <= 0x9f) }
+// cell and block show text a worker or a submitter supplied (labels,
+// argv, commands, error messages, output) with its hidden characters
+// escaped (display: control characters as \x1b, \r, \x9b; format
+// characters such as the bidi override U+202E as \u202e), so it cannot
+// move the cursor, recolour or retitle an operator's terminal, reorder what
+// the operator reads, or break a table. A block keeps newlines and tabs.
+// --output json prints the strings as they are, JSON-escaped.
+func cell(s string) string  { return display.Line(s) }
+func block(s string) string { return display.Block(s) }
 
 func exitCode(c *int) string {
 	if c == nil {

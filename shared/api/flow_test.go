@@ -746,6 +746,9 @@ func TestListInvocations(t *testing.T) {
 		"?queue=a&state=cancelled":      1,
 		"?limit=500":                    5,
 		"?limit=5&queue=a&state=queued": 2,
+		"?order=newest":                 5,
+		"?order=oldest&state=queued":    4,
+		"?queue=a&order=newest":         3,
 	}
 	for q, want := range cases {
 		if got := count(q); got != want {
@@ -754,7 +757,7 @@ func TestListInvocations(t *testing.T) {
 	}
 
 	// Paging visits each invocation once.
-	for _, base := range []string{"/v1/invocations?limit=2", "/v1/invocations?limit=1&queue=a"} {
+	for _, base := range []string{"/v1/invocations?limit=2", "/v1/invocations?limit=1&queue=a", "/v1/invocations?limit=2&order=newest"} {
 		seen := map[string]bool{}
 		cursor := ""
 		for page := 0; ; page++ {

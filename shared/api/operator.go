@@ -11,6 +11,7 @@ import (
 	"github.com/dreamlake/lakeshore/shared/control"
 	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/ids"
+	"github.com/dreamlake/lakeshore/shared/store"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
@@ -50,7 +51,8 @@ func (s *Server) getInvocation(r *http.Request) (int, any, error) {
 }
 
 // invocationLogs answers GET /v1/invocations/{id}/logs?attempt=N&after=SEQ&limit=L:
-// one page of an attempt's shipped output (attempt 0 or absent: the latest).
+// one page of an attempt's shipped output (attempt 0 or absent: the latest),
+// or with tail=N instead of after and limit its last N chunks.
 func (s *Server) invocationLogs(r *http.Request) (int, any, error) {
 	id, err := pathID(r, ids.Invocation)
 	if err != nil {
@@ -79,6 +81,20 @@ func (s *Server) invocationLogs(r *http.Request) (int, any, error) {
 	limit, err := num("limit", 1, 64, control.DefaultLogPage)
 	if err != nil {
 		return 0, nil, err
+	}
+	tail, err := num("tail", 1, 64, 0)
+	if err != nil {
+		return 0, nil, err
+	}
+	if tail > 0 {
+		if q.Has("after") || q.Has("limit") {
+			return 0, nil, wire.Errorf(wire.CodeInvalid, "tail reads the last chunks: it takes no after or limit")
+		}
+		page, err := s.svc.ReadLogsTail(r.Context(), id, attempt, tail)
+		if err != nil {
+			return 0, nil, err
+		}
+		return http.StatusOK, page, nil
 	}
 	page, err := s.svc.ReadLogs(r.Context(), id, attempt, after, limit)
 	if err != nil {
@@ -121,14 +137,18 @@ func (s *Server) listInvocations(r *http.Request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	queue, state := r.URL.Query().Get("queue"), r.URL.Query().Get("state")
+	q := r.URL.Query()
+	queue, state, order := q.Get("queue"), q.Get("state"), q.Get("order")
 	if queue != "" && !wire.ValidQueue(queue) {
 		return 0, nil, wire.Errorf(wire.CodeInvalid, "queue %q is not a valid queue name", queue)
 	}
 	if state != "" && !slices.Contains(wire.InvocationStates, state) {
 		return 0, nil, wire.Errorf(wire.CodeInvalid, "state must be one of %v", wire.InvocationStates)
 	}
-	invs, next, err := s.cfg.Store.ListInvocations(r.Context(), queue, state, limit, cursor)
+	if order != "" && order != wire.OrderOldest && order != wire.OrderNewest {
+		return 0, nil, wire.Errorf(wire.CodeInvalid, "order must be %s or %s, got %q", wire.OrderOldest, wire.OrderNewest, order)
+	}
+	invs, next, err := s.cfg.Store.List(r.Context(), store.ListQuery{Queue: queue, State: state, Order: order, Limit: limit, Cursor: cursor})
 	if err != nil {
 		return 0, nil, err
 	}

@@ -127,6 +127,19 @@ func (c *Client) Logs(ctx context.Context, id string, attempt, after int) (wire.
 	return out, err
 }
 
+// LogsTail reads the last n chunks of an attempt's output, in order (GET
+// /v1/invocations/{id}/logs?tail=N); attempt 0 is the latest. The page's
+// Next follows the output on, with Logs.
+func (c *Client) LogsTail(ctx context.Context, id string, attempt, n int) (wire.LogPage, error) {
+	q := url.Values{"tail": {strconv.Itoa(n)}}
+	if attempt > 0 {
+		q.Set("attempt", strconv.Itoa(attempt))
+	}
+	var out wire.LogPage
+	_, err := c.Do(ctx, "read logs", http.MethodGet, "/v1/invocations/"+url.PathEscape(id)+"/logs", q, nil, &out)
+	return out, err
+}
+
 // ListHosts reads the hosts the provisioner launched (GET /v1/hosts).
 func (c *Client) ListHosts(ctx context.Context) (wire.HostList, error) {
 	var out wire.HostList
@@ -160,6 +173,7 @@ func (c *Client) GetInvocation(ctx context.Context, id string) (wire.Invocation,
 type ListInvocationsParams struct {
 	Queue  string
 	State  string
+	Order  string // wire.OrderOldest or wire.OrderNewest
 	Limit  int
 	Cursor string
 }
@@ -174,6 +188,9 @@ func (c *Client) ListInvocations(ctx context.Context, p ListInvocationsParams) (
 	}
 	if p.State != "" {
 		q.Set("state", p.State)
+	}
+	if p.Order != "" {
+		q.Set("order", p.Order)
 	}
 	if p.Limit > 0 {
 		q.Set("limit", strconv.Itoa(p.Limit))

@@ -53,6 +53,7 @@ type Store interface {
 	QueueStats(ctx context.Context, queue string) (wire.QueueStats, error)
 	OldestQueued(ctx context.Context, queue string) (time.Time, bool, error)
 	Logs(ctx context.Context, id string, attempt, after, limit int) ([]domain.LogChunk, error)
+	LogsTail(ctx context.Context, id string, attempt, limit int) ([]domain.LogChunk, error)
 }
 
 var _ Store = (*store.Store)(nil)

@@ -1,6 +1,7 @@
 package control
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -56,6 +57,22 @@ func (s *Service) ShipLogs(ctx context.Context, req wire.LogsRequest, auth store
 // (n 0: its latest attempt; an invocation never claimed has none yet, an
 // empty page of attempt 0).
 func (s *Service) ReadLogs(ctx context.Context, id string, n, after, limit int) (wire.LogPage, error) {
+	return s.readLogs(ctx, id, n, after, func(n int) ([]domain.LogChunk, error) {
+		return s.store.Logs(ctx, id, n, after, cmp.Or(max(limit, 0), DefaultLogPage))
+	})
+}
+
+// ReadLogsTail reads the last limit chunks of attempt n of invocation id,
+// in order, as ReadLogs does: a page whose Next follows the output on.
+func (s *Service) ReadLogsTail(ctx context.Context, id string, n, limit int) (wire.LogPage, error) {
+	return s.readLogs(ctx, id, n, 0, func(n int) ([]domain.LogChunk, error) {
+		return s.store.LogsTail(ctx, id, n, cmp.Or(max(limit, 0), DefaultLogPage))
+	})
+}
+
+// readLogs answers the page read reads of attempt n of invocation id (n 0:
+// its latest), after the attempt is checked.
+func (s *Service) readLogs(ctx context.Context, id string, n, after int, read func(n int) ([]domain.LogChunk, error)) (wire.LogPage, error) {
 	inv, err := s.store.GetInvocation(ctx, id)
 	if err != nil {
 		return wire.LogPage{}, err
@@ -70,10 +87,7 @@ func (s *Service) ReadLogs(ctx context.Context, id string, n, after, limit int) 
 	if n > inv.Attempt {
 		return wire.LogPage{}, wire.Errorf(wire.CodeNotFound, "invocation %s has run %d attempts; there is no attempt %d", id, inv.Attempt, n)
 	}
-	if limit <= 0 {
-		limit = DefaultLogPage
-	}
-	chunks, err := s.store.Logs(ctx, id, n, after, limit)
+	chunks, err := read(n)
 	if err != nil {
 		return wire.LogPage{}, err
 	}

@@ -59,11 +59,14 @@ type conformanceCase struct {
 
 // TestConformance runs every case on every backend, each case on tables of
 // its own (a fresh prefix).
-func TestConformance(t *testing.T) {
+func TestConformance(t *testing.T) { runCases(t, conformanceCases) }
+
+// runCases runs cases on every backend, each case on tables of its own.
+func runCases(t *testing.T, cases []conformanceCase) {
 	for _, b := range backends {
 		t.Run(b.name, func(t *testing.T) {
 			db := b.client(t)
-			for _, c := range conformanceCases {
+			for _, c := range cases {
 				t.Run(c.name, func(t *testing.T) {
 					c.run(t, newFixture(t, b, db))
 				})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 	"unicode/utf8"
@@ -171,15 +172,35 @@ func (r logRecord) chunk() (domain.LogChunk, error) {
 // answered is never skipped). Chunks past their expiry are left out: TTL
 // deletes them some time later, and emulators never do.
 func (s *Store) Logs(ctx context.Context, id string, n, after, limit int) ([]domain.LogChunk, error) {
-	out, err := s.db.Query(ctx, &dynamodb.QueryInput{
-		TableName:              aws.String(s.tables.Logs),
+	return s.readLogs(ctx, id, n, &dynamodb.QueryInput{
 		KeyConditionExpression: aws.String("log_key = :k AND seq >= :after"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{
 			":k": str(logKey(id, n)), ":after": str(seqKey(after)),
 		},
-		ConsistentRead: aws.Bool(true),
-		Limit:          aws.Int32(int32(limit)),
+		Limit: aws.Int32(int32(limit)),
 	})
+}
+
+// LogsTail reads the last limit chunks of attempt n of invocation id, in
+// order: one query of the partition from its end, so the tail of a long
+// output costs as little as its head.
+func (s *Store) LogsTail(ctx context.Context, id string, n, limit int) ([]domain.LogChunk, error) {
+	chunks, err := s.readLogs(ctx, id, n, &dynamodb.QueryInput{
+		KeyConditionExpression:    aws.String("log_key = :k"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":k": str(logKey(id, n))},
+		ScanIndexForward:          aws.Bool(false),
+		Limit:                     aws.Int32(int32(limit)),
+	})
+	slices.Reverse(chunks)
+	return chunks, err
+}
+
+// readLogs runs in (its key condition, values and limit set) on the logs
+// table, strongly consistent, and decodes the chunks it answers.
+func (s *Store) readLogs(ctx context.Context, id string, n int, in *dynamodb.QueryInput) ([]domain.LogChunk, error) {
+	in.TableName = aws.String(s.tables.Logs)
+	in.ConsistentRead = aws.Bool(true)
+	out, err := s.db.Query(ctx, in)
 	if err != nil {
 		return nil, storeErr(fmt.Sprintf("read logs of %s attempt %d", id, n), err)
 	}

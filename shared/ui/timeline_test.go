@@ -24,8 +24,8 @@ func TestLayoutTimeline(t *testing.T) {
 		{InvocationID: "inv_old", Attempts: []wire.Attempt{{Attempt: 1, WorkerID: "wrk_c", ClaimedAt: *at(-7200), EndedAt: at(-7100), Outcome: "failed"}}},
 	}
 	tl := layoutTimeline(invs, workers, now, 15*time.Minute)
-	if len(tl.Lanes) != 2 || tl.Lanes[0].Label != "a" || tl.Lanes[1].Label != "b[0m" || tl.Lanes[0].State != "stale" {
-		t.Fatalf("lanes %+v: want a (stale) then b, the escape dropped, no lane for the old attempt's worker", tl.Lanes)
+	if len(tl.Lanes) != 2 || tl.Lanes[0].Label != "a" || tl.Lanes[1].Label != `b\x1b[0m` || tl.Lanes[0].State != "stale" {
+		t.Fatalf("lanes %+v: want a (stale) then b, the escape shown escaped, no lane for the old attempt's worker", tl.Lanes)
 	}
 	classes := map[string]string{}
 	for _, b := range tl.Bars {

@@ -27,6 +27,7 @@ import (
 
 	"github.com/dreamlake/lakeshore/shared/client"
 	"github.com/dreamlake/lakeshore/shared/clock"
+	"github.com/dreamlake/lakeshore/shared/display"
 	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
@@ -251,25 +252,40 @@ func window(r *http.Request) time.Duration {
 	return defaultWindow
 }
 
-// fleet reads what the fleet page shows.
+// fleet reads what the fleet page shows: the workers, every queue's live
+// work (running, then queued, oldest first), then the newest invocations,
+// each read by index, so live work shows however long the history.
 func (u *UI) fleet(ctx context.Context, sess string, win time.Duration) (fleet, error) {
 	now := u.now()
 	wl, err := u.api.ListWorkers(ctx, listLimit, "")
 	if err != nil {
 		return fleet{}, fmt.Errorf("list workers: %w", err)
 	}
-	il, err := u.api.ListInvocations(ctx, client.ListInvocationsParams{Limit: listLimit})
-	if err != nil {
-		return fleet{}, fmt.Errorf("list invocations: %w", err)
+	var lists [3][]wire.Invocation
+	for i, p := range []client.ListInvocationsParams{
+		{State: wire.StateRunning, Limit: listLimit},
+		{State: wire.StateQueued, Limit: listLimit},
+		{Order: wire.OrderNewest, Limit: listLimit},
+	} {
+		il, err := u.api.ListInvocations(ctx, p)
+		if err != nil {
+			return fleet{}, fmt.Errorf("list invocations: %w", err)
+		}
+		lists[i] = il.Invocations
 	}
-	invs := il.Invocations
+	running, queued, newest := lists[0], lists[1], lists[2]
+	seen := map[string]bool{}
+	var invs []wire.Invocation
+	for _, inv := range slices.Concat(running, queued, newest) {
+		if !seen[inv.InvocationID] {
+			seen[inv.InvocationID] = true
+			invs = append(invs, inv)
+		}
+	}
 	slices.SortFunc(invs, func(a, b wire.Invocation) int { return b.CreatedAt.Compare(a.CreatedAt) })
 	f := fleet{Groups: groupWorkers(wl.Workers, now), CSRF: u.csrfToken(sess),
 		Timeline: layoutTimeline(invs, wl.Workers, now, win)}
-	names := labels(wl.Workers)
-	for _, inv := range invs[:min(len(invs), 25)] {
-		f.Recent = append(f.Recent, invRowOf(inv, names, now))
-	}
+	f.Recent, f.More = recentRows(running, queued, newest, labels(wl.Workers), now)
 	queues := map[string]bool{}
 	for _, w := range wl.Workers {
 		for _, q := range w.Lanes {
@@ -279,7 +295,9 @@ func (u *UI) fleet(ctx context.Context, sess string, win time.Duration) (fleet, 
 	oldest := map[string]time.Time{}
 	for _, inv := range invs {
 		queues[inv.Queue] = true
-		if inv.State == wire.StateQueued && (oldest[inv.Queue].IsZero() || inv.CreatedAt.Before(oldest[inv.Queue])) {
+	}
+	for _, inv := range queued {
+		if oldest[inv.Queue].IsZero() || inv.CreatedAt.Before(oldest[inv.Queue]) {
 			oldest[inv.Queue] = inv.CreatedAt
 		}
 	}
@@ -290,12 +308,62 @@ func (u *UI) fleet(ctx context.Context, sess string, win time.Duration) (fleet, 
 		}
 		row := queueRow{Queue: q, Queued: st.Counts[wire.StateQueued], Running: st.Counts[wire.StateRunning], Done: st.DoneCount,
 			Succeeded: st.Counts[wire.StateSucceeded], Failed: st.Counts[wire.StateFailed], Cancelled: st.Counts[wire.StateCancelled], Oldest: "—"}
+		if oldest[q].IsZero() && row.Queued > 0 {
+			// Its queued work is past the first page of every queue's:
+			// its own first one, by index.
+			il, err := u.api.ListInvocations(ctx, client.ListInvocationsParams{Queue: q, State: wire.StateQueued, Limit: 1})
+			if err != nil {
+				return fleet{}, fmt.Errorf("oldest queued of %s: %w", q, err)
+			}
+			for _, inv := range il.Invocations {
+				oldest[q] = inv.CreatedAt
+			}
+		}
 		if t := oldest[q]; !t.IsZero() {
 			row.Oldest = shortAge(now.Sub(t))
 		}
 		f.Queues = append(f.Queues, row)
 	}
 	return f, nil
+}
+
+// Rows of the fleet page's invocation list: up to liveRows running and as
+// many queued (the page stays light with thousands queued; `lakeshore ls
+// invocations --state queued` lists them all), then the newest finished.
+const (
+	liveRows     = 50
+	finishedRows = 25
+)
+
+// recentRows lists running work newest first, queued work oldest first
+// (the longest waiting), then the newest finished invocations; more says
+// what live work the rows leave out.
+func recentRows(running, queued, newest []wire.Invocation, names map[string]string, now time.Time) (rows []invRow, more string) {
+	running = slices.Clone(running)
+	slices.SortFunc(running, func(a, b wire.Invocation) int { return b.CreatedAt.Compare(a.CreatedAt) })
+	var left []string
+	for _, l := range []struct {
+		invs []wire.Invocation
+		what string
+	}{{running, wire.StateRunning}, {queued, wire.StateQueued}} {
+		for _, inv := range l.invs[:min(len(l.invs), liveRows)] {
+			rows = append(rows, invRowOf(inv, names, now))
+		}
+		if n := len(l.invs) - liveRows; n > 0 {
+			left = append(left, fmt.Sprintf("%d more %s", n, l.what))
+		}
+	}
+	finished := 0
+	for _, inv := range newest {
+		if wire.Terminal(inv.State) && finished < finishedRows {
+			rows = append(rows, invRowOf(inv, names, now))
+			finished++
+		}
+	}
+	if len(left) > 0 {
+		more = "and " + strings.Join(left, ", ") + " (lakeshore ls invocations --state STATE)"
+	}
+	return rows, more
 }
 
 // invPage is what an invocation's page shows.
@@ -346,7 +414,7 @@ func (u *UI) invocationPage(ctx context.Context, sess, id string) (invPage, erro
 		p.Attempts = append(p.Attempts, row)
 	}
 	if len(inv.ResultBlob) > 0 {
-		p.Result = printable(string(inv.ResultBlob))
+		p.Result = printableLog(string(inv.ResultBlob))
 	}
 	if inv.Error != nil {
 		p.Error = printable(inv.Error.Type + ": " + inv.Error.Message)
@@ -355,16 +423,16 @@ func (u *UI) invocationPage(ctx context.Context, sess, id string) (invPage, erro
 	return p, nil
 }
 
-// output reads the tail of the latest attempt's output, as `lakeshore logs`
-// does; an invocation whose output was not shipped shows its ack's tails.
+// logTailChunks is how many of the last chunks of an attempt's output the
+// invocation page reads (the most one read answers).
+const logTailChunks = 64
+
+// output reads the tail of the latest attempt's output (its last chunks,
+// what `lakeshore logs` ends with); an invocation whose output was not
+// shipped shows its ack's tails.
 func (u *UI) output(ctx context.Context, inv wire.Invocation) (stdout, stderr string) {
 	var out, errs []byte
-	after := 0
-	for range 50 { // bounded: at most 50 pages
-		page, err := u.api.Logs(ctx, inv.InvocationID, 0, after)
-		if err != nil || len(page.Chunks) == 0 {
-			break
-		}
+	if page, err := u.api.LogsTail(ctx, inv.InvocationID, 0, logTailChunks); err == nil {
 		for _, c := range page.Chunks {
 			switch c.Stream {
 			case domain.LogStdout:
@@ -373,10 +441,6 @@ func (u *UI) output(ctx context.Context, inv wire.Invocation) (stdout, stderr st
 				errs = tail(append(errs, c.Data...))
 			}
 		}
-		if page.EOF || page.Next <= after {
-			break
-		}
-		after = page.Next
 	}
 	if len(out) == 0 && len(errs) == 0 {
 		return printableLog(inv.StdoutTail), printableLog(inv.StderrTail)
@@ -391,9 +455,9 @@ func tail(b []byte) []byte {
 	return b
 }
 
-// printableLog keeps a log's newlines and tabs and drops other control
-// characters (terminal escapes).
-func printableLog(s string) string { return keepPrintable(strings.ToValidUTF8(s, "\uFFFD"), "\n\t") }
+// printableLog shows output with its newlines and tabs, its other hidden
+// characters escaped (display.Block).
+func printableLog(s string) string { return display.Block(s) }
 
 // render writes template name with data as the page.
 func (u *UI) render(w http.ResponseWriter, status int, name string, data any) {

@@ -4,10 +4,9 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
-	"unicode"
 
+	"github.com/dreamlake/lakeshore/shared/display"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
@@ -25,19 +24,10 @@ func shortAge(d time.Duration) string {
 	return fmt.Sprintf("%d d", int(d.Hours()/24))
 }
 
-// printable drops control characters (terminal escapes among them) from a
-// worker-supplied string; html/template escapes the rest.
-func printable(s string) string { return keepPrintable(s, "") }
-
-// keepPrintable drops the control characters of s but those in keep.
-func keepPrintable(s, keep string) string {
-	return strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) && !strings.ContainsRune(keep, r) {
-			return -1
-		}
-		return r
-	}, s)
-}
+// printable shows a string a worker or a submitter supplied on one line,
+// its hidden characters (terminal escapes, bidi controls) escaped
+// (display.Line); html/template escapes the markup.
+func printable(s string) string { return display.Line(s) }
 
 // workerStates is the order the fleet page groups workers in.
 var workerStates = []string{"active", "setting_up", "joining", "pending", "draining", "stale", "gone"}
@@ -70,6 +60,7 @@ type fleet struct {
 	Groups   []workerGroup
 	Queues   []queueRow
 	Recent   []invRow
+	More     string // live work the rows leave out
 	Timeline timeline
 	CSRF     string
 }

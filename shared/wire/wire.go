@@ -25,6 +25,13 @@ const (
 // InvocationStates lists every invocation state, in lifecycle order.
 var InvocationStates = []string{StateQueued, StateRunning, StateSucceeded, StateFailed, StateCancelled}
 
+// Listing orders GET /v1/invocations takes as order=: by id, which is by
+// creation time (ids are ULIDs).
+const (
+	OrderOldest = "oldest"
+	OrderNewest = "newest"
+)
+
 // WorkerStates lists every state a worker reads (stored, and the computed
 // stale), as GET /v1/workers?state= takes them.
 var WorkerStates = []string{domain.WorkerPending, domain.WorkerJoining, domain.WorkerActive, domain.WorkerSettingUp,
@@ -459,7 +466,9 @@ type DrainAccepted struct {
 	Note string `json:"note,omitempty"`
 }
 
-// QueueStats answers GET /v1/queues/{queue}.
+// QueueStats answers GET /v1/queues/{queue}: counts by state (queued and
+// running: the live work; succeeded, failed, cancelled: totals since the
+// queue began) and done_count, the terminal transitions, each counted once.
 type QueueStats struct {
 	Queue     string         `json:"queue"`
 	Counts    map[string]int `json:"counts"`

@@ -49,27 +49,37 @@ type Config struct {
 	// through, with the operator token.
 	API           http.Handler
 	OperatorToken string
-	// PreviousOperatorToken, during a rotation, still logs in; sessions
-	// are signed with a key of the current token.
+	// PreviousOperatorToken, during a rotation, still logs in, and the
+	// sessions it opened last until it is removed.
 	PreviousOperatorToken string
-	Clock                 clock.Clock
-	Logger                *slog.Logger
+	// Sessions keeps the view's sessions (the store): required.
+	Sessions Sessions
+	// SessionIdle is how long a session may go without a page load or an
+	// action (default DefaultSessionIdle).
+	SessionIdle time.Duration
+	Clock       clock.Clock
+	Logger      *slog.Logger
 }
 
 // UI is the web view's handler.
 type UI struct {
-	cfg  Config
-	key  []byte
-	api  *client.Client
-	tmpl *template.Template
-	mux  *http.ServeMux
-	log  *slog.Logger
+	cfg Config
+	// fingerprints name the operator tokens accepted now (tokenFingerprint).
+	fingerprints []string
+	logins       *loginLimits
+	api          *client.Client
+	tmpl         *template.Template
+	mux          *http.ServeMux
+	log          *slog.Logger
 }
 
 // New returns the view for cfg.
 func New(cfg Config) (*UI, error) {
-	if cfg.API == nil || cfg.OperatorToken == "" {
-		return nil, errors.New("ui: an API handler and the operator token are required")
+	if cfg.API == nil || cfg.OperatorToken == "" || cfg.Sessions == nil {
+		return nil, errors.New("ui: an API handler, the operator token and a session store are required")
+	}
+	if cfg.SessionIdle <= 0 {
+		cfg.SessionIdle = DefaultSessionIdle
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -78,9 +88,14 @@ func New(cfg Config) (*UI, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ui: templates: %w", err)
 	}
-	u := &UI{cfg: cfg, key: sessionKey(cfg.OperatorToken), tmpl: tmpl, mux: http.NewServeMux(), log: cfg.Logger,
+	u := &UI{cfg: cfg, logins: newLoginLimits(), tmpl: tmpl, mux: http.NewServeMux(), log: cfg.Logger,
 		api: client.New("http://api.in-process", cfg.OperatorToken, client.WithHTTPClient(&http.Client{Transport: inProcess{cfg.API}}),
 			client.WithUserAgent("lakeshore-ui/1"))}
+	for _, tok := range []string{cfg.OperatorToken, cfg.PreviousOperatorToken} {
+		if tok != "" {
+			u.fingerprints = append(u.fingerprints, tokenFingerprint(tok))
+		}
+	}
 	static, _ := fs.Sub(assets, "assets")
 	u.mux.Handle("GET /ui/static/", http.StripPrefix("/ui/static/", http.FileServerFS(static)))
 	u.mux.HandleFunc("GET /ui/{$}", u.index)
@@ -117,20 +132,23 @@ func (u *UI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	u.mux.ServeHTTP(w, r)
 }
 
-// withSession runs h for a request with a valid session (and, for an
+// withSession runs h for a request with a live session (and, for an
 // action, its CSRF token). Without one a page goes to the login, a script's
 // request gets 401, an action 403.
 func (u *UI) withSession(action bool, h func(w http.ResponseWriter, r *http.Request, sess string)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		sess := u.session(r)
+		sess, err := u.session(r)
 		switch {
+		case err != nil:
+			u.log.Error("ui: session", "error", err.Error())
+			http.Error(w, "the session could not be read; try again", http.StatusServiceUnavailable)
 		case sess == "" && r.Method == http.MethodGet && !wantsJSON(r):
 			http.Redirect(w, r, Prefix, http.StatusSeeOther)
 		case sess == "" && r.Method == http.MethodGet:
 			writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "not logged in"})
 		case sess == "":
 			http.Error(w, "not logged in", http.StatusForbidden)
-		case action && !u.csrfOK(r, sess):
+		case action && !csrfOK(r, sess):
 			u.log.Warn("ui: refused an action without its CSRF token", "path", r.URL.Path)
 			http.Error(w, "missing or wrong CSRF token: reload the page and try again", http.StatusForbidden)
 		default:
@@ -144,7 +162,12 @@ func wantsJSON(r *http.Request) bool {
 }
 
 func (u *UI) index(w http.ResponseWriter, r *http.Request) {
-	sess := u.session(r)
+	sess, err := u.session(r)
+	if err != nil {
+		u.log.Error("ui: session", "error", err.Error())
+		u.render(w, http.StatusServiceUnavailable, "error.html", map[string]any{"Error": "The session could not be read; try again."})
+		return
+	}
 	if sess == "" {
 		u.render(w, http.StatusOK, "login.html", map[string]any{})
 		return
@@ -155,22 +178,6 @@ func (u *UI) index(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	u.render(w, http.StatusOK, "fleet.html", f)
-}
-
-func (u *UI) login(w http.ResponseWriter, r *http.Request) {
-	if !u.tokenOK(r.PostFormValue("token")) {
-		u.log.Warn("ui: a login with a wrong token")
-		u.render(w, http.StatusUnauthorized, "login.html", map[string]any{"Error": "That is not the operator token."})
-		return
-	}
-	now := u.now()
-	setSession(w, r, u.newSession(now), now.Add(sessionTTL))
-	http.Redirect(w, r, Prefix, http.StatusSeeOther)
-}
-
-func (u *UI) logout(w http.ResponseWriter, r *http.Request, _ string) {
-	setSession(w, r, "", time.Time{})
-	http.Redirect(w, r, Prefix, http.StatusSeeOther)
 }
 
 // live answers the fleet page's parts, rendered, for the script to swap in.
@@ -234,15 +241,6 @@ func (u *UI) acted(w http.ResponseWriter, r *http.Request, what string, err erro
 	http.Redirect(w, r, to, http.StatusSeeOther)
 }
 
-// back is the page an action's form says it came from (a path under the
-// view only), or def.
-func back(r *http.Request, def string) string {
-	if to := r.PostFormValue("back"); strings.HasPrefix(to, Prefix) && !strings.Contains(to, "//") {
-		return to
-	}
-	return def
-}
-
 // window reads ?minutes= (1-1440) for the timeline.
 func window(r *http.Request) time.Duration {
 	if n, err := strconv.Atoi(r.URL.Query().Get("minutes")); err == nil && n >= 1 && n <= 1440 {
@@ -264,7 +262,7 @@ func (u *UI) fleet(ctx context.Context, sess string, win time.Duration) (fleet, 
 	}
 	invs := il.Invocations
 	slices.SortFunc(invs, func(a, b wire.Invocation) int { return b.CreatedAt.Compare(a.CreatedAt) })
-	f := fleet{Groups: groupWorkers(wl.Workers, now), CSRF: u.csrfToken(sess),
+	f := fleet{Groups: groupWorkers(wl.Workers, now), CSRF: csrfToken(sess),
 		Timeline: layoutTimeline(invs, wl.Workers, now, win)}
 	names := labels(wl.Workers)
 	for _, inv := range invs[:min(len(invs), 25)] {
@@ -333,7 +331,7 @@ func (u *UI) invocationPage(ctx context.Context, sess, id string) (invPage, erro
 	}
 	names, now := labels(wl.Workers), u.now()
 	p := invPage{Inv: inv, Argv: printable(strings.Join(inv.Argv, " ")), Running: !wire.Terminal(inv.State),
-		CSRF: u.csrfToken(sess), Back: "/ui/invocations/" + inv.InvocationID}
+		CSRF: csrfToken(sess), Back: "/ui/invocations/" + inv.InvocationID}
 	for _, a := range inv.Attempts {
 		row := attemptRow{Attempt: a.Attempt, Worker: cmp.Or(names[a.WorkerID], a.WorkerID), Claimed: shortAge(now.Sub(a.ClaimedAt)) + " ago",
 			Outcome: cmp.Or(a.Outcome, "running"), Reason: printable(a.Reason), Recorded: a.Recorded, Ended: "—"}

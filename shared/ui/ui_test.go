@@ -36,16 +36,45 @@ type served struct {
 
 func serve(t *testing.T) served {
 	t.Helper()
+	return newTables(t).serve(t, nil)
+}
+
+// tables is one set of tables on the embedded store, which several
+// routers in turn may serve (a restart with other tokens).
+type tables struct {
+	db     store.DB
+	prefix string
+}
+
+func newTables(t *testing.T) tables {
+	t.Helper()
 	db := storetest.Embedded(t)
 	prefix := storetest.Prefix(t)
 	if err := schema.EnsureTables(t.Context(), db, prefix); err != nil {
 		t.Fatal(err)
 	}
-	s, err := api.New(api.Config{Store: store.New(db, prefix), EnrollToken: enrollToken, OperatorToken: operatorToken,
-		Logger: slog.New(slog.DiscardHandler)})
+	return tables{db: db, prefix: prefix}
+}
+
+// router is the API and view over tb, its config changed by mod.
+func (tb tables) router(t *testing.T, mod func(*api.Config)) *api.Server {
+	t.Helper()
+	cfg := api.Config{Store: store.New(tb.db, tb.prefix), EnrollToken: enrollToken, OperatorToken: operatorToken,
+		Logger: slog.New(slog.DiscardHandler)}
+	if mod != nil {
+		mod(&cfg)
+	}
+	s, err := api.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return s
+}
+
+// serve is router(mod) on a loopback test server.
+func (tb tables) serve(t *testing.T, mod func(*api.Config)) served {
+	t.Helper()
+	s := tb.router(t, mod)
 	srv := httptest.NewServer(s)
 	t.Cleanup(srv.Close)
 	jar, _ := cookiejar.New(nil)

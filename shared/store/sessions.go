@@ -66,8 +66,8 @@ func (s *Store) UISession(ctx context.Context, id string) (domain.UISession, boo
 	if err := unmarshal(out.Item, &rec); err != nil || rec.TokenFingerprint == "" {
 		return domain.UISession{}, false, nil // not a session's item
 	}
-	return domain.UISession{ID: id, TokenFingerprint: rec.TokenFingerprint, CreatedAt: rec.CreatedAt,
-		LastSeenAt: rec.LastSeenAt, ExpiresAt: rec.ExpiresAt}, true, nil
+	return domain.UISession{ID: id, TokenFingerprint: rec.TokenFingerprint, CreatedAt: rec.CreatedAt.UTC(),
+		LastSeenAt: rec.LastSeenAt.UTC(), ExpiresAt: rec.ExpiresAt.UTC()}, true, nil
 }
 
 // TouchUISession records activity of session id at seen, if the session

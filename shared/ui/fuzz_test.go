@@ -35,10 +35,10 @@ var fuzzRoutes = []struct{ method, path string }{
 // Session selectors (modulo fuzzSessions): the cookie a fuzzed request
 // carries.
 const (
-	sessNone    = iota // no cookie
-	sessLive           // a live session, logged in with the operator token
-	sessFuzzed         // the fuzzed cookie value
-	sessEnded          // a session that logged out
+	sessNone   = iota // no cookie
+	sessLive          // a live session, logged in with the operator token
+	sessFuzzed        // the fuzzed cookie value
+	sessEnded         // a session that logged out
 	fuzzSessions
 )
 

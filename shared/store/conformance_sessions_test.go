@@ -36,7 +36,7 @@ func (f *fixture) uiSession(id string) (domain.UISession, bool) {
 
 // testUISessionLifecycle: a session reads back as stored (never a second
 // one under its id); a touch moves its activity forward only; an end
-// deletes it for every later read and touch, and ending it twice is fine.
+// ends it for every later read and touch, and ending it twice is fine.
 func testUISessionLifecycle(t *testing.T, f *fixture) {
 	const id = "0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a69788796a5b4c3d2e1f0"
 	if _, ok := f.uiSession(id); ok {

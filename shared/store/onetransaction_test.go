@@ -202,11 +202,6 @@ func (r *recordingDB) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInp
 	return r.next.UpdateItem(ctx, in, o...)
 }
 
-func (r *recordingDB) DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput, o ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error) {
-	r.record(in)
-	return r.next.DeleteItem(ctx, in, o...)
-}
-
 func (r *recordingDB) Query(ctx context.Context, in *dynamodb.QueryInput, o ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error) {
 	return r.next.Query(ctx, in, o...)
 }

@@ -28,6 +28,8 @@ type uiSessionRecord struct {
 	TokenFingerprint string    `dynamodbav:"token_fingerprint"`
 	CreatedAt        time.Time `dynamodbav:"created_at,unixtime"`
 	LastSeenAt       time.Time `dynamodbav:"last_seen_at,unixtime"`
+	// EndedAt is set by a logout (Unix seconds).
+	EndedAt int64 `dynamodbav:"ended_at,omitempty"`
 	// ExpiresAt, the session's end however active, is the table's TTL
 	// attribute too: DynamoDB deletes the item some time after.
 	ExpiresAt time.Time `dynamodbav:"expires_at,unixtime"`
@@ -63,21 +65,21 @@ func (s *Store) UISession(ctx context.Context, id string) (domain.UISession, boo
 	if out.Item == nil {
 		return domain.UISession{}, false, nil
 	}
-	if err := unmarshal(out.Item, &rec); err != nil || rec.TokenFingerprint == "" {
-		return domain.UISession{}, false, nil // not a session's item
+	if err := unmarshal(out.Item, &rec); err != nil || rec.TokenFingerprint == "" || rec.EndedAt != 0 {
+		return domain.UISession{}, false, nil // not a session's item, or logged out
 	}
 	return domain.UISession{ID: id, TokenFingerprint: rec.TokenFingerprint, CreatedAt: rec.CreatedAt.UTC(),
 		LastSeenAt: rec.LastSeenAt.UTC(), ExpiresAt: rec.ExpiresAt.UTC()}, true, nil
 }
 
 // TouchUISession records activity of session id at seen, if the session
-// still exists and its last activity is older: a refresh racing another,
-// or one after a logout, writes nothing (and is no error).
+// exists, is not ended and its last activity is older: a refresh racing
+// another, or one after a logout, writes nothing (and is no error).
 func (s *Store) TouchUISession(ctx context.Context, id string, seen time.Time) error {
 	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: aws.String(s.tables.Idempotency), Key: uiSessionKey(id),
 		UpdateExpression:          aws.String("SET #seen = :seen"),
-		ConditionExpression:       aws.String("attribute_exists(#fp) AND #seen < :seen"),
-		ExpressionAttributeNames:  map[string]string{"#seen": "last_seen_at", "#fp": "token_fingerprint"},
+		ConditionExpression:       aws.String("attribute_exists(#fp) AND attribute_not_exists(#ended) AND #seen < :seen"),
+		ExpressionAttributeNames:  map[string]string{"#seen": "last_seen_at", "#fp": "token_fingerprint", "#ended": "ended_at"},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":seen": num(seen.Unix())}})
 	if isConditionFailed(err) {
 		return nil
@@ -85,12 +87,17 @@ func (s *Store) TouchUISession(ctx context.Context, id string, seen time.Time) e
 	return storeErr("touch ui session", err)
 }
 
-// EndUISession deletes session id (a logout); ending one that is gone
-// already is no error.
+// EndUISession ends session id (a logout): no later read reports it, on
+// any instance. The item is marked ended, its TTL brought to now, rather
+// than deleted: the route functions' policy grants no DeleteItem, and
+// needs none. Ending one that is ended or gone already is no error.
 func (s *Store) EndUISession(ctx context.Context, id string) error {
-	_, err := s.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: aws.String(s.tables.Idempotency), Key: uiSessionKey(id),
-		ConditionExpression:      aws.String("attribute_exists(#fp)"),
-		ExpressionAttributeNames: map[string]string{"#fp": "token_fingerprint"}})
+	now := num(s.now().Unix())
+	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: aws.String(s.tables.Idempotency), Key: uiSessionKey(id),
+		UpdateExpression:          aws.String("SET #ended = :now, #ttl = :now"),
+		ConditionExpression:       aws.String("attribute_exists(#fp) AND attribute_not_exists(#ended)"),
+		ExpressionAttributeNames:  map[string]string{"#ended": "ended_at", "#ttl": "expires_at", "#fp": "token_fingerprint"},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":now": now}})
 	if isConditionFailed(err) {
 		return nil
 	}

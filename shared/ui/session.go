@@ -38,7 +38,7 @@ type Sessions interface {
 	UISession(ctx context.Context, id string) (domain.UISession, bool, error)
 	// TouchUISession records activity at seen, if later than the last.
 	TouchUISession(ctx context.Context, id string, seen time.Time) error
-	// EndUISession deletes session id.
+	// EndUISession ends session id for every later read.
 	EndUISession(ctx context.Context, id string) error
 }
 

@@ -98,7 +98,7 @@ func New(cfg Config) (*UI, error) {
 	}
 	static, _ := fs.Sub(assets, "assets")
 	u.mux.Handle("GET /ui/static/", http.StripPrefix("/ui/static/", http.FileServerFS(static)))
-	u.mux.HandleFunc("GET /ui/{$}", u.index)
+	u.mux.HandleFunc("GET /ui/{$}", u.withSession(false, u.index))
 	u.mux.HandleFunc("POST /ui/login", u.login)
 	u.mux.HandleFunc("POST /ui/logout", u.withSession(true, u.logout))
 	u.mux.HandleFunc("GET /ui/live", u.withSession(false, u.live))
@@ -133,8 +133,8 @@ func (u *UI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // withSession runs h for a request with a live session (and, for an
-// action, its CSRF token). Without one a page goes to the login, a script's
-// request gets 401, an action 403.
+// action, its CSRF token). Without one the fleet page is the login form,
+// another page goes to it, a script's request gets 401, an action 403.
 func (u *UI) withSession(action bool, h func(w http.ResponseWriter, r *http.Request, sess string)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		sess, err := u.session(r)
@@ -142,6 +142,8 @@ func (u *UI) withSession(action bool, h func(w http.ResponseWriter, r *http.Requ
 		case err != nil:
 			u.log.Error("ui: session", "error", err.Error())
 			http.Error(w, "the session could not be read; try again", http.StatusServiceUnavailable)
+		case sess == "" && r.Method == http.MethodGet && r.URL.Path == Prefix:
+			u.render(w, http.StatusOK, "login.html", map[string]any{})
 		case sess == "" && r.Method == http.MethodGet && !wantsJSON(r):
 			http.Redirect(w, r, Prefix, http.StatusSeeOther)
 		case sess == "" && r.Method == http.MethodGet:
@@ -161,17 +163,7 @@ func wantsJSON(r *http.Request) bool {
 	return strings.HasSuffix(r.URL.Path, "/live") || strings.Contains(r.Header.Get("Accept"), "application/json")
 }
 
-func (u *UI) index(w http.ResponseWriter, r *http.Request) {
-	sess, err := u.session(r)
-	if err != nil {
-		u.log.Error("ui: session", "error", err.Error())
-		u.render(w, http.StatusServiceUnavailable, "error.html", map[string]any{"Error": "The session could not be read; try again."})
-		return
-	}
-	if sess == "" {
-		u.render(w, http.StatusOK, "login.html", map[string]any{})
-		return
-	}
+func (u *UI) index(w http.ResponseWriter, r *http.Request, sess string) {
 	f, err := u.fleet(r.Context(), sess, window(r))
 	if err != nil {
 		u.fail(w, err)

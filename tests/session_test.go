@@ -2,17 +2,15 @@ package tests
 
 import (
 	"context"
-	"io"
 	"net"
 	"net/http"
 	"net/url"
-	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/dreamlake/lakeshore/shared/client"
 	"github.com/dreamlake/lakeshore/shared/store/storetest"
+	"github.com/dreamlake/lakeshore/shared/ui/uitest"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
@@ -37,93 +35,6 @@ func freeAddr(t *testing.T) string {
 	}
 	defer ln.Close()
 	return ln.Addr().String()
-}
-
-// webSession is one login to the web view over HTTP, as a browser holds
-// it: the cookie's value and the CSRF token of its pages.
-type webSession struct{ cookie, csrf string }
-
-var csrfInPage = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
-
-// webDo sends a request to the view with session cookie value cookie
-// (none for ""), never following a redirect.
-func webDo(t *testing.T, base, cookie, method, path string, form url.Values) (*http.Response, string) {
-	t.Helper()
-	var body io.Reader
-	if form != nil {
-		body = strings.NewReader(form.Encode())
-	}
-	req, err := http.NewRequest(method, base+path, body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if form != nil {
-		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	}
-	if cookie != "" {
-		req.AddCookie(&http.Cookie{Name: "lakeshore_session", Value: cookie})
-	}
-	hc := &http.Client{Timeout: 30 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	resp, err := hc.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp, string(b)
-}
-
-// webLogin logs in to the view at base with tok.
-func webLogin(t *testing.T, base, tok string) webSession {
-	t.Helper()
-	resp, body := webDo(t, base, "", "POST", "/ui/login", url.Values{"token": {tok}})
-	if resp.StatusCode != http.StatusSeeOther || len(resp.Cookies()) != 1 {
-		t.Fatalf("login: %d %v %s", resp.StatusCode, resp.Cookies(), body)
-	}
-	s := webSession{cookie: resp.Cookies()[0].Value}
-	_, page := webDo(t, base, s.cookie, "GET", "/ui/", nil)
-	m := csrfInPage.FindStringSubmatch(page)
-	if m == nil {
-		t.Fatalf("no CSRF token in the fleet page after a login:\n%s", page)
-	}
-	s.csrf = m[1]
-	return s
-}
-
-// wantWebRefused checks that session s is refused on every page and
-// action of the view at base: the fleet page is the login form, another
-// page goes to it, the live parts answer 401, an action 403 (or 401).
-func wantWebRefused(t *testing.T, base string, s webSession, inv, wrk, why string) {
-	t.Helper()
-	for _, rq := range []struct {
-		method, path string
-		form         url.Values
-	}{
-		{"GET", "/ui/", nil},
-		{"GET", "/ui/live", nil},
-		{"GET", "/ui/invocations/" + inv, nil},
-		{"GET", "/ui/invocations/" + inv + "/live", nil},
-		{"POST", "/ui/invocations/" + inv + "/cancel", url.Values{"csrf": {s.csrf}, "back": {"/ui/"}}},
-		{"POST", "/ui/workers/" + wrk + "/drain", url.Values{"csrf": {s.csrf}}},
-		{"POST", "/ui/workers/" + wrk + "/setup", url.Values{"csrf": {s.csrf}, "command": {"touch /tmp/lakeshore-session-test"}}},
-		{"POST", "/ui/logout", url.Values{"csrf": {s.csrf}}},
-	} {
-		resp, body := webDo(t, base, s.cookie, rq.method, rq.path, rq.form)
-		var refused bool
-		switch {
-		case rq.path == "/ui/":
-			refused = resp.StatusCode == http.StatusOK && strings.Contains(body, `name="token"`) && !strings.Contains(body, inv)
-		case strings.HasSuffix(rq.path, "/live"):
-			refused = resp.StatusCode == http.StatusUnauthorized
-		case rq.method == "GET":
-			refused = resp.StatusCode == http.StatusSeeOther && resp.Header.Get("Location") == "/ui/"
-		default:
-			refused = resp.StatusCode == http.StatusForbidden || resp.StatusCode == http.StatusUnauthorized
-		}
-		if !refused {
-			t.Errorf("%s: %s %s answered %d (Location %q), want refused", why, rq.method, rq.path, resp.StatusCode, resp.Header.Get("Location"))
-		}
-	}
 }
 
 // TestWebSessionsAcrossRotation: the operator token's rotation and the
@@ -151,20 +62,20 @@ func TestWebSessionsAcrossRotation(t *testing.T) {
 		t.Fatal(err)
 	}
 	wrk := hello.WorkerID
-	withOld, withNew, loggedOut := webLogin(t, d1.URL, oldOperator), webLogin(t, d1.URL, newOperator), webLogin(t, d1.URL, newOperator)
-	if resp, body := webDo(t, d1.URL, withOld.cookie, "GET", "/ui/invocations/"+inv.InvocationID, nil); resp.StatusCode != 200 || !strings.Contains(body, inv.InvocationID) {
+	withOld, withNew, loggedOut := uitest.Login(t, d1.URL, oldOperator), uitest.Login(t, d1.URL, newOperator), uitest.Login(t, d1.URL, newOperator)
+	if resp, body := uitest.Do(t, d1.URL, withOld.Cookie, "GET", "/ui/invocations/"+inv.InvocationID, nil); resp.StatusCode != 200 || !strings.Contains(body, inv.InvocationID) {
 		t.Fatalf("during the overlap the old token's session: %d", resp.StatusCode)
 	}
-	if resp, _ := webDo(t, d1.URL, loggedOut.cookie, "POST", "/ui/logout", url.Values{"csrf": {loggedOut.csrf}}); resp.StatusCode != http.StatusSeeOther {
+	if resp, _ := uitest.Do(t, d1.URL, loggedOut.Cookie, "POST", "/ui/logout", url.Values{"csrf": {loggedOut.CSRF}}); resp.StatusCode != http.StatusSeeOther {
 		t.Fatalf("logout: %d", resp.StatusCode)
 	}
-	wantWebRefused(t, d1.URL, loggedOut, inv.InvocationID, wrk, "a logged-out cookie replayed")
+	uitest.WantRefused(t, d1.URL, loggedOut, inv.InvocationID, wrk, "a logged-out cookie replayed")
 	d1.stop(t)
 
 	d2 := dev(newOperator)
 	op := client.New(d2.URL, newOperator)
-	wantWebRefused(t, d2.URL, withOld, inv.InvocationID, wrk, "the old token's session after the rotation")
-	wantWebRefused(t, d2.URL, loggedOut, inv.InvocationID, wrk, "a logged-out cookie after the restart")
+	uitest.WantRefused(t, d2.URL, withOld, inv.InvocationID, wrk, "the old token's session after the rotation")
+	uitest.WantRefused(t, d2.URL, loggedOut, inv.InvocationID, wrk, "a logged-out cookie after the restart")
 	if got, err := op.GetInvocation(ctx, inv.InvocationID); err != nil || got.State != wire.StateQueued {
 		t.Fatalf("after the refused sessions' cancels: %s %v, want still queued", got.State, err)
 	}
@@ -176,12 +87,12 @@ func TestWebSessionsAcrossRotation(t *testing.T) {
 	}
 
 	for _, path := range []string{"/ui/", "/ui/live", "/ui/invocations/" + inv.InvocationID} {
-		if resp, body := webDo(t, d2.URL, withNew.cookie, "GET", path, nil); resp.StatusCode != 200 || !strings.Contains(body, inv.InvocationID) {
+		if resp, body := uitest.Do(t, d2.URL, withNew.Cookie, "GET", path, nil); resp.StatusCode != 200 || !strings.Contains(body, inv.InvocationID) {
 			t.Fatalf("the new token's session after the rotation, %s: %d", path, resp.StatusCode)
 		}
 	}
-	if resp, _ := webDo(t, d2.URL, withNew.cookie, "POST", "/ui/invocations/"+inv.InvocationID+"/cancel",
-		url.Values{"csrf": {withNew.csrf}}); resp.StatusCode != http.StatusSeeOther {
+	if resp, _ := uitest.Do(t, d2.URL, withNew.Cookie, "POST", "/ui/invocations/"+inv.InvocationID+"/cancel",
+		url.Values{"csrf": {withNew.CSRF}}); resp.StatusCode != http.StatusSeeOther {
 		t.Fatalf("the new token's session's cancel after the rotation: %d", resp.StatusCode)
 	}
 	if got, err := op.GetInvocation(ctx, inv.InvocationID); err != nil || got.State != wire.StateCancelled {

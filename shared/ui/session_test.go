@@ -2,7 +2,6 @@ package ui_test
 
 import (
 	"bytes"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -16,6 +15,7 @@ import (
 	"github.com/dreamlake/lakeshore/shared/client"
 	"github.com/dreamlake/lakeshore/shared/clock"
 	"github.com/dreamlake/lakeshore/shared/syncbuf"
+	"github.com/dreamlake/lakeshore/shared/ui/uitest"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
@@ -24,97 +24,20 @@ const (
 	newOperator = "operator-token-new-for-ui-tests-01"
 )
 
-// session is one login's cookie value and the CSRF token its pages carry.
-type session struct{ cookie, csrf string }
-
-// login logs in with tok and reads the fleet page's CSRF token.
-func (s served) login(t *testing.T, tok string) session {
-	t.Helper()
-	resp, body := s.as(t, "", "POST", "/ui/login", url.Values{"token": {tok}})
-	if resp.StatusCode != http.StatusSeeOther || len(resp.Cookies()) != 1 {
-		t.Fatalf("login: %d %v %s", resp.StatusCode, resp.Cookies(), body)
-	}
-	sess := session{cookie: resp.Cookies()[0].Value}
-	_, page := s.as(t, sess.cookie, "GET", "/ui/", nil)
-	m := csrfRE.FindStringSubmatch(page)
-	if m == nil {
-		t.Fatalf("the fleet page after a login has no CSRF token:\n%s", page)
-	}
-	sess.csrf = m[1]
-	return sess
-}
+// login logs in with tok.
+func (s served) login(t *testing.T, tok string) uitest.Session { return uitest.Login(t, s.url, tok) }
 
 // as sends a request carrying session cookie value cookie (none for ""),
 // without the cookie jar: a replayed, copied cookie.
 func (s served) as(t *testing.T, cookie, method, path string, form url.Values) (*http.Response, string) {
 	t.Helper()
-	var body io.Reader
-	if form != nil {
-		body = strings.NewReader(form.Encode())
-	}
-	req, err := http.NewRequest(method, s.url+path, body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if form != nil {
-		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	}
-	if cookie != "" {
-		req.AddCookie(&http.Cookie{Name: "lakeshore_session", Value: cookie})
-	}
-	hc := &http.Client{Timeout: 30 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	resp, err := hc.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp, string(b)
+	return uitest.Do(t, s.url, cookie, method, path, form)
 }
 
-// request is one page or action of the view, as a session sends it.
-type request struct {
-	method, path string
-	form         url.Values
-}
-
-// everything is every page and action of the view a session reaches, for
-// invocation inv and worker wrk, each action with the CSRF token csrf.
-func everything(inv, wrk, csrf string) []request {
-	return []request{
-		{"GET", "/ui/", nil},
-		{"GET", "/ui/live", nil},
-		{"GET", "/ui/invocations/" + inv, nil},
-		{"GET", "/ui/invocations/" + inv + "/live", nil},
-		{"POST", "/ui/invocations/" + inv + "/cancel", url.Values{"csrf": {csrf}, "back": {"/ui/"}}},
-		{"POST", "/ui/workers/" + wrk + "/drain", url.Values{"csrf": {csrf}}},
-		{"POST", "/ui/workers/" + wrk + "/setup", url.Values{"csrf": {csrf}, "command": {"touch /tmp/x"}}},
-		{"POST", "/ui/logout", url.Values{"csrf": {csrf}}},
-	}
-}
-
-// wantRefused checks that every request of sess is refused: the fleet
-// page is the login form, another page goes to it, a script's request
-// gets 401, an action 403.
-func (s served) wantRefused(t *testing.T, sess session, inv, wrk, why string) {
+// wantRefused checks that sess is refused on every page and action.
+func (s served) wantRefused(t *testing.T, sess uitest.Session, inv, wrk, why string) {
 	t.Helper()
-	for _, rq := range everything(inv, wrk, sess.csrf) {
-		resp, body := s.as(t, sess.cookie, rq.method, rq.path, rq.form)
-		refused := false
-		switch {
-		case rq.path == "/ui/":
-			refused = resp.StatusCode == http.StatusOK && strings.Contains(body, `name="token"`) && !strings.Contains(body, inv)
-		case strings.HasSuffix(rq.path, "/live"):
-			refused = resp.StatusCode == http.StatusUnauthorized
-		case rq.method == "GET":
-			refused = resp.StatusCode == http.StatusSeeOther && resp.Header.Get("Location") == "/ui/"
-		default:
-			refused = resp.StatusCode == http.StatusForbidden || resp.StatusCode == http.StatusUnauthorized
-		}
-		if !refused {
-			t.Errorf("%s: %s %s answered %d (Location %q), want refused", why, rq.method, rq.path, resp.StatusCode, resp.Header.Get("Location"))
-		}
-	}
+	uitest.WantRefused(t, s.url, sess, inv, wrk, why)
 }
 
 // fleetOf submits an invocation to a queue nobody serves and says hello
@@ -142,7 +65,7 @@ func TestSessionEndsWithItsToken(t *testing.T) {
 	overlap.op = client.New(overlap.url, newOperator)
 	inv, wrk := fleetOf(t, overlap)
 	withOld, withNew := overlap.login(t, oldOperator), overlap.login(t, newOperator)
-	if resp, body := overlap.as(t, withOld.cookie, "GET", "/ui/", nil); resp.StatusCode != 200 || !strings.Contains(body, inv) {
+	if resp, body := overlap.as(t, withOld.Cookie, "GET", "/ui/", nil); resp.StatusCode != 200 || !strings.Contains(body, inv) {
 		t.Fatalf("during the overlap the old token's session: %d", resp.StatusCode)
 	}
 
@@ -156,10 +79,10 @@ func TestSessionEndsWithItsToken(t *testing.T) {
 		t.Fatalf("after the old session's drain: %s %v, want not draining", got.State, err)
 	}
 
-	if resp, body := after.as(t, withNew.cookie, "GET", "/ui/", nil); resp.StatusCode != 200 || !strings.Contains(body, inv) {
+	if resp, body := after.as(t, withNew.Cookie, "GET", "/ui/", nil); resp.StatusCode != 200 || !strings.Contains(body, inv) {
 		t.Fatalf("the new token's session after the rotation: %d", resp.StatusCode)
 	}
-	if resp, _ := after.as(t, withNew.cookie, "POST", "/ui/invocations/"+inv+"/cancel", url.Values{"csrf": {withNew.csrf}}); resp.StatusCode != http.StatusSeeOther {
+	if resp, _ := after.as(t, withNew.Cookie, "POST", "/ui/invocations/"+inv+"/cancel", url.Values{"csrf": {withNew.CSRF}}); resp.StatusCode != http.StatusSeeOther {
 		t.Fatalf("the new token's session's cancel: %d", resp.StatusCode)
 	}
 	if got, _ := after.op.GetInvocation(t.Context(), inv); got.State != wire.StateCancelled {
@@ -174,7 +97,7 @@ func TestLogoutEndsTheSession(t *testing.T) {
 	inv, wrk := fleetOf(t, s)
 	sess := s.login(t, operatorToken)
 	other := s.login(t, operatorToken)
-	resp, _ := s.as(t, sess.cookie, "POST", "/ui/logout", url.Values{"csrf": {sess.csrf}})
+	resp, _ := s.as(t, sess.Cookie, "POST", "/ui/logout", url.Values{"csrf": {sess.CSRF}})
 	if resp.StatusCode != http.StatusSeeOther {
 		t.Fatalf("logout: %d", resp.StatusCode)
 	}
@@ -182,7 +105,7 @@ func TestLogoutEndsTheSession(t *testing.T) {
 	if got, _ := s.op.GetInvocation(t.Context(), inv); got.State != wire.StateQueued {
 		t.Fatalf("a logged-out session cancelled: %s", got.State)
 	}
-	if resp, _ := s.as(t, other.cookie, "GET", "/ui/live", nil); resp.StatusCode != http.StatusOK {
+	if resp, _ := s.as(t, other.Cookie, "GET", "/ui/live", nil); resp.StatusCode != http.StatusOK {
 		t.Fatalf("another session after a logout: %d", resp.StatusCode)
 	}
 }
@@ -196,7 +119,7 @@ func TestIdleSessionEnds(t *testing.T) {
 	inv, wrk := fleetOf(t, s)
 	sess := s.login(t, operatorToken)
 	page := func(path string) int {
-		resp, _ := s.as(t, sess.cookie, "GET", path, nil)
+		resp, _ := s.as(t, sess.Cookie, "GET", path, nil)
 		return resp.StatusCode
 	}
 	for range 4 { // a page every 20 min: alive
@@ -236,14 +159,14 @@ func TestBackStaysUnderTheView(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		resp, _ := s.as(t, sess.cookie, "POST", "/ui/invocations/"+inv.InvocationID+"/cancel", url.Values{"csrf": {sess.csrf}, "back": {b}})
+		resp, _ := s.as(t, sess.Cookie, "POST", "/ui/invocations/"+inv.InvocationID+"/cancel", url.Values{"csrf": {sess.CSRF}, "back": {b}})
 		loc := resp.Header.Get("Location")
 		if resp.StatusCode != http.StatusSeeOther || !underView(loc) {
 			t.Errorf("back=%q: %d → %q, want a page under /ui/", b, resp.StatusCode, loc)
 		}
 	}
 	inv, _, _ := s.op.Submit(t.Context(), wire.SubmitRequest{Queue: "nobody", Argv: []string{"true"}})
-	if resp, _ := s.as(t, sess.cookie, "POST", "/ui/invocations/"+inv.InvocationID+"/cancel", url.Values{"csrf": {sess.csrf},
+	if resp, _ := s.as(t, sess.Cookie, "POST", "/ui/invocations/"+inv.InvocationID+"/cancel", url.Values{"csrf": {sess.CSRF},
 		"back": {"/ui/invocations/" + inv.InvocationID}}); resp.Header.Get("Location") != "/ui/invocations/"+inv.InvocationID {
 		t.Errorf("a back= of the view's own page: → %q", resp.Header.Get("Location"))
 	}

@@ -2,6 +2,6 @@ package ui
 
 // What the external tests read of the view's sessions.
 var (
-	CSRFToken = csrfToken
+	CSRFToken = (*UI)(nil).csrfToken
 	SessionID = sessionID
 )

@@ -161,7 +161,7 @@ func liveRefresh(r *http.Request) bool {
 }
 
 // csrfToken is the CSRF token of the session whose secret is secret.
-func csrfToken(secret string) string {
+func (*UI) csrfToken(secret string) string {
 	m := hmac.New(sha256.New, []byte(secret))
 	m.Write([]byte("lakeshore ui csrf v1"))
 	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
@@ -169,12 +169,12 @@ func csrfToken(secret string) string {
 
 // csrfOK reports whether r carries the CSRF token of its session, in the
 // form or the header.
-func csrfOK(r *http.Request, secret string) bool {
+func (u *UI) csrfOK(r *http.Request, secret string) bool {
 	got := r.Header.Get(csrfHeader)
 	if got == "" {
 		got = r.PostFormValue(csrfField)
 	}
-	return got != "" && hmac.Equal([]byte(got), []byte(csrfToken(secret)))
+	return got != "" && hmac.Equal([]byte(got), []byte(u.csrfToken(secret)))
 }
 
 // setSession writes the session cookie (value "" clears it). It is Secure

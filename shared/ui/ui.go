@@ -150,7 +150,7 @@ func (u *UI) withSession(action bool, h func(w http.ResponseWriter, r *http.Requ
 			writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "not logged in"})
 		case sess == "":
 			http.Error(w, "not logged in", http.StatusForbidden)
-		case action && !csrfOK(r, sess):
+		case action && !u.csrfOK(r, sess):
 			u.log.Warn("ui: refused an action without its CSRF token", "path", r.URL.Path)
 			http.Error(w, "missing or wrong CSRF token: reload the page and try again", http.StatusForbidden)
 		default:
@@ -254,7 +254,7 @@ func (u *UI) fleet(ctx context.Context, sess string, win time.Duration) (fleet, 
 	}
 	invs := il.Invocations
 	slices.SortFunc(invs, func(a, b wire.Invocation) int { return b.CreatedAt.Compare(a.CreatedAt) })
-	f := fleet{Groups: groupWorkers(wl.Workers, now), CSRF: csrfToken(sess),
+	f := fleet{Groups: groupWorkers(wl.Workers, now), CSRF: u.csrfToken(sess),
 		Timeline: layoutTimeline(invs, wl.Workers, now, win)}
 	names := labels(wl.Workers)
 	for _, inv := range invs[:min(len(invs), 25)] {
@@ -323,7 +323,7 @@ func (u *UI) invocationPage(ctx context.Context, sess, id string) (invPage, erro
 	}
 	names, now := labels(wl.Workers), u.now()
 	p := invPage{Inv: inv, Argv: printable(strings.Join(inv.Argv, " ")), Running: !wire.Terminal(inv.State),
-		CSRF: csrfToken(sess), Back: "/ui/invocations/" + inv.InvocationID}
+		CSRF: u.csrfToken(sess), Back: "/ui/invocations/" + inv.InvocationID}
 	for _, a := range inv.Attempts {
 		row := attemptRow{Attempt: a.Attempt, Worker: cmp.Or(names[a.WorkerID], a.WorkerID), Claimed: shortAge(now.Sub(a.ClaimedAt)) + " ago",
 			Outcome: cmp.Or(a.Outcome, "running"), Reason: printable(a.Reason), Recorded: a.Recorded, Ended: "—"}

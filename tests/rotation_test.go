@@ -4,13 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/dreamlake/lakeshore/shared/client"
-	"github.com/dreamlake/lakeshore/shared/store/storetest"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
@@ -22,19 +20,7 @@ import (
 // restarts with the new enrollment token; the third knows only the new
 // ones and refuses the old. Work submitted all along finishes, each once.
 func TestTokenRotation(t *testing.T) {
-	endpoint, prefix := storetest.EmbeddedEndpoint(t), storetest.Prefix(t)
-	shared := backend{"shared-store", func(testing.TB) ([]string, []string) {
-		return []string{"--store", "aws", "--table-prefix", prefix, "--host-poll-interval", "0"}, []string{
-			"AWS_ENDPOINT_URL=" + endpoint, "AWS_REGION=us-east-1",
-			"AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test", "AWS_EC2_METADATA_DISABLED=true",
-		}
-	}}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	shared, addr := sharedStore(t), freeAddr(t)
 	const (
 		oldEnroll, newEnroll     = "enroll-token-old-0123456789abcdef", "enroll-token-new-0123456789abcdef"
 		oldOperator, newOperator = "operator-token-old-0123456789abcd", "operator-token-new-0123456789abcd"

@@ -64,6 +64,14 @@ type Config struct {
 	Submitted func(context.Context, domain.Invocation)
 }
 
+// authWarnEvery is how often a route logs a refused credential at warn: a
+// stray client, a revoked token or a scanner must be visible without
+// flooding the log with one line a request.
+const authWarnEvery = time.Minute
+
+// The web view keeps its sessions in the store.
+var _ ui.Sessions = (*store.Store)(nil)
+
 // Operator list bounds.
 const (
 	maxListLimit = 500
@@ -76,8 +84,8 @@ type Server struct {
 	svc     *control.Service // the daemon use cases
 	mux     *http.ServeMux
 	log     *slog.Logger
-	authLog authLimiter
-	ui      *ui.UI // the web view under /ui/ (docs/ui.md)
+	authLog auth.Limiter // the warn lines of refused credentials, per route
+	ui      *ui.UI       // the web view under /ui/ (docs/ui.md)
 }
 
 // New returns the router. It refuses a config without both tokens: a
@@ -112,11 +120,12 @@ func New(cfg Config) (*Server, error) {
 	svc := control.New(control.Config{Store: cfg.Store, StaleAfter: cfg.StaleAfter, MaxPollWait: cfg.MaxPollWait,
 		Sleep: cfg.Sleep, Clock: cfg.Clock, Logger: cfg.Logger, Wake: cfg.Wake, LongPoll: cfg.LongPoll,
 		WakeURL: cfg.WakeURL, Poster: cfg.Poster, Metrics: cfg.Metrics, Submitted: cfg.Submitted})
-	s := &Server{cfg: cfg, svc: svc, mux: http.NewServeMux(), log: cfg.Logger}
+	s := &Server{cfg: cfg, svc: svc, mux: http.NewServeMux(), log: cfg.Logger,
+		authLog: auth.Limiter{Every: authWarnEvery, Max: 1}}
 	s.routes()
 	// The web view acts through the operator routes, in this process.
 	view, err := ui.New(ui.Config{API: http.HandlerFunc(s.serveAPI), OperatorToken: cfg.OperatorToken,
-		PreviousOperatorToken: cfg.PreviousOperatorToken, Clock: cfg.Clock, Logger: cfg.Logger})
+		PreviousOperatorToken: cfg.PreviousOperatorToken, Sessions: cfg.Store, Clock: cfg.Clock, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}
@@ -239,9 +248,10 @@ func (s *Server) wrap(h handlerFunc) http.Handler {
 				level = slog.LevelError
 			case status == http.StatusUnauthorized:
 				// A client with a wrong, revoked or missing token: worth a
-				// warning, once a minute per route (authLimiter).
+				// warning, once a minute per route; the others at debug,
+				// counted in the next warning.
 				level = slog.LevelDebug
-				if ok, held := s.authLog.allow(r.Pattern, s.cfg.Clock.Now()); ok {
+				if ok, held := s.authLog.Note(r.Pattern, s.cfg.Clock.Now()); ok {
 					level = slog.LevelWarn
 					attrs = append(attrs, "remote", r.RemoteAddr, "user_agent", r.UserAgent(), "refused_since_last_warning", held)
 				}

@@ -50,27 +50,37 @@ type Config struct {
 	// through, with the operator token.
 	API           http.Handler
 	OperatorToken string
-	// PreviousOperatorToken, during a rotation, still logs in; sessions
-	// are signed with a key of the current token.
+	// PreviousOperatorToken, during a rotation, still logs in, and the
+	// sessions it opened last until it is removed.
 	PreviousOperatorToken string
-	Clock                 clock.Clock
-	Logger                *slog.Logger
+	// Sessions keeps the view's sessions (the store): required.
+	Sessions Sessions
+	// SessionIdle is how long a session may go without a page load or an
+	// action (default DefaultSessionIdle).
+	SessionIdle time.Duration
+	Clock       clock.Clock
+	Logger      *slog.Logger
 }
 
 // UI is the web view's handler.
 type UI struct {
-	cfg  Config
-	key  []byte
-	api  *client.Client
-	tmpl *template.Template
-	mux  *http.ServeMux
-	log  *slog.Logger
+	cfg Config
+	// fingerprints name the operator tokens accepted now (tokenFingerprint).
+	fingerprints []string
+	logins       *loginLimits
+	api          *client.Client
+	tmpl         *template.Template
+	mux          *http.ServeMux
+	log          *slog.Logger
 }
 
 // New returns the view for cfg.
 func New(cfg Config) (*UI, error) {
-	if cfg.API == nil || cfg.OperatorToken == "" {
-		return nil, errors.New("ui: an API handler and the operator token are required")
+	if cfg.API == nil || cfg.OperatorToken == "" || cfg.Sessions == nil {
+		return nil, errors.New("ui: an API handler, the operator token and a session store are required")
+	}
+	if cfg.SessionIdle <= 0 {
+		cfg.SessionIdle = DefaultSessionIdle
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -79,12 +89,17 @@ func New(cfg Config) (*UI, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ui: templates: %w", err)
 	}
-	u := &UI{cfg: cfg, key: sessionKey(cfg.OperatorToken), tmpl: tmpl, mux: http.NewServeMux(), log: cfg.Logger,
+	u := &UI{cfg: cfg, logins: newLoginLimits(), tmpl: tmpl, mux: http.NewServeMux(), log: cfg.Logger,
 		api: client.New("http://api.in-process", cfg.OperatorToken, client.WithHTTPClient(&http.Client{Transport: inProcess{cfg.API}}),
 			client.WithUserAgent("lakeshore-ui/1"))}
+	for _, tok := range []string{cfg.OperatorToken, cfg.PreviousOperatorToken} {
+		if tok != "" {
+			u.fingerprints = append(u.fingerprints, tokenFingerprint(tok))
+		}
+	}
 	static, _ := fs.Sub(assets, "assets")
 	u.mux.Handle("GET /ui/static/", http.StripPrefix("/ui/static/", http.FileServerFS(static)))
-	u.mux.HandleFunc("GET /ui/{$}", u.index)
+	u.mux.HandleFunc("GET /ui/{$}", u.withSession(false, u.index))
 	u.mux.HandleFunc("POST /ui/login", u.login)
 	u.mux.HandleFunc("POST /ui/logout", u.withSession(true, u.logout))
 	u.mux.HandleFunc("GET /ui/live", u.withSession(false, u.live))
@@ -118,13 +133,18 @@ func (u *UI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	u.mux.ServeHTTP(w, r)
 }
 
-// withSession runs h for a request with a valid session (and, for an
-// action, its CSRF token). Without one a page goes to the login, a script's
-// request gets 401, an action 403.
+// withSession runs h for a request with a live session (and, for an
+// action, its CSRF token). Without one the fleet page is the login form,
+// another page goes to it, a script's request gets 401, an action 403.
 func (u *UI) withSession(action bool, h func(w http.ResponseWriter, r *http.Request, sess string)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		sess := u.session(r)
+		sess, err := u.session(r)
 		switch {
+		case err != nil:
+			u.log.Error("ui: session", "error", err.Error())
+			http.Error(w, "the session could not be read; try again", http.StatusServiceUnavailable)
+		case sess == "" && r.Method == http.MethodGet && r.URL.Path == Prefix:
+			u.render(w, http.StatusOK, "login.html", map[string]any{})
 		case sess == "" && r.Method == http.MethodGet && !wantsJSON(r):
 			http.Redirect(w, r, Prefix, http.StatusSeeOther)
 		case sess == "" && r.Method == http.MethodGet:
@@ -144,34 +164,13 @@ func wantsJSON(r *http.Request) bool {
 	return strings.HasSuffix(r.URL.Path, "/live") || strings.Contains(r.Header.Get("Accept"), "application/json")
 }
 
-func (u *UI) index(w http.ResponseWriter, r *http.Request) {
-	sess := u.session(r)
-	if sess == "" {
-		u.render(w, http.StatusOK, "login.html", map[string]any{})
-		return
-	}
+func (u *UI) index(w http.ResponseWriter, r *http.Request, sess string) {
 	f, err := u.fleet(r.Context(), sess, window(r))
 	if err != nil {
 		u.fail(w, err)
 		return
 	}
 	u.render(w, http.StatusOK, "fleet.html", f)
-}
-
-func (u *UI) login(w http.ResponseWriter, r *http.Request) {
-	if !u.tokenOK(r.PostFormValue("token")) {
-		u.log.Warn("ui: a login with a wrong token")
-		u.render(w, http.StatusUnauthorized, "login.html", map[string]any{"Error": "That is not the operator token."})
-		return
-	}
-	now := u.now()
-	setSession(w, r, u.newSession(now), now.Add(sessionTTL))
-	http.Redirect(w, r, Prefix, http.StatusSeeOther)
-}
-
-func (u *UI) logout(w http.ResponseWriter, r *http.Request, _ string) {
-	setSession(w, r, "", time.Time{})
-	http.Redirect(w, r, Prefix, http.StatusSeeOther)
 }
 
 // live answers the fleet page's parts, rendered, for the script to swap in.
@@ -233,15 +232,6 @@ func (u *UI) acted(w http.ResponseWriter, r *http.Request, what string, err erro
 	}
 	u.log.Info("ui: operator action", "action", what)
 	http.Redirect(w, r, to, http.StatusSeeOther)
-}
-
-// back is the page an action's form says it came from (a path under the
-// view only), or def.
-func back(r *http.Request, def string) string {
-	if to := r.PostFormValue("back"); strings.HasPrefix(to, Prefix) && !strings.Contains(to, "//") {
-		return to
-	}
-	return def
 }
 
 // window reads ?minutes= (1-1440) for the timeline.

@@ -2,13 +2,11 @@ package ui_test
 
 import (
 	"context"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +16,7 @@ import (
 	"github.com/dreamlake/lakeshore/shared/store"
 	"github.com/dreamlake/lakeshore/shared/store/schema"
 	"github.com/dreamlake/lakeshore/shared/store/storetest"
+	"github.com/dreamlake/lakeshore/shared/ui/uitest"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
@@ -36,16 +35,45 @@ type served struct {
 
 func serve(t *testing.T) served {
 	t.Helper()
+	return newTables(t).serve(t, nil)
+}
+
+// tables is one set of tables on the embedded store, which several
+// routers in turn may serve (a restart with other tokens).
+type tables struct {
+	db     store.DB
+	prefix string
+}
+
+func newTables(t *testing.T) tables {
+	t.Helper()
 	db := storetest.Embedded(t)
 	prefix := storetest.Prefix(t)
 	if err := schema.EnsureTables(t.Context(), db, prefix); err != nil {
 		t.Fatal(err)
 	}
-	s, err := api.New(api.Config{Store: store.New(db, prefix), EnrollToken: enrollToken, OperatorToken: operatorToken,
-		Logger: slog.New(slog.DiscardHandler)})
+	return tables{db: db, prefix: prefix}
+}
+
+// router is the API and view over tb, its config changed by mod.
+func (tb tables) router(t *testing.T, mod func(*api.Config)) *api.Server {
+	t.Helper()
+	cfg := api.Config{Store: store.New(tb.db, tb.prefix), EnrollToken: enrollToken, OperatorToken: operatorToken,
+		Logger: slog.New(slog.DiscardHandler)}
+	if mod != nil {
+		mod(&cfg)
+	}
+	s, err := api.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return s
+}
+
+// serve is router(mod) on a loopback test server.
+func (tb tables) serve(t *testing.T, mod func(*api.Config)) served {
+	t.Helper()
+	s := tb.router(t, mod)
 	srv := httptest.NewServer(s)
 	t.Cleanup(srv.Close)
 	jar, _ := cookiejar.New(nil)
@@ -55,27 +83,8 @@ func serve(t *testing.T) served {
 
 func (s served) do(t *testing.T, method, path string, form url.Values) (*http.Response, string) {
 	t.Helper()
-	var body io.Reader
-	if form != nil {
-		body = strings.NewReader(form.Encode())
-	}
-	req, err := http.NewRequest(method, s.url+path, body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if form != nil {
-		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	}
-	resp, err := s.hc.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp, string(b)
+	return uitest.Send(t, s.hc, uitest.Request(t, s.url, "", method, path, form))
 }
-
-var csrfRE = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
 
 // TestLoginSessionAndCSRF: the login form, a wrong token refused, the
 // session cookie's flags (no Secure on loopback), no token in any page,
@@ -123,8 +132,8 @@ func TestLoginSessionAndCSRF(t *testing.T) {
 	if len(page) > 100<<10 {
 		t.Errorf("the fleet page weighs %d bytes; the budget is 100 KB", len(page))
 	}
-	m := csrfRE.FindStringSubmatch(page)
-	if m == nil || !strings.Contains(page, inv.InvocationID) {
+	csrf := uitest.CSRFOf(page)
+	if csrf == "" || !strings.Contains(page, inv.InvocationID) {
 		t.Fatalf("the fleet page has no CSRF token or lacks %s:\n%s", inv.InvocationID, page)
 	}
 	cancel := "/ui/invocations/" + inv.InvocationID + "/cancel"
@@ -136,7 +145,7 @@ func TestLoginSessionAndCSRF(t *testing.T) {
 	if got, _ := s.op.GetInvocation(t.Context(), inv.InvocationID); got.State != wire.StateQueued {
 		t.Fatalf("a refused cancel cancelled: %s", got.State)
 	}
-	if resp, _ := s.do(t, "POST", cancel, url.Values{"csrf": {m[1]}, "back": {"https://evil.example/"}}); resp.StatusCode != http.StatusSeeOther ||
+	if resp, _ := s.do(t, "POST", cancel, url.Values{"csrf": {csrf}, "back": {"https://evil.example/"}}); resp.StatusCode != http.StatusSeeOther ||
 		resp.Header.Get("Location") != "/ui/invocations/"+inv.InvocationID {
 		t.Fatalf("cancel with the token: %d → %s (an outside back= must not be followed)", resp.StatusCode, resp.Header.Get("Location"))
 	}
@@ -150,7 +159,7 @@ func TestLoginSessionAndCSRF(t *testing.T) {
 		t.Errorf("an unknown invocation's page: %d", resp.StatusCode)
 	}
 
-	if resp, _ := s.do(t, "POST", "/ui/logout", url.Values{"csrf": {m[1]}}); resp.StatusCode != http.StatusSeeOther {
+	if resp, _ := s.do(t, "POST", "/ui/logout", url.Values{"csrf": {csrf}}); resp.StatusCode != http.StatusSeeOther {
 		t.Fatalf("logout: %d", resp.StatusCode)
 	}
 	if resp, _ := s.do(t, "GET", "/ui/live", nil); resp.StatusCode != http.StatusUnauthorized {

@@ -117,12 +117,23 @@ func NewManagement(cfg aws.Config, endpoint string) Management {
 // control.ErrConnectionGone.
 func (m Management) Post(ctx context.Context, id string, msg []byte) error {
 	_, err := m.client.PostToConnection(ctx, &apigatewaymanagementapi.PostToConnectionInput{ConnectionId: aws.String(id), Data: msg})
+	return managementErr("post to "+id, err)
+}
+
+// CloseConnection closes socket id (DeleteConnection); a socket API
+// Gateway no longer has answers control.ErrConnectionGone.
+func (m Management) CloseConnection(ctx context.Context, id string) error {
+	_, err := m.client.DeleteConnection(ctx, &apigatewaymanagementapi.DeleteConnectionInput{ConnectionId: aws.String(id)})
+	return managementErr("close "+id, err)
+}
+
+func managementErr(op string, err error) error {
 	var gone *types.GoneException
 	if errors.As(err, &gone) {
-		return fmt.Errorf("post to %s: %w", id, control.ErrConnectionGone)
+		return fmt.Errorf("%s: %w", op, control.ErrConnectionGone)
 	}
 	if err != nil {
-		return fmt.Errorf("post to %s: %w", id, err)
+		return fmt.Errorf("%s: %w", op, err)
 	}
 	return nil
 }

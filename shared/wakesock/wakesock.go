@@ -51,13 +51,16 @@ type Server struct {
 	// handshake: a post to one waits for it instead of finding it gone
 	// (the client may already hold its end).
 	pending map[string]chan struct{}
-	closed  bool
-	wg      sync.WaitGroup // every socket, until its $disconnect ran
+	// doomed holds pending sockets closed before their handshake ended:
+	// they are refused when it does.
+	doomed map[string]bool
+	closed bool
+	wg     sync.WaitGroup // every socket, until its $disconnect ran
 }
 
 // New returns a server for the API at path (e.g. "/wake": the stage).
 func New(path string, route Route, log *slog.Logger) *Server {
-	return &Server{route: route, path: strings.TrimSuffix(path, "/"), log: log, conns: map[string]*websocket.Conn{}, pending: map[string]chan struct{}{}}
+	return &Server{route: route, path: strings.TrimSuffix(path, "/"), log: log, conns: map[string]*websocket.Conn{}, pending: map[string]chan struct{}{}, doomed: map[string]bool{}}
 }
 
 // ServeHTTP takes a socket at the API's path, and management calls below it.
@@ -98,7 +101,9 @@ func (s *Server) serveSocket(w http.ResponseWriter, r *http.Request) {
 		defer s.mu.Unlock()
 		delete(s.pending, id)
 		defer close(ready)
-		if conn == nil || s.closed {
+		doomed := s.doomed[id]
+		delete(s.doomed, id)
+		if conn == nil || s.closed || doomed {
 			return false
 		}
 		s.conns[id] = conn
@@ -228,6 +233,34 @@ func (s *Server) Post(ctx context.Context, id string, msg []byte) error {
 	return nil
 }
 
+// CloseConnection closes socket id, as the management API's DELETE does;
+// one still in its $connect is refused when that ends. A socket this
+// server does not hold answers control.ErrConnectionGone. It does not wait
+// for the client's side of the close.
+func (s *Server) CloseConnection(_ context.Context, id string) error {
+	s.mu.Lock()
+	conn, ok := s.conns[id]
+	if _, pending := s.pending[id]; pending {
+		s.doomed[id] = true
+		ok = true
+	}
+	s.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("close %s: %w", id, control.ErrConnectionGone)
+	}
+	if conn != nil {
+		closeConn(conn)
+	}
+	return nil
+}
+
+// closeConn starts the close handshake of conn; its read loop ends and
+// runs $disconnect. A client that never answers the close frame holds
+// only that goroutine, for the library's close timeout.
+func closeConn(conn *websocket.Conn) {
+	go func() { _ = conn.Close(websocket.StatusNormalClosure, "closed by the control plane") }()
+}
+
 // manage serves the management API for socket id, answering as API
 // Gateway does: 410 GoneException for a socket it does not hold.
 func (s *Server) manage(w http.ResponseWriter, r *http.Request, id string) {
@@ -250,7 +283,7 @@ func (s *Server) manage(w http.ResponseWriter, r *http.Request, id string) {
 			gone(w)
 			return
 		}
-		_ = conn.Close(websocket.StatusNormalClosure, "closed by the control plane")
+		closeConn(conn)
 		w.WriteHeader(http.StatusNoContent)
 	case http.MethodGet:
 		if !ok {

@@ -76,12 +76,27 @@ func testConnectionsLimitBeforeFilter(t *testing.T, f *fixture) {
 	if len(out.Items) != 0 || len(out.LastEvaluatedKey) == 0 {
 		t.Fatalf("first page of 2 expired items: %d items, last key %v; want none, with a last key", len(out.Items), out.LastEvaluatedKey)
 	}
-	in.ExclusiveStartKey = out.LastEvaluatedKey
-	if out, err = f.db.Query(f.ctx, in); err != nil {
-		t.Fatal(err)
+	var pages []int
+	for range 10 {
+		in.ExclusiveStartKey = out.LastEvaluatedKey
+		if out, err = f.db.Query(f.ctx, in); err != nil {
+			t.Fatal(err)
+		}
+		pages = append(pages, len(out.Items))
+		if len(out.LastEvaluatedKey) == 0 {
+			break
+		}
 	}
-	if len(out.Items) != 1 {
-		t.Fatalf("second page: %d items, want the live one", len(out.Items))
+	// The pages after the first: DynamoDB and moto read the two items
+	// left and keep the live one, and say the end. minidyn (v0.8.2)
+	// answers two more empty pages first and another one last; the live
+	// item still comes once, so a listing that pages to the end agrees.
+	want := []int{1}
+	if f.backend.name == "embedded" {
+		want = []int{0, 0, 1, 0}
+	}
+	if !slices.Equal(pages, want) {
+		t.Fatalf("the pages after the first held %v items; want %v", pages, want)
 	}
 }
 

@@ -197,6 +197,7 @@ func dropSocket(t *testing.T, d *devServer) {
 		t.Fatal("the dev server logged no wake socket")
 	}
 	req, _ := http.NewRequest(http.MethodDelete, d.URL+"/wake/@connections/"+url.PathEscape(id), nil)
+	req.Header.Set(wire.WakeSecretHeader, d.WakeSecret)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

@@ -34,6 +34,10 @@ const (
 	// daemons, and the https endpoint of its management API.
 	EnvWakeURL      = "LAKESHORE_WAKE_URL"
 	EnvWakeEndpoint = "LAKESHORE_WAKE_ENDPOINT"
+	// EnvWakeSecret is sent with every management call (optional): the
+	// secret of `lakeshore dev`'s emulated management API. API Gateway's
+	// own checks the caller's SigV4 signature instead.
+	EnvWakeSecret = "LAKESHORE_WAKE_SECRET"
 	// EnvClaimShards splits each queue's claim index partition (default 1;
 	// docs/dispatch.md). Every function must read the same count.
 	EnvClaimShards = "LAKESHORE_CLAIM_SHARDS"
@@ -60,6 +64,9 @@ type Config struct {
 	// management endpoint; both empty: no wake channel.
 	WakeURL      string
 	WakeEndpoint string
+	// WakeSecret goes with each management call ("": none; only the
+	// dev server's emulation asks for one).
+	WakeSecret string
 	// ClaimShards is store.Store.ClaimShards (1: one partition a queue).
 	ClaimShards int
 }
@@ -109,7 +116,8 @@ func Load(ctx context.Context, getenv func(string) string, params ParameterGette
 // channel (they hand work back, so they wake workers). Tokens stay unset.
 func LoadStore(getenv func(string) string) (Config, error) {
 	c := Config{TablePrefix: getenv(EnvTablePrefix), StaleAfter: domain.DefaultStaleAfter,
-		WakeURL: getenv(EnvWakeURL), WakeEndpoint: getenv(EnvWakeEndpoint), ClaimShards: 1}
+		WakeURL: getenv(EnvWakeURL), WakeEndpoint: getenv(EnvWakeEndpoint),
+		WakeSecret: getenv(EnvWakeSecret), ClaimShards: 1}
 	if v := getenv(EnvClaimShards); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > MaxClaimShards {

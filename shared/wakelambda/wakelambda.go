@@ -18,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/apigatewaymanagementapi"
 	"github.com/aws/aws-sdk-go-v2/service/apigatewaymanagementapi/types"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
 
 	"github.com/dreamlake/lakeshore/shared/auth"
 	"github.com/dreamlake/lakeshore/shared/control"
@@ -106,10 +107,14 @@ type Management struct {
 
 // NewManagement returns a Poster for the stage at endpoint
 // (https://<api>.execute-api.<region>.amazonaws.com/<stage>; locally the dev
-// server's emulation of it).
-func NewManagement(cfg aws.Config, endpoint string) Management {
+// server's emulation of it, whose secret goes with every call in
+// wire.WakeSecretHeader; "" sends none).
+func NewManagement(cfg aws.Config, endpoint, secret string) Management {
 	return Management{client: apigatewaymanagementapi.NewFromConfig(cfg, func(o *apigatewaymanagementapi.Options) {
 		o.BaseEndpoint = aws.String(endpoint)
+		if secret != "" {
+			o.APIOptions = append(o.APIOptions, smithyhttp.SetHeaderValue(wire.WakeSecretHeader, secret))
+		}
 	})}
 }
 

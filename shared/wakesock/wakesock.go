@@ -4,7 +4,10 @@
 // Lambda runtime emulator with `lakeshore dev --lambdas`), and serves the
 // management API (POST, GET, DELETE /@connections/{id}) that posts to them.
 // It is also a control.Poster, for the in-process dev server. What it does
-// not emulate: API Gateway's 10-minute idle and 2-hour connection limits.
+// not emulate: API Gateway's 10-minute idle and 2-hour connection limits,
+// and its SigV4 check of management calls: each must carry the server's
+// secret in wire.WakeSecretHeader instead, so that nobody else on the
+// machine who learns a socket id can post to it or close it.
 package wakesock
 
 import (
@@ -24,6 +27,7 @@ import (
 
 	"github.com/dreamlake/lakeshore/shared/auth"
 	"github.com/dreamlake/lakeshore/shared/control"
+	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
 // Route runs one route of the API: "$connect", "$disconnect" or
@@ -41,9 +45,10 @@ const maxPost = 128 << 10
 // Server serves the sockets at Path and the management API under
 // Path + "/@connections/". Build it with New.
 type Server struct {
-	route Route
-	path  string
-	log   *slog.Logger
+	route  Route
+	path   string
+	secret string
+	log    *slog.Logger
 
 	mu    sync.Mutex
 	conns map[string]*websocket.Conn
@@ -58,9 +63,11 @@ type Server struct {
 	wg     sync.WaitGroup // every socket, until its $disconnect ran
 }
 
-// New returns a server for the API at path (e.g. "/wake": the stage).
-func New(path string, route Route, log *slog.Logger) *Server {
-	return &Server{route: route, path: strings.TrimSuffix(path, "/"), log: log, conns: map[string]*websocket.Conn{}, pending: map[string]chan struct{}{}, doomed: map[string]bool{}}
+// New returns a server for the API at path (e.g. "/wake": the stage) whose
+// management calls must carry secret ("": the management API refuses
+// every call; the server's own Post and CloseConnection still work).
+func New(path, secret string, route Route, log *slog.Logger) *Server {
+	return &Server{route: route, path: strings.TrimSuffix(path, "/"), secret: secret, log: log, conns: map[string]*websocket.Conn{}, pending: map[string]chan struct{}{}, doomed: map[string]bool{}}
 }
 
 // ServeHTTP takes a socket at the API's path, and management calls below it.
@@ -264,6 +271,12 @@ func closeConn(conn *websocket.Conn) {
 // manage serves the management API for socket id, answering as API
 // Gateway does: 410 GoneException for a socket it does not hold.
 func (s *Server) manage(w http.ResponseWriter, r *http.Request, id string) {
+	if !auth.Equal(r.Header.Get(wire.WakeSecretHeader), s.secret) {
+		// API Gateway's answer to a call its SigV4 check refuses.
+		w.Header().Set("X-Amzn-ErrorType", "ForbiddenException")
+		writeJSON(w, http.StatusForbidden, map[string]string{"message": "Forbidden"})
+		return
+	}
 	conn, ok := s.lookup(r.Context(), id)
 	switch r.Method {
 	case http.MethodPost:

@@ -68,9 +68,12 @@ func newPlane(t *testing.T, respond wakesock.Route) *plane {
 	return p
 }
 
+// manageSecret is what the planes' management calls carry.
+const manageSecret = "test-secret"
+
 // swap sends new requests to a new server and returns the old one.
 func (p *plane) swap() *wakesock.Server {
-	s := wakesock.New("/wake", p.route, discard)
+	s := wakesock.New("/wake", manageSecret, p.route, discard)
 	p.mu.Lock()
 	p.servers = append(p.servers, s)
 	p.mu.Unlock()
@@ -226,6 +229,7 @@ func (p *plane) holds(id string) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, p.ts.URL+"/wake/@connections/"+url.PathEscape(id), nil)
+	req.Header.Set(wire.WakeSecretHeader, manageSecret)
 	resp, err := p.ts.Client().Do(req)
 	if err != nil {
 		p.t.Fatalf("GET connection: %v", err)
@@ -346,6 +350,7 @@ func TestReconnectsAfterServerClose(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), wait)
 			defer cancel()
 			req, _ := http.NewRequestWithContext(ctx, http.MethodDelete, p.ts.URL+"/wake/@connections/"+url.PathEscape(id), nil)
+			req.Header.Set(wire.WakeSecretHeader, manageSecret)
 			resp, err := p.ts.Client().Do(req)
 			if err != nil {
 				t.Fatalf("DELETE: %v", err)

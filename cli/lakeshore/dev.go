@@ -296,7 +296,7 @@ func runDev(ctx context.Context, o devOptions) error {
 			return err
 		}
 		handler = srv
-		wakeRoute = wakelambda.Handler(svc, log)
+		wakeRoute = wakelambda.Handler(svc, auth.DaemonAuthToken, log)
 		sweepOnce = func(ctx context.Context) error { return sweep(ctx, svc, log) }
 	}
 	if o.wakeChannel {

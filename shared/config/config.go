@@ -100,20 +100,14 @@ func Load(ctx context.Context, getenv func(string) string, params ParameterGette
 		}
 		*s.dst = v
 	}
-	c.DaemonAuth = getenv(EnvDaemonAuth)
-	switch c.DaemonAuth {
-	case "":
-		c.DaemonAuth = auth.DaemonAuthToken
-	case auth.DaemonAuthToken, auth.DaemonAuthIAM:
-	default:
-		return Config{}, fmt.Errorf("%s must be %s or %s, got %q", EnvDaemonAuth, auth.DaemonAuthToken, auth.DaemonAuthIAM, c.DaemonAuth)
-	}
 	return c, nil
 }
 
-// LoadStore reads what a function that serves no routes needs (the reaper,
-// the host poller): the table prefix, the stale window and the wake
-// channel (they hand work back, so they wake workers). Tokens stay unset.
+// LoadStore reads what a function that holds no tokens needs (the reaper,
+// the host poller, the wake channel's routes): the table prefix, the stale
+// window, the wake channel (they hand work back, so they wake workers) and
+// the daemon auth mode (the wake routes bind a socket to its instance in
+// IAM mode). Tokens stay unset.
 func LoadStore(getenv func(string) string) (Config, error) {
 	c := Config{TablePrefix: getenv(EnvTablePrefix), StaleAfter: domain.DefaultStaleAfter,
 		WakeURL: getenv(EnvWakeURL), WakeEndpoint: getenv(EnvWakeEndpoint),
@@ -124,6 +118,14 @@ func LoadStore(getenv func(string) string) (Config, error) {
 			return Config{}, fmt.Errorf("%s must be a whole number from 1 to %d, got %q", EnvClaimShards, MaxClaimShards, v)
 		}
 		c.ClaimShards = n
+	}
+	c.DaemonAuth = getenv(EnvDaemonAuth)
+	switch c.DaemonAuth {
+	case "":
+		c.DaemonAuth = auth.DaemonAuthToken
+	case auth.DaemonAuthToken, auth.DaemonAuthIAM:
+	default:
+		return Config{}, fmt.Errorf("%s must be %s or %s, got %q", EnvDaemonAuth, auth.DaemonAuthToken, auth.DaemonAuthIAM, c.DaemonAuth)
 	}
 	if (c.WakeURL == "") != (c.WakeEndpoint == "") {
 		return Config{}, fmt.Errorf("%s and %s must be set together (the wake channel's socket URL and its management endpoint)", EnvWakeURL, EnvWakeEndpoint)

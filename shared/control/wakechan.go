@@ -83,8 +83,10 @@ func wakeKeys(w domain.Worker) []string {
 
 // Connect records wake socket connectionID for the worker whose token the
 // socket presented. It refuses a token that is not a live worker's (401),
-// and a gone worker (410: say hello again). The socket can only hear wakes.
-func (s *Service) Connect(ctx context.Context, connectionID, token string) (domain.Worker, error) {
+// a caller other than the worker's instance in IAM mode (403; instance is
+// the caller's, "" in token mode) and a gone worker (410: say hello
+// again). The socket can only hear wakes.
+func (s *Service) Connect(ctx context.Context, connectionID, token, instance string) (domain.Worker, error) {
 	id, ok := auth.WorkerOf(token)
 	if !ok {
 		return domain.Worker{}, wire.Errorf(wire.CodeUnauthorized, "the wake channel needs Authorization: Bearer <worker token from hello>")
@@ -95,6 +97,9 @@ func (s *Service) Connect(ctx context.Context, connectionID, token string) (doma
 	}
 	if err != nil {
 		return domain.Worker{}, err
+	}
+	if !auth.SameInstance(instance, w.MachineID) {
+		return domain.Worker{}, wire.Errorf(wire.CodeForbidden, "IAM mode: worker %s's machine_id %q is not the calling instance %s", w.ID, w.MachineID, instance)
 	}
 	if w.State == domain.WorkerGone {
 		return domain.Worker{}, wire.Errorf(wire.CodeWorkerGone, "worker is gone; say hello again")

@@ -122,7 +122,7 @@ func (f wakeChannelFixture) worker(t *testing.T, machine, hk string) (id, token 
 // connect opens socket id for token.
 func (f wakeChannelFixture) connect(t *testing.T, id, token string) {
 	t.Helper()
-	if _, err := f.svc.Connect(f.ctx, id, token); err != nil {
+	if _, err := f.svc.Connect(f.ctx, id, token, ""); err != nil {
 		t.Fatalf("connect %s: %v", id, err)
 	}
 	if f.poster != nil {
@@ -156,7 +156,7 @@ func TestConnectChecksTheWorkerToken(t *testing.T) {
 		{"wrong secret", "wtk_" + id + "_wrong", wire.ErrUnauthorized},
 		{"no such worker", "wtk_wrk_01NOSUCHWORKER0000000000000_x", wire.ErrUnauthorized},
 	} {
-		if _, err := f.svc.Connect(f.ctx, "c-"+tc.name, tc.token); !errors.Is(err, tc.want) {
+		if _, err := f.svc.Connect(f.ctx, "c-"+tc.name, tc.token, ""); !errors.Is(err, tc.want) {
 			t.Errorf("%s: connect = %v, want %v", tc.name, err, tc.want)
 		}
 	}
@@ -166,7 +166,7 @@ func TestConnectChecksTheWorkerToken(t *testing.T) {
 	if conns, err := f.st.Connections(f.ctx, wake.Key("q", "")); err != nil || len(conns) != 0 {
 		t.Fatalf("refused sockets were recorded: %+v %v", conns, err)
 	}
-	w, err := f.svc.Connect(f.ctx, "c-ok", token)
+	w, err := f.svc.Connect(f.ctx, "c-ok", token, "")
 	if err != nil || w.ID != id {
 		t.Fatalf("connect with the worker's token = %+v, %v", w, err)
 	}
@@ -180,7 +180,7 @@ func TestConnectRefusesAGoneWorker(t *testing.T) {
 	if _, err := f.svc.Bye(f.ctx, wire.ByeRequest{WorkerID: id, Reason: wire.ByeSignal}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.svc.Connect(f.ctx, "c1", token); !errors.Is(err, wire.ErrWorkerGone) {
+	if _, err := f.svc.Connect(f.ctx, "c1", token, ""); !errors.Is(err, wire.ErrWorkerGone) {
 		t.Fatalf("connect of a gone worker = %v, want 410", err)
 	}
 }
@@ -420,7 +420,7 @@ func TestSocketCapHoldsUnderConcurrentConnects(t *testing.T) {
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			if _, err := f.svc.Connect(f.ctx, fmt.Sprintf("c%03d", i), tok); err != nil {
+			if _, err := f.svc.Connect(f.ctx, fmt.Sprintf("c%03d", i), tok, ""); err != nil {
 				t.Error(err)
 			}
 		})

@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/coder/websocket"
 
+	"github.com/dreamlake/lakeshore/shared/auth"
 	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/wakelambda"
 	"github.com/dreamlake/lakeshore/shared/wakesock"
@@ -646,7 +647,7 @@ type fakeConnector struct {
 	disconnected chan string
 }
 
-func (f fakeConnector) Connect(_ context.Context, id, token string) (domain.Worker, error) {
+func (f fakeConnector) Connect(_ context.Context, id, token, _ string) (domain.Worker, error) {
 	if token != f.token {
 		return domain.Worker{}, wire.Errorf(wire.CodeUnauthorized, "worker token is not valid")
 	}
@@ -666,7 +667,7 @@ func (f fakeConnector) Disconnect(_ context.Context, id string) error {
 // pong is what the client takes for one.
 func TestWithRealHandler(t *testing.T) {
 	fc := fakeConnector{token: "good", disconnected: make(chan string, 16)}
-	p := newPlane(t, wakelambda.Handler(fc, discard))
+	p := newPlane(t, wakelambda.Handler(fc, auth.DaemonAuthToken, discard))
 	o := fast()
 	o.PingEvery, o.PongWait = 20*time.Millisecond, time.Second
 	c := p.client(o)

@@ -55,15 +55,7 @@ func TestWakeURLToAnotherHostInClearIsRefused(t *testing.T) {
 		default:
 		}
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	runAgent(t, a)
 	logs.wait(t, "hello", func(r logRecord) bool { return r.Msg == "hello" })
 	inv, _, err := operator(p).Submit(context.Background(), wire.SubmitRequest{Queue: "q", Argv: []string{"true"}})
 	if err != nil {
@@ -84,4 +76,19 @@ func TestWakeURLToAnotherHostInClearIsRefused(t *testing.T) {
 	if len(refusals) != 1 || !strings.Contains(refusals[0].String(), "evil.example") {
 		t.Fatalf("logged %v; want one line that names the refused wake_url", refusals)
 	}
+}
+
+// runAgent runs a until the test ends, and fails the test if Run then
+// returns an error.
+func runAgent(t *testing.T, a *Agent) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
 }

@@ -272,9 +272,17 @@ func (p *wakeProxy) dev(d *devServer) *devServer {
 // TestWakeChannelSocketFlood: a worker that opens 400 wake sockets with its
 // token and never polls does not keep the wakes from an honest nymph on
 // the same queue. nymph polls every 30 s here (no long polls), so only a
-// wake can start its work within 10 s of a submit.
+// wake can start its work within 10 s of a submit. With --lambdas the
+// replaced sockets are closed through the management API's DELETE.
 func TestWakeChannelSocketFlood(t *testing.T) {
-	d := startDev(t, backends[0], "--long-poll=false", "--stale-after", "120s")
+	for _, p := range wakePlanes {
+		t.Run(p.name, func(t *testing.T) {
+			testSocketFlood(t, startDev(t, p.b, append(p.args, "--stale-after", "120s")...))
+		})
+	}
+}
+
+func testSocketFlood(t *testing.T, d *devServer) {
 	n := startNymph(t, d, "honest", "--poll-interval", "30s")
 	n.waitConnected(t)
 

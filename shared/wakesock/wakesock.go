@@ -277,7 +277,6 @@ func (s *Server) manage(w http.ResponseWriter, r *http.Request, id string) {
 		writeJSON(w, http.StatusForbidden, map[string]string{"message": "Forbidden"})
 		return
 	}
-	conn, ok := s.lookup(r.Context(), id)
 	switch r.Method {
 	case http.MethodPost:
 		msg, err := io.ReadAll(io.LimitReader(r.Body, maxPost+1))
@@ -292,14 +291,16 @@ func (s *Server) manage(w http.ResponseWriter, r *http.Request, id string) {
 		}
 		w.WriteHeader(http.StatusOK)
 	case http.MethodDelete:
-		if !ok {
+		// Without waiting for a socket still in its $connect: that
+		// $connect may itself be closing the caller's socket (two sockets
+		// of one worker replacing each other), and neither would end.
+		if err := s.CloseConnection(r.Context(), id); err != nil {
 			gone(w)
 			return
 		}
-		closeConn(conn)
 		w.WriteHeader(http.StatusNoContent)
 	case http.MethodGet:
-		if !ok {
+		if _, ok := s.lookup(r.Context(), id); !ok {
 			gone(w)
 			return
 		}

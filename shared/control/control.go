@@ -48,6 +48,7 @@ type Store interface {
 	PutConnection(ctx context.Context, c store.Connection) error
 	DeleteConnection(ctx context.Context, id string) (store.Connection, bool, error)
 	Connections(ctx context.Context, wakeKey string) ([]store.Connection, error)
+	ConnectionsConsistent(ctx context.Context, wakeKey string) ([]store.Connection, error)
 	PutLogs(ctx context.Context, id string, attempt int, chunks []domain.LogChunk) error
 	Queues(ctx context.Context) ([]string, error)
 	NoteQueue(ctx context.Context, queue string) error

@@ -118,10 +118,11 @@ func (s *Service) Connect(ctx context.Context, connectionID, token, instance str
 
 // capSockets closes and forgets worker id's oldest sockets beyond
 // maxWorkerSockets, keeping the one connecting now (connectionID) and the
-// newest others. Sockets that connect at once each count the others: the
-// last one to list them sees them all, so no more than the cap remain.
+// newest others. Sockets that connect at once each count the others (a
+// consistent read): the last one to list them sees them all, so no more
+// than the cap remain (fewer may: two may each replace the other).
 func (s *Service) capSockets(ctx context.Context, id, connectionID string) error {
-	conns, err := s.store.Connections(ctx, wake.WorkerKey(id))
+	conns, err := s.store.ConnectionsConsistent(ctx, wake.WorkerKey(id))
 	if err != nil || len(conns) <= maxWorkerSockets {
 		return err
 	}

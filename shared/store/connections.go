@@ -111,9 +111,19 @@ func (s *Store) DeleteConnection(ctx context.Context, id string) (c Connection, 
 // but Keys set), up to maxConnectionsPages pages. It follows
 // LastEvaluatedKey rather than counting items: DynamoDB applies Limit
 // before the filter, so a page of expired items comes back short, even
-// empty, with more to read. It reads consistently: the cap on a worker's
-// sockets counts them right after a put.
+// empty, with more to read. It reads eventually consistently: a wake is a
+// hint, and the poll is what claims.
 func (s *Store) Connections(ctx context.Context, wakeKey string) ([]Connection, error) {
+	return s.connections(ctx, wakeKey, false)
+}
+
+// ConnectionsConsistent is Connections read consistently: the cap on a
+// worker's sockets counts them right after a put.
+func (s *Store) ConnectionsConsistent(ctx context.Context, wakeKey string) ([]Connection, error) {
+	return s.connections(ctx, wakeKey, true)
+}
+
+func (s *Store) connections(ctx context.Context, wakeKey string, consistent bool) ([]Connection, error) {
 	in := &dynamodb.QueryInput{
 		TableName:              aws.String(s.tables.Connections),
 		KeyConditionExpression: aws.String("wake_key = :k"),
@@ -122,7 +132,7 @@ func (s *Store) Connections(ctx context.Context, wakeKey string) ([]Connection, 
 			":k": str(wakeKey), ":now": &types.AttributeValueMemberN{Value: strconv.FormatInt(s.now().Unix(), 10)},
 		},
 		Limit:          aws.Int32(connectionsPage),
-		ConsistentRead: aws.Bool(true),
+		ConsistentRead: aws.Bool(consistent),
 	}
 	var cs []Connection
 	for range maxConnectionsPages {

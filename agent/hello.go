@@ -67,7 +67,13 @@ func (a *Agent) newSession(res wire.HelloResponse) (session, error) {
 		// the request deadline health holds a poll to (requestTimeout).
 		s.longPoll = min(time.Duration(res.LongPollS*float64(time.Second)), s.interval, requestTimeout/2)
 	}
-	if res.WakeURL != "" {
+	switch err := checkWakeURL(res.WakeURL, a.cfg.Insecure); {
+	case res.WakeURL == "":
+	case err != nil:
+		// The channel is only a hint: without it nymph polls on the
+		// interval, as against a control plane that offers none.
+		a.log.Warn("not using the wake channel hello offered; polling on the interval instead", "error", err.Error())
+	default:
 		// An idle daemon with its socket up polls only to stay live: as
 		// often as a held poll would, within the heartbeat ratio.
 		s.wakeURL = res.WakeURL

@@ -58,6 +58,12 @@ type iamTransport struct {
 	// session token.
 	host  string
 	clock clock.Clock // signing time
+	// upgrade signs only the host, the date, the session token and the
+	// token header (the wake socket's WebSocket upgrade): the hop-by-hop
+	// upgrade headers (Connection, Upgrade, Sec-WebSocket-*) may be
+	// rewritten on the way to API Gateway, and a signature over them
+	// would then fail.
+	upgrade bool
 }
 
 var _ http.RoundTripper = (*iamTransport)(nil)
@@ -94,10 +100,45 @@ func (t *iamTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, fmt.Errorf("iam: instance role credentials from IMDS: %w", err)
 	}
 	sum := sha256.Sum256(body)
-	if err := t.signer.SignHTTP(r.Context(), creds, r, hex.EncodeToString(sum[:]), iamService, t.region, t.clock.Now()); err != nil {
+	signed := r
+	if t.upgrade {
+		signed = &http.Request{Method: r.Method, URL: r.URL, Host: r.Host, Header: http.Header{}}
+		if tok := r.Header.Get(tokenHeader); tok != "" {
+			signed.Header.Set(tokenHeader, tok)
+		}
+	}
+	if err := t.signer.SignHTTP(r.Context(), creds, signed, hex.EncodeToString(sum[:]), iamService, t.region, t.clock.Now()); err != nil {
 		return nil, fmt.Errorf("iam: sign request: %w", err)
 	}
+	if t.upgrade {
+		for _, h := range []string{"Authorization", "X-Amz-Date", "X-Amz-Security-Token"} {
+			if v := signed.Header.Get(h); v != "" {
+				r.Header.Set(h, v)
+			}
+		}
+	}
 	return t.base.RoundTrip(r)
+}
+
+// wakeHTTPClient returns the client nymph opens the wake socket at wakeURL
+// with: hc itself, or in IAM mode (hc signs for the control plane) a copy
+// that signs the WebSocket upgrade for the wake channel's host, where the
+// $connect route sits behind AWS_IAM too. The URL came from hello, over
+// the signed channel to the control plane, and passed checkWakeURL.
+func wakeHTTPClient(hc *http.Client, wakeURL string) *http.Client {
+	t, ok := hc.Transport.(*iamTransport)
+	if !ok {
+		return hc
+	}
+	u, err := url.Parse(wakeURL)
+	if err != nil {
+		return hc // the dial fails on it, as it would anyway
+	}
+	wt := *t
+	wt.host, wt.upgrade = u.Host, true
+	cp := *hc
+	cp.Transport = &wt
+	return &cp
 }
 
 // drainBody reads and closes req's body (nil when there is none).

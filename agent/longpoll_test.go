@@ -60,15 +60,7 @@ func TestIdleLongPollIsWoken(t *testing.T) {
 		default:
 		}
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	runAgent(t, a)
 
 	waitUntil(t, 30*time.Second, "a held poll", func() bool { return hub.Waiting(wake.Key("q", "")) == 1 })
 	held := polls.sent.Load()

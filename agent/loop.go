@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"runtime/debug"
 	"time"
 
@@ -53,7 +54,8 @@ func (a *Agent) loop(ctx context.Context, st *state, hello wire.HelloRequest) (e
 	// daemon need not poll often to be quick (docs/dispatch.md).
 	wctx, stopWake := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopWake()
-	st.wake = wakeclient.New(wakeclient.Options{HTTP: cfg.HTTP, Logger: a.log})
+	st.wake = wakeclient.New(wakeclient.Options{Logger: a.log,
+		HTTPFor: func(url string) *http.Client { return wakeHTTPClient(cfg.HTTP, url) }})
 	go st.wake.Run(wctx)
 	a.useWake(st)
 

@@ -13,17 +13,38 @@ import (
 // in clear. insecure (--insecure) accepts it anyway, for a network the
 // operator trusts (a VPC-internal load balancer, a test namespace).
 func checkTransport(u *url.URL, insecure bool) error {
-	if u.Scheme == "https" || insecure {
-		return nil
-	}
-	host := u.Hostname()
-	if strings.EqualFold(host, "localhost") {
-		return nil
-	}
-	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+	if insecure || !inClearToAnotherHost(u) {
 		return nil
 	}
 	return fmt.Errorf("--control-plane %s is plain http to another host: tokens would cross the network in clear; use https, or pass --insecure if this network is trusted", u.Redacted())
+}
+
+// checkWakeURL applies checkTransport's rule to the wake channel's URL
+// that hello answers: nymph presents its worker token there, so it takes
+// wss://, plain ws:// only to this host, or to any host with --insecure.
+func checkWakeURL(raw string, insecure bool) error {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "ws" && u.Scheme != "wss") || u.Host == "" {
+		return fmt.Errorf("wake_url is not a ws:// or wss:// URL")
+	}
+	if insecure || !inClearToAnotherHost(u) {
+		return nil
+	}
+	return fmt.Errorf("wake_url %s is plain ws to another host: the worker token would cross the network in clear; the control plane should hand out wss://, or pass --insecure if this network is trusted", u.Redacted())
+}
+
+// inClearToAnotherHost reports whether a request to u travels unencrypted
+// (http, ws) to a host other than this one (localhost, a loopback IP).
+func inClearToAnotherHost(u *url.URL) bool {
+	if u.Scheme == "https" || u.Scheme == "wss" {
+		return false
+	}
+	host := u.Hostname()
+	if strings.EqualFold(host, "localhost") {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return ip == nil || !ip.IsLoopback()
 }
 
 // ReadTokenFile reads a token from path (surrounding white space trimmed).

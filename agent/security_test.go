@@ -40,6 +40,40 @@ func TestCheckTransport(t *testing.T) {
 	}
 }
 
+// TestCheckWakeURL: the wake channel's URL follows the control plane's
+// rule: wss://, or plain ws:// to this host, or plain anywhere with
+// --insecure; anything but a ws(s) URL is refused.
+func TestCheckWakeURL(t *testing.T) {
+	for _, tc := range []struct {
+		url      string
+		insecure bool
+		ok       bool
+	}{
+		{"wss://abc.execute-api.us-east-1.amazonaws.com/wake", false, true},
+		{"ws://127.0.0.1:3000/wake", false, true},
+		{"ws://[::1]:3000/wake", false, true},
+		{"ws://localhost:3000/wake", false, true},
+		{"ws://evil.example:1/", false, false},
+		{"ws://10.0.0.1:3000/wake", false, false},
+		{"ws://localhost.evil.example/wake", false, false},
+		{"ws://0.0.0.0:3000/wake", false, false},
+		{"ws://user:secret@10.0.0.1/wake", false, false},
+		{"ws://evil.example:1/", true, true},
+		{"https://cp.example.com/wake", false, false},
+		{"http://127.0.0.1:3000/wake", true, false},
+		{"wss:///wake", false, false},
+		{"::not a url", true, false},
+	} {
+		err := checkWakeURL(tc.url, tc.insecure)
+		if (err == nil) != tc.ok {
+			t.Errorf("checkWakeURL(%s, insecure=%v) = %v, want ok=%v", tc.url, tc.insecure, err, tc.ok)
+		}
+		if err != nil && strings.Contains(err.Error(), "secret") {
+			t.Errorf("the error shows the URL's password: %v", err)
+		}
+	}
+}
+
 func TestReadTokenFile(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name, content string, mode os.FileMode) string {

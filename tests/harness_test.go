@@ -69,9 +69,12 @@ type devServer struct {
 	URL           string
 	EnrollToken   string
 	OperatorToken string
-	cmd           *exec.Cmd
-	logs          *strings.Builder
-	exited        chan struct{}
+	// WakeSecret is what a call to its wake management API must carry
+	// (wire.WakeSecretHeader).
+	WakeSecret string
+	cmd        *exec.Cmd
+	logs       *strings.Builder
+	exited     chan struct{}
 	// logText reads what the process logged so far (safe while it runs).
 	logText func() string
 }
@@ -167,6 +170,8 @@ func startDev(t testing.TB, b backend, extra ...string) *devServer {
 				d.URL = v
 			case "LAKESHORE_ENROLL_TOKEN":
 				d.EnrollToken = v
+			case "LAKESHORE_WAKE_SECRET":
+				d.WakeSecret = v
 			case "LAKESHORE_TOKEN":
 				d.OperatorToken = v
 				ready <- nil

@@ -295,7 +295,7 @@ func TestInfraCopiesAgree(t *testing.T) {
 var infraPolicyPlaceholders = []string{
 	"AWS::Partition", "AWS::Region", "AWS::AccountId", "AWS::URLSuffix",
 	"EnrollTokenParameter", "NymphBucket", "NymphKey",
-	"OperatorTokenParameter", "ControlPlaneStack", "FleetStack", "HttpApiId",
+	"OperatorTokenParameter", "ControlPlaneStack", "FleetStack", "HttpApiId", "WakeApiId",
 }
 
 type infraPolicyStatement struct {
@@ -390,6 +390,9 @@ func TestInfraPolicies(t *testing.T) {
 	}
 	if want := []string{"kms:Decrypt", "s3:GetObject", "ssm:GetParameter"}; !slices.Equal(actions["agent-policy.json"], want) {
 		t.Errorf("agent policy actions %v, want %v (the agent reads its token and binary; it talks to the API with tokens)", actions["agent-policy.json"], want)
+	}
+	if !strings.Contains(docs["agent-iam-mode-policy.json"], "${WakeApiId}/wake/$connect") {
+		t.Error("the IAM-mode agent policy does not let the instance open its wake socket ($connect is behind AWS_IAM there)")
 	}
 	for _, a := range actions["operator-policy.json"] {
 		verb := a[strings.Index(a, ":")+1:]

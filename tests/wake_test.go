@@ -11,9 +11,12 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/coder/websocket"
 
 	"github.com/dreamlake/lakeshore/shared/client"
 	"github.com/dreamlake/lakeshore/shared/wire"
@@ -197,6 +200,7 @@ func dropSocket(t *testing.T, d *devServer) {
 		t.Fatal("the dev server logged no wake socket")
 	}
 	req, _ := http.NewRequest(http.MethodDelete, d.URL+"/wake/@connections/"+url.PathEscape(id), nil)
+	req.Header.Set(wire.WakeSecretHeader, d.WakeSecret)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -263,4 +267,61 @@ func (p *wakeProxy) dev(d *devServer) *devServer {
 	c := *d
 	c.URL = p.srv.URL
 	return &c
+}
+
+// TestWakeChannelSocketFlood: a worker that opens 400 wake sockets with its
+// token and never polls does not keep the wakes from an honest nymph on
+// the same queue. nymph polls every 30 s here (no long polls), so only a
+// wake can start its work within 10 s of a submit. With --lambdas the
+// replaced sockets are closed through the management API's DELETE.
+func TestWakeChannelSocketFlood(t *testing.T) {
+	for _, p := range wakePlanes {
+		t.Run(p.name, func(t *testing.T) {
+			testSocketFlood(t, startDev(t, p.b, append(p.args, "--stale-after", "120s")...))
+		})
+	}
+}
+
+func testSocketFlood(t *testing.T, d *devServer) {
+	n := startNymph(t, d, "honest", "--poll-interval", "30s")
+	n.waitConnected(t)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	hello, err := d.Enroll().Hello(ctx, wire.HelloRequest{MachineID: "hostile", BootID: "b", Label: "hostile", Lanes: []string{"q"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const flood = 400
+	var open atomic.Int64
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 32)
+	for range flood {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			c, _, err := websocket.Dial(ctx, hello.WakeURL, &websocket.DialOptions{
+				HTTPHeader: http.Header{"Authorization": {"Bearer " + hello.Token}},
+			})
+			if err != nil {
+				t.Errorf("hostile socket: %v", err)
+				return
+			}
+			open.Add(1)
+			go func() { // hold it until the server closes it or the test ends
+				defer c.CloseNow()
+				_, _, _ = c.Read(ctx)
+				open.Add(-1)
+			}()
+		})
+	}
+	wg.Wait()
+	eventually(t, time.Minute, "the hostile worker's sockets capped", func() bool { return open.Load() <= 4 })
+
+	op := d.Operator()
+	for i := range 5 {
+		if took := startedWithin(t, op, n); took > 10*time.Second {
+			t.Fatalf("submit %d: the honest nymph started its body %s after the submit; with 400 hostile sockets a wake should still bring it well before its 30 s poll", i, took)
+		}
+	}
 }

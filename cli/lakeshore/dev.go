@@ -60,10 +60,11 @@ type devOptions struct {
 }
 
 // wakeChannel is where the dev server serves the wake channel: the socket
-// URL hello hands out and the management endpoint that posts to sockets
-// (both "" when --wake-channel=false).
+// URL hello hands out, the management endpoint that posts to sockets and
+// the secret each management call must carry (all "" when
+// --wake-channel=false).
 type wakeChannel struct {
-	url, endpoint string
+	url, endpoint, secret string
 }
 
 // wakePath is the wake channel's stage on the dev server: its sockets, and
@@ -214,7 +215,11 @@ func runDev(ctx context.Context, o devOptions) error {
 	defer ln.Close()
 	var wc wakeChannel
 	if o.wakeChannel {
-		wc = wakeChannel{url: "ws://" + ln.Addr().String() + wakePath, endpoint: "http://" + ln.Addr().String() + wakePath}
+		secret, err := auth.Random(24)
+		if err != nil {
+			return fmt.Errorf("generate the wake management secret: %w", err)
+		}
+		wc = wakeChannel{url: "ws://" + ln.Addr().String() + wakePath, endpoint: "http://" + ln.Addr().String() + wakePath, secret: secret}
 	}
 
 	st := store.New(db, o.tablePrefix)
@@ -223,7 +228,7 @@ func runDev(ctx context.Context, o devOptions) error {
 	// claimable wakes a poll the routes hold.
 	hub := &wake.Hub{}
 	var wakeRoute wakesock.Route
-	sockets := wakesock.New(wakePath, func(ctx context.Context, ev events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
+	sockets := wakesock.New(wakePath, wc.secret, func(ctx context.Context, ev events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
 		return wakeRoute(ctx, ev)
 	}, log)
 	var poster control.Poster
@@ -291,7 +296,7 @@ func runDev(ctx context.Context, o devOptions) error {
 			return err
 		}
 		handler = srv
-		wakeRoute = wakelambda.Handler(svc, log)
+		wakeRoute = wakelambda.Handler(svc, auth.DaemonAuthToken, log)
 		sweepOnce = func(ctx context.Context) error { return sweep(ctx, svc, log) }
 	}
 	if o.wakeChannel {
@@ -308,6 +313,11 @@ func runDev(ctx context.Context, o devOptions) error {
 	fmt.Printf("lakeshore dev: listening on %s (store %s, tables %s*, routes %s)\n", url, o.storeKind, o.tablePrefix, via)
 	fmt.Printf("LAKESHORE_URL=%s\n", url)
 	fmt.Printf("LAKESHORE_ENROLL_TOKEN=%s\n", o.enrollToken)
+	if wc.secret != "" {
+		// What a call to the management API at /wake/@connections/ must
+		// carry in X-Lakeshore-Wake-Secret.
+		fmt.Printf("LAKESHORE_WAKE_SECRET=%s\n", wc.secret)
+	}
 	fmt.Printf("LAKESHORE_TOKEN=%s\n", o.operatorToken)
 
 	// The reaper sweeps a quarter of the stale window apart, so a crashed

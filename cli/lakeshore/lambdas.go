@@ -371,7 +371,7 @@ func lambdaEnv(environ []string, o devOptions, endpoint, invokeURL string, wake 
 		"LAKESHORE_CLAIM_SHARDS="+strconv.Itoa(max(o.claimShards, 1)),
 	)
 	if wake.url != "" {
-		env = append(env, "LAKESHORE_WAKE_URL="+wake.url, "LAKESHORE_WAKE_ENDPOINT="+wake.endpoint)
+		env = append(env, lsconfig.EnvWakeURL+"="+wake.url, lsconfig.EnvWakeEndpoint+"="+wake.endpoint, lsconfig.EnvWakeSecret+"="+wake.secret)
 	}
 	if p := o.provision; p.MaxHosts > 0 {
 		// The provisioner function's settings, as template.yaml gives

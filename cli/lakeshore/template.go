@@ -22,8 +22,9 @@ func newTemplateCmd() *cobra.Command {
 the variant whose daemon routes sit behind API Gateway's AWS_IAM authorizer
 (the committed template-iam.yaml is this output: make template-iam.yaml):
 every POST /v1/daemon/* route gets Auth: {Authorizer: AWS_IAM}, the HttpApi
-enables the IAM authorizer, every function gets LAKESHORE_DAEMON_AUTH=iam,
-and an output names the route ARNs the fleet's instance role may invoke.`,
+enables the IAM authorizer, the wake channel's $connect route gets
+AuthorizationType AWS_IAM, every function gets LAKESHORE_DAEMON_AUTH=iam,
+and outputs name the route ARNs the fleet's instance role may invoke.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			switch daemonAuth {
@@ -48,10 +49,11 @@ const iamHeader = `# GENERATED from template.yaml by "lakeshore template --daemo
 # IAM mode (docs/security.md): the daemon routes sit behind API Gateway's
 # AWS_IAM authorizer. nymph --iam signs with its instance role; the worker
 # and enrollment tokens travel in X-Lakeshore-Token; every daemon call must
-# come from the instance its machine_id names. Deploy with
+# come from the instance its machine_id names, and so must its wake socket.
+# Deploy with
 #   sam build -t template-iam.yaml && sam deploy -t .aws-sam/build/template.yaml --guided
 # and allow the fleet's instance role execute-api:Invoke on the
-# DaemonRoutesArn output.
+# DaemonRoutesArn and WakeConnectArn outputs.
 `
 
 // writeIAMTemplate rewrites the SAM template src into its IAM-mode variant.
@@ -99,6 +101,16 @@ func writeIAMTemplate(w io.Writer, src []byte) error {
 		return fmt.Errorf("template.yaml: %d daemon routes found, want %d (%s)", routes, len(want), strings.Join(want, ", "))
 	}
 
+	// The wake channel's $connect is a daemon route too: AWS_IAM, and the
+	// wake function binds the socket to the calling instance.
+	connect := lookupPath(resources, "WakeConnectRoute", "Properties")
+	if connect == nil {
+		return fmt.Errorf("template.yaml: no WakeConnectRoute")
+	}
+	iamAuth := scalar("AWS_IAM")
+	iamAuth.LineComment = "# SigV4 of the instance role; the function checks the token and the instance"
+	setKey(connect, "AuthorizationType", iamAuth)
+
 	outputs := lookupPath(root, "Outputs")
 	if outputs == nil {
 		return fmt.Errorf("template.yaml: no Outputs")
@@ -106,6 +118,9 @@ func writeIAMTemplate(w io.Writer, src []byte) error {
 	arn := scalarTag("arn:${AWS::Partition}:execute-api:${AWS::Region}:${AWS::AccountId}:${HttpApi}/*/POST/v1/daemon/*", "!Sub")
 	out := mapping("Description", scalar("Grant the fleet's instance role execute-api:Invoke on this (the daemon routes)."), "Value", arn)
 	setKey(outputs, "DaemonRoutesArn", out)
+	wakeARN := scalarTag("arn:${AWS::Partition}:execute-api:${AWS::Region}:${AWS::AccountId}:${WakeApi}/wake/$connect", "!Sub")
+	out = mapping("Description", scalar("Grant the fleet's instance role execute-api:Invoke on this too (the wake channel's $connect)."), "Value", wakeARN)
+	setKey(outputs, "WakeConnectArn", out)
 
 	var buf bytes.Buffer
 	buf.WriteString(iamHeader)

@@ -75,4 +75,18 @@ func TestIAMTemplate(t *testing.T) {
 	if v := lookupPath(resources, "HttpApi", "Properties", "Auth", "EnableIamAuthorizer"); v == nil || v.Value != "true" {
 		t.Error("the HttpApi does not enable the IAM authorizer")
 	}
+	if v := lookupPath(resources, "WakeConnectRoute", "Properties", "AuthorizationType"); v == nil || v.Value != "AWS_IAM" {
+		t.Error("the wake channel's $connect is not behind AWS_IAM")
+	}
+	if v := lookupPath(root, "Outputs", "WakeConnectArn", "Value"); v == nil || !strings.HasSuffix(v.Value, "${WakeApi}/wake/$connect") {
+		t.Error("no WakeConnectArn output for the instance role's policy")
+	}
+	// The token template leaves $connect to the function's token check.
+	var plain yaml.Node
+	if err := yaml.Unmarshal(lakeshore.Template, &plain); err != nil {
+		t.Fatal(err)
+	}
+	if v := lookupPath(plain.Content[0], "Resources", "WakeConnectRoute", "Properties", "AuthorizationType"); v == nil || v.Value != "NONE" {
+		t.Error("template.yaml's $connect is not AuthorizationType NONE")
+	}
 }

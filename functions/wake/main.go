@@ -12,5 +12,5 @@ import (
 
 func main() {
 	s := lambdamain.Open("wake")
-	lambda.Start(wakelambda.Handler(s.Control, s.Log))
+	lambda.Start(wakelambda.Handler(s.Control, s.Config.DaemonAuth, s.Log))
 }

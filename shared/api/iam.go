@@ -2,17 +2,12 @@ package api
 
 import (
 	"net/http"
-	"regexp"
 	"strings"
 
 	"github.com/dreamlake/lakeshore/shared/auth"
 	"github.com/dreamlake/lakeshore/shared/lambdahttp"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
-
-// assumedRoleInstance matches the caller ARN of an EC2 instance profile
-// session, whose session name is the instance id.
-var assumedRoleInstance = regexp.MustCompile(`^arn:aws[a-z-]*:sts::[0-9]{12}:assumed-role/[A-Za-z0-9+=,.@_-]+/(i-[0-9a-f]{8,17})$`)
 
 // daemonToken reads a daemon route's token where the mode puts it.
 func (s *Server) daemonToken(r *http.Request) string {
@@ -33,16 +28,16 @@ func (s *Server) callerInstance(r *http.Request) (string, error) {
 		return "", wire.Errorf(wire.CodeUnauthorized, "IAM mode: the request carries no AWS_IAM caller identity (daemon routes must come through API Gateway's AWS_IAM authorizer, signed with SigV4)")
 	}
 	arn := ev.RequestContext.Authorizer.IAM.UserARN
-	m := assumedRoleInstance.FindStringSubmatch(arn)
-	if m == nil {
+	instance, ok := auth.CallerInstance(arn)
+	if !ok {
 		return "", wire.Errorf(wire.CodeForbidden, "IAM mode: the caller %q is not an EC2 instance role session", arn)
 	}
-	return m[1], nil
+	return instance, nil
 }
 
 // sameInstance refuses, in IAM mode, a machine id other than the caller's.
 func sameInstance(instance, machineID string) error {
-	if instance != "" && instance != machineID {
+	if !auth.SameInstance(instance, machineID) {
 		return wire.Errorf(wire.CodeForbidden, "IAM mode: machine_id %q is not the calling instance %s", machineID, instance)
 	}
 	return nil

@@ -11,6 +11,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"net/http"
+	"regexp"
 	"strings"
 )
 
@@ -25,6 +26,28 @@ const (
 	// enrollment or worker token is useless off that instance.
 	DaemonAuthIAM = "iam"
 )
+
+// instanceRoleSession matches the caller ARN of an EC2 instance profile
+// session, whose session name is the instance id.
+var instanceRoleSession = regexp.MustCompile(`^arn:aws[a-z-]*:sts::[0-9]{12}:assumed-role/[A-Za-z0-9+=,.@_-]+/(i-[0-9a-f]{8,17})$`)
+
+// CallerInstance reports the EC2 instance whose role session the caller ARN
+// names (IAM mode: API Gateway's AWS_IAM authorizer verified it), and false
+// for any other caller.
+func CallerInstance(callerARN string) (string, bool) {
+	m := instanceRoleSession.FindStringSubmatch(callerARN)
+	if m == nil {
+		return "", false
+	}
+	return m[1], true
+}
+
+// SameInstance reports whether a caller from instance may act for a
+// worker of machineID: in IAM mode only from that instance; in token mode
+// (instance "") always.
+func SameInstance(instance, machineID string) bool {
+	return instance == "" || instance == machineID
+}
 
 // workerTokenPrefix starts every worker token: "wtk_<worker ulid>_<secret>".
 // The worker id inside lets the control plane find the row to check against

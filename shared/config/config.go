@@ -34,6 +34,10 @@ const (
 	// daemons, and the https endpoint of its management API.
 	EnvWakeURL      = "LAKESHORE_WAKE_URL"
 	EnvWakeEndpoint = "LAKESHORE_WAKE_ENDPOINT"
+	// EnvWakeSecret is sent with every management call (optional): the
+	// secret of `lakeshore dev`'s emulated management API. API Gateway's
+	// own checks the caller's SigV4 signature instead.
+	EnvWakeSecret = "LAKESHORE_WAKE_SECRET"
 	// EnvClaimShards splits each queue's claim index partition (default 1;
 	// docs/dispatch.md). Every function must read the same count.
 	EnvClaimShards = "LAKESHORE_CLAIM_SHARDS"
@@ -60,6 +64,9 @@ type Config struct {
 	// management endpoint; both empty: no wake channel.
 	WakeURL      string
 	WakeEndpoint string
+	// WakeSecret goes with each management call ("": none; only the
+	// dev server's emulation asks for one).
+	WakeSecret string
 	// ClaimShards is store.Store.ClaimShards (1: one partition a queue).
 	ClaimShards int
 }
@@ -93,6 +100,25 @@ func Load(ctx context.Context, getenv func(string) string, params ParameterGette
 		}
 		*s.dst = v
 	}
+	return c, nil
+}
+
+// LoadStore reads what a function that holds no tokens needs (the reaper,
+// the host poller, the wake channel's routes): the table prefix, the stale
+// window, the wake channel (they hand work back, so they wake workers) and
+// the daemon auth mode (the wake routes bind a socket to its instance in
+// IAM mode). Tokens stay unset.
+func LoadStore(getenv func(string) string) (Config, error) {
+	c := Config{TablePrefix: getenv(EnvTablePrefix), StaleAfter: domain.DefaultStaleAfter,
+		WakeURL: getenv(EnvWakeURL), WakeEndpoint: getenv(EnvWakeEndpoint),
+		WakeSecret: getenv(EnvWakeSecret), ClaimShards: 1}
+	if v := getenv(EnvClaimShards); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > MaxClaimShards {
+			return Config{}, fmt.Errorf("%s must be a whole number from 1 to %d, got %q", EnvClaimShards, MaxClaimShards, v)
+		}
+		c.ClaimShards = n
+	}
 	c.DaemonAuth = getenv(EnvDaemonAuth)
 	switch c.DaemonAuth {
 	case "":
@@ -100,22 +126,6 @@ func Load(ctx context.Context, getenv func(string) string, params ParameterGette
 	case auth.DaemonAuthToken, auth.DaemonAuthIAM:
 	default:
 		return Config{}, fmt.Errorf("%s must be %s or %s, got %q", EnvDaemonAuth, auth.DaemonAuthToken, auth.DaemonAuthIAM, c.DaemonAuth)
-	}
-	return c, nil
-}
-
-// LoadStore reads what a function that serves no routes needs (the reaper,
-// the host poller): the table prefix, the stale window and the wake
-// channel (they hand work back, so they wake workers). Tokens stay unset.
-func LoadStore(getenv func(string) string) (Config, error) {
-	c := Config{TablePrefix: getenv(EnvTablePrefix), StaleAfter: domain.DefaultStaleAfter,
-		WakeURL: getenv(EnvWakeURL), WakeEndpoint: getenv(EnvWakeEndpoint), ClaimShards: 1}
-	if v := getenv(EnvClaimShards); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > MaxClaimShards {
-			return Config{}, fmt.Errorf("%s must be a whole number from 1 to %d, got %q", EnvClaimShards, MaxClaimShards, v)
-		}
-		c.ClaimShards = n
 	}
 	if (c.WakeURL == "") != (c.WakeEndpoint == "") {
 		return Config{}, fmt.Errorf("%s and %s must be set together (the wake channel's socket URL and its management endpoint)", EnvWakeURL, EnvWakeEndpoint)

@@ -9,6 +9,8 @@ package control
 import (
 	"context"
 	"log/slog"
+	"math/rand/v2"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -45,7 +47,8 @@ type Store interface {
 	Cancel(ctx context.Context, id string) (domain.Invocation, error)
 	PutConnection(ctx context.Context, c store.Connection) error
 	DeleteConnection(ctx context.Context, id string) (store.Connection, bool, error)
-	Connections(ctx context.Context, wakeKey string, limit int) ([]store.Connection, error)
+	Connections(ctx context.Context, wakeKey string) ([]store.Connection, error)
+	ConnectionsConsistent(ctx context.Context, wakeKey string) ([]store.Connection, error)
 	PutLogs(ctx context.Context, id string, attempt int, chunks []domain.LogChunk) error
 	Queues(ctx context.Context) ([]string, error)
 	NoteQueue(ctx context.Context, queue string) error
@@ -85,6 +88,8 @@ type Service struct {
 	metrics         metrics.Recorder
 	submitted       func(context.Context, domain.Invocation)
 	log             *slog.Logger
+	randMu          sync.Mutex
+	rand            *rand.Rand // nil: the global source
 }
 
 // Config is what a Service needs; zero values take the defaults.
@@ -124,11 +129,14 @@ type Config struct {
 	// short; it never fails the submit.
 	Submitted func(context.Context, domain.Invocation)
 	Logger    *slog.Logger
+	// Rand picks the workers a wake goes to (nil: the global source);
+	// tests seed one.
+	Rand *rand.Rand
 }
 
 // New returns a Service over c.Store.
 func New(c Config) *Service {
-	s := &Service{store: c.Store, staleAfter: c.StaleAfter, maxWait: c.MaxPollWait, sleep: c.Sleep, clock: c.Clock, wake: c.Wake, longPoll: c.LongPoll, poster: c.Poster, wakeURL: c.WakeURL, metrics: c.Metrics, submitted: c.Submitted, log: c.Logger}
+	s := &Service{store: c.Store, staleAfter: c.StaleAfter, maxWait: c.MaxPollWait, sleep: c.Sleep, clock: c.Clock, wake: c.Wake, longPoll: c.LongPoll, poster: c.Poster, wakeURL: c.WakeURL, metrics: c.Metrics, submitted: c.Submitted, log: c.Logger, rand: c.Rand}
 	if s.metrics == nil {
 		s.metrics = metrics.Discard{}
 	}

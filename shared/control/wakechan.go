@@ -4,7 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/dreamlake/lakeshore/shared/auth"
@@ -21,12 +24,13 @@ import (
 // lost, or sent to a worker that is busy by now, costs at most the poll
 // interval the daemon keeps anyway.
 
-// Poster delivers one message to one wake socket: API Gateway's management
-// API on AWS (shared/wakesock), the dev server's own sockets in process.
-// It answers an error that wraps ErrConnectionGone when the socket no
-// longer exists.
+// Poster delivers one message to one wake socket, and closes one: API
+// Gateway's management API on AWS (shared/wakelambda), the dev server's own
+// sockets in process (shared/wakesock). Both answer an error that wraps
+// ErrConnectionGone when the socket no longer exists.
 type Poster interface {
 	Post(ctx context.Context, connectionID string, msg []byte) error
+	CloseConnection(ctx context.Context, connectionID string) error
 }
 
 // ErrConnectionGone is what a Poster answers for a socket that has closed.
@@ -34,13 +38,16 @@ var ErrConnectionGone = errors.New("wake connection is gone")
 
 // Wake channel bounds.
 const (
-	// wakeFanout is how many sockets one claimable invocation wakes: a
+	// wakeFanout is how many workers one claimable invocation wakes: a
 	// few, not all, so woken workers do not race for one item; two, so a
 	// worker that turned busy since it connected does not strand the work.
+	// They are chosen among the workers, not the sockets, so a worker
+	// that opens many sockets is not woken more often than one with one.
 	wakeFanout = 2
-	// wakeCandidates is how many of a key's sockets a wake reads to pick
-	// from at random.
-	wakeCandidates = 16
+	// maxWorkerSockets caps the sockets one worker keeps: nymph holds one
+	// (two for a moment while it reconnects); a newer socket replaces the
+	// oldest, so a worker token cannot fill the table or the wake's reads.
+	maxWorkerSockets = 4
 	// pushTimeout bounds one wake's lookup and posts; a slow management
 	// API must not hold up a submit.
 	pushTimeout = 2 * time.Second
@@ -76,8 +83,10 @@ func wakeKeys(w domain.Worker) []string {
 
 // Connect records wake socket connectionID for the worker whose token the
 // socket presented. It refuses a token that is not a live worker's (401),
-// and a gone worker (410: say hello again). The socket can only hear wakes.
-func (s *Service) Connect(ctx context.Context, connectionID, token string) (domain.Worker, error) {
+// a caller other than the worker's instance in IAM mode (403; instance is
+// the caller's, "" in token mode) and a gone worker (410: say hello
+// again). The socket can only hear wakes.
+func (s *Service) Connect(ctx context.Context, connectionID, token, instance string) (domain.Worker, error) {
 	id, ok := auth.WorkerOf(token)
 	if !ok {
 		return domain.Worker{}, wire.Errorf(wire.CodeUnauthorized, "the wake channel needs Authorization: Bearer <worker token from hello>")
@@ -89,15 +98,64 @@ func (s *Service) Connect(ctx context.Context, connectionID, token string) (doma
 	if err != nil {
 		return domain.Worker{}, err
 	}
+	if !auth.SameInstance(instance, w.MachineID) {
+		return domain.Worker{}, wire.Errorf(wire.CodeForbidden, "IAM mode: worker %s's machine_id %q is not the calling instance %s", w.ID, w.MachineID, instance)
+	}
 	if w.State == domain.WorkerGone {
 		return domain.Worker{}, wire.Errorf(wire.CodeWorkerGone, "worker is gone; say hello again")
 	}
-	c := store.Connection{ID: connectionID, WorkerID: w.ID, Keys: wakeKeys(w), ExpiresAt: s.clock.Now().Add(connectionTTL)}
+	now := s.clock.Now()
+	c := store.Connection{ID: connectionID, WorkerID: w.ID, Keys: wakeKeys(w), ConnectedAt: now, ExpiresAt: now.Add(connectionTTL)}
 	if err := s.store.PutConnection(ctx, c); err != nil {
 		return domain.Worker{}, err
 	}
 	s.log.Info("wake socket connected", "worker_id", w.ID, "connection_id", connectionID)
+	if err := s.capSockets(ctx, w.ID, connectionID); err != nil {
+		s.log.Warn("wake channel: cap a worker's sockets", "worker_id", w.ID, "error", err.Error())
+	}
 	return w, nil
+}
+
+// capSockets closes and forgets worker id's oldest sockets beyond
+// maxWorkerSockets, keeping the one connecting now (connectionID) and the
+// newest others. Sockets that connect at once each count the others (a
+// consistent read): the last one to list them sees them all, so no more
+// than the cap remain (fewer may: two may each replace the other).
+func (s *Service) capSockets(ctx context.Context, id, connectionID string) error {
+	conns, err := s.store.ConnectionsConsistent(ctx, wake.WorkerKey(id))
+	if err != nil || len(conns) <= maxWorkerSockets {
+		return err
+	}
+	slices.SortFunc(conns, func(a, b store.Connection) int {
+		if (a.ID == connectionID) != (b.ID == connectionID) {
+			return boolOrder(a.ID == connectionID)
+		}
+		if c := b.ConnectedAt.Compare(a.ConnectedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(b.ID, a.ID)
+	})
+	for _, c := range conns[maxWorkerSockets:] {
+		if err := s.Disconnect(ctx, c.ID); err != nil {
+			return err
+		}
+		if s.poster == nil {
+			continue
+		}
+		if err := s.poster.CloseConnection(ctx, c.ID); err != nil && !errors.Is(err, ErrConnectionGone) {
+			s.log.Warn("wake channel: close a replaced socket", "worker_id", id, "connection_id", c.ID, "error", err.Error())
+		}
+	}
+	s.log.Info("wake channel: replaced a worker's oldest sockets", "worker_id", id, "replaced", len(conns)-maxWorkerSockets, "kept", maxWorkerSockets)
+	return nil
+}
+
+// boolOrder sorts true first.
+func boolOrder(first bool) int {
+	if first {
+		return -1
+	}
+	return 1
 }
 
 // Disconnect forgets wake socket connectionID; an unknown one is a no-op.
@@ -117,16 +175,18 @@ func (s *Service) claimable(ctx context.Context, inv domain.Invocation) {
 	}
 }
 
-// workerNews ends worker id's held poll, or wakes its socket, so its next
+// workerNews ends worker id's held poll, or wakes its sockets, so its next
 // poll carries the news (a drain, a setup command, its retirement).
 func (s *Service) workerNews(ctx context.Context, id string) {
-	s.notify(ctx, wake.WorkerKey(id), "", wakeCandidates)
+	s.notify(ctx, wake.WorkerKey(id), "", 1)
 }
 
 // notify wakes one waiting poll of key held in this process (the hub) and,
-// if there is none, up to n of key's wake sockets, chosen at random. A
-// socket found gone is forgotten and the next one tried. Failures are
-// logged, never returned: the daemons' own polls are the fallback.
+// if there is none, up to n of the workers listening on key, chosen at
+// random among all of them, each on every socket it has (at most
+// maxWorkerSockets), so another socket of the same token cannot take the
+// wake from the daemon's own. A socket found gone is forgotten. Failures
+// are logged, never returned: the daemons' own polls are the fallback.
 func (s *Service) notify(ctx context.Context, key, queue string, n int) {
 	if s.wake.Wake(key, 1) > 0 || s.poster == nil {
 		return
@@ -137,34 +197,75 @@ func (s *Service) notify(ctx context.Context, key, queue string, n int) {
 	// The wake outlives a caller that stops waiting for its answer.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pushTimeout)
 	defer cancel()
-	conns, err := s.store.Connections(ctx, key, wakeCandidates)
+	conns, err := s.store.Connections(ctx, key)
 	if err != nil {
 		s.log.Warn("wake channel: list sockets", "wake_key", key, "error", err.Error())
 		until := s.clock.Now().Add(pushPause)
 		s.pushPausedUntil.Store(&until)
 		return
 	}
-	rand.Shuffle(len(conns), func(i, j int) { conns[i], conns[j] = conns[j], conns[i] })
 	msg, _ := json.Marshal(wire.WakeMessage{Type: wire.WakeTypeWake, Queue: queue})
 	sent := 0
-	for _, c := range conns {
+	for _, sockets := range s.pickWorkers(conns) {
 		if sent == n {
 			break
 		}
-		err := s.poster.Post(ctx, c.ID, msg)
-		switch {
-		case errors.Is(err, ErrConnectionGone):
-			if err := s.Disconnect(ctx, c.ID); err != nil {
-				s.log.Warn("wake channel: forget a closed socket", "connection_id", c.ID, "error", err.Error())
+		woke := false
+		for _, c := range sockets {
+			err := s.poster.Post(ctx, c.ID, msg)
+			switch {
+			case errors.Is(err, ErrConnectionGone):
+				if err := s.Disconnect(ctx, c.ID); err != nil {
+					s.log.Warn("wake channel: forget a closed socket", "connection_id", c.ID, "error", err.Error())
+				}
+			case err != nil:
+				s.log.Warn("wake channel: post failed; not waking over it for a while", "connection_id", c.ID,
+					"worker_id", c.WorkerID, "pause", pushPause, "error", err.Error())
+				until := s.clock.Now().Add(pushPause)
+				s.pushPausedUntil.Store(&until)
+				return
+			default:
+				woke = true
 			}
-		case err != nil:
-			s.log.Warn("wake channel: post failed; not waking over it for a while", "connection_id", c.ID,
-				"worker_id", c.WorkerID, "pause", pushPause, "error", err.Error())
-			until := s.clock.Now().Add(pushPause)
-			s.pushPausedUntil.Store(&until)
-			return
-		default:
+		}
+		if woke {
 			sent++
 		}
 	}
+}
+
+// pickWorkers groups conns by worker and orders the workers at random
+// (each its sockets, at most maxWorkerSockets of them: a cap that a
+// concurrent connect has not applied yet does not widen a wake).
+func (s *Service) pickWorkers(conns []store.Connection) [][]store.Connection {
+	byWorker := map[string][]store.Connection{}
+	for _, c := range conns {
+		byWorker[c.WorkerID] = append(byWorker[c.WorkerID], c)
+	}
+	// Sorted first, so a seeded Rand picks the same workers every run.
+	workers := slices.Sorted(maps.Keys(byWorker))
+	s.shuffle(len(workers), func(i, j int) { workers[i], workers[j] = workers[j], workers[i] })
+	out := make([][]store.Connection, len(workers))
+	for i, w := range workers {
+		sockets := byWorker[w]
+		slices.SortFunc(sockets, func(a, b store.Connection) int {
+			if c := b.ConnectedAt.Compare(a.ConnectedAt); c != 0 {
+				return c
+			}
+			return strings.Compare(b.ID, a.ID)
+		})
+		out[i] = sockets[:min(len(sockets), maxWorkerSockets)]
+	}
+	return out
+}
+
+// shuffle permutes n items with the Service's Rand, else the global source.
+func (s *Service) shuffle(n int, swap func(i, j int)) {
+	if s.rand == nil {
+		rand.Shuffle(n, swap)
+		return
+	}
+	s.randMu.Lock()
+	defer s.randMu.Unlock()
+	s.rand.Shuffle(n, swap)
 }

@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/dreamlake/lakeshore/shared/auth"
+	"github.com/dreamlake/lakeshore/shared/clock"
 	"github.com/dreamlake/lakeshore/shared/control"
 	"github.com/dreamlake/lakeshore/shared/store"
 	"github.com/dreamlake/lakeshore/shared/store/storetest"
@@ -22,9 +24,10 @@ import (
 // recordingPoster is a wake channel whose sockets are a set of ids: a post
 // to one of them is recorded, a post to any other is "gone".
 type recordingPoster struct {
-	mu    sync.Mutex
-	open  map[string]bool
-	posts []post
+	mu     sync.Mutex
+	open   map[string]bool
+	posts  []post
+	closed []string
 }
 
 type post struct {
@@ -46,6 +49,17 @@ func (p *recordingPoster) Post(_ context.Context, id string, msg []byte) error {
 	return nil
 }
 
+func (p *recordingPoster) CloseConnection(_ context.Context, id string) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.open[id] {
+		return fmt.Errorf("close %s: %w", id, control.ErrConnectionGone)
+	}
+	p.open[id] = false
+	p.closed = append(p.closed, id)
+	return nil
+}
+
 func (p *recordingPoster) take() []post {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -59,6 +73,7 @@ func (p *recordingPoster) take() []post {
 type wakeChannelFixture struct {
 	ctx    context.Context
 	st     *store.Store
+	clock  *clock.Fake
 	svc    *control.Service
 	hub    *wake.Hub
 	poster *recordingPoster
@@ -77,11 +92,12 @@ func newWakeChannelFixtureWith(t *testing.T, p control.Poster) wakeChannelFixtur
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
-	st, _ := storetest.Store(t)
+	st, c := storetest.Store(t)
 	hub := &wake.Hub{}
 	svc := control.New(control.Config{Store: st, Sleep: blockSleep, Wake: hub, Clock: st.Clock,
-		WakeURL: "wss://wake.example/wake", Poster: p, Logger: slog.New(slog.DiscardHandler)})
-	return wakeChannelFixture{ctx: ctx, st: st, svc: svc, hub: hub}
+		WakeURL: "wss://wake.example/wake", Poster: p, Logger: slog.New(slog.DiscardHandler),
+		Rand: rand.New(rand.NewPCG(1, 2))})
+	return wakeChannelFixture{ctx: ctx, st: st, clock: c, svc: svc, hub: hub}
 }
 
 // worker says hello for machine on queue q (host key hk) and returns its
@@ -106,7 +122,7 @@ func (f wakeChannelFixture) worker(t *testing.T, machine, hk string) (id, token 
 // connect opens socket id for token.
 func (f wakeChannelFixture) connect(t *testing.T, id, token string) {
 	t.Helper()
-	if _, err := f.svc.Connect(f.ctx, id, token); err != nil {
+	if _, err := f.svc.Connect(f.ctx, id, token, ""); err != nil {
 		t.Fatalf("connect %s: %v", id, err)
 	}
 	if f.poster != nil {
@@ -140,17 +156,17 @@ func TestConnectChecksTheWorkerToken(t *testing.T) {
 		{"wrong secret", "wtk_" + id + "_wrong", wire.ErrUnauthorized},
 		{"no such worker", "wtk_wrk_01NOSUCHWORKER0000000000000_x", wire.ErrUnauthorized},
 	} {
-		if _, err := f.svc.Connect(f.ctx, "c-"+tc.name, tc.token); !errors.Is(err, tc.want) {
+		if _, err := f.svc.Connect(f.ctx, "c-"+tc.name, tc.token, ""); !errors.Is(err, tc.want) {
 			t.Errorf("%s: connect = %v, want %v", tc.name, err, tc.want)
 		}
 	}
 	if _, err := f.svc.Bye(f.ctx, wire.ByeRequest{WorkerID: other, Reason: wire.ByeSignal}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if conns, err := f.st.Connections(f.ctx, wake.Key("q", ""), 16); err != nil || len(conns) != 0 {
+	if conns, err := f.st.Connections(f.ctx, wake.Key("q", "")); err != nil || len(conns) != 0 {
 		t.Fatalf("refused sockets were recorded: %+v %v", conns, err)
 	}
-	w, err := f.svc.Connect(f.ctx, "c-ok", token)
+	w, err := f.svc.Connect(f.ctx, "c-ok", token, "")
 	if err != nil || w.ID != id {
 		t.Fatalf("connect with the worker's token = %+v, %v", w, err)
 	}
@@ -164,7 +180,7 @@ func TestConnectRefusesAGoneWorker(t *testing.T) {
 	if _, err := f.svc.Bye(f.ctx, wire.ByeRequest{WorkerID: id, Reason: wire.ByeSignal}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.svc.Connect(f.ctx, "c1", token); !errors.Is(err, wire.ErrWorkerGone) {
+	if _, err := f.svc.Connect(f.ctx, "c1", token, ""); !errors.Is(err, wire.ErrWorkerGone) {
 		t.Fatalf("connect of a gone worker = %v, want 410", err)
 	}
 }
@@ -213,7 +229,7 @@ func TestWakeSkipsAClosedSocket(t *testing.T) {
 	if len(posts) != 1 || posts[0].id != "c1" {
 		t.Fatalf("posted %+v; want c1 only (c2 is gone)", posts)
 	}
-	conns, err := f.st.Connections(f.ctx, wake.Key("q", ""), 16)
+	conns, err := f.st.Connections(f.ctx, wake.Key("q", ""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -284,7 +300,7 @@ func TestDisconnectForgetsTheSocket(t *testing.T) {
 	_, tok := f.worker(t, "m1", "hk1")
 	f.connect(t, "c1", tok)
 	for _, k := range []string{wake.Key("q", ""), wake.Key("q", "hk1")} {
-		if conns, err := f.st.Connections(f.ctx, k, 16); err != nil || len(conns) != 1 {
+		if conns, err := f.st.Connections(f.ctx, k); err != nil || len(conns) != 1 {
 			t.Fatalf("socket under %s: %+v %v; want it", k, conns, err)
 		}
 	}
@@ -298,7 +314,7 @@ func TestDisconnectForgetsTheSocket(t *testing.T) {
 		t.Fatalf("a disconnected socket was woken: %+v", posts)
 	}
 	for _, k := range []string{wake.Key("q", ""), wake.Key("q", "hk1")} {
-		if conns, err := f.st.Connections(f.ctx, k, 16); err != nil || len(conns) != 0 {
+		if conns, err := f.st.Connections(f.ctx, k); err != nil || len(conns) != 0 {
 			t.Fatalf("socket under %s after disconnect: %+v %v", k, conns, err)
 		}
 	}
@@ -317,6 +333,10 @@ func (p *failingPoster) Post(context.Context, string, []byte) error {
 	return errors.New("management API unavailable")
 }
 
+func (p *failingPoster) CloseConnection(context.Context, string) error {
+	return errors.New("management API unavailable")
+}
+
 // TestFailingWakeChannelIsSkipped: when posting fails, the channel is left
 // alone for a while, so a hand-back of many invocations does not wait on it
 // for each; the submits themselves succeed.
@@ -330,5 +350,85 @@ func TestFailingWakeChannelIsSkipped(t *testing.T) {
 	}
 	if p.posts != 1 {
 		t.Fatalf("%d posts to a failing channel over 5 submits; want 1, then a pause", p.posts)
+	}
+}
+
+// socketIDs lists the ids of the sockets listening on wake key k, sorted.
+func (f wakeChannelFixture) socketIDs(t *testing.T, k string) []string {
+	t.Helper()
+	conns, err := f.st.Connections(f.ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, c := range conns {
+		ids = append(ids, c.ID)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// TestOneWorkerCannotStarveAnother: a worker that opens 400 sockets keeps
+// only the 4 newest (the older ones closed and forgotten as newer ones
+// replace them), and a wake picks among workers, not sockets, so the
+// worker with one socket hears every submit to the queue both serve.
+func TestOneWorkerCannotStarveAnother(t *testing.T) {
+	f := newWakeChannelFixture(t)
+	hostile, hostileTok := f.worker(t, "m-hostile", "")
+	_, honestTok := f.worker(t, "m-honest", "")
+	var hostileSockets []string
+	for i := range 400 {
+		id := fmt.Sprintf("h%03d", i)
+		f.connect(t, id, hostileTok)
+		hostileSockets = append(hostileSockets, id)
+		f.clock.Advance(time.Millisecond)
+	}
+	f.connect(t, "honest", honestTok)
+	newest := hostileSockets[len(hostileSockets)-4:]
+	if got := f.socketIDs(t, wake.WorkerKey(hostile)); !slices.Equal(got, newest) {
+		t.Fatalf("the hostile worker keeps %d sockets; want its 4 newest %v", len(got), newest)
+	}
+	if got, want := f.socketIDs(t, wake.Key("q", "")), append(slices.Clone(newest), "honest"); !slices.Equal(got, slices.Sorted(slices.Values(want))) {
+		t.Fatalf("the queue's listeners are %v; want %v", got, want)
+	}
+	f.poster.mu.Lock()
+	closed := slices.Sorted(slices.Values(f.poster.closed))
+	f.poster.mu.Unlock()
+	if !slices.Equal(closed, hostileSockets[:396]) {
+		t.Fatalf("closed %d sockets; want the 396 oldest of the hostile worker's", len(closed))
+	}
+	for i := range 100 {
+		f.submit(t, "q")
+		posts := f.poster.take()
+		if !slices.ContainsFunc(posts, func(p post) bool { return p.id == "honest" }) {
+			t.Fatalf("submit %d woke %+v, not the honest worker's socket", i, posts)
+		}
+		if len(posts) > 5 {
+			t.Fatalf("submit %d posted to %d sockets; want at most two workers' (5 sockets)", i, len(posts))
+		}
+	}
+}
+
+// TestSocketCapHoldsUnderConcurrentConnects: sockets of one worker that
+// connect all at once still end within the cap. (Fewer may remain: two
+// that connect at once may each replace the other. nymph holds one or two
+// sockets, never enough to be replaced.)
+func TestSocketCapHoldsUnderConcurrentConnects(t *testing.T) {
+	f := newWakeChannelFixture(t)
+	id, tok := f.worker(t, "m1", "")
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 16)
+	for i := range 100 {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			if _, err := f.svc.Connect(f.ctx, fmt.Sprintf("c%03d", i), tok, ""); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if got := f.socketIDs(t, wake.WorkerKey(id)); len(got) > 4 {
+		t.Fatalf("after 100 concurrent connects the worker keeps %d sockets; want at most 4", len(got))
 	}
 }

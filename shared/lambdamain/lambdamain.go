@@ -53,7 +53,7 @@ func Open(name string) Start {
 	s.Store = store.New(dynamodb.NewFromConfig(awsCfg), c.TablePrefix)
 	s.Store.ClaimShards = c.ClaimShards
 	if c.WakeEndpoint != "" {
-		s.Poster = wakelambda.NewManagement(awsCfg, c.WakeEndpoint)
+		s.Poster = wakelambda.NewManagement(awsCfg, c.WakeEndpoint, c.WakeSecret)
 	}
 	s.Metrics = &metrics.EMF{W: os.Stdout}
 	s.Control = control.New(control.Config{Store: s.Store, StaleAfter: c.StaleAfter, Logger: s.Log, WakeURL: c.WakeURL,

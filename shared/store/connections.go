@@ -16,16 +16,27 @@ import (
 // connection id, the worker that opened it, and the wake keys it listens on
 // (wake.Key of each queue the worker serves, for any host and for its own).
 // Its items expire at ExpiresAt even if no $disconnect removes them.
+// ConnectedAt orders one worker's sockets, so a cap on them can replace the
+// oldest (zero on items written without it: they count as the oldest).
 type Connection struct {
-	ID        string
-	WorkerID  string
-	Keys      []string
-	ExpiresAt time.Time
+	ID          string
+	WorkerID    string
+	Keys        []string
+	ConnectedAt time.Time
+	ExpiresAt   time.Time
 }
 
 // connectionKeyPrefix marks the item that names a connection's keys. Wake
 // keys hold "#" and worker keys "worker/", so it never meets one.
 const connectionKeyPrefix = "connection/"
+
+// connectionsPage is the Limit of one page of a key's sockets, and
+// maxConnectionsPages how many pages one listing reads at most (a cap on
+// each worker's sockets keeps a key's listeners to a few per worker).
+const (
+	connectionsPage     = 100
+	maxConnectionsPages = 50
+)
 
 // maxConnectionKeys bounds the items one connection writes: a transaction
 // holds at most 100, one of them the connection's own item.
@@ -36,6 +47,7 @@ type connectionRecord struct {
 	ConnectionID string   `dynamodbav:"connection_id"`
 	WorkerID     string   `dynamodbav:"worker_id"`
 	Keys         []string `dynamodbav:"keys,omitempty"`
+	ConnectedAt  int64    `dynamodbav:"connected_at,omitempty"` // Unix ms
 	ExpiresAt    int64    `dynamodbav:"expires_at"`
 }
 
@@ -46,10 +58,10 @@ func (s *Store) PutConnection(ctx context.Context, c Connection) error {
 	if len(c.Keys) > maxConnectionKeys {
 		return fmt.Errorf("put connection %s: %d wake keys, at most %d", c.ID, len(c.Keys), maxConnectionKeys)
 	}
-	exp := c.ExpiresAt.Unix()
-	recs := []connectionRecord{{WakeKey: connectionKeyPrefix + c.ID, ConnectionID: c.ID, WorkerID: c.WorkerID, Keys: c.Keys, ExpiresAt: exp}}
+	exp, at := c.ExpiresAt.Unix(), unixMilli(c.ConnectedAt)
+	recs := []connectionRecord{{WakeKey: connectionKeyPrefix + c.ID, ConnectionID: c.ID, WorkerID: c.WorkerID, Keys: c.Keys, ConnectedAt: at, ExpiresAt: exp}}
 	for _, k := range c.Keys {
-		recs = append(recs, connectionRecord{WakeKey: k, ConnectionID: c.ID, WorkerID: c.WorkerID, ExpiresAt: exp})
+		recs = append(recs, connectionRecord{WakeKey: k, ConnectionID: c.ID, WorkerID: c.WorkerID, ConnectedAt: at, ExpiresAt: exp})
 	}
 	items := make([]types.TransactWriteItem, 0, len(recs))
 	for _, r := range recs {
@@ -83,7 +95,8 @@ func (s *Store) DeleteConnection(ctx context.Context, id string) (c Connection, 
 	if err := unmarshal(out.Item, &r); err != nil {
 		return Connection{}, false, fmt.Errorf("decode connection %s: %w", id, err)
 	}
-	c = Connection{ID: id, WorkerID: r.WorkerID, Keys: r.Keys, ExpiresAt: time.Unix(r.ExpiresAt, 0).UTC()}
+	c = r.connection()
+	c.Keys = r.Keys
 	items := []types.TransactWriteItem{{Delete: &types.Delete{TableName: aws.String(s.tables.Connections), Key: connectionKey(connectionKeyPrefix+id, id)}}}
 	for _, k := range r.Keys {
 		items = append(items, types.TransactWriteItem{Delete: &types.Delete{TableName: aws.String(s.tables.Connections), Key: connectionKey(k, id)}})
@@ -94,31 +107,67 @@ func (s *Store) DeleteConnection(ctx context.Context, id string) (c Connection, 
 	return c, true, nil
 }
 
-// Connections lists up to limit unexpired connections listening on wake
-// key (ID and WorkerID set). It reads the index eventually consistently:
-// a wake is a hint, and the poll is what claims.
-func (s *Store) Connections(ctx context.Context, wakeKey string, limit int) ([]Connection, error) {
-	out, err := s.db.Query(ctx, &dynamodb.QueryInput{
+// Connections lists every unexpired connection listening on wake key (all
+// but Keys set), up to maxConnectionsPages pages. It follows
+// LastEvaluatedKey rather than counting items: DynamoDB applies Limit
+// before the filter, so a page of expired items comes back short, even
+// empty, with more to read. It reads eventually consistently: a wake is a
+// hint, and the poll is what claims.
+func (s *Store) Connections(ctx context.Context, wakeKey string) ([]Connection, error) {
+	return s.connections(ctx, wakeKey, false)
+}
+
+// ConnectionsConsistent is Connections read consistently: the cap on a
+// worker's sockets counts them right after a put.
+func (s *Store) ConnectionsConsistent(ctx context.Context, wakeKey string) ([]Connection, error) {
+	return s.connections(ctx, wakeKey, true)
+}
+
+func (s *Store) connections(ctx context.Context, wakeKey string, consistent bool) ([]Connection, error) {
+	in := &dynamodb.QueryInput{
 		TableName:              aws.String(s.tables.Connections),
 		KeyConditionExpression: aws.String("wake_key = :k"),
 		FilterExpression:       aws.String("expires_at > :now"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{
 			":k": str(wakeKey), ":now": &types.AttributeValueMemberN{Value: strconv.FormatInt(s.now().Unix(), 10)},
 		},
-		Limit: aws.Int32(int32(limit)),
-	})
-	if err != nil {
-		return nil, storeErr("list connections of "+wakeKey, err)
+		Limit:          aws.Int32(connectionsPage),
+		ConsistentRead: aws.Bool(consistent),
 	}
-	var recs []connectionRecord
-	if err := attributevalue.UnmarshalListOfMaps(out.Items, &recs); err != nil {
-		return nil, fmt.Errorf("decode connections of %s: %w", wakeKey, err)
-	}
-	cs := make([]Connection, len(recs))
-	for i, r := range recs {
-		cs[i] = Connection{ID: r.ConnectionID, WorkerID: r.WorkerID, ExpiresAt: time.Unix(r.ExpiresAt, 0).UTC()}
+	var cs []Connection
+	for range maxConnectionsPages {
+		out, err := s.db.Query(ctx, in)
+		if err != nil {
+			return nil, storeErr("list connections of "+wakeKey, err)
+		}
+		var recs []connectionRecord
+		if err := attributevalue.UnmarshalListOfMaps(out.Items, &recs); err != nil {
+			return nil, fmt.Errorf("decode connections of %s: %w", wakeKey, err)
+		}
+		for _, r := range recs {
+			cs = append(cs, r.connection())
+		}
+		if len(out.LastEvaluatedKey) == 0 {
+			break
+		}
+		in.ExclusiveStartKey = out.LastEvaluatedKey
 	}
 	return cs, nil
+}
+
+func (r connectionRecord) connection() Connection {
+	c := Connection{ID: r.ConnectionID, WorkerID: r.WorkerID, ExpiresAt: time.Unix(r.ExpiresAt, 0).UTC()}
+	if r.ConnectedAt != 0 {
+		c.ConnectedAt = time.UnixMilli(r.ConnectedAt).UTC()
+	}
+	return c
+}
+
+func unixMilli(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
 }
 
 func connectionKey(wakeKey, id string) map[string]types.AttributeValue {

@@ -18,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/apigatewaymanagementapi"
 	"github.com/aws/aws-sdk-go-v2/service/apigatewaymanagementapi/types"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
 
 	"github.com/dreamlake/lakeshore/shared/auth"
 	"github.com/dreamlake/lakeshore/shared/control"
@@ -27,7 +28,7 @@ import (
 
 // Connector is what the routes ask of the control plane (control.Service).
 type Connector interface {
-	Connect(ctx context.Context, connectionID, token string) (domain.Worker, error)
+	Connect(ctx context.Context, connectionID, token, instance string) (domain.Worker, error)
 	Disconnect(ctx context.Context, connectionID string) error
 }
 
@@ -35,16 +36,23 @@ type Connector interface {
 //   - $connect records the socket for the worker whose token the upgrade
 //     request carries (Authorization: Bearer <worker token>, or
 //     X-Lakeshore-Token in IAM mode); any other
-//     answer than 200 makes API Gateway refuse the socket with that status;
+//     answer than 200 makes API Gateway refuse the socket with that status.
+//     In IAM mode (daemonAuth auth.DaemonAuthIAM) the route sits behind
+//     AWS_IAM, and the caller API Gateway verified must be the EC2
+//     instance the worker's machine_id names, as on the HTTP daemon routes;
 //   - $disconnect forgets it;
 //   - $default answers the daemon's keep-alive (wire.WakePing) with a pong,
 //     which the route response sends back on the socket.
-func Handler(c Connector, log *slog.Logger) func(context.Context, events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
+func Handler(c Connector, daemonAuth string, log *slog.Logger) func(context.Context, events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
 	return func(ctx context.Context, ev events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
 		id := ev.RequestContext.ConnectionID
 		switch ev.RequestContext.RouteKey {
 		case "$connect":
-			if _, err := c.Connect(ctx, id, socketToken(ev.Headers)); err != nil {
+			instance, err := callerInstance(daemonAuth, ev.RequestContext.Identity)
+			if err == nil {
+				_, err = c.Connect(ctx, id, socketToken(ev.Headers), instance)
+			}
+			if err != nil {
 				return refuse(log, id, err), nil
 			}
 			return events.APIGatewayProxyResponse{StatusCode: http.StatusOK}, nil
@@ -63,6 +71,23 @@ func Handler(c Connector, log *slog.Logger) func(context.Context, events.APIGate
 			return events.APIGatewayProxyResponse{StatusCode: http.StatusOK, Body: string(pong)}, nil
 		}
 	}
+}
+
+// callerInstance reports, in IAM mode, the EC2 instance API Gateway's
+// AWS_IAM authorization verified as the $connect caller ("" in token
+// mode): its role session's ARN, in the request context's identity.
+func callerInstance(daemonAuth string, id events.APIGatewayRequestIdentity) (string, error) {
+	if daemonAuth != auth.DaemonAuthIAM {
+		return "", nil
+	}
+	if id.UserArn == "" {
+		return "", wire.Errorf(wire.CodeUnauthorized, "IAM mode: the socket carries no AWS_IAM caller identity ($connect must be signed with SigV4)")
+	}
+	instance, ok := auth.CallerInstance(id.UserArn)
+	if !ok {
+		return "", wire.Errorf(wire.CodeForbidden, "IAM mode: the caller %q is not an EC2 instance role session", id.UserArn)
+	}
+	return instance, nil
 }
 
 // refuse answers a $connect that failed with the error's status: 401 for a
@@ -106,10 +131,14 @@ type Management struct {
 
 // NewManagement returns a Poster for the stage at endpoint
 // (https://<api>.execute-api.<region>.amazonaws.com/<stage>; locally the dev
-// server's emulation of it).
-func NewManagement(cfg aws.Config, endpoint string) Management {
+// server's emulation of it, whose secret goes with every call in
+// wire.WakeSecretHeader; "" sends none).
+func NewManagement(cfg aws.Config, endpoint, secret string) Management {
 	return Management{client: apigatewaymanagementapi.NewFromConfig(cfg, func(o *apigatewaymanagementapi.Options) {
 		o.BaseEndpoint = aws.String(endpoint)
+		if secret != "" {
+			o.APIOptions = append(o.APIOptions, smithyhttp.SetHeaderValue(wire.WakeSecretHeader, secret))
+		}
 	})}
 }
 
@@ -117,12 +146,23 @@ func NewManagement(cfg aws.Config, endpoint string) Management {
 // control.ErrConnectionGone.
 func (m Management) Post(ctx context.Context, id string, msg []byte) error {
 	_, err := m.client.PostToConnection(ctx, &apigatewaymanagementapi.PostToConnectionInput{ConnectionId: aws.String(id), Data: msg})
+	return managementErr("post to "+id, err)
+}
+
+// CloseConnection closes socket id (DeleteConnection); a socket API
+// Gateway no longer has answers control.ErrConnectionGone.
+func (m Management) CloseConnection(ctx context.Context, id string) error {
+	_, err := m.client.DeleteConnection(ctx, &apigatewaymanagementapi.DeleteConnectionInput{ConnectionId: aws.String(id)})
+	return managementErr("close "+id, err)
+}
+
+func managementErr(op string, err error) error {
 	var gone *types.GoneException
 	if errors.As(err, &gone) {
-		return fmt.Errorf("post to %s: %w", id, control.ErrConnectionGone)
+		return fmt.Errorf("%s: %w", op, control.ErrConnectionGone)
 	}
 	if err != nil {
-		return fmt.Errorf("post to %s: %w", id, err)
+		return fmt.Errorf("%s: %w", op, err)
 	}
 	return nil
 }

@@ -4,7 +4,10 @@
 // Lambda runtime emulator with `lakeshore dev --lambdas`), and serves the
 // management API (POST, GET, DELETE /@connections/{id}) that posts to them.
 // It is also a control.Poster, for the in-process dev server. What it does
-// not emulate: API Gateway's 10-minute idle and 2-hour connection limits.
+// not emulate: API Gateway's 10-minute idle and 2-hour connection limits,
+// and its SigV4 check of management calls: each must carry the server's
+// secret in wire.WakeSecretHeader instead, so that nobody else on the
+// machine who learns a socket id can post to it or close it.
 package wakesock
 
 import (
@@ -24,6 +27,7 @@ import (
 
 	"github.com/dreamlake/lakeshore/shared/auth"
 	"github.com/dreamlake/lakeshore/shared/control"
+	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
 // Route runs one route of the API: "$connect", "$disconnect" or
@@ -41,9 +45,10 @@ const maxPost = 128 << 10
 // Server serves the sockets at Path and the management API under
 // Path + "/@connections/". Build it with New.
 type Server struct {
-	route Route
-	path  string
-	log   *slog.Logger
+	route  Route
+	path   string
+	secret string
+	log    *slog.Logger
 
 	mu    sync.Mutex
 	conns map[string]*websocket.Conn
@@ -51,13 +56,18 @@ type Server struct {
 	// handshake: a post to one waits for it instead of finding it gone
 	// (the client may already hold its end).
 	pending map[string]chan struct{}
-	closed  bool
-	wg      sync.WaitGroup // every socket, until its $disconnect ran
+	// doomed holds pending sockets closed before their handshake ended:
+	// they are refused when it does.
+	doomed map[string]bool
+	closed bool
+	wg     sync.WaitGroup // every socket, until its $disconnect ran
 }
 
-// New returns a server for the API at path (e.g. "/wake": the stage).
-func New(path string, route Route, log *slog.Logger) *Server {
-	return &Server{route: route, path: strings.TrimSuffix(path, "/"), log: log, conns: map[string]*websocket.Conn{}, pending: map[string]chan struct{}{}}
+// New returns a server for the API at path (e.g. "/wake": the stage) whose
+// management calls must carry secret ("": the management API refuses
+// every call; the server's own Post and CloseConnection still work).
+func New(path, secret string, route Route, log *slog.Logger) *Server {
+	return &Server{route: route, path: strings.TrimSuffix(path, "/"), secret: secret, log: log, conns: map[string]*websocket.Conn{}, pending: map[string]chan struct{}{}, doomed: map[string]bool{}}
 }
 
 // ServeHTTP takes a socket at the API's path, and management calls below it.
@@ -98,7 +108,9 @@ func (s *Server) serveSocket(w http.ResponseWriter, r *http.Request) {
 		defer s.mu.Unlock()
 		delete(s.pending, id)
 		defer close(ready)
-		if conn == nil || s.closed {
+		doomed := s.doomed[id]
+		delete(s.doomed, id)
+		if conn == nil || s.closed || doomed {
 			return false
 		}
 		s.conns[id] = conn
@@ -228,10 +240,43 @@ func (s *Server) Post(ctx context.Context, id string, msg []byte) error {
 	return nil
 }
 
+// CloseConnection closes socket id, as the management API's DELETE does;
+// one still in its $connect is refused when that ends. A socket this
+// server does not hold answers control.ErrConnectionGone. It does not wait
+// for the client's side of the close.
+func (s *Server) CloseConnection(_ context.Context, id string) error {
+	s.mu.Lock()
+	conn, ok := s.conns[id]
+	if _, pending := s.pending[id]; pending {
+		s.doomed[id] = true
+		ok = true
+	}
+	s.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("close %s: %w", id, control.ErrConnectionGone)
+	}
+	if conn != nil {
+		closeConn(conn)
+	}
+	return nil
+}
+
+// closeConn starts the close handshake of conn; its read loop ends and
+// runs $disconnect. A client that never answers the close frame holds
+// only that goroutine, for the library's close timeout.
+func closeConn(conn *websocket.Conn) {
+	go func() { _ = conn.Close(websocket.StatusNormalClosure, "closed by the control plane") }()
+}
+
 // manage serves the management API for socket id, answering as API
 // Gateway does: 410 GoneException for a socket it does not hold.
 func (s *Server) manage(w http.ResponseWriter, r *http.Request, id string) {
-	conn, ok := s.lookup(r.Context(), id)
+	if !auth.Equal(r.Header.Get(wire.WakeSecretHeader), s.secret) {
+		// API Gateway's answer to a call its SigV4 check refuses.
+		w.Header().Set("X-Amzn-ErrorType", "ForbiddenException")
+		writeJSON(w, http.StatusForbidden, map[string]string{"message": "Forbidden"})
+		return
+	}
 	switch r.Method {
 	case http.MethodPost:
 		msg, err := io.ReadAll(io.LimitReader(r.Body, maxPost+1))
@@ -246,14 +291,16 @@ func (s *Server) manage(w http.ResponseWriter, r *http.Request, id string) {
 		}
 		w.WriteHeader(http.StatusOK)
 	case http.MethodDelete:
-		if !ok {
+		// Without waiting for a socket still in its $connect: that
+		// $connect may itself be closing the caller's socket (two sockets
+		// of one worker replacing each other), and neither would end.
+		if err := s.CloseConnection(r.Context(), id); err != nil {
 			gone(w)
 			return
 		}
-		_ = conn.Close(websocket.StatusNormalClosure, "closed by the control plane")
 		w.WriteHeader(http.StatusNoContent)
 	case http.MethodGet:
-		if !ok {
+		if _, ok := s.lookup(r.Context(), id); !ok {
 			gone(w)
 			return
 		}

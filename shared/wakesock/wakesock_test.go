@@ -21,11 +21,15 @@ import (
 
 	"github.com/dreamlake/lakeshore/shared/control"
 	"github.com/dreamlake/lakeshore/shared/wakelambda"
+	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
 // wait bounds every wait on something that should happen; nothing here
 // asserts that anything happens fast.
 const wait = 10 * time.Second
+
+// secret is what the harness's management calls carry.
+const secret = "management-secret"
 
 const refusedBody = `{"code":"unauthorized","message":"worker token is not valid"}`
 
@@ -98,7 +102,7 @@ type harness struct {
 func newHarness(t *testing.T, respond Route) *harness {
 	t.Helper()
 	h := &harness{rec: &recorder{respond: respond}}
-	h.ws = New("/wake/", h.rec.route, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	h.ws = New("/wake/", secret, h.rec.route, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	h.ts = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h.ws.ServeHTTP(w, r)
 		h.served.Add(1)
@@ -233,13 +237,23 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// do makes a management call with the server's secret.
 func do(t *testing.T, client *http.Client, method, u, body string) *http.Response {
+	t.Helper()
+	return doWith(t, client, secret, method, u, body)
+}
+
+// doWith makes a call carrying secret s in the header ("": none).
+func doWith(t *testing.T, client *http.Client, s, method, u, body string) *http.Response {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, method, u, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if s != "" {
+		req.Header.Set(wire.WakeSecretHeader, s)
 	}
 	resp, err := client.Do(req)
 	if err != nil {
@@ -404,6 +418,48 @@ func TestAcceptedSocket(t *testing.T) {
 	}
 }
 
+// TestManagementNeedsTheSecret: a management call without the server's
+// secret, or with another, is refused as API Gateway refuses an unsigned
+// one (403), and leaves the socket alone: nothing is posted, it stays
+// open. A server made without a secret refuses every call.
+func TestManagementNeedsTheSecret(t *testing.T) {
+	h := newHarness(t, basic)
+	client := h.ts.Client()
+	c, id := h.connect(t)
+	r := read(c)
+	for _, s := range []string{"", "wrong", secret + "x"} {
+		for _, method := range []string{http.MethodPost, http.MethodDelete, http.MethodGet} {
+			resp := doWith(t, client, s, method, h.manageURL(id), "forged")
+			if resp.StatusCode != http.StatusForbidden || resp.Header.Get("X-Amzn-ErrorType") != "ForbiddenException" {
+				t.Errorf("%s with secret %q = %d %q, want 403 ForbiddenException", method, s, resp.StatusCode, resp.Header.Get("X-Amzn-ErrorType"))
+			}
+		}
+	}
+	if resp := do(t, client, http.MethodPost, h.manageURL(id), "genuine"); resp.StatusCode != http.StatusOK {
+		t.Fatalf("POST with the secret = %d, want 200", resp.StatusCode)
+	}
+	if m := r.next(t); m != "genuine" {
+		t.Fatalf("the client's first message is %q; want the genuine post (the refused ones delivered nothing)", m)
+	}
+	if n := h.ws.Connections(); n != 1 || h.rec.disconnected(id) {
+		t.Fatalf("after refused calls the server holds %d sockets (disconnected: %v); want the socket open", n, h.rec.disconnected(id))
+	}
+
+	open := New("/wake", "", basic, slog.New(slog.DiscardHandler))
+	defer open.Close()
+	for _, s := range []string{"", "anything"} {
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest(http.MethodPost, "/wake/@connections/x=", strings.NewReader("m"))
+		if s != "" {
+			req.Header.Set(wire.WakeSecretHeader, s)
+		}
+		open.ServeHTTP(rec, req)
+		if rec.Code != http.StatusForbidden {
+			t.Errorf("a server without a secret answered %d to secret %q, want 403", rec.Code, s)
+		}
+	}
+}
+
 func TestManagementAPI(t *testing.T) {
 	h := newHarness(t, basic)
 	client := h.ts.Client()
@@ -534,10 +590,11 @@ func TestManagementWithAWSSDK(t *testing.T) {
 	h := newHarness(t, basic)
 	c, id := h.connect(t)
 	r := read(c)
-	m := wakelambda.NewManagement(aws.Config{
+	cfg := aws.Config{
 		Region:      "us-east-1",
 		Credentials: credentials.NewStaticCredentialsProvider("a", "b", ""),
-	}, h.ts.URL+"/wake")
+	}
+	m := wakelambda.NewManagement(cfg, h.ts.URL+"/wake", secret)
 
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
@@ -551,13 +608,66 @@ func TestManagementWithAWSSDK(t *testing.T) {
 	if err := m.Post(ctx, "unknown=", []byte(msg)); !errors.Is(err, control.ErrConnectionGone) {
 		t.Errorf("SDK post to an unknown socket = %v, want ErrConnectionGone", err)
 	}
+	forged := wakelambda.NewManagement(cfg, h.ts.URL+"/wake", "wrong")
+	if err := forged.Post(ctx, id, []byte("forged")); err == nil || errors.Is(err, control.ErrConnectionGone) {
+		t.Errorf("SDK post with a wrong secret = %v, want a refusal", err)
+	}
+	if err := forged.CloseConnection(ctx, id); err == nil || errors.Is(err, control.ErrConnectionGone) {
+		t.Errorf("SDK close with a wrong secret = %v, want a refusal", err)
+	}
+	if err := m.Post(ctx, id, []byte(msg)); err != nil {
+		t.Fatalf("SDK post after the refused calls: %v", err)
+	}
+	if got := r.next(t); got != msg {
+		t.Errorf("client got %q after the refused calls, want %q", got, msg)
+	}
 
-	if err := c.Close(websocket.StatusNormalClosure, ""); err != nil {
-		t.Logf("close: %v", err)
+	if err := m.CloseConnection(ctx, id); err != nil {
+		t.Fatalf("SDK close of a live socket: %v", err)
 	}
 	waitFor(t, "$disconnect", func() bool { return h.rec.disconnected(id) })
 	if err := m.Post(ctx, id, []byte(msg)); !errors.Is(err, control.ErrConnectionGone) {
 		t.Errorf("SDK post to a closed socket = %v, want ErrConnectionGone", err)
+	}
+	if err := m.CloseConnection(ctx, id); !errors.Is(err, control.ErrConnectionGone) {
+		t.Errorf("SDK close of a closed socket = %v, want ErrConnectionGone", err)
+	}
+}
+
+// TestCloseConnectionWhileConnecting: a socket closed while its $connect
+// still runs (a newer socket of its worker replaced it) is closed at once
+// and refused when its $connect ends, and its $disconnect runs.
+func TestCloseConnectionWhileConnecting(t *testing.T) {
+	release := make(chan struct{})
+	h := newHarness(t, func(ctx context.Context, ev events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
+		if ev.RequestContext.RouteKey == "$connect" {
+			<-release
+		}
+		return basic(ctx, ev)
+	})
+	dialed := make(chan struct{})
+	go func() {
+		defer close(dialed)
+		c, _, err := h.dial(t, "good", "")
+		if err == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), wait)
+			defer cancel()
+			_, _, _ = c.Read(ctx) // ends when the server closes it
+		}
+	}()
+	waitFor(t, "$connect", func() bool { return len(h.rec.events("$connect")) == 1 })
+	id := h.rec.events("$connect")[0].RequestContext.ConnectionID
+	// Through the management API, as the wake function closes it: the
+	// DELETE must not wait for the $connect (which may be closing the
+	// caller's own socket).
+	if resp := do(t, h.ts.Client(), http.MethodDelete, h.manageURL(id), ""); resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("DELETE while connecting = %d, want 204", resp.StatusCode)
+	}
+	close(release)
+	waitFor(t, "$disconnect of the closed socket", func() bool { return h.rec.disconnected(id) })
+	<-dialed
+	if n := h.ws.Connections(); n != 0 {
+		t.Fatalf("the server holds %d sockets; want the closed one refused", n)
 	}
 }
 

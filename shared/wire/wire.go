@@ -322,6 +322,11 @@ const DefaultRetryBackoffS = 10
 // where Authorization carries the request's SigV4 signature (docs/security.md).
 const TokenHeader = "X-Lakeshore-Token"
 
+// WakeSecretHeader carries the secret of `lakeshore dev`'s emulated wake
+// management API (LAKESHORE_WAKE_SECRET): there no SigV4 check guards
+// @connections, so every call presents the secret the dev server made.
+const WakeSecretHeader = "X-Lakeshore-Wake-Secret"
+
 // Redacted stands in for every environment value in an operator's view of
 // an invocation: the names show, the values (often credentials) go only to
 // the worker that runs it.

@@ -39,8 +39,11 @@ const (
 
 // Options configure a Client; zero values take the defaults.
 type Options struct {
-	HTTP   *http.Client
-	Logger *slog.Logger
+	HTTP *http.Client
+	// HTTPFor, if set, is the client for the socket at a URL (IAM mode
+	// signs the upgrade for the wake channel's own host); else HTTP.
+	HTTPFor func(url string) *http.Client
+	Logger  *slog.Logger
 	// PingEvery is how often a quiet socket sends wire.WakePing (default
 	// 4 min, inside API Gateway's 10-minute idle limit); PongWait how long
 	// it waits for the pong before it reconnects (default 30 s).
@@ -195,9 +198,13 @@ func (c *Client) backoff(n int) time.Duration {
 // that came up stayed up, and 0 when t stopped being the target while it
 // was: a socket that came up and dropped answers nil with its up time.
 func (c *Client) session(ctx context.Context, t target, changed <-chan struct{}) (up time.Duration, err error) {
+	hc := c.opts.HTTP
+	if c.opts.HTTPFor != nil {
+		hc = c.opts.HTTPFor(t.url)
+	}
 	dctx, cancel := context.WithTimeout(ctx, dialTimeout)
 	conn, _, err := websocket.Dial(dctx, t.url, &websocket.DialOptions{
-		HTTPClient: c.opts.HTTP,
+		HTTPClient: hc,
 		HTTPHeader: http.Header{"Authorization": {"Bearer " + t.token}},
 	})
 	cancel()

@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/coder/websocket"
 
+	"github.com/dreamlake/lakeshore/shared/auth"
 	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/wakelambda"
 	"github.com/dreamlake/lakeshore/shared/wakesock"
@@ -68,9 +69,12 @@ func newPlane(t *testing.T, respond wakesock.Route) *plane {
 	return p
 }
 
+// manageSecret is what the planes' management calls carry.
+const manageSecret = "test-secret"
+
 // swap sends new requests to a new server and returns the old one.
 func (p *plane) swap() *wakesock.Server {
-	s := wakesock.New("/wake", p.route, discard)
+	s := wakesock.New("/wake", manageSecret, p.route, discard)
 	p.mu.Lock()
 	p.servers = append(p.servers, s)
 	p.mu.Unlock()
@@ -226,6 +230,7 @@ func (p *plane) holds(id string) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, p.ts.URL+"/wake/@connections/"+url.PathEscape(id), nil)
+	req.Header.Set(wire.WakeSecretHeader, manageSecret)
 	resp, err := p.ts.Client().Do(req)
 	if err != nil {
 		p.t.Fatalf("GET connection: %v", err)
@@ -346,6 +351,7 @@ func TestReconnectsAfterServerClose(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), wait)
 			defer cancel()
 			req, _ := http.NewRequestWithContext(ctx, http.MethodDelete, p.ts.URL+"/wake/@connections/"+url.PathEscape(id), nil)
+			req.Header.Set(wire.WakeSecretHeader, manageSecret)
 			resp, err := p.ts.Client().Do(req)
 			if err != nil {
 				t.Fatalf("DELETE: %v", err)
@@ -641,7 +647,7 @@ type fakeConnector struct {
 	disconnected chan string
 }
 
-func (f fakeConnector) Connect(_ context.Context, id, token string) (domain.Worker, error) {
+func (f fakeConnector) Connect(_ context.Context, id, token, _ string) (domain.Worker, error) {
 	if token != f.token {
 		return domain.Worker{}, wire.Errorf(wire.CodeUnauthorized, "worker token is not valid")
 	}
@@ -661,7 +667,7 @@ func (f fakeConnector) Disconnect(_ context.Context, id string) error {
 // pong is what the client takes for one.
 func TestWithRealHandler(t *testing.T) {
 	fc := fakeConnector{token: "good", disconnected: make(chan string, 16)}
-	p := newPlane(t, wakelambda.Handler(fc, discard))
+	p := newPlane(t, wakelambda.Handler(fc, auth.DaemonAuthToken, discard))
 	o := fast()
 	o.PingEvery, o.PongWait = 20*time.Millisecond, time.Second
 	c := p.client(o)

@@ -228,6 +228,11 @@ func TestInvocationTransitionDetails(t *testing.T) {
 	if got, err := keyed.Claim(Worker{ID: "c", HostKey: "hk1_x"}, now); err != nil || got.State != StateRunning {
 		t.Errorf("claim by a worker with its host key: %+v %v", got, err)
 	}
+	// A worker with no key has run no host setup: it never takes keyed
+	// work, whatever partitions a claim reads.
+	if got, err := keyed.Claim(Worker{ID: "c"}, now); KindOf(err) != KindConflict || got.State != StateQueued || got.WorkerID != "" {
+		t.Errorf("claim of keyed work by a worker with no key: %+v %v, want a conflict and the invocation still queued", got, err)
+	}
 
 	code := 3
 	o := Outcome{WorkerID: "a", Attempt: 1, State: StateFailed, ExitCode: &code, ResultBlob: `{"k":1}`,

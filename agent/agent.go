@@ -231,12 +231,27 @@ type state struct {
 	byeReason string
 	helloErr  error // why the hello after a 410/401 failed: what Run returns
 	// machineConflict: another process replaced this worker (410
-	// replaced); Run returns ErrMachineConflict.
+	// replaced); Run returns ErrMachineConflict, and the daemon stops
+	// for exitConflict, with no bye.
 	machineConflict bool
 	idleSince       time.Time
 	pollFailures    int
 	spotReclaim     time.Time // spot: when EC2 reclaims the instance (zero: no notice)
 	abandoned       int       // runs whose outcome is not known, for bye's inflight_abandoned
+}
+
+// exitConflict is why a daemon that another process replaced stops
+// (exit 5): that process said hello with its machine id. It is no bye
+// reason, as such a daemon says no bye (finish).
+const exitConflict = "conflict"
+
+// exitReason reports why the daemon stops, for its log and its service
+// manager's status: its bye's reason, or exitConflict.
+func (st *state) exitReason() string {
+	if st.machineConflict {
+		return exitConflict
+	}
+	return st.byeReason
 }
 
 // draining reports whether the daemon has begun to leave: no more claims,

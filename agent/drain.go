@@ -44,10 +44,16 @@ func (a *Agent) finish(st *state) error {
 	a.reap(st)
 	a.flushAcks()
 	a.flushLogs()
-	a.bye(st, st.abandoned)
+	if !st.machineConflict {
+		// A replaced worker says no bye: the hello that replaced it
+		// retired it and handed its work back, and its poll recorded the
+		// conflict, so a bye could change nothing, and it would have to
+		// name a reason that is not why the daemon stops.
+		a.bye(st, st.abandoned)
+	}
 	a.health.PollerRunning(false)
 	a.health.Stopped()
-	a.log.Info("exit", "reason", st.byeReason, "inflight_abandoned", st.abandoned)
+	a.log.Info("exit", "reason", st.exitReason(), "inflight_abandoned", st.abandoned)
 	if st.machineConflict {
 		return ErrMachineConflict
 	}

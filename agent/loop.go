@@ -243,7 +243,7 @@ func (a *Agent) runLoop(ctx context.Context, st *state, hello wire.HelloRequest)
 func (a *Agent) setPhase(st *state, phase string) {
 	if st.phase != phase {
 		a.log.Info("phase", "phase", phase, "worker_id", st.sess.workerID)
-		a.notify.Phase(phase, st.byeReason, st.sess.workerID, len(st.runs))
+		a.notify.Phase(phase, st.exitReason(), st.sess.workerID, len(st.runs))
 	}
 	st.phase = phase
 	a.health.SetPhase(phase)

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # make demo: the main job on the embedded store. Starts `lakeshore dev`,
 # three nymphs, submits a batch, shows it run, kills one worker (the daemon
-# and every process it started, as when an instance vanishes) mid-run, and
-# ends with proof that every invocation finished exactly once, then the
+# and every process it started, as when an instance vanishes) while it
+# runs two invocations, and ends with proof that the kill landed on running
+# work, that it was redelivered, and that every invocation finished exactly
+# once (it exits non-zero, saying why, when any of these fails), then the
 # attempt history and output of one invocation the killed worker ran, and
 # the web view's URL and token; run from a terminal it stays up until
 # Ctrl-C (in CI, or with DEMO_EXIT=1, it exits by itself).
@@ -60,14 +62,36 @@ for i in $(seq "$N"); do
 done
 echo "submitted $N"
 
-say "running (one line a second) — worker-2 is killed with SIGKILL after 4 s"
+say "running (one line a second) — worker-2 is killed with SIGKILL once 6 have finished and it runs 2"
+w2=$("$BIN/lakeshore" ls workers --label worker-2 | awk 'NR > 1 {print $1; exit}')
+# The kill waits for worker-2 to run work, not for a clock: the point is
+# to kill it mid-run, so it waits for the first few bodies to finish, then
+# for two invocations the control plane shows running on worker-2 whose
+# bodies have started (they wrote their start to the ledger). It writes
+# what worker-2 held to $TMP/killed only when the kill landed; the summary
+# fails without it.
 (
-  sleep 4
+  held=
+  for _ in $(seq 1200); do
+    ended=$(grep -c '^end ' "$LEDGER" 2>/dev/null || true)
+    if [ "${ended:-0}" -ge 6 ]; then
+      held=$("$BIN/lakeshore" ls invocations --queue "$QUEUE" --state running 2>/dev/null |
+        awk -v w="$w2" 'NR > 1 && $5 == w {print $1}' || true)
+      held=$(for i in $held; do grep -q "^start $i [0-9]* $w2\$" "$LEDGER" && echo "$i"; done || true)
+      [ "$(grep -c . <<<"$held")" -ge 2 ] && break
+    fi
+    held=
+    sleep 0.05
+  done
+  [ -n "$held" ] || exit 0
   victim=${worker_pid[2]}
-  echo ">> SIGKILL worker-2 (nymph pid $victim and everything in its session: the instance is gone)"
-  pkill -KILL -s "$victim" 2>/dev/null || kill -KILL "$victim"
+  echo ">> SIGKILL worker-2 (nymph pid $victim and everything in its session: the instance is gone) while it runs" $held
+  pkill -KILL -s "$victim" && echo "$held" >"$TMP/killed"
 ) &
+killer=$!
 "$BIN/lakeshore" watch --queue "$QUEUE" --interval 1s --until-done
+kill "$killer" 2>/dev/null || true # still waiting: worker-2 never held 2 at once
+wait "$killer" 2>/dev/null || true
 
 say "summary"
 "$BIN/lakeshore" ls workers
@@ -79,29 +103,48 @@ starts=$(grep -c '^start ' "$LEDGER" || true)
 ends=$(grep -c '^end ' "$LEDGER" || true)
 stats=$("$BIN/lakeshore" watch --queue "$QUEUE" --until-done --interval 1s | tail -1)
 done_count=$(echo "$stats" | sed -n 's/.*done=\([0-9]*\).*/\1/p')
+# A body worker-2 was running when it was killed appended its start to the
+# ledger and never its end.
+killed_bodies=0
+if [ -s "$TMP/killed" ]; then
+  killed_bodies=$(awk -v w="$w2" 'NR == FNR {held[$1] = 1; next}
+    $4 == w && ($2 in held) {if ($1 == "start") s[$2 " " $3] = 1; else delete s[$2 " " $3]}
+    END {n = 0; for (k in s) n++; print n}' "$TMP/killed" "$LEDGER")
+fi
 echo "submitted:                 $N"
 echo "succeeded:                 $succeeded"
 echo "done_count:                $done_count   (terminal transitions, each counted once)"
 echo "bodies started / finished: $starts / $ends   (a body killed with its instance never finishes)"
+echo "killed mid-run:            $killed_bodies   (bodies worker-2 was running when it was killed)"
 echo "redelivered invocations:   $redelivered   (attempt > 1: they were running on worker-2)"
+if [ ! -s "$TMP/killed" ]; then
+  echo "RESULT: FAILED — worker-2 was never killed while it ran 2 invocations: this run proves nothing"; exit 1
+fi
+if [ "$killed_bodies" -lt 1 ] || [ "$redelivered" -lt 1 ]; then
+  echo "RESULT: FAILED — the kill landed on no running work ($killed_bodies bodies killed mid-run, $redelivered redelivered)"; exit 1
+fi
 if [ "$succeeded" = "$N" ] && [ "$done_count" = "$N" ]; then
   echo "RESULT: every invocation finished exactly once — none lost, none double-counted."
 else
   echo "RESULT: MISMATCH"; exit 1
 fi
 
-victim_inv=$(awk 'NR>1 && $4 !~ /^1\// {print $1; exit}' "$TMP/invocations.txt")
-if [ -n "$victim_inv" ]; then
-  say "what an operator sees of $victim_inv, which worker-2 was running"
-  echo "\$ lakeshore get $victim_inv   (its attempts)"
-  "$BIN/lakeshore" get "$victim_inv" | sed -n '/^--- attempts ---/,/^--- /p' | sed '1d;/^--- /d'
-  echo
-  echo "\$ lakeshore logs $victim_inv --attempt 1   (what worker-2 shipped before it was killed)"
-  "$BIN/lakeshore" logs "$victim_inv" --attempt 1 2>&1 | tail -n 5
-  echo
-  echo "\$ lakeshore logs $victim_inv   (the last lines of its output)"
-  "$BIN/lakeshore" logs "$victim_inv" 2>&1 | tail -n 5
+# One invocation worker-2 was running when it was killed, handed to another.
+victim_inv=$(awk 'NR == FNR {held[$1] = 1; next} FNR > 1 && ($1 in held) && $4 !~ /^1\// {print $1; exit}' \
+  "$TMP/killed" "$TMP/invocations.txt")
+if [ -z "$victim_inv" ]; then
+  echo "RESULT: FAILED — none of the invocations worker-2 was running was redelivered"; exit 1
 fi
+victim_attempt=$(awk -v i="$victim_inv" -v w="$w2" '$1 == "start" && $2 == i && $4 == w {n = $3} END {print n + 0}' "$LEDGER")
+say "what an operator sees of $victim_inv, which worker-2 was running"
+echo "\$ lakeshore get $victim_inv   (its attempts)"
+"$BIN/lakeshore" get "$victim_inv" | sed -n '/^--- attempts ---/,/^--- /p' | sed '1d;/^--- /d'
+echo
+echo "\$ lakeshore logs $victim_inv --attempt $victim_attempt   (what worker-2 shipped before it was killed)"
+"$BIN/lakeshore" logs "$victim_inv" --attempt "$victim_attempt" 2>&1 | tail -n 5
+echo
+echo "\$ lakeshore logs $victim_inv   (the last lines of its output)"
+"$BIN/lakeshore" logs "$victim_inv" 2>&1 | tail -n 5
 
 say "the web view: the fleet, and the timeline of the kill and its hand-off"
 echo "open $LAKESHORE_URL/ui/ and log in with the operator token:"

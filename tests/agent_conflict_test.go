@@ -15,7 +15,8 @@ import (
 // TestAgentMachineIDConflict: two nymphs with one --machine-id (a cloned
 // image) used to replace each other forever. Now the one replaced while it
 // runs stops with exit 5 and says why; the other carries on; the control
-// plane records the conflict on the replaced worker; no work is lost, and
+// plane records the conflict on the replaced worker; the replaced nymph
+// logs its exit for reason conflict and says no bye; no work is lost, and
 // the worker list holds two rows, not dozens.
 func TestAgentMachineIDConflict(t *testing.T) {
 	d := startDev(t, backends[0], "--stale-after", "3s")
@@ -46,6 +47,17 @@ func TestAgentMachineIDConflict(t *testing.T) {
 	}
 	if !strings.Contains(first.logs.String(), "machine id conflict") {
 		t.Errorf("the replaced nymph did not say why it stopped:\n%s", first.logs.String())
+	}
+	// Its last line says why it stopped, and it says no bye: the hello
+	// that replaced it retired its worker, so a bye could only name a
+	// reason that is not why it stops.
+	if exits := first.logLines(t, "exit"); len(exits) != 1 || exits[0]["reason"] != "conflict" {
+		t.Errorf("the replaced nymph's exit lines %v, want one with reason conflict", exits)
+	}
+	for _, line := range strings.Split(d.logText(), "\n") {
+		if strings.Contains(line, `"msg":"bye"`) {
+			t.Errorf("the control plane heard a bye from the replaced nymph: %s", line)
+		}
 	}
 
 	for _, id := range ids {

@@ -150,10 +150,10 @@ exit non-zero unless it succeeded; --logs also prints its output as it runs.`,
 	f.StringArrayVarP(&s.env, "env", "e", nil, "environment variable K=V for the command (repeatable)")
 	f.StringVar(&s.workdir, "workdir", "", "directory the body starts in, relative to its run directory (a fresh one per attempt) and inside it; default: the run directory")
 	f.DurationVar(&s.timeout, "timeout", 0, "kill the command after this long (0: no limit; rounded up to seconds)")
-	f.IntVar(&s.maxAttempts, "max-attempts", 0, "attempts in all: a lost worker's attempt, and with --retry-* a failing body's, runs again until they are spent (default 3)")
+	f.IntVar(&s.maxAttempts, "max-attempts", 0, "attempts in all, 1-20: a lost worker's attempt, and with --retry-* a failing body's, runs again until they are spent (default 3)")
 	f.IntSliceVar(&s.retryCodes, "retry-exit-code", nil, "run a failing body again when it exits with this status (128+n: killed by signal n); repeatable or comma-separated")
 	f.BoolVar(&s.retryTimeout, "retry-timeout", false, "run a body that ran past --timeout again")
-	f.DurationVar(&s.retryBackoff, "retry-backoff", 0, "wait before the first retry, doubling each time, at most 15m (default 10s)")
+	f.DurationVar(&s.retryBackoff, "retry-backoff", 0, "wait before the first retry, 1s-15m (rounded up to seconds), doubling each time, at most 15m (default 10s)")
 	f.StringVar(&s.drainSignal, "drain-signal", "", "signal the body's process group gets as its worker starts to drain, inside the grace window: SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1 or SIGUSR2 (default: none)")
 	f.IntSliceVar(&s.requeueCodes, "requeue-exit-code", nil, "a body that exits with this status while its worker drains is handed back to the queue (attempt + 1) instead of recorded; repeatable or comma-separated")
 	f.StringVar(&s.idempotencyKey, "idempotency-key", "", "submitting the same key again returns the first invocation")
@@ -178,6 +178,17 @@ func runSubmit(cmd *cobra.Command, o *clientOptions, s submitOptions, argv []str
 	if err != nil {
 		return err
 	}
+	backoffS := int((s.retryBackoff + time.Second - 1) / time.Second)
+	// A 0 would be left out of the request, and the control plane would
+	// take its default instead: refuse it here, in the control plane's
+	// words. Any other value goes as it is, for the control plane to judge.
+	f := cmd.Flags()
+	if f.Changed("max-attempts") && s.maxAttempts == 0 {
+		return fmt.Errorf("--max-attempts 0: %w", wire.CheckMaxAttempts(0))
+	}
+	if f.Changed("retry-backoff") && backoffS == 0 {
+		return fmt.Errorf("--retry-backoff %s: %w", s.retryBackoff, wire.CheckRetryBackoffS(0))
+	}
 	req := wire.SubmitRequest{
 		Queue: s.queue,
 		Argv:  argv,
@@ -193,9 +204,8 @@ func runSubmit(cmd *cobra.Command, o *clientOptions, s submitOptions, argv []str
 		MaxAttempts:    s.maxAttempts,
 		IdempotencyKey: s.idempotencyKey,
 	}
-	if len(s.retryCodes) > 0 || s.retryTimeout || s.retryBackoff > 0 {
-		req.Retry = &wire.RetryPolicy{ExitCodes: s.retryCodes, Timeout: s.retryTimeout,
-			BackoffS: int((s.retryBackoff + time.Second - 1) / time.Second)}
+	if len(s.retryCodes) > 0 || s.retryTimeout || f.Changed("retry-backoff") {
+		req.Retry = &wire.RetryPolicy{ExitCodes: s.retryCodes, Timeout: s.retryTimeout, BackoffS: backoffS}
 	}
 	ctx := cmd.Context()
 	inv, created, err := c.Submit(ctx, req)

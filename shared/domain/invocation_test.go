@@ -228,6 +228,11 @@ func TestInvocationTransitionDetails(t *testing.T) {
 	if got, err := keyed.Claim(Worker{ID: "c", HostKey: "hk1_x"}, now); err != nil || got.State != StateRunning {
 		t.Errorf("claim by a worker with its host key: %+v %v", got, err)
 	}
+	// A worker with no key has run no host setup: it never takes keyed
+	// work, whatever partitions a claim reads.
+	if got, err := keyed.Claim(Worker{ID: "c"}, now); KindOf(err) != KindConflict || got.State != StateQueued || got.WorkerID != "" {
+		t.Errorf("claim of keyed work by a worker with no key: %+v %v, want a conflict and the invocation still queued", got, err)
+	}
 
 	code := 3
 	o := Outcome{WorkerID: "a", Attempt: 1, State: StateFailed, ExitCode: &code, ResultBlob: `{"k":1}`,
@@ -455,5 +460,41 @@ func TestRequeuedAck(t *testing.T) {
 	cancelled, _, _ := second.Cancel(at(4))
 	if c, ok, _ := cancelled.Record(Outcome{WorkerID: "b", Attempt: 2, State: AckRequeued}, at(5)); !ok || c.State != StateCancelled {
 		t.Errorf("requeued after an operator's cancel: %v %s", ok, c.State)
+	}
+}
+
+// TestLateRequeuedAckOfAnEarlierAttemptOfTheSameWorker: worker a's attempt
+// 1 is taken back (it went stale), a claims the invocation again as
+// attempt 2, and then a's spooled requeued report for attempt 1 arrives.
+// It names a worker that runs the invocation now, but not the attempt it
+// runs: it hands nothing back. Were it to, attempt 2 would be queued
+// while a still ran it, and the work would run twice at once.
+func TestLateRequeuedAckOfAnEarlierAttemptOfTheSameWorker(t *testing.T) {
+	at := func(m int) time.Time { return t0.Add(time.Duration(m) * time.Minute) }
+	inv := NewInvocation("inv_1", Spec{Queue: "q", Argv: []string{"train"}, MaxAttempts: 3}, t0)
+	inv, _ = inv.Claim(Worker{ID: "a"}, at(1))
+	inv, changed := inv.Requeue("a", Loss{Kind: EndStale, Why: "worker stale"}, at(2))
+	if !changed || inv.State != StateQueued {
+		t.Fatalf("attempt 1 taken back: %v %+v", changed, inv)
+	}
+	second, err := inv.Claim(Worker{ID: "a"}, at(3))
+	if err != nil || second.Attempt != 2 || !second.Running("a") {
+		t.Fatalf("a's second claim: %v %+v", err, second)
+	}
+
+	code := 75
+	late, ok, err := second.Record(Outcome{WorkerID: "a", Attempt: 1, State: AckRequeued, ExitCode: &code}, at(4))
+	if err != nil || ok {
+		t.Errorf("a's late requeued report of attempt 1: counted %v, err %v; want a no-op", ok, err)
+	}
+	if late.State != StateRunning || late.Attempt != 2 || late.WorkerID != "a" || !late.RetryAt.IsZero() {
+		t.Errorf("after a's late report of attempt 1: %s attempt %d on %q, want attempt 2 still running on a",
+			late.State, late.Attempt, late.WorkerID)
+	}
+	if got := late.Attempts[1]; got.Outcome != "" || !got.EndedAt.IsZero() {
+		t.Errorf("attempt 2's history after the late report: %+v, want it still running", got)
+	}
+	if got := late.Attempts[0]; got.Outcome != EndStale {
+		t.Errorf("attempt 1's history after the late report: %+v, want it still stale", got)
 	}
 }

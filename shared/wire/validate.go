@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/dreamlake/lakeshore/shared/domain"
@@ -42,10 +43,13 @@ const (
 	MaxTimeoutS        = 7 * 24 * 3600
 	MaxAttemptsLimit   = 20
 	DefaultMaxAttempts = 3
-	MaxConcurrency     = 1024
-	MaxMessageBytes    = 4 << 10 // error message in an ack
-	MaxSetupTextBytes  = 4 << 10 // a setup result's command: a --host-setup command's shell text
-	MaxPollTimeoutS    = 20
+	// MaxRetryBackoffS is the longest first wait a retry policy may ask
+	// for: the domain never waits longer before a retry.
+	MaxRetryBackoffS  = int(domain.MaxRetryBackoff / time.Second)
+	MaxConcurrency    = 1024
+	MaxMessageBytes   = 4 << 10 // error message in an ack
+	MaxSetupTextBytes = 4 << 10 // a setup result's command: a --host-setup command's shell text
+	MaxPollTimeoutS   = 20
 )
 
 // queueName starts with a letter or digit: a name of dots only ("." or "..")
@@ -94,7 +98,20 @@ func Decode(r io.Reader, v Validator) error {
 	if _, err := dec.Token(); err != io.EOF {
 		return Errorf(CodeInvalid, "body has data after the JSON value")
 	}
+	if s, ok := v.(sentChecker); ok {
+		if err := s.checkSent(body); err != nil {
+			return err
+		}
+	}
 	return v.Validate()
+}
+
+// sentChecker is a request with fields whose zero value stands for "the
+// default" only when the field is left out: Go's decoder cannot tell a
+// zero sent from an absent field, so checkSent reads the body again and
+// refuses a zero a client sent.
+type sentChecker interface {
+	checkSent(body []byte) error
 }
 
 func describeJSONError(err error) string {
@@ -501,8 +518,8 @@ func (r *SubmitRequest) Validate() error {
 	if r.MaxAttempts == 0 {
 		r.MaxAttempts = DefaultMaxAttempts
 	}
-	if r.MaxAttempts < 1 || r.MaxAttempts > MaxAttemptsLimit {
-		return invalid("max_attempts must be 1-%d", MaxAttemptsLimit)
+	if err := CheckMaxAttempts(r.MaxAttempts); err != nil {
+		return err
 	}
 	if p := r.Retry; p != nil {
 		if len(p.ExitCodes) == 0 && !p.Timeout {
@@ -514,11 +531,55 @@ func (r *SubmitRequest) Validate() error {
 		if p.BackoffS == 0 {
 			p.BackoffS = DefaultRetryBackoffS
 		}
-		if p.BackoffS < 1 || p.BackoffS > 3600 {
-			return invalid("retry.backoff_s must be 1-3600")
+		if err := CheckRetryBackoffS(p.BackoffS); err != nil {
+			return err
 		}
 	}
 	return checkText("idempotency_key", r.IdempotencyKey, MaxIDLen, false)
+}
+
+// checkSent refuses a max_attempts or retry.backoff_s of 0 sent
+// explicitly: left out, each takes its default, but a client that sends 0
+// asked for something else, and running it as the default would change
+// its request without a word.
+func (r *SubmitRequest) checkSent(body []byte) error {
+	var sent struct {
+		MaxAttempts *int `json:"max_attempts"`
+		Retry       *struct {
+			BackoffS *int `json:"backoff_s"`
+		} `json:"retry"`
+	}
+	if err := json.Unmarshal(body, &sent); err != nil {
+		return Errorf(CodeInvalid, "body is not the expected JSON: %s", describeJSONError(err))
+	}
+	if sent.MaxAttempts != nil && *sent.MaxAttempts == 0 {
+		return CheckMaxAttempts(0)
+	}
+	if sent.Retry != nil && sent.Retry.BackoffS != nil && *sent.Retry.BackoffS == 0 {
+		return CheckRetryBackoffS(0)
+	}
+	return nil
+}
+
+// CheckMaxAttempts reports why n is not a max_attempts a submit may ask
+// for (nil when it is one): 1 to MaxAttemptsLimit; left out, it is
+// DefaultMaxAttempts.
+func CheckMaxAttempts(n int) error {
+	if n < 1 || n > MaxAttemptsLimit {
+		return invalid("max_attempts must be 1-%d, got %d (leave it out for the default, %d)", MaxAttemptsLimit, n, DefaultMaxAttempts)
+	}
+	return nil
+}
+
+// CheckRetryBackoffS reports why n is not a retry.backoff_s a submit may
+// ask for (nil when it is one): 1 to MaxRetryBackoffS, the longest wait
+// before a retry; left out, it is DefaultRetryBackoffS.
+func CheckRetryBackoffS(n int) error {
+	if n < 1 || n > MaxRetryBackoffS {
+		return invalid("retry.backoff_s must be 1-%d seconds (%s, the longest wait before a retry), got %d (leave it out for the default, %d)",
+			MaxRetryBackoffS, domain.MaxRetryBackoff, n, DefaultRetryBackoffS)
+	}
+	return nil
 }
 
 // checkExitCodes checks a list of exit statuses of a failure: at most

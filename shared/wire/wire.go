@@ -307,8 +307,9 @@ type SubmitRequest struct {
 // RetryPolicy is a submit's retry of a failing body (docs/states.md):
 // a failed outcome with one of exit_codes (an exit status, or 128+n for a
 // body killed by signal n), or past timeout_s when timeout is set, queues
-// the invocation again while max_attempts allows, after backoff_s (default
-// 10), doubling each retry, at most 15 minutes.
+// the invocation again while max_attempts allows, after backoff_s (1 to
+// MaxRetryBackoffS; left out, DefaultRetryBackoffS), doubling each retry,
+// at most 15 minutes.
 type RetryPolicy struct {
 	ExitCodes []int `json:"exit_codes,omitempty"`
 	Timeout   bool  `json:"timeout,omitempty"`

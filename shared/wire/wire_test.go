@@ -689,11 +689,7 @@ func TestDecode(t *testing.T) {
 					t.Errorf("max_attempts = %d, want default %d", got, wire.DefaultMaxAttempts)
 				}
 			}},
-			{name: "max_attempts 0 means default", body: with(okSubmit, "max_attempts", 0), check: func(t *testing.T, v wire.Validator) {
-				if got := v.(*wire.SubmitRequest).MaxAttempts; got != 3 {
-					t.Errorf("max_attempts = %d, want 3", got)
-				}
-			}},
+			{name: "max_attempts 0 sent is refused", body: with(okSubmit, "max_attempts", 0), want: wire.CodeInvalid},
 			{name: "max_attempts 1", body: with(okSubmit, "max_attempts", 1), check: func(t *testing.T, v wire.Validator) {
 				if got := v.(*wire.SubmitRequest).MaxAttempts; got != 1 {
 					t.Errorf("max_attempts = %d, want 1", got)

@@ -92,11 +92,19 @@ func (s *Service) Connect(ctx context.Context, connectionID, token, instance str
 		return domain.Worker{}, wire.Errorf(wire.CodeUnauthorized, "the wake channel needs Authorization: Bearer <worker token from hello>")
 	}
 	w, err := s.store.GetWorker(ctx, id)
-	if errors.Is(err, wire.ErrNotFound) || (err == nil && !auth.HashMatches(token, w.TokenHash)) {
-		return domain.Worker{}, wire.Errorf(wire.CodeUnauthorized, "worker token is not valid (wrong secret, or revoked by a newer hello)")
+	if errors.Is(err, wire.ErrNotFound) {
+		// An unknown id costs the same hash and compare and gets the same
+		// answer as a wrong secret: the channel tells no one which workers exist.
+		return domain.Worker{}, store.UnknownWorker(id, func(w domain.Worker) error {
+			auth.HashMatches(token, w.TokenHash)
+			return nil
+		})
 	}
 	if err != nil {
 		return domain.Worker{}, err
+	}
+	if !auth.HashMatches(token, w.TokenHash) {
+		return domain.Worker{}, store.ErrWorkerToken
 	}
 	if !auth.SameInstance(instance, w.MachineID) {
 		return domain.Worker{}, wire.Errorf(wire.CodeForbidden, "IAM mode: worker %s's machine_id %q is not the calling instance %s", w.ID, w.MachineID, instance)

@@ -160,6 +160,13 @@ func TestConnectChecksTheWorkerToken(t *testing.T) {
 			t.Errorf("%s: connect = %v, want %v", tc.name, err, tc.want)
 		}
 	}
+	// A wrong secret and an unknown worker read alike, as on the HTTP
+	// daemon routes: the channel is no oracle of which workers exist.
+	_, wrong := f.svc.Connect(f.ctx, "c-a", "wtk_"+id+"_wrong", "")
+	_, unknown := f.svc.Connect(f.ctx, "c-b", "wtk_wrk_01NOSUCHWORKER0000000000000_x", "")
+	if wrong == nil || unknown == nil || wrong.Error() != unknown.Error() || wrong.Error() != store.ErrWorkerToken.Error() {
+		t.Errorf("wrong secret = %v, unknown worker = %v; want both %v", wrong, unknown, store.ErrWorkerToken)
+	}
 	if _, err := f.svc.Bye(f.ctx, wire.ByeRequest{WorkerID: other, Reason: wire.ByeSignal}, nil); err != nil {
 		t.Fatal(err)
 	}

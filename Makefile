@@ -120,7 +120,7 @@ FUZZTIME     ?= 5m
 FUZZPARALLEL ?= 2
 FUZZMINIMIZE ?= 5s
 FUZZ_TARGETS := shared/wire:FuzzDecode shared/api:FuzzHello shared/api:FuzzPoll shared/api:FuzzAck \
-	shared/api:FuzzBye shared/api:FuzzOperatorPost shared/api:FuzzOperatorGet \
+	shared/api:FuzzBye shared/api:FuzzLogs shared/api:FuzzOperatorPost shared/api:FuzzOperatorGet \
 	shared/ui:FuzzUIForms agent/internal/runview:FuzzLifecycleView
 .PHONY: fuzz
 fuzz:

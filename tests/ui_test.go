@@ -62,8 +62,9 @@ func evalEventually(t *testing.T, ctx context.Context, limit time.Duration, what
 	}
 }
 
-// hostileLabel is a worker label that holds markup and a terminal escape.
-const hostileLabel = "<script>document.title='pwned'</script><b>ui-c</b>\x1b[31m"
+// hostileLabel is a worker label that holds markup, a terminal escape and a
+// bidi override (U+202E).
+const hostileLabel = "<script>document.title='pwned'</script><b>ui-c</b>\x1b[31m\u202egnp.exe"
 
 // TestWebViewInABrowser drives the web view in a real headless chromium
 // over lakeshore dev and three real nymphs: log in; three active workers,
@@ -120,8 +121,10 @@ func TestWebViewInABrowser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := strings.ReplaceAll(hostileLabel, "\x1b", ""); labelText != want {
-		t.Errorf("the hostile label reads %q, want the text %q (markup as text, the escape dropped)", labelText, want)
+	// Markup reads as text; the terminal escape and the bidi override read
+	// as visible escapes, so neither drives a terminal nor reorders the line.
+	if want := `<script>document.title='pwned'</script><b>ui-c</b>\x1b[31m\u202egnp.exe`; labelText != want {
+		t.Errorf("the hostile label reads %q, want the text %q (markup as text, the escapes shown)", labelText, want)
 	}
 	scripts, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll('main script, main b').length`))
 	if err != nil {

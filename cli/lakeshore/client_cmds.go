@@ -388,7 +388,11 @@ func newGetCmd(o *clientOptions) *cobra.Command {
 				if o.json() {
 					return printJSON(out, w)
 				}
-				return describeWorker(out, w, time.Now())
+				ws := []wire.Worker{w}
+				if err := showHeld(cmd.Context(), c, ws); err != nil {
+					return err
+				}
+				return describeWorker(out, ws[0], time.Now())
 			default:
 				return fmt.Errorf("%q is neither an invocation id (inv_…) nor a worker id (wrk_…)", id)
 			}

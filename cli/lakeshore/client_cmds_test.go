@@ -421,3 +421,58 @@ func TestAuthAndConfig(t *testing.T) {
 		t.Fatalf("unreachable: err = %v", err)
 	}
 }
+
+// TestRunningShowsWhatIsHeld: a worker that claimed two invocations but
+// reported none running at its polls shows 2/2 in ls workers, get and
+// watch, as many as the queue counts running.
+func TestRunningShowsWhatIsHeld(t *testing.T) {
+	p := newTestPlane(t)
+	enroll := client.New(p.url, testEnrollToken)
+	two, none := 2, 0
+	res, err := enroll.Hello(t.Context(), wire.HelloRequest{MachineID: "m-held", BootID: "b1", Label: "m-held",
+		Lanes: []string{"default"}, Capabilities: wire.Capabilities{MaxConcurrency: &two}})
+	if err != nil {
+		t.Fatalf("hello: %v", err)
+	}
+	daemon, workerID := enroll.WithToken(res.Token), res.WorkerID
+	for range 2 {
+		p.mustRun(t, "submit", "--", "true")
+	}
+	claimed := 0
+	for polls := 0; claimed < 2; polls++ {
+		if polls == 50 {
+			t.Fatalf("claimed %d of 2 invocations in %d polls", claimed, polls)
+		}
+		// Each poll reports nothing running: the report lags the claims.
+		r, err := daemon.Poll(t.Context(), wire.PollRequest{WorkerID: workerID, Queue: "default", Phase: wire.PhaseReady,
+			TimeoutS: 1, UpdatedCapabilities: &wire.Capabilities{MaxConcurrency: &two, CurrentInvocations: &none}})
+		if err != nil {
+			t.Fatalf("poll: %v", err)
+		}
+		for _, cmd := range r.Commands {
+			if cmd.Type == wire.CommandRun {
+				claimed++
+			}
+		}
+	}
+	if w, err := p.op.GetWorker(t.Context(), workerID); err != nil || w.CurrentInvocations != 0 {
+		t.Fatalf("the worker's reported current_invocations = %d (%v), want the 0 it reported", w.CurrentInvocations, err)
+	}
+
+	text := p.mustRun(t, "ls", "workers")
+	lines := strings.Split(strings.TrimSpace(text), "\n")
+	if f := strings.Fields(lines[len(lines)-1]); len(lines) != 2 || len(f) < 6 || f[5] != "2/2" {
+		t.Errorf("ls workers shows running/max other than the 2/2 it holds:\n%s", text)
+	}
+	if text := p.mustRun(t, "get", workerID); !strings.Contains(text, "2/2") {
+		t.Errorf("get worker shows running/max other than the 2/2 it holds:\n%s", text)
+	}
+	snap, err := takeSnapshot(t.Context(), p.op, "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "running=2 succeeded=0 failed=0 cancelled=0 done=0 | " + workerID + "(m-held) active 2/2"
+	if line := snap.line(); !strings.HasSuffix(line, want) {
+		t.Errorf("watch line = %q, want it to end %q", line, want)
+	}
+}

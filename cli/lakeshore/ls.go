@@ -111,6 +111,9 @@ page may be short (or empty) and still have more after it: use --all.`,
 				return printJSON(cmd.OutOrStdout(), list)
 			}
 			ws := slices.Clone(list.Workers)
+			if err := showHeld(cmd.Context(), c, ws); err != nil {
+				return err
+			}
 			sortWorkers(ws)
 			if err := workerTable(cmd.OutOrStdout(), ws, time.Now()); err != nil {
 				return err
@@ -137,6 +140,36 @@ func sortWorkers(ws []wire.Worker) {
 	slices.SortFunc(ws, func(a, b wire.Worker) int {
 		return cmp.Or(cmp.Compare(a.Label, b.Label), cmp.Compare(a.WorkerID, b.WorkerID))
 	})
+}
+
+// runningHeld counts the running invocations each worker holds, of queue
+// ("": of every queue), in a listing of running invocations.
+func runningHeld(running []wire.Invocation, queue string) map[string]int {
+	held := map[string]int{}
+	for _, inv := range running {
+		if inv.State == wire.StateRunning && (queue == "" || inv.Queue == queue) {
+			held[inv.WorkerID]++
+		}
+	}
+	return held
+}
+
+// showHeld sets each worker's running count to the running invocations it
+// holds now, the count the queues show, rather than the count it reported
+// at its last poll (which lags each claim until the next poll). It reads
+// the running invocations once, across every queue: a listing as long as
+// the fleet's live work, where counting per worker would cost one query a
+// worker.
+func showHeld(ctx context.Context, c *client.Client, ws []wire.Worker) error {
+	running, err := listInvocations(ctx, c, client.ListInvocationsParams{State: wire.StateRunning}, true)
+	if err != nil {
+		return fmt.Errorf("count the invocations each worker runs: %w", err)
+	}
+	held := runningHeld(running.Invocations, "")
+	for i := range ws {
+		ws[i].CurrentInvocations = held[ws[i].WorkerID]
+	}
+	return nil
 }
 
 // listInvocations reads one page, or with all every page from p.Cursor on,

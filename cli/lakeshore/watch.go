@@ -27,7 +27,8 @@ func newWatchCmd(o *clientOptions) *cobra.Command {
 		Short: "Print a queue's counts and its workers' load once per interval",
 		Long: `Print one status line per interval: the queue's invocation counts by state,
 its done_count (terminal transitions, each counted once), and for each worker
-serving it, its state and running/max. With --output json, one JSON object
+serving it, its state and running/max (the running invocations it holds
+now, of every queue). With --output json, one JSON object
 per interval instead.
 
 With --until-done, exit 0 once nothing is queued or running and at least one
@@ -52,9 +53,9 @@ type watchSnapshot struct {
 }
 
 // watchWorker is one worker's load as watch shows it: running/max as every
-// view shows it, the invocations the worker says it runs now (an outcome
-// still on its way to the control plane no longer counts), so it never
-// exceeds max.
+// view shows it, the running invocations the worker holds now, of every
+// queue (the same listing the queue's running count comes from, so the
+// two agree).
 type watchWorker struct {
 	WorkerID       string `json:"worker_id"`
 	Label          string `json:"label,omitempty"`
@@ -146,7 +147,7 @@ func takeSnapshot(ctx context.Context, c *client.Client, queue string) (watchSna
 	if err != nil {
 		return watchSnapshot{}, err
 	}
-	running, err := listInvocations(ctx, c, client.ListInvocationsParams{Queue: queue, State: wire.StateRunning}, true)
+	running, err := listInvocations(ctx, c, client.ListInvocationsParams{State: wire.StateRunning}, true)
 	if err != nil {
 		return watchSnapshot{}, err
 	}
@@ -154,20 +155,17 @@ func takeSnapshot(ctx context.Context, c *client.Client, queue string) (watchSna
 	if err != nil {
 		return watchSnapshot{}, err
 	}
-	held := map[string]int{}
-	for _, inv := range running.Invocations {
-		held[inv.WorkerID]++
-	}
+	held, here := runningHeld(running.Invocations, ""), runningHeld(running.Invocations, queue)
 	snap := watchSnapshot{Time: now, Queue: stats, Workers: []watchWorker{}}
 	sortWorkers(workers.Workers)
 	for _, wk := range workers.Workers {
 		serves := len(wk.Lanes) == 0 || slices.Contains(wk.Lanes, queue)
-		if held[wk.WorkerID] == 0 && (wk.State == "gone" || !serves) {
+		if here[wk.WorkerID] == 0 && (wk.State == "gone" || !serves) {
 			continue
 		}
 		snap.Workers = append(snap.Workers, watchWorker{
 			WorkerID: wk.WorkerID, Label: wk.Label, State: wk.State,
-			Running: wk.CurrentInvocations, MaxConcurrency: wk.MaxConcurrency,
+			Running: held[wk.WorkerID], MaxConcurrency: wk.MaxConcurrency,
 		})
 	}
 	return snap, nil

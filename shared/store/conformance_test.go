@@ -130,6 +130,7 @@ type fixture struct {
 	ctx     context.Context
 	backend backend
 	db      *dynamodb.Client
+	prefix  string // of its tables
 	tables  store.TableNames
 	s       *store.Store
 	svc     *control.Service // the use cases over s
@@ -154,7 +155,7 @@ func newFixture(t *testing.T, b backend, db *dynamodb.Client) *fixture {
 	// Ids from the same clock (ULIDs: they sort by it, and by creation
 	// order within one millisecond).
 	s.IDs = &ids.Generator{Clock: c.Clock()}
-	return &fixture{t: t, ctx: ctx, backend: b, db: db, tables: s.Tables(), s: s, svc: storetest.Control(s),
+	return &fixture{t: t, ctx: ctx, backend: b, db: db, prefix: prefix, tables: s.Tables(), s: s, svc: storetest.Control(s),
 		clock: c, hashes: map[string]string{}}
 }
 

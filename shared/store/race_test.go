@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
@@ -10,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/dreamlake/lakeshore/shared/domain"
+	"github.com/dreamlake/lakeshore/shared/store"
 	"github.com/dreamlake/lakeshore/shared/store/storetest"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
@@ -41,6 +43,7 @@ const maxClaimPasses = 1000
 // poller is one worker claiming concurrently with others, recording what it
 // got. Pollers only report errors; the test goroutine fails the test.
 type poller struct {
+	s         *store.Store // the store it claims through (nil: the fixture's)
 	w         domain.Worker
 	max       int
 	claimed   []domain.Invocation
@@ -53,9 +56,10 @@ type poller struct {
 // (nothing claimed and no race lost: the claim index had no candidates) or,
 // with once, until it holds something.
 func (p *poller) run(f *fixture, once bool) {
+	s := cmp.Or(p.s, f.s)
 	for p.passes < maxClaimPasses {
 		p.passes++
-		res, err := f.s.Claim(f.ctx, p.w, "q", p.max)
+		res, err := s.Claim(f.ctx, p.w, "q", p.max)
 		if err != nil {
 			p.err = err
 			return
@@ -73,11 +77,21 @@ func (p *poller) run(f *fixture, once bool) {
 // claim at once (a channel, not a sleep, lines them up) and waits for them.
 func startPollers(t *testing.T, f *fixture, n int, maxFor func(i int) int, once bool) []*poller {
 	t.Helper()
+	return startPollersOn(t, f, nil, n, maxFor, once)
+}
+
+// startPollersOn is startPollers with poller i claiming through
+// stores[i%len(stores)] (none: the fixture's store).
+func startPollersOn(t *testing.T, f *fixture, stores []*store.Store, n int, maxFor func(i int) int, once bool) []*poller {
+	t.Helper()
 	ps := make([]*poller, n)
 	var hellos, done sync.WaitGroup
 	start := make(chan struct{})
 	for i := range n {
 		p := &poller{max: maxFor(i)}
+		if len(stores) > 0 {
+			p.s = stores[i%len(stores)]
+		}
 		ps[i] = p
 		hellos.Add(1)
 		done.Go(func() {
@@ -175,6 +189,34 @@ func TestRaceEveryInvocationClaimedOnce(t *testing.T) {
 				t.Fatalf("holder index holds %d, want %d", total, len(invs))
 			}
 		})
+	}
+}
+
+// TestRaceManyStoresClaimOnce: deployed, every Lambda instance has its own
+// store and claim pool, so pollers of different instances read the same
+// candidates and race on the claim's conditional put alone. Five stores,
+// each with its own SDK client over one embedded server, and 20 pollers
+// spread over them drain 200 invocations; each is claimed exactly once,
+// at attempt 1, by the worker the table names, and the holder index adds
+// up.
+func TestRaceManyStoresClaimOnce(t *testing.T) {
+	endpoint := storetest.EmbeddedEndpoint(t)
+	f := newFixture(t, raceBackends[0], storetest.Client(endpoint))
+	stores := make([]*store.Store, 5)
+	for i := range stores {
+		s := store.New(storetest.Client(endpoint), f.prefix)
+		s.Clock = f.clock.Clock()
+		stores[i] = s
+	}
+	invs := f.submitN("q", 200)
+	ps := startPollersOn(t, f, stores, 20, func(i int) int { return i%4 + 1 }, false)
+	checkClaims(t, f, ps, invs)
+	total := 0
+	for _, p := range ps {
+		total += len(f.held(p.w.ID))
+	}
+	if total != len(invs) {
+		t.Fatalf("holder index holds %d, want %d", total, len(invs))
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/dreamlake/lakeshore/shared/clock"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
@@ -49,7 +50,8 @@ type Options struct {
 	// it waits for the pong before it reconnects (default 30 s).
 	PingEvery, PongWait time.Duration
 	// BackoffMin and BackoffMax bound the wait between failed connects
-	// (default 1 s doubling to 1 min, each jittered).
+	// (default 1 s doubling to 1 min, each jittered and never past
+	// BackoffMax).
 	BackoffMin, BackoffMax time.Duration
 }
 
@@ -58,6 +60,10 @@ type Options struct {
 type Client struct {
 	opts Options
 	log  *slog.Logger
+	// clock times how long a socket stays up; jitter draws in [0, 1) for
+	// the backoff. Tests replace them.
+	clock  clock.Clock
+	jitter func() float64
 
 	mu      sync.Mutex
 	target  target
@@ -90,7 +96,7 @@ func New(o Options) *Client {
 		o.BackoffMax = max(o.BackoffMin, defaultBackoffMax)
 	}
 	o.BackoffMax = max(o.BackoffMax, o.BackoffMin)
-	return &Client{opts: o, log: o.Logger, changed: make(chan struct{}),
+	return &Client{opts: o, log: o.Logger, jitter: rand.Float64, changed: make(chan struct{}),
 		work: make(chan struct{}, 1), news: make(chan struct{}, 1)}
 }
 
@@ -138,10 +144,41 @@ func signal(ch chan struct{}) {
 	}
 }
 
+// retries counts how the sessions in a row went, for the backoff.
+type retries struct {
+	failures   int // connects in a row that failed, or came up and dropped soon
+	quickDrops int // sockets in a row that dropped within stableAfter
+}
+
+// after records how a session ended: up is how long its socket was up (0:
+// none came up, or the target changed), err why it failed (nil: it ended).
+// It answers the error to back off on, nil to reconnect at once. A socket
+// that stayed up stableAfter worked, however it ended: the count starts
+// over, so its failure waits the first step, not the step the failures
+// before it reached.
+func (r *retries) after(up time.Duration, err error) error {
+	if up >= stableAfter {
+		r.failures, r.quickDrops = 0, 0
+	}
+	switch {
+	case err == nil && (up == 0 || up >= stableAfter): // a new target, or a socket that worked and ended
+		r.failures, r.quickDrops = 0, 0
+		return nil
+	case err == nil:
+		r.quickDrops++
+		if r.quickDrops < 2 {
+			r.failures = 0
+			return nil // one short-lived socket: reconnect at once
+		}
+		err = errors.New("the wake socket keeps dropping soon after it connects")
+	}
+	r.failures++
+	return err
+}
+
 // Run keeps the socket until ctx ends.
 func (c *Client) Run(ctx context.Context) {
-	failures := 0   // connects in a row that failed, or came up and dropped soon
-	quickDrops := 0 // sockets in a row that dropped within stableAfter
+	var r retries
 	for ctx.Err() == nil {
 		t, changed := c.current()
 		if t.url == "" {
@@ -155,48 +192,35 @@ func (c *Client) Run(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		switch {
-		case err == nil && up == 0: // a new target
-			failures, quickDrops = 0, 0
+		if err = r.after(up, err); err == nil {
 			continue
-		case err == nil && up >= stableAfter:
-			failures, quickDrops = 0, 0
-			continue // a socket that worked and ended: reconnect at once
-		case err == nil:
-			quickDrops++
-			if quickDrops < 2 {
-				failures = 0
-				continue // one short-lived socket: reconnect at once
-			}
-			failures++
-			err = errors.New("the wake socket keeps dropping soon after it connects")
-		default:
-			failures++
 		}
-		wait := c.backoff(failures)
+		wait := c.backoff(r.failures)
 		c.log.Warn("wake socket down; polling on the interval meanwhile", "error", err.Error(), "retry_in", wait.Round(time.Millisecond))
 		tm := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 		case <-changed:
-			failures, quickDrops = 0, 0
+			r = retries{}
 		case <-tm.C:
 		}
 		tm.Stop()
 	}
 }
 
-// backoff is the jittered wait after the nth failed connect in a row.
+// backoff is the jittered wait after the nth failed connect in a row: the
+// step (BackoffMin doubling) times a draw in [0.5, 1.5), capped at
+// BackoffMax after the jitter, so no wait is longer than the cap.
 func (c *Client) backoff(n int) time.Duration {
 	d := c.opts.BackoffMin << min(n-1, 16)
 	d = min(d, c.opts.BackoffMax)
-	return time.Duration(float64(d) * (0.5 + rand.Float64()))
+	return min(time.Duration(float64(d)*(0.5+c.jitter())), c.opts.BackoffMax)
 }
 
 // session connects to t and serves the socket until it fails (the error),
 // or t stops being the target or ctx ends (nil). up is how long a socket
-// that came up stayed up, and 0 when t stopped being the target while it
-// was: a socket that came up and dropped answers nil with its up time.
+// that came up stayed up, whether it dropped (nil) or failed (the error),
+// and 0 when none came up or t stopped being the target while it was.
 func (c *Client) session(ctx context.Context, t target, changed <-chan struct{}) (up time.Duration, err error) {
 	hc := c.opts.HTTP
 	if c.opts.HTTPFor != nil {
@@ -212,8 +236,8 @@ func (c *Client) session(ctx context.Context, t target, changed <-chan struct{})
 		return 0, err // refused or unreachable alike: back off and retry
 	}
 	defer conn.CloseNow()
-	since := time.Now()
-	upFor := func() time.Duration { return max(time.Since(since), time.Nanosecond) }
+	since := c.clock.Now()
+	upFor := func() time.Duration { return max(c.clock.Since(since), time.Nanosecond) }
 	conn.SetReadLimit(64 << 10)
 	c.up.Store(true)
 	c.log.Info("wake socket connected", "url", t.url)
@@ -253,7 +277,7 @@ func (c *Client) session(ctx context.Context, t target, changed <-chan struct{})
 			err := conn.Write(wctx, websocket.MessageText, []byte(wire.WakePing))
 			cancel()
 			if err != nil {
-				return 0, err
+				return upFor(), err
 			}
 			if pongTimer == nil {
 				pongTimer = time.NewTimer(c.opts.PongWait)
@@ -265,7 +289,7 @@ func (c *Client) session(ctx context.Context, t target, changed <-chan struct{})
 				pongTimer, pongDue = nil, nil
 			}
 		case <-pongDue:
-			return 0, errors.New("the keep-alive was not answered")
+			return upFor(), errors.New("the keep-alive was not answered")
 		}
 	}
 }

@@ -2,8 +2,11 @@ package wakeclient
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
+	"math"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -17,6 +20,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/dreamlake/lakeshore/shared/auth"
+	"github.com/dreamlake/lakeshore/shared/clock"
 	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/wakelambda"
 	"github.com/dreamlake/lakeshore/shared/wakesock"
@@ -722,8 +726,8 @@ func TestBackoff(t *testing.T) {
 	for n := 1; n <= 100; n++ {
 		for range 50 {
 			d := c.backoff(n)
-			if d < base/2 || d >= base*3/2 {
-				t.Fatalf("backoff(%d) = %v, want within [%v, %v)", n, d, base/2, base*3/2)
+			if d < base/2 || d >= base*3/2 || d > hi {
+				t.Fatalf("backoff(%d) = %v, want within [%v, %v) and at most %v", n, d, base/2, base*3/2, hi)
 			}
 		}
 		base = min(base*2, hi)
@@ -755,5 +759,90 @@ func TestDroppedAtOnceBacksOff(t *testing.T) {
 	time.Sleep(500 * time.Millisecond)
 	if n := accepted.Load(); n > 3 {
 		t.Errorf("%d sockets in half a second with a 1 h backoff: the client reconnects in a hot loop", n)
+	}
+}
+
+// TestBackoffNeverPastCap: with the defaults (1 s doubling to 1 min) no
+// draw of the jitter, up to the largest, makes a wait longer than the
+// minute, and none is shorter than half its step.
+func TestBackoffNeverPastCap(t *testing.T) {
+	c := New(Options{})
+	draws := rand.New(rand.NewPCG(1, 2))
+	for n := 1; n <= 64; n++ {
+		step := min(defaultBackoffMin<<min(n-1, 16), defaultBackoffMax)
+		for i := range 200 {
+			j := draws.Float64()
+			if i == 0 {
+				j = math.Nextafter(1, 0) // the largest draw
+			}
+			c.jitter = func() float64 { return j }
+			if d := c.backoff(n); d > defaultBackoffMax || d < step/2 {
+				t.Fatalf("backoff(%d) with draw %v = %v, want within [%v, %v]", n, j, d, step/2, defaultBackoffMax)
+			}
+		}
+	}
+}
+
+// TestRetryStartsOverAfterGoodSocket: after failures in a row, a socket
+// that stayed up past stableAfter and then failed (its keep-alive
+// unanswered) is retried after the first step again, not the next.
+func TestRetryStartsOverAfterGoodSocket(t *testing.T) {
+	c := New(Options{})
+	c.jitter = func() float64 { return math.Nextafter(1, 0) }
+	var r retries
+	refused := errors.New("refused")
+	for range 8 {
+		if r.after(0, refused) == nil {
+			t.Fatal("a refused connect reconnects at once")
+		}
+	}
+	if d := c.backoff(r.failures); d != defaultBackoffMax {
+		t.Fatalf("after 8 refusals the wait is %v, want the cap %v", d, defaultBackoffMax)
+	}
+	if r.after(time.Hour, errors.New("the keep-alive was not answered")) == nil {
+		t.Fatal("a failed socket reconnects at once")
+	}
+	if d, first := c.backoff(r.failures), defaultBackoffMin*3/2; r.failures != 1 || d > first {
+		t.Errorf("after a socket that was up an hour failed: failures %d, wait %v; want 1 and at most the first step's %v", r.failures, d, first)
+	}
+	// A socket that was up and ended cleanly reconnects at once and also
+	// starts the count over.
+	r = retries{failures: 8}
+	if err := r.after(time.Hour, nil); err != nil || r.failures != 0 {
+		t.Errorf("after a socket that was up an hour ended: %v, failures %d", err, r.failures)
+	}
+}
+
+// TestSessionReportsUpTimeOnFailure: a socket that came up and then failed
+// (its keep-alive unanswered) reports how long it was up, so Run can tell a
+// socket that worked from one that never did. The clock reads an hour
+// later at every read after the socket came up.
+func TestSessionReportsUpTimeOnFailure(t *testing.T) {
+	answer := accept("tok")
+	p := newPlane(t, func(ctx context.Context, ev event) (response, error) {
+		if ev.RequestContext.RouteKey == "$default" {
+			return response{StatusCode: http.StatusOK}, nil // no pong
+		}
+		return answer(ctx, ev)
+	})
+	o := fast()
+	o.PingEvery, o.PongWait = 20*time.Millisecond, 100*time.Millisecond
+	c := p.client(o)
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var reads atomic.Int64
+	c.clock = clock.Of(func() time.Time {
+		if reads.Add(1) == 1 {
+			return start
+		}
+		return start.Add(time.Hour)
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), wait)
+	defer cancel()
+	up, err := c.session(ctx, target{p.url, "tok"}, make(chan struct{}))
+	if err == nil || ctx.Err() != nil {
+		t.Fatalf("session ended with %v (ctx %v), want the unanswered keep-alive", err, ctx.Err())
+	}
+	if up != time.Hour {
+		t.Errorf("session up = %v after failing, want the hour it was up", up)
 	}
 }

@@ -1,6 +1,7 @@
 package provision_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"fmt"
@@ -22,6 +23,7 @@ import (
 	"github.com/dreamlake/lakeshore/shared/clock"
 	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/ids"
+	"github.com/dreamlake/lakeshore/shared/metrics"
 	"github.com/dreamlake/lakeshore/shared/provision"
 	"github.com/dreamlake/lakeshore/shared/store"
 	"github.com/dreamlake/lakeshore/shared/store/schema"
@@ -603,5 +605,93 @@ func TestAnswerLost(t *testing.T) {
 		if got := provision.AnswerLost(c.err); got != c.lost {
 			t.Errorf("%s: lost %v, want %v", c.name, got, c.lost)
 		}
+	}
+}
+
+// failSetup plays each launched host's nymph whose host setup fails: it
+// says hello, reports its failed --host-setup command, and leaves idle
+// after its keep-alive (nymph exits 4). It reports how many hosts it played.
+func (w *world) failSetup(played map[string]bool) int {
+	w.t.Helper()
+	svc := storetest.Control(w.st)
+	four := 4
+	n := 0
+	for _, h := range w.alive() {
+		if h.InstanceID == "" || played[h.InstanceID] {
+			continue
+		}
+		played[h.InstanceID] = true
+		n++
+		reg, err := svc.Register(w.ctx, wire.HelloRequest{MachineID: h.InstanceID, BootID: "boot-" + h.ID,
+			Lanes: []string{h.Key.Queue}, HostKey: h.Key.HostKey, Capabilities: wire.Capabilities{MaxConcurrency: &four}},
+			func(string) (string, error) { return "hash", nil })
+		if err != nil {
+			w.t.Fatal(err)
+		}
+		wk, err := svc.Heartbeat(w.ctx, wire.PollRequest{WorkerID: reg.Worker.ID, Phase: wire.PhaseSetup}, nil)
+		if err != nil {
+			w.t.Fatal(err)
+		}
+		if _, err := w.st.RecordSetupResults(w.ctx, wk, []domain.SetupResult{
+			{Command: "echo trying; exit 1", Status: wire.SetupFailed, ExitCode: 1, OutputTail: "trying\n"}}); err != nil {
+			w.t.Fatal(err)
+		}
+		if _, err := svc.Bye(w.ctx, wire.ByeRequest{WorkerID: reg.Worker.ID, Reason: wire.ByeIdle}, nil); err != nil {
+			w.t.Fatal(err)
+		}
+	}
+	return n
+}
+
+// TestFailedHostSetupBacksOffAndStops: every host launched for a key fails
+// its host setup and leaves. Over a simulated hour of passes (one a
+// minute) the key launches at most Backoff.MaxFailures hosts, one at a
+// time after the first failure, then stops; the key's hold says why its
+// queued work waits (the command and its output), and the invocation stays
+// queued. Another key (another host setup) is not held back.
+func TestFailedHostSetupBacksOffAndStops(t *testing.T) {
+	w := newWorld(t)
+	w.submit("gpu", 3, "echo trying; exit 1")
+	var emf bytes.Buffer
+	p := provision.New(provision.Config{Store: w.st, EC2: w.ec2, LaunchTemplate: w.template, Clock: w.clock.Clock(),
+		Limits: domain.ProvisionLimits{MaxHosts: 3, SlotsPerHost: 4}, Metrics: &metrics.EMF{W: &emf, Clock: w.clock.Clock()},
+		HostSetup: func(ctx context.Context, q, hk string) ([]string, error) { return []string{"echo trying; exit 1"}, nil }})
+	played := map[string]bool{}
+	launched, held := 0, 0
+	for range 60 {
+		res, err := p.Pass(w.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		launched += res.Launched
+		held += res.Held
+		w.failSetup(played)
+		w.clock.Advance(time.Minute)
+	}
+	if launched > provision.DefaultBackoff.MaxFailures || launched == 0 {
+		t.Fatalf("%d hosts launched in an hour for a key whose host setup fails; want 1-%d", launched, provision.DefaultBackoff.MaxFailures)
+	}
+	if held == 0 {
+		t.Fatal("no pass held the key back")
+	}
+	t.Logf("an hour of passes: %d launches, %d passes held the key", launched, held)
+	if n := strings.Count(emf.String(), `"ProvisionHeld":1`); n != held {
+		t.Fatalf("%d ProvisionHeld metric lines; want one a held key a pass (%d)", n, held)
+	}
+	hk := hostKeyOf(t, w)
+	hold, ok, err := w.st.KeyHold(w.ctx, domain.ProvisionKey{Queue: "gpu", HostKey: hk})
+	if err != nil || !ok || !hold.Stopped || !hold.Waiting(w.clock.Now()) ||
+		!strings.Contains(hold.Last.Reason, "host setup failed") || !strings.Contains(hold.Last.Reason, "trying") {
+		t.Fatalf("the key's hold: %+v %v %v; want it stopped, saying its host setup failed with its output", hold, ok, err)
+	}
+	invs, _, err := w.st.ListInvocations(w.ctx, "gpu", wire.StateQueued, 100, "")
+	if err != nil || len(invs) != 3 {
+		t.Fatalf("queued work: %d %v; want the 3 still queued", len(invs), err)
+	}
+
+	// A new submit with another host setup is another key: it launches.
+	w.submit("gpu", 1, "echo fixed")
+	if res, err := p.Pass(w.ctx); err != nil || res.Launched != 1 {
+		t.Fatalf("pass after a submit with another host setup: %+v %v; want one launch", res, err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -51,8 +52,8 @@ func (s *Store) Fleet(ctx context.Context) (version int64, hosts []domain.Host, 
 			return 0, nil, storeErr("read the hosts", err)
 		}
 		for _, item := range page.Items {
-			if v, ok := item["host_id"].(*types.AttributeValueMemberS); ok && v.Value == fleetItemID {
-				continue
+			if v, ok := item["host_id"].(*types.AttributeValueMemberS); ok && strings.HasPrefix(v.Value, "!") {
+				continue // the ledger, a key's hold: not hosts
 			}
 			var r hostRecord
 			if err := attributevalue.UnmarshalMap(item, &r); err != nil {
@@ -184,4 +185,48 @@ func (s *Store) HostSetupOf(ctx context.Context, queue, hk string) ([]string, er
 		}
 	}
 	return nil, nil
+}
+
+// holdItemID is the hosts table's item keeping k's hold (KeyHold).
+func holdItemID(k domain.ProvisionKey) string { return "!hold#" + k.Queue + "#" + k.HostKey }
+
+// holdRecord is the stored form of what holds a key's launches back: what
+// the invocation view shows its queued work waiting on.
+type holdRecord struct {
+	ID       string    `dynamodbav:"host_id"`
+	Reason   string    `dynamodbav:"reason"`
+	Failures int       `dynamodbav:"failures"`
+	Stopped  bool      `dynamodbav:"stopped,omitempty"`
+	Until    time.Time `dynamodbav:"until"`
+}
+
+// SaveKeyHold records why the provisioner holds k's launches back until
+// until (reason: the last failed host's), for the invocation view.
+func (s *Store) SaveKeyHold(ctx context.Context, h domain.KeyHold) error {
+	item, err := attributevalue.MarshalMap(holdRecord{ID: holdItemID(h.Key), Reason: h.Last.Reason,
+		Failures: h.Failures, Stopped: h.Stopped, Until: h.Until})
+	if err != nil {
+		return fmt.Errorf("encode the hold of %s/%s: %w", h.Key.Queue, h.Key.HostKey, err)
+	}
+	if _, err := s.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(s.tables.Hosts), Item: item}); err != nil {
+		return storeErr("save the hold of "+h.Key.HostKey, err)
+	}
+	return nil
+}
+
+// KeyHold reads what holds k's launches back (ok false: nothing was ever
+// held). Its Last carries only the reason.
+func (s *Store) KeyHold(ctx context.Context, k domain.ProvisionKey) (hold domain.KeyHold, ok bool, err error) {
+	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(s.tables.Hosts), Key: key("host_id", holdItemID(k))})
+	if err != nil {
+		return hold, false, storeErr("read the hold of "+k.HostKey, err)
+	}
+	if out.Item == nil {
+		return hold, false, nil
+	}
+	var r holdRecord
+	if err := attributevalue.UnmarshalMap(out.Item, &r); err != nil {
+		return hold, false, fmt.Errorf("decode the hold of %s/%s: %w", k.Queue, k.HostKey, err)
+	}
+	return domain.KeyHold{Key: k, Failures: r.Failures, Stopped: r.Stopped, Until: r.Until, Last: domain.Host{Key: k, Reason: r.Reason}}, true, nil
 }

@@ -681,7 +681,7 @@ func (p *Provisioner) settle(ctx context.Context, hosts []domain.Host, live []do
 			// whose power-off failed costs nothing more either.
 			why = "its worker left: " + w.ByeReason
 		case now.Sub(h.LaunchedAt) > p.cfg.HelloTimeout:
-			why, failure = fmt.Sprintf("it never said hello within %s", p.cfg.HelloTimeout), ""
+			why, failure = fmt.Sprintf("it never said hello within %s", p.cfg.HelloTimeout), domain.NoHello
 		default:
 			continue
 		}

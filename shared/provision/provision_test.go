@@ -292,8 +292,12 @@ func TestHostThatNeverSaysHelloIsTerminated(t *testing.T) {
 	first := w.alive()[0]
 	w.clock.Advance(provision.DefaultHelloTimeout + time.Minute)
 	res, err := p.Pass(w.ctx)
-	if err != nil || res.Ended != 1 || res.Launched != 1 {
-		t.Fatalf("after the hello timeout: %+v %v; want the silent host let go and one launched in its place", res, err)
+	if err != nil || res.Ended != 1 || res.Launched != 0 || res.Held != 1 {
+		t.Fatalf("after the hello timeout: %+v %v; want the silent host let go and its key held back", res, err)
+	}
+	w.clock.Advance(provision.DefaultBackoff.Min + time.Second)
+	if res, err := p.Pass(w.ctx); err != nil || res.Launched != 1 {
+		t.Fatalf("after the backoff: %+v %v; want one launched in its place", res, err)
 	}
 	insts := w.instances([]domain.Host{first})
 	if len(insts) != 1 || insts[0].State == nil || (insts[0].State.Name != ec2types.InstanceStateNameTerminated && insts[0].State.Name != ec2types.InstanceStateNameShuttingDown) {
@@ -693,5 +697,51 @@ func TestFailedHostSetupBacksOffAndStops(t *testing.T) {
 	w.submit("gpu", 1, "echo fixed")
 	if res, err := p.Pass(w.ctx); err != nil || res.Launched != 1 {
 		t.Fatalf("pass after a submit with another host setup: %+v %v; want one launch", res, err)
+	}
+}
+
+// TestSilentHostsBackOffAndStop: 10 hosts launched for generic work never
+// say hello (a broken image). Over a simulated hour of passes (one a
+// minute) they are let go at the hello timeout and the queue is held
+// back, not refilled with 10 more each time: at most the first batch is
+// launched, the queue's hold says they never said hello, and the
+// instance-time spent is within the bound docs/provision.md gives.
+func TestSilentHostsBackOffAndStop(t *testing.T) {
+	w := newWorld(t)
+	w.submit("cpu", 40)
+	p := w.provisioner(w.st, domain.ProvisionLimits{MaxHosts: 10, SlotsPerHost: 4})
+	launched := 0
+	for range 60 {
+		res, err := p.Pass(w.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		launched += res.Launched
+		w.clock.Advance(time.Minute)
+	}
+	if launched != 10 {
+		t.Fatalf("%d hosts launched in an hour for a queue whose hosts never say hello; want the first 10 only", launched)
+	}
+	hold, ok, err := w.st.KeyHold(w.ctx, domain.ProvisionKey{Queue: "cpu"})
+	if err != nil || !ok || !hold.Stopped || !strings.Contains(hold.Last.Reason, "never said hello") {
+		t.Fatalf("the queue's hold: %+v %v %v; want it stopped, saying its hosts never said hello", hold, ok, err)
+	}
+	_, hosts, _ := w.st.Fleet(w.ctx)
+	var spent time.Duration
+	for _, h := range hosts {
+		if h.State != domain.LaunchEnded || h.Failure != domain.NoHello {
+			t.Fatalf("host %+v; want ended, never said hello", h)
+		}
+		spent += h.EndedAt.Sub(h.LaunchedAt)
+	}
+	if bound := 10 * (provision.DefaultHelloTimeout + time.Minute); spent > bound {
+		t.Fatalf("%s of instance time spent; the bound is %s", spent, bound)
+	}
+	t.Logf("an hour of passes: %d launches, %s instance time", launched, spent)
+
+	// The stop lasts 6 hours from the last failure; then one host is tried.
+	w.clock.Advance(provision.DefaultBackoff.StopFor)
+	if res, err := p.Pass(w.ctx); err != nil || res.Launched != 1 {
+		t.Fatalf("after the stop: %+v %v; want one host tried", res, err)
 	}
 }

@@ -80,6 +80,7 @@ var _ Store = (*store.Store)(nil)
 // EC2 is the part of the EC2 API a pass calls.
 type EC2 interface {
 	RunInstances(ctx context.Context, in *ec2.RunInstancesInput, optFns ...func(*ec2.Options)) (*ec2.RunInstancesOutput, error)
+	DescribeLaunchTemplates(ctx context.Context, in *ec2.DescribeLaunchTemplatesInput, optFns ...func(*ec2.Options)) (*ec2.DescribeLaunchTemplatesOutput, error)
 	DescribeLaunchTemplateVersions(ctx context.Context, in *ec2.DescribeLaunchTemplateVersionsInput, optFns ...func(*ec2.Options)) (*ec2.DescribeLaunchTemplateVersionsOutput, error)
 	TerminateInstances(ctx context.Context, in *ec2.TerminateInstancesInput, optFns ...func(*ec2.Options)) (*ec2.TerminateInstancesOutput, error)
 	DescribeInstances(ctx context.Context, in *ec2.DescribeInstancesInput, optFns ...func(*ec2.Options)) (*ec2.DescribeInstancesOutput, error)
@@ -123,6 +124,51 @@ type Config struct {
 type Provisioner struct {
 	cfg Config
 	log *slog.Logger
+
+	mu sync.Mutex
+	// templateFound: the launch template was found (checkTemplate).
+	templateFound bool
+}
+
+// ErrNoLaunchTemplate answers a pass whose launch template does not exist:
+// it launches nothing.
+var ErrNoLaunchTemplate = errors.New("provision: the launch template does not exist")
+
+// templateMissing are EC2's error codes saying a launch template named
+// does not exist (or cannot: a malformed id).
+var templateMissing = []string{"InvalidLaunchTemplateName.NotFoundException", "InvalidLaunchTemplateId.NotFound",
+	"InvalidLaunchTemplateId.Malformed", "InvalidLaunchTemplateName.MalformedException"}
+
+// checkTemplate looks the launch template up (one DescribeLaunchTemplates
+// call) until it is found once: a template that does not exist refuses
+// the pass with ErrNoLaunchTemplate and counts a refusal, rather than
+// every launch failing on it. Another error (throttled, no network) is the
+// pass's error, and the next pass looks again.
+func (p *Provisioner) checkTemplate(ctx context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.templateFound {
+		return nil
+	}
+	in := &ec2.DescribeLaunchTemplatesInput{}
+	if lt := launchTemplate(p.cfg.LaunchTemplate); lt.LaunchTemplateId != nil {
+		in.LaunchTemplateIds = []string{*lt.LaunchTemplateId}
+	} else {
+		in.LaunchTemplateNames = []string{*lt.LaunchTemplateName}
+	}
+	out, err := p.cfg.EC2.DescribeLaunchTemplates(ctx, in)
+	if err == nil && len(out.LaunchTemplates) == 0 {
+		err = errors.New("DescribeLaunchTemplates answered none")
+	} else if err != nil && !slices.Contains(templateMissing, errorCode(err)) {
+		return fmt.Errorf("provision: look up launch template %q: %w", p.cfg.LaunchTemplate, err)
+	}
+	if err != nil {
+		p.cfg.Metrics.ProvisionRefused("launch_template")
+		p.log.Error("provision: the launch template does not exist; launching nothing", "launch_template", p.cfg.LaunchTemplate, "reason", launchReason(err))
+		return fmt.Errorf("%w: %q: %s", ErrNoLaunchTemplate, p.cfg.LaunchTemplate, launchReason(err))
+	}
+	p.templateFound = true
+	return nil
 }
 
 // New returns a provisioner for cfg.
@@ -172,6 +218,9 @@ func (p *Provisioner) Pass(ctx context.Context) (Result, error) {
 	var res Result
 	if p.cfg.Limits.MaxHosts <= 0 {
 		return res, nil
+	}
+	if err := p.checkTemplate(ctx); err != nil {
+		return res, err
 	}
 	// The launch template's user data, read once a pass, at its first launch.
 	base := sync.OnceValues(func() (string, error) { return p.templateUserData(ctx) })

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -252,9 +253,16 @@ func TestRacingPassesNeverLaunchTwice(t *testing.T) {
 // cap, no second try inside the backoff, and a try after it.
 func TestRefusedLaunchIsKeptAndRetried(t *testing.T) {
 	w := newWorld(t)
-	w.submit("gpu", 4, "echo warm")
-	w.template = "no-such-template"
 	p := w.provisioner(w.st, domain.ProvisionLimits{MaxHosts: 5, SlotsPerHost: 4})
+	// The template is found at the first pass, then deleted: launches
+	// from it are refused.
+	if res, err := p.Pass(w.ctx); err != nil || res != (provision.Result{}) {
+		t.Fatalf("pass with nothing queued: %+v %v", res, err)
+	}
+	if _, err := w.ec2.DeleteLaunchTemplate(w.ctx, &ec2.DeleteLaunchTemplateInput{LaunchTemplateName: aws.String(w.template)}); err != nil {
+		t.Fatalf("moto DeleteLaunchTemplate: %v", err)
+	}
+	w.submit("gpu", 4, "echo warm")
 	res, err := p.Pass(w.ctx)
 	if err != nil || res.Failed != 1 || res.Launched != 0 {
 		t.Fatalf("pass with a missing template: %+v %v; want one refused launch", res, err)
@@ -743,5 +751,31 @@ func TestSilentHostsBackOffAndStop(t *testing.T) {
 	w.clock.Advance(provision.DefaultBackoff.StopFor)
 	if res, err := p.Pass(w.ctx); err != nil || res.Launched != 1 {
 		t.Fatalf("after the stop: %+v %v; want one host tried", res, err)
+	}
+}
+
+// TestMissingLaunchTemplateIsRefused: a launch template that does not
+// exist refuses the pass with the error (nothing reserved or launched, a
+// ProvisionRefusals metric line); once it exists, passes launch.
+func TestMissingLaunchTemplateIsRefused(t *testing.T) {
+	w := newWorld(t)
+	w.submit("gpu", 4, "echo warm")
+	var emf bytes.Buffer
+	cfg := provision.Config{Store: w.st, EC2: w.ec2, LaunchTemplate: w.template + "-missing", Clock: w.clock.Clock(),
+		Limits: domain.ProvisionLimits{MaxHosts: 5, SlotsPerHost: 4}, Metrics: &metrics.EMF{W: &emf, Clock: w.clock.Clock()}}
+	res, err := provision.New(cfg).Pass(w.ctx)
+	if !errors.Is(err, provision.ErrNoLaunchTemplate) || !strings.Contains(err.Error(), w.template+"-missing") || res != (provision.Result{}) {
+		t.Fatalf("pass with a missing template: %+v %v; want refused, naming it, nothing done", res, err)
+	}
+	t.Logf("refused: %v", err)
+	if !strings.Contains(emf.String(), `"ProvisionRefusals":1`) || !strings.Contains(emf.String(), `"Reason":"launch_template"`) {
+		t.Fatalf("metric lines %q; want a ProvisionRefusals line", emf.String())
+	}
+	if _, hosts, _ := w.st.Fleet(w.ctx); len(hosts) != 0 {
+		t.Fatalf("hosts %+v after a refused pass; want none", hosts)
+	}
+	cfg.LaunchTemplate = w.template
+	if res, err := provision.New(cfg).Pass(w.ctx); err != nil || res.Launched != 1 {
+		t.Fatalf("pass with the template: %+v %v; want one launch", res, err)
 	}
 }

@@ -53,8 +53,10 @@ type ProvisionLimits struct {
 // PlanLaunches reports how many hosts to launch for each key: enough that
 // every queued invocation has a slot (free slots of live workers first,
 // then those pending hosts will bring), never past a cap. When the caps
-// leave fewer hosts than the demand wants, they go round-robin, one host a
-// key at a time in key order, so one busy key cannot starve the others. A
+// leave fewer hosts than the demand wants, each next host goes to the key
+// with the fewest hosts (alive and planned; ties in key order), so one busy
+// key cannot starve the others, and a key given hosts by an earlier pass
+// does not get more before the others catch up. A
 // key with no queued work gets nothing: the fleet scales to zero.
 func PlanLaunches(demand []Demand, fleet Fleet, lim ProvisionLimits) map[ProvisionKey]int {
 	plan := map[ProvisionKey]int{}
@@ -79,22 +81,24 @@ func PlanLaunches(demand []Demand, fleet Fleet, lim ProvisionLimits) map[Provisi
 		need[d.Key] += (unmet + lim.SlotsPerHost - 1) / lim.SlotsPerHost
 	}
 	slices.SortFunc(keys, ProvisionKey.Compare)
-	for budget > 0 {
-		gave := false
+	for ; budget > 0; budget-- {
+		// The key with the fewest hosts (alive and planned) that still
+		// needs one gets the next, ties in key order: shares even out
+		// across passes, not only within one.
+		best, found := ProvisionKey{}, false
 		for _, k := range keys {
-			if budget == 0 {
-				break
-			}
-			if plan[k] >= need[k] || (lim.MaxHostsPerKey > 0 && fleet.Hosts[k]+plan[k] >= lim.MaxHostsPerKey) {
+			has := fleet.Hosts[k] + plan[k]
+			if plan[k] >= need[k] || (lim.MaxHostsPerKey > 0 && has >= lim.MaxHostsPerKey) {
 				continue
 			}
-			plan[k]++
-			budget--
-			gave = true
+			if !found || has < fleet.Hosts[best]+plan[best] {
+				best, found = k, true
+			}
 		}
-		if !gave {
+		if !found {
 			break
 		}
+		plan[best]++
 	}
 	for k, n := range plan {
 		if n == 0 {

@@ -11,6 +11,7 @@ import (
 func TestPlanLaunches(t *testing.T) {
 	a := ProvisionKey{"q", "hk1_a"}
 	b := ProvisionKey{"q", "hk1_b"}
+	kc, kd, ke := ProvisionKey{"q", "hk1_c"}, ProvisionKey{"q", "hk1_d"}, ProvisionKey{"q", "hk1_e"}
 	generic := ProvisionKey{"q", ""}
 	lim := ProvisionLimits{MaxHosts: 100, SlotsPerHost: 4}
 	for _, c := range []struct {
@@ -31,6 +32,14 @@ func TestPlanLaunches(t *testing.T) {
 		{"per-key cap", []Demand{{a, 40}, {b, 4}}, Fleet{}, ProvisionLimits{MaxHosts: 100, MaxHostsPerKey: 3, SlotsPerHost: 4}, map[ProvisionKey]int{a: 3, b: 1}},
 		{"fair under the cap", []Demand{{a, 400}, {b, 400}, {generic, 4}}, Fleet{}, ProvisionLimits{MaxHosts: 5, SlotsPerHost: 4},
 			map[ProvisionKey]int{generic: 1, a: 2, b: 2}},
+		// A burst of 5 keys × 10 under caps of 10 / 4 a key, a first pass
+		// having seen only 8 of a's: a's 2 hosts count, so the others
+		// catch up first and the shares come out 2 each.
+		{"fair across passes", []Demand{{a, 10}, {b, 10}, {kc, 10}, {kd, 10}, {ke, 10}},
+			Fleet{Pending: map[ProvisionKey]int{a: 2}, Hosts: map[ProvisionKey]int{a: 2}},
+			ProvisionLimits{MaxHosts: 10, MaxHostsPerKey: 4, SlotsPerHost: 4}, map[ProvisionKey]int{b: 2, kc: 2, kd: 2, ke: 2}},
+		{"the fewest first", []Demand{{a, 40}, {b, 40}}, Fleet{Hosts: map[ProvisionKey]int{a: 3}},
+			ProvisionLimits{MaxHosts: 7, SlotsPerHost: 4}, map[ProvisionKey]int{a: 1, b: 3}},
 	} {
 		if got := PlanLaunches(c.demand, c.fleet, c.lim); !maps.Equal(got, c.want) {
 			t.Errorf("%s: plan %v, want %v", c.name, got, c.want)

@@ -779,3 +779,34 @@ func TestMissingLaunchTemplateIsRefused(t *testing.T) {
 		t.Fatalf("pass with the template: %+v %v; want one launch", res, err)
 	}
 }
+
+// TestFairSharesAcrossPasses: a burst of 5 keys × 10 under caps of 10
+// hosts / 4 a key, whose first pass saw only 8 of one key's work: the
+// second pass gives the others first, and every key ends with 2 hosts.
+func TestFairSharesAcrossPasses(t *testing.T) {
+	w := newWorld(t)
+	p := w.provisioner(w.st, domain.ProvisionLimits{MaxHosts: 10, MaxHostsPerKey: 4, SlotsPerHost: 4})
+	w.submit("gpu", 8, "echo k0")
+	if res, err := p.Pass(w.ctx); err != nil || res.Launched != 2 {
+		t.Fatalf("first pass: %+v %v; want 2 launched", res, err)
+	}
+	w.submit("gpu", 2, "echo k0")
+	for i := 1; i < 5; i++ {
+		w.submit("gpu", 10, fmt.Sprintf("echo k%d", i))
+	}
+	if res, err := p.Pass(w.ctx); err != nil || res.Launched != 8 {
+		t.Fatalf("second pass: %+v %v; want 8 launched", res, err)
+	}
+	per := map[string]int{}
+	for _, h := range w.alive() {
+		per[h.Key.HostKey]++
+	}
+	if len(per) != 5 {
+		t.Fatalf("hosts by key %v; want 5 keys", per)
+	}
+	for hk, n := range per {
+		if n != 2 {
+			t.Fatalf("hosts by key %v; want 2 each (%s has %d)", per, hk, n)
+		}
+	}
+}

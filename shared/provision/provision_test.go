@@ -17,6 +17,8 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
 	"github.com/aws/smithy-go"
@@ -807,6 +809,48 @@ func TestFairSharesAcrossPasses(t *testing.T) {
 	for hk, n := range per {
 		if n != 2 {
 			t.Fatalf("hosts by key %v; want 2 each (%s has %d)", per, hk, n)
+		}
+	}
+}
+
+// TestEndedHostsExpire: a host let go carries the table's TTL attribute,
+// HostRetention after its end (a host alive carries none), and a pass
+// reads past it once it has expired, before DynamoDB deletes it.
+func TestEndedHostsExpire(t *testing.T) {
+	w := newWorld(t)
+	w.submit("gpu", 4, "echo warm")
+	p := w.provisioner(w.st, domain.ProvisionLimits{MaxHosts: 5, SlotsPerHost: 4})
+	if res, err := p.Pass(w.ctx); err != nil || res.Launched != 1 {
+		t.Fatalf("launch: %+v %v", res, err)
+	}
+	host := w.alive()[0]
+	expiresAt := func() types.AttributeValue {
+		out, err := w.db.GetItem(w.ctx, &dynamodb.GetItemInput{TableName: aws.String(store.NamesFor(w.prefix).Hosts),
+			Key: map[string]types.AttributeValue{"host_id": &types.AttributeValueMemberS{Value: host.ID}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out.Item["expires_at"]
+	}
+	if v := expiresAt(); v != nil {
+		t.Fatalf("a host alive expires: %v", v)
+	}
+	w.clock.Advance(provision.DefaultHelloTimeout + time.Minute)
+	if res, err := p.Pass(w.ctx); err != nil || res.Ended != 1 {
+		t.Fatalf("let go: %+v %v", res, err)
+	}
+	want := fmt.Sprint(w.clock.Now().Add(store.HostRetention).Unix())
+	if v, ok := expiresAt().(*types.AttributeValueMemberN); !ok || v.Value != want {
+		t.Fatalf("the ended host's expires_at %v; want %s (a day after its end)", expiresAt(), want)
+	}
+	w.clock.Advance(store.HostRetention + time.Second)
+	_, hosts, err := w.st.Fleet(w.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range hosts {
+		if h.ID == host.ID {
+			t.Fatalf("the expired host is still read: %+v", h)
 		}
 	}
 }

@@ -64,11 +64,18 @@ type hostRecord struct {
 	LaunchedAt time.Time `dynamodbav:"launched_at,omitempty"`
 	EndedAt    time.Time `dynamodbav:"ended_at,omitempty"`
 	Failure    string    `dynamodbav:"failure,omitempty"`
-	Version    int64     `dynamodbav:"version"`
+	// ExpiresAt (Unix seconds, the table's TTL) is HostRetention after an
+	// ended host's end; a host alive never expires.
+	ExpiresAt int64 `dynamodbav:"expires_at,omitempty"`
+	Version   int64 `dynamodbav:"version"`
 }
 
 func toHostRecord(h domain.Host) hostRecord {
-	return hostRecord{ID: h.ID, Queue: h.Key.Queue, HostKey: h.Key.HostKey, HostSetup: h.HostSetup, State: h.State,
+	var expires int64
+	if !h.Alive() && !h.EndedAt.IsZero() {
+		expires = h.EndedAt.Add(HostRetention).Unix()
+	}
+	return hostRecord{ExpiresAt: expires, ID: h.ID, Queue: h.Key.Queue, HostKey: h.Key.HostKey, HostSetup: h.HostSetup, State: h.State,
 		InstanceID: h.InstanceID, Market: h.Market, Reason: h.Reason, CreatedAt: h.CreatedAt,
 		LaunchedAt: h.LaunchedAt, EndedAt: h.EndedAt, Failure: h.Failure, Version: h.Version}
 }

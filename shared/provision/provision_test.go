@@ -256,14 +256,7 @@ func TestRacingPassesNeverLaunchTwice(t *testing.T) {
 func TestRefusedLaunchIsKeptAndRetried(t *testing.T) {
 	w := newWorld(t)
 	p := w.provisioner(w.st, domain.ProvisionLimits{MaxHosts: 5, SlotsPerHost: 4})
-	// The template is found at the first pass, then deleted: launches
-	// from it are refused.
-	if res, err := p.Pass(w.ctx); err != nil || res != (provision.Result{}) {
-		t.Fatalf("pass with nothing queued: %+v %v", res, err)
-	}
-	if _, err := w.ec2.DeleteLaunchTemplate(w.ctx, &ec2.DeleteLaunchTemplateInput{LaunchTemplateName: aws.String(w.template)}); err != nil {
-		t.Fatalf("moto DeleteLaunchTemplate: %v", err)
-	}
+	w.templateGone(p)
 	w.submit("gpu", 4, "echo warm")
 	res, err := p.Pass(w.ctx)
 	if err != nil || res.Failed != 1 || res.Launched != 0 {
@@ -290,16 +283,35 @@ func TestRefusedLaunchIsKeptAndRetried(t *testing.T) {
 	}
 }
 
+// templateGone lets p find the launch template (a pass with nothing
+// queued), then deletes it: p's launches from it are refused.
+func (w *world) templateGone(p *provision.Provisioner) {
+	w.t.Helper()
+	if res, err := p.Pass(w.ctx); err != nil || res != (provision.Result{}) {
+		w.t.Fatalf("pass with nothing queued: %+v %v", res, err)
+	}
+	if _, err := w.ec2.DeleteLaunchTemplate(w.ctx, &ec2.DeleteLaunchTemplateInput{LaunchTemplateName: aws.String(w.template)}); err != nil {
+		w.t.Fatalf("moto DeleteLaunchTemplate: %v", err)
+	}
+}
+
+// launchOne queues 4 invocations of one key and runs the pass that
+// launches their host (caps 5 hosts, 4 slots a host).
+func (w *world) launchOne() (*provision.Provisioner, domain.Host) {
+	w.t.Helper()
+	w.submit("gpu", 4, "echo warm")
+	p := w.provisioner(w.st, domain.ProvisionLimits{MaxHosts: 5, SlotsPerHost: 4})
+	if res, err := p.Pass(w.ctx); err != nil || res.Launched != 1 {
+		w.t.Fatalf("launch: %+v %v", res, err)
+	}
+	return p, w.alive()[0]
+}
+
 // TestHostThatNeverSaysHelloIsTerminated: a launched host with no worker
 // after the hello timeout is terminated in EC2 and its demand counts again.
 func TestHostThatNeverSaysHelloIsTerminated(t *testing.T) {
 	w := newWorld(t)
-	w.submit("gpu", 4, "echo warm")
-	p := w.provisioner(w.st, domain.ProvisionLimits{MaxHosts: 5, SlotsPerHost: 4})
-	if res, err := p.Pass(w.ctx); err != nil || res.Launched != 1 {
-		t.Fatalf("launch: %+v %v", res, err)
-	}
-	first := w.alive()[0]
+	p, first := w.launchOne()
 	w.clock.Advance(provision.DefaultHelloTimeout + time.Minute)
 	res, err := p.Pass(w.ctx)
 	if err != nil || res.Ended != 1 || res.Launched != 0 || res.Held != 1 {
@@ -335,12 +347,7 @@ func TestHostThatNeverSaysHelloIsTerminated(t *testing.T) {
 // the pending launch, cover the work.
 func TestHelloAdoptsTheLaunchedHost(t *testing.T) {
 	w := newWorld(t)
-	w.submit("gpu", 4, "echo warm")
-	p := w.provisioner(w.st, domain.ProvisionLimits{MaxHosts: 5, SlotsPerHost: 4})
-	if res, err := p.Pass(w.ctx); err != nil || res.Launched != 1 {
-		t.Fatalf("launch: %+v %v", res, err)
-	}
-	host := w.alive()[0]
+	p, host := w.launchOne()
 	var pending []domain.Worker
 	if err := w.st.EachWorker(w.ctx, "test", func(wk domain.Worker) error {
 		pending = append(pending, wk)
@@ -584,10 +591,11 @@ func TestUnconfirmedLaunchStaysReserved(t *testing.T) {
 // a lost answer: the launch is recorded failed, with EC2's code.
 func TestRefusedLaunchAnswerIsAFailure(t *testing.T) {
 	w := newWorld(t)
-	w.submit("gpu", 4, "echo warm")
 	faults := storetest.NewFaultyTransport(nil)
-	p := provision.New(provision.Config{Store: w.st, EC2: w.lossyEC2(faults), LaunchTemplate: "lt-0123456789abcdef0",
+	p := provision.New(provision.Config{Store: w.st, EC2: w.lossyEC2(faults), LaunchTemplate: w.template,
 		Limits: domain.ProvisionLimits{MaxHosts: 1, SlotsPerHost: 4}, Clock: w.clock.Clock(), HostSetup: func(context.Context, string, string) ([]string, error) { return nil, nil }})
+	w.templateGone(p)
+	w.submit("gpu", 4, "echo warm")
 	res, err := p.Pass(w.ctx)
 	if err != nil || res.Failed != 1 || res.Unconfirmed != 0 || res.Launched != 0 {
 		t.Fatalf("pass with a refused launch: %+v %v; want one failed", res, err)
@@ -818,12 +826,7 @@ func TestFairSharesAcrossPasses(t *testing.T) {
 // reads past it once it has expired, before DynamoDB deletes it.
 func TestEndedHostsExpire(t *testing.T) {
 	w := newWorld(t)
-	w.submit("gpu", 4, "echo warm")
-	p := w.provisioner(w.st, domain.ProvisionLimits{MaxHosts: 5, SlotsPerHost: 4})
-	if res, err := p.Pass(w.ctx); err != nil || res.Launched != 1 {
-		t.Fatalf("launch: %+v %v", res, err)
-	}
-	host := w.alive()[0]
+	p, host := w.launchOne()
 	expiresAt := func() types.AttributeValue {
 		out, err := w.db.GetItem(w.ctx, &dynamodb.GetItemInput{TableName: aws.String(store.NamesFor(w.prefix).Hosts),
 			Key: map[string]types.AttributeValue{"host_id": &types.AttributeValueMemberS{Value: host.ID}}})

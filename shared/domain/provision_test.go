@@ -141,3 +141,38 @@ func TestAdoptionLifecycle(t *testing.T) {
 		t.Fatal("a keyed worker's hello made it adoptable")
 	}
 }
+
+func TestHoldOf(t *testing.T) {
+	t0 := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+	k, other := ProvisionKey{"q", "hk1_a"}, ProvisionKey{"q", "hk1_b"}
+	pol := BackoffPolicy{Min: 30 * time.Second, Max: 10 * time.Minute, MaxFailures: 3, StopFor: 6 * time.Hour}
+	ended := func(key ProvisionKey, at time.Duration, state, failure string) Host {
+		return Host{Key: key, State: state, Failure: failure, EndedAt: t0.Add(at), Reason: failure}
+	}
+	setup := func(at time.Duration) Host { return ended(k, at, LaunchEnded, HostSetupFailed) }
+	for _, c := range []struct {
+		name     string
+		hosts    []Host
+		failures int
+		until    time.Time
+		stopped  bool
+	}{
+		{"none", nil, 0, time.Time{}, false},
+		{"served", []Host{ended(k, 0, LaunchEnded, "")}, 0, time.Time{}, false},
+		{"one setup failure", []Host{setup(0)}, 1, t0.Add(30 * time.Second), false},
+		{"two: doubled", []Host{setup(0), ended(k, time.Minute, LaunchEnded, NoHello)}, 2, t0.Add(2 * time.Minute), false},
+		{"three: stopped", []Host{setup(0), setup(time.Minute), ended(k, 2*time.Minute, LaunchFailed, "")}, 3, t0.Add(2*time.Minute + 6*time.Hour), true},
+		{"a host that served resets", []Host{setup(0), setup(time.Minute), ended(k, 2*time.Minute, LaunchEnded, ""), setup(3 * time.Minute)},
+			1, t0.Add(3*time.Minute + 30*time.Second), false},
+		{"alive hosts and other keys do not count", []Host{setup(0), {Key: k, State: LaunchRunning}, ended(other, time.Minute, LaunchEnded, NoHello)},
+			1, t0.Add(30 * time.Second), false},
+	} {
+		h := HoldOf(c.hosts, k, pol)
+		if h.Failures != c.failures || !h.Until.Equal(c.until) || h.Stopped != c.stopped {
+			t.Errorf("%s: hold %d failures until %v stopped %v; want %d until %v stopped %v", c.name, h.Failures, h.Until, h.Stopped, c.failures, c.until, c.stopped)
+		}
+		if h.Waiting(c.until) || (c.failures > 0 && !h.Waiting(c.until.Add(-time.Second))) {
+			t.Errorf("%s: Waiting wrong around %v", c.name, c.until)
+		}
+	}
+}

@@ -62,11 +62,14 @@ func (s *Server) getInvocation(r *http.Request) (int, any, error) {
 
 // waitingReason says why queued work whose key is held waits.
 func waitingReason(h domain.KeyHold, now time.Time) string {
-	what := fmt.Sprintf("%d hosts launched for it failed in a row; the provisioner tries again in %s",
-		h.Failures, h.Until.Sub(now).Round(time.Second))
+	failed := "1 host launched for it failed"
+	if h.Failures > 1 {
+		failed = fmt.Sprintf("%d hosts launched for it failed in a row", h.Failures)
+	}
+	what := fmt.Sprintf("%s; the provisioner tries again in %s", failed, h.Until.Sub(now).Round(time.Second))
 	if h.Stopped {
-		what = fmt.Sprintf("%d hosts launched for it failed in a row; the provisioner launches none for it until %s (a submit with another host setup is another key)",
-			h.Failures, h.Until.UTC().Format(time.RFC3339))
+		what = fmt.Sprintf("%s; the provisioner launches none for it until %s (a submit with another host setup is another key)",
+			failed, h.Until.UTC().Format(time.RFC3339))
 	}
 	return what + "; the last: " + h.Last.Reason
 }

@@ -773,7 +773,7 @@ const maxShownTail = 1000
 // command, its exit code and its output's tail.
 func setupFailure(w domain.Worker) string {
 	r := w.LastSetupResult
-	tail := r.OutputTail
+	tail := strings.TrimSpace(r.OutputTail)
 	if len(tail) > maxShownTail {
 		tail = "…" + strings.ToValidUTF8(tail[len(tail)-maxShownTail:], "")
 	}

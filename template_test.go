@@ -330,7 +330,7 @@ func TestProvisionerPolicy(t *testing.T) {
 				t.Errorf("%s: Describe* share a statement (and its Resource \"*\") with other actions", where)
 			}
 		}
-		for _, a := range []string{"ec2:RunInstances", "ec2:CreateTags", "ec2:TerminateInstances", "ec2:DescribeInstances", "ec2:DescribeLaunchTemplateVersions"} {
+		for _, a := range []string{"ec2:RunInstances", "ec2:CreateTags", "ec2:TerminateInstances", "ec2:DescribeInstances", "ec2:DescribeLaunchTemplateVersions", "ec2:DescribeLaunchTemplates"} {
 			if seen[a] == 0 {
 				t.Errorf("%s: the provisioner has no %s (it calls it)", file, a)
 			}

@@ -42,18 +42,7 @@ func TestProvisionLaunchesAHostThatRunsTheWork(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var instance ec2types.Instance
-	eventually(t, time.Minute, "an instance launched for the work", func() bool {
-		out, err := ec2c.DescribeInstances(ctx, &ec2.DescribeInstancesInput{Filters: []ec2types.Filter{
-			{Name: aws.String("tag:" + provision.TagHostKey), Values: []string{hostkey.Of(setup)}},
-			{Name: aws.String("instance-state-name"), Values: []string{"pending", "running"}},
-		}})
-		if err != nil || len(out.Reservations) == 0 {
-			return false
-		}
-		instance = out.Reservations[0].Instances[0]
-		return true
-	})
+	instance := launchedFor(t, ec2c, setup)
 	id := aws.ToString(instance.InstanceId)
 	var pending wire.Worker
 	eventually(t, 30*time.Second, "a pending worker for the instance", func() bool {
@@ -72,27 +61,7 @@ func TestProvisionLaunchesAHostThatRunsTheWork(t *testing.T) {
 
 	// The host setup reaches the host in its user data, as the file its
 	// nymph reads (--host-setup-file): start nymph as user-data.sh would.
-	attr, err := ec2c.DescribeInstanceAttribute(ctx, &ec2.DescribeInstanceAttributeInput{InstanceId: instance.InstanceId,
-		Attribute: ec2types.InstanceAttributeNameUserData})
-	if err != nil || attr.UserData == nil {
-		t.Fatalf("the instance's user data: %v", err)
-	}
-	raw, err := base64.StdEncoding.DecodeString(aws.ToString(attr.UserData.Value))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := regexp.MustCompile(`echo ([A-Za-z0-9+/=]+) \| base64 -d >/etc/lakeshore/host-setup.json`).FindStringSubmatch(string(raw))
-	if m == nil {
-		t.Fatalf("no host setup file in the user data:\n%s", raw)
-	}
-	hostSetup, err := base64.StdEncoding.DecodeString(m[1])
-	if err != nil {
-		t.Fatal(err)
-	}
-	setupFile := filepath.Join(t.TempDir(), "host-setup.json")
-	if err := os.WriteFile(setupFile, hostSetup, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	setupFile := hostSetupFileOf(t, ec2c, instance)
 	// --keep-alive as the launched host's settings say, shortened: once the
 	// queue is drained it leaves (bye idle) and the host powers off.
 	n := startNymph(t, d, id, "--machine-id", id, "--host-setup-file", setupFile, "--capacity", "2", "--keep-alive", "3s")
@@ -133,6 +102,88 @@ func TestProvisionLaunchesAHostThatRunsTheWork(t *testing.T) {
 	if out := lsHosts(); !strings.Contains(out, "ended") || !strings.Contains(out, "its worker left") {
 		t.Fatalf("lakeshore ls hosts after the queue drained:\n%s", out)
 	}
+}
+
+// hostSetupFileOf writes the host setup file instance's user data carries
+// (what user-data.sh hands nymph as --host-setup-file) and returns its path.
+func hostSetupFileOf(t *testing.T, ec2c *ec2.Client, instance ec2types.Instance) string {
+	t.Helper()
+	attr, err := ec2c.DescribeInstanceAttribute(context.Background(), &ec2.DescribeInstanceAttributeInput{InstanceId: instance.InstanceId,
+		Attribute: ec2types.InstanceAttributeNameUserData})
+	if err != nil || attr.UserData == nil {
+		t.Fatalf("the instance's user data: %v", err)
+	}
+	raw, err := base64.StdEncoding.DecodeString(aws.ToString(attr.UserData.Value))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`echo ([A-Za-z0-9+/=]+) \| base64 -d >/etc/lakeshore/host-setup.json`).FindStringSubmatch(string(raw))
+	if m == nil {
+		t.Fatalf("no host setup file in the user data:\n%s", raw)
+	}
+	hostSetup, err := base64.StdEncoding.DecodeString(m[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	setupFile := filepath.Join(t.TempDir(), "host-setup.json")
+	if err := os.WriteFile(setupFile, hostSetup, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return setupFile
+}
+
+// launchedFor waits for an instance launched for setup's host key.
+func launchedFor(t *testing.T, ec2c *ec2.Client, setup []string) ec2types.Instance {
+	t.Helper()
+	var instance ec2types.Instance
+	eventually(t, time.Minute, "an instance launched for the work", func() bool {
+		out, err := ec2c.DescribeInstances(context.Background(), &ec2.DescribeInstancesInput{Filters: []ec2types.Filter{
+			{Name: aws.String("tag:" + provision.TagHostKey), Values: []string{hostkey.Of(setup)}},
+			{Name: aws.String("instance-state-name"), Values: []string{"pending", "running"}},
+		}})
+		if err != nil || len(out.Reservations) == 0 {
+			return false
+		}
+		instance = out.Reservations[0].Instances[0]
+		return true
+	})
+	return instance
+}
+
+// TestProvisionFailedHostSetupIsHeldBack: the launched host's real nymph
+// fails its host setup and exits 4 after its keep-alive; the provisioner
+// sees the failed setup in its worker row, lets the host go and launches
+// no other in its place (its key waits out a backoff), and `lakeshore get`
+// of the queued work says why it waits, with the setup's output.
+func TestProvisionFailedHostSetupIsHeldBack(t *testing.T) {
+	ctx := context.Background()
+	ec2c, template := motoLaunchTemplate(t, "lakeshore-e2e-")
+	d := startDev(t, backends[1], "--provision-launch-template", template, "--provision-max-hosts", "3", "--provision-interval", "1s")
+	op := d.Operator()
+	setup := []string{"echo trying " + template + "; exit 1"}
+	inv, _, err := op.Submit(ctx, wire.SubmitRequest{Queue: "q", Argv: []string{"true"}, RunConfig: wire.RunConfig{HostSetup: setup}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	instance := launchedFor(t, ec2c, setup)
+	id := aws.ToString(instance.InstanceId)
+	n := startNymph(t, d, id, "--machine-id", id, "--host-setup-file", hostSetupFileOf(t, ec2c, instance), "--capacity", "2", "--keep-alive", "2s")
+	if code := n.wait(t, 30*time.Second); code != 4 {
+		t.Fatalf("nymph whose host setup failed exited %d, want 4", code)
+	}
+	eventually(t, 30*time.Second, "the queued work saying why it waits", func() bool {
+		got, err := op.GetInvocation(ctx, inv.InvocationID)
+		return err == nil && strings.Contains(got.WaitingReason, "host setup failed") && strings.Contains(got.WaitingReason, "trying")
+	})
+	time.Sleep(3 * time.Second) // three more provisioner passes
+	if launched := instancesFor(t, ec2c, setup); launched != 1 {
+		t.Fatalf("%d instances launched within the backoff, want 1", launched)
+	}
+	got, err := op.GetInvocation(ctx, inv.InvocationID)
+	if err != nil || got.State != wire.StateQueued {
+		t.Fatalf("the work: %+v %v; want still queued", got, err)
+	}
+	t.Logf("waiting_reason: %s", got.WaitingReason)
 }
 
 // TestProvisionNudgedBySubmit: a submit nudges the provisioner, so the

@@ -146,6 +146,9 @@ func describeInvocation(w io.Writer, inv wire.Invocation, now time.Time) error {
 	if inv.RetryAt != nil {
 		row("Retry at", inv.RetryAt.UTC().Format(time.RFC3339)+" (in "+age(*inv.RetryAt, now)+"; claimable at the first sweep after)")
 	}
+	if inv.WaitingReason != "" {
+		row("Waiting", inv.WaitingReason)
+	}
 	row("Worker", inv.WorkerID)
 	row("Argv", shellJoin(inv.Argv))
 	if len(inv.Env) > 0 {

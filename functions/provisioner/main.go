@@ -12,6 +12,7 @@ import (
 	"github.com/dreamlake/lakeshore/shared/config"
 	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/lambdamain"
+	"github.com/dreamlake/lakeshore/shared/metrics"
 	"github.com/dreamlake/lakeshore/shared/provision"
 )
 
@@ -21,6 +22,6 @@ func main() {
 	s.Check("read the provisioner's configuration", err)
 	p := provision.New(provision.Config{Store: s.Store, EC2: ec2.NewFromConfig(s.AWS), LaunchTemplate: c.LaunchTemplate, Stack: c.Stack,
 		Limits:     domain.ProvisionLimits{MaxHosts: c.MaxHosts, MaxHostsPerKey: c.MaxHostsPerKey},
-		StaleAfter: s.Config.StaleAfter, HostSetup: s.Store.HostSetupOf, Logger: s.Log})
+		StaleAfter: s.Config.StaleAfter, HostSetup: s.Store.HostSetupOf, Logger: s.Log, Metrics: &metrics.EMF{W: os.Stdout}})
 	lambda.Start(provision.Handler(p, s.Log))
 }

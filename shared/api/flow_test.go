@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"context"
 	"encoding/json"
 	"log/slog"
 	"net"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/dreamlake/lakeshore/shared/api"
 	"github.com/dreamlake/lakeshore/shared/control"
+	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/hostkey"
 	"github.com/dreamlake/lakeshore/shared/store"
 	"github.com/dreamlake/lakeshore/shared/wire"
@@ -905,5 +907,26 @@ func TestDefaultSleepWaits(t *testing.T) {
 	h.poll(w, wire.PollRequest{Phase: wire.PhaseReady, TimeoutS: 5})
 	if d := time.Since(start); d < 90*time.Millisecond || d > 3*time.Second {
 		t.Errorf("long poll took %v, want about 100ms (stale_after/3)", d)
+	}
+}
+
+// TestHeldKeyQueuedWorkSaysWhyItWaits: queued work whose key the
+// provisioner holds back answers GET with waiting_reason (how many hosts
+// failed and the last one's reason); work of another key says nothing.
+func TestHeldKeyQueuedWorkSaysWhyItWaits(t *testing.T) {
+	h := newHarness(t)
+	held := h.submitReq(wire.SubmitRequest{Queue: "default", Argv: []string{"true"}, RunConfig: wire.RunConfig{HostSetup: []string{"exit 1"}}})
+	other := h.submitReq(wire.SubmitRequest{Queue: "default", Argv: []string{"true"}})
+	key := domain.ProvisionKey{Queue: "default", HostKey: held.HostKey}
+	if err := h.store.SaveKeyHold(context.Background(), domain.KeyHold{Key: key, Failures: 3, Stopped: true,
+		Until: time.Now().Add(time.Hour), Last: domain.Host{Key: key, Reason: "its host setup failed: \"exit 1\" exited 1"}}); err != nil {
+		t.Fatal(err)
+	}
+	got := h.invocation(held.InvocationID)
+	if !strings.Contains(got.WaitingReason, "3 hosts launched for it failed") || !strings.Contains(got.WaitingReason, "host setup failed") {
+		t.Fatalf("waiting_reason %q; want the failures and the last reason", got.WaitingReason)
+	}
+	if r := h.invocation(other.InvocationID).WaitingReason; r != "" {
+		t.Fatalf("work of another key says it waits: %q", r)
 	}
 }

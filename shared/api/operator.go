@@ -47,7 +47,31 @@ func (s *Server) getInvocation(r *http.Request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	return http.StatusOK, invocationView(inv), nil
+	v := invocationView(inv)
+	if inv.State == wire.StateQueued {
+		hold, ok, err := s.cfg.Store.KeyHold(r.Context(), domain.ProvisionKey{Queue: inv.Queue, HostKey: inv.HostKey})
+		if err != nil {
+			return 0, nil, err
+		}
+		if now := s.cfg.Clock.Now(); ok && hold.Waiting(now) {
+			v.WaitingReason = waitingReason(hold, now)
+		}
+	}
+	return http.StatusOK, v, nil
+}
+
+// waitingReason says why queued work whose key is held waits.
+func waitingReason(h domain.KeyHold, now time.Time) string {
+	failed := "1 host launched for it failed"
+	if h.Failures > 1 {
+		failed = fmt.Sprintf("%d hosts launched for it failed in a row", h.Failures)
+	}
+	what := fmt.Sprintf("%s; the provisioner tries again in %s", failed, h.Until.Sub(now).Round(time.Second))
+	if h.Stopped {
+		what = fmt.Sprintf("%s; the provisioner launches none for it until %s (a submit with another host setup is another key)",
+			failed, h.Until.UTC().Format(time.RFC3339))
+	}
+	return what + "; the last: " + h.Last.Reason
 }
 
 // invocationLogs answers GET /v1/invocations/{id}/logs?attempt=N&after=SEQ&limit=L:

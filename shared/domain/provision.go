@@ -53,8 +53,10 @@ type ProvisionLimits struct {
 // PlanLaunches reports how many hosts to launch for each key: enough that
 // every queued invocation has a slot (free slots of live workers first,
 // then those pending hosts will bring), never past a cap. When the caps
-// leave fewer hosts than the demand wants, they go round-robin, one host a
-// key at a time in key order, so one busy key cannot starve the others. A
+// leave fewer hosts than the demand wants, each next host goes to the key
+// with the fewest hosts (alive and planned; ties in key order), so one busy
+// key cannot starve the others, and a key given hosts by an earlier pass
+// does not get more before the others catch up. A
 // key with no queued work gets nothing: the fleet scales to zero.
 func PlanLaunches(demand []Demand, fleet Fleet, lim ProvisionLimits) map[ProvisionKey]int {
 	plan := map[ProvisionKey]int{}
@@ -79,22 +81,24 @@ func PlanLaunches(demand []Demand, fleet Fleet, lim ProvisionLimits) map[Provisi
 		need[d.Key] += (unmet + lim.SlotsPerHost - 1) / lim.SlotsPerHost
 	}
 	slices.SortFunc(keys, ProvisionKey.Compare)
-	for budget > 0 {
-		gave := false
+	for ; budget > 0; budget-- {
+		// The key with the fewest hosts (alive and planned) that still
+		// needs one gets the next, ties in key order: shares even out
+		// across passes, not only within one.
+		best, found := ProvisionKey{}, false
 		for _, k := range keys {
-			if budget == 0 {
-				break
-			}
-			if plan[k] >= need[k] || (lim.MaxHostsPerKey > 0 && fleet.Hosts[k]+plan[k] >= lim.MaxHostsPerKey) {
+			has := fleet.Hosts[k] + plan[k]
+			if plan[k] >= need[k] || (lim.MaxHostsPerKey > 0 && has >= lim.MaxHostsPerKey) {
 				continue
 			}
-			plan[k]++
-			budget--
-			gave = true
+			if !found || has < fleet.Hosts[best]+plan[best] {
+				best, found = k, true
+			}
 		}
-		if !gave {
+		if !found {
 			break
 		}
+		plan[best]++
 	}
 	for k, n := range plan {
 		if n == 0 {
@@ -183,7 +187,84 @@ type Host struct {
 	CreatedAt  time.Time
 	LaunchedAt time.Time
 	EndedAt    time.Time
-	Version    int64
+	// Failure, for a host let go, says why its end counts against its key
+	// (HostSetupFailed, NoHello); "" when it served or was not needed.
+	Failure string
+	Version int64
+}
+
+// Why a launched host's end counts against its key (Host.Failure).
+const (
+	HostSetupFailed = "host_setup_failed" // its worker left after its host setup failed
+	NoHello         = "no_hello"          // it never said hello within the hello timeout
+)
+
+// Failed reports whether h's end counts against its key: EC2 refused it,
+// its host setup failed, or it never said hello.
+func (h Host) Failed() bool {
+	return h.State == LaunchFailed || (h.State == LaunchEnded && h.Failure != "")
+}
+
+// BackoffPolicy is how a key's failed hosts hold its next launches back.
+type BackoffPolicy struct {
+	// Min is the wait after one failure; each further failure in a row
+	// doubles it, up to Max.
+	Min, Max time.Duration
+	// MaxFailures failures in a row stop the key's launches for StopFor
+	// after the last one.
+	MaxFailures int
+	StopFor     time.Duration
+}
+
+// KeyHold is what holds a key's launches back: its hosts that failed in a
+// row (newest first), and until when nothing is launched for it.
+type KeyHold struct {
+	Key      ProvisionKey
+	Failures int
+	// Last is the newest failed host: its Reason says why.
+	Last Host
+	// Until is when the key may launch again (one host at a time, until
+	// one of its hosts serves).
+	Until time.Time
+	// Stopped: MaxFailures in a row; Until is StopFor after the last.
+	Stopped bool
+}
+
+// Waiting reports whether the hold keeps k's launches back at now.
+func (h KeyHold) Waiting(now time.Time) bool { return h.Failures > 0 && now.Before(h.Until) }
+
+// HoldOf reports how k's failed hosts among hosts hold its launches back:
+// the failures counted are those ended most recently with no host of k
+// ending well since (a host that served, or was let go idle, resets it).
+func HoldOf(hosts []Host, k ProvisionKey, pol BackoffPolicy) KeyHold {
+	var ended []Host
+	for _, h := range hosts {
+		if h.Key == k && !h.Alive() {
+			ended = append(ended, h)
+		}
+	}
+	slices.SortFunc(ended, func(a, b Host) int { return b.EndedAt.Compare(a.EndedAt) })
+	hold := KeyHold{Key: k}
+	for _, h := range ended {
+		if !h.Failed() {
+			break
+		}
+		hold.Failures++
+	}
+	if hold.Failures == 0 {
+		return hold
+	}
+	hold.Last = ended[0]
+	if pol.MaxFailures > 0 && hold.Failures >= pol.MaxFailures {
+		hold.Stopped, hold.Until = true, hold.Last.EndedAt.Add(pol.StopFor)
+		return hold
+	}
+	wait := pol.Min
+	for i := 1; i < hold.Failures && wait < pol.Max; i++ {
+		wait *= 2
+	}
+	hold.Until = hold.Last.EndedAt.Add(min(wait, pol.Max))
+	return hold
 }
 
 // States of a launched host (Host.State).

@@ -11,6 +11,7 @@ import (
 func TestPlanLaunches(t *testing.T) {
 	a := ProvisionKey{"q", "hk1_a"}
 	b := ProvisionKey{"q", "hk1_b"}
+	kc, kd, ke := ProvisionKey{"q", "hk1_c"}, ProvisionKey{"q", "hk1_d"}, ProvisionKey{"q", "hk1_e"}
 	generic := ProvisionKey{"q", ""}
 	lim := ProvisionLimits{MaxHosts: 100, SlotsPerHost: 4}
 	for _, c := range []struct {
@@ -31,6 +32,14 @@ func TestPlanLaunches(t *testing.T) {
 		{"per-key cap", []Demand{{a, 40}, {b, 4}}, Fleet{}, ProvisionLimits{MaxHosts: 100, MaxHostsPerKey: 3, SlotsPerHost: 4}, map[ProvisionKey]int{a: 3, b: 1}},
 		{"fair under the cap", []Demand{{a, 400}, {b, 400}, {generic, 4}}, Fleet{}, ProvisionLimits{MaxHosts: 5, SlotsPerHost: 4},
 			map[ProvisionKey]int{generic: 1, a: 2, b: 2}},
+		// A burst of 5 keys × 10 under caps of 10 / 4 a key, a first pass
+		// having seen only 8 of a's: a's 2 hosts count, so the others
+		// catch up first and the shares come out 2 each.
+		{"fair across passes", []Demand{{a, 10}, {b, 10}, {kc, 10}, {kd, 10}, {ke, 10}},
+			Fleet{Pending: map[ProvisionKey]int{a: 2}, Hosts: map[ProvisionKey]int{a: 2}},
+			ProvisionLimits{MaxHosts: 10, MaxHostsPerKey: 4, SlotsPerHost: 4}, map[ProvisionKey]int{b: 2, kc: 2, kd: 2, ke: 2}},
+		{"the fewest first", []Demand{{a, 40}, {b, 40}}, Fleet{Hosts: map[ProvisionKey]int{a: 3}},
+			ProvisionLimits{MaxHosts: 7, SlotsPerHost: 4}, map[ProvisionKey]int{a: 1, b: 3}},
 	} {
 		if got := PlanLaunches(c.demand, c.fleet, c.lim); !maps.Equal(got, c.want) {
 			t.Errorf("%s: plan %v, want %v", c.name, got, c.want)
@@ -130,5 +139,40 @@ func TestAdoptionLifecycle(t *testing.T) {
 	// Only a generic hello may adopt.
 	if reg := NewWorker("w2", Registration{HostKey: "hk1_x", AdoptHostSetup: true}, "h", now); reg.AdoptHostSetup {
 		t.Fatal("a keyed worker's hello made it adoptable")
+	}
+}
+
+func TestHoldOf(t *testing.T) {
+	t0 := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+	k, other := ProvisionKey{"q", "hk1_a"}, ProvisionKey{"q", "hk1_b"}
+	pol := BackoffPolicy{Min: 30 * time.Second, Max: 10 * time.Minute, MaxFailures: 3, StopFor: 6 * time.Hour}
+	ended := func(key ProvisionKey, at time.Duration, state, failure string) Host {
+		return Host{Key: key, State: state, Failure: failure, EndedAt: t0.Add(at), Reason: failure}
+	}
+	setup := func(at time.Duration) Host { return ended(k, at, LaunchEnded, HostSetupFailed) }
+	for _, c := range []struct {
+		name     string
+		hosts    []Host
+		failures int
+		until    time.Time
+		stopped  bool
+	}{
+		{"none", nil, 0, time.Time{}, false},
+		{"served", []Host{ended(k, 0, LaunchEnded, "")}, 0, time.Time{}, false},
+		{"one setup failure", []Host{setup(0)}, 1, t0.Add(30 * time.Second), false},
+		{"two: doubled", []Host{setup(0), ended(k, time.Minute, LaunchEnded, NoHello)}, 2, t0.Add(2 * time.Minute), false},
+		{"three: stopped", []Host{setup(0), setup(time.Minute), ended(k, 2*time.Minute, LaunchFailed, "")}, 3, t0.Add(2*time.Minute + 6*time.Hour), true},
+		{"a host that served resets", []Host{setup(0), setup(time.Minute), ended(k, 2*time.Minute, LaunchEnded, ""), setup(3 * time.Minute)},
+			1, t0.Add(3*time.Minute + 30*time.Second), false},
+		{"alive hosts and other keys do not count", []Host{setup(0), {Key: k, State: LaunchRunning}, ended(other, time.Minute, LaunchEnded, NoHello)},
+			1, t0.Add(30 * time.Second), false},
+	} {
+		h := HoldOf(c.hosts, k, pol)
+		if h.Failures != c.failures || !h.Until.Equal(c.until) || h.Stopped != c.stopped {
+			t.Errorf("%s: hold %d failures until %v stopped %v; want %d until %v stopped %v", c.name, h.Failures, h.Until, h.Stopped, c.failures, c.until, c.stopped)
+		}
+		if h.Waiting(c.until) || (c.failures > 0 && !h.Waiting(c.until.Add(-time.Second))) {
+			t.Errorf("%s: Waiting wrong around %v", c.name, c.until)
+		}
 	}
 }

@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"sync"
 	"time"
@@ -86,4 +87,19 @@ func (e *EMF) Gauges(g Gauges) {
 		e.emit([][]string{{"State"}}, []emfMetric{{"Workers", "Count"}},
 			map[string]any{"State": state, "Workers": g.Workers[state]})
 	}
+}
+
+// KeyHeld writes that a provisioner pass held back the launches of a key
+// of queue with queued work, after its hosts failed (stopped: it reached
+// the failures in a row that stop it).
+func (e *EMF) KeyHeld(queue string, stopped bool) {
+	e.emit([][]string{{"Queue"}, {"Queue", "Stopped"}}, []emfMetric{{"ProvisionHeld", "Count"}},
+		map[string]any{"Queue": queue, "Stopped": fmt.Sprint(stopped), "ProvisionHeld": 1})
+}
+
+// ProvisionRefused writes that the provisioner refused to launch anything
+// for its configuration (why: "launch_template").
+func (e *EMF) ProvisionRefused(why string) {
+	e.emit([][]string{{"Reason"}}, []emfMetric{{"ProvisionRefusals", "Count"}},
+		map[string]any{"Reason": why, "ProvisionRefusals": 1})
 }

@@ -50,3 +50,19 @@ type QueueGauge struct {
 	// (0 when none waits).
 	OldestQueuedAge time.Duration
 }
+
+// Provision receives the provisioner's events (shared/provision).
+type Provision interface {
+	// KeyHeld: a pass held back the launches of a key of queue with
+	// queued work, after its hosts failed; stopped when it reached the
+	// failures in a row that stop it.
+	KeyHeld(queue string, stopped bool)
+	// ProvisionRefused: the provisioner refused its configuration (why:
+	// "launch_template") and launches nothing.
+	ProvisionRefused(why string)
+}
+
+var _ Provision = (*EMF)(nil)
+
+func (Discard) KeyHeld(string, bool)    {}
+func (Discard) ProvisionRefused(string) {}

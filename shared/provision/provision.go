@@ -19,6 +19,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -30,6 +31,7 @@ import (
 	"github.com/dreamlake/lakeshore/shared/clock"
 	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/ids"
+	"github.com/dreamlake/lakeshore/shared/metrics"
 	"github.com/dreamlake/lakeshore/shared/store"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
@@ -52,10 +54,12 @@ const (
 	// queuedReadLimit bounds how many queued items a pass reads per queue.
 	queuedReadLimit = 10000
 	// reserveTries bounds the passes' re-plans after losing a reservation race.
-	reserveTries      = 8
-	failureBackoffMin = 30 * time.Second
-	failureBackoffMax = 10 * time.Minute
+	reserveTries = 8
 )
+
+// DefaultBackoff is Config.Backoff's default: 30 s after a key's first
+// failed host, doubling to 10 min; three in a row stop the key for 6 h.
+var DefaultBackoff = domain.BackoffPolicy{Min: 30 * time.Second, Max: 10 * time.Minute, MaxFailures: 3, StopFor: 6 * time.Hour}
 
 // Store is what a pass reads and writes.
 type Store interface {
@@ -68,6 +72,7 @@ type Store interface {
 	PutPendingWorker(ctx context.Context, w domain.Worker) (bool, error)
 	AskToAdopt(ctx context.Context, id string, a domain.Adoption, staleAfter time.Duration) (domain.Worker, error)
 	MarkGone(ctx context.Context, id string, auth store.Authorize, why string) (domain.Worker, bool, error)
+	SaveKeyHold(ctx context.Context, h domain.KeyHold) error
 }
 
 var _ Store = (*store.Store)(nil)
@@ -75,6 +80,7 @@ var _ Store = (*store.Store)(nil)
 // EC2 is the part of the EC2 API a pass calls.
 type EC2 interface {
 	RunInstances(ctx context.Context, in *ec2.RunInstancesInput, optFns ...func(*ec2.Options)) (*ec2.RunInstancesOutput, error)
+	DescribeLaunchTemplates(ctx context.Context, in *ec2.DescribeLaunchTemplatesInput, optFns ...func(*ec2.Options)) (*ec2.DescribeLaunchTemplatesOutput, error)
 	DescribeLaunchTemplateVersions(ctx context.Context, in *ec2.DescribeLaunchTemplateVersionsInput, optFns ...func(*ec2.Options)) (*ec2.DescribeLaunchTemplateVersionsOutput, error)
 	TerminateInstances(ctx context.Context, in *ec2.TerminateInstancesInput, optFns ...func(*ec2.Options)) (*ec2.TerminateInstancesOutput, error)
 	DescribeInstances(ctx context.Context, in *ec2.DescribeInstancesInput, optFns ...func(*ec2.Options)) (*ec2.DescribeInstancesOutput, error)
@@ -104,15 +110,65 @@ type Config struct {
 	// HostSetup reports the host_setup commands of work with host key hk
 	// on queue (what the launched host runs; nil for generic work).
 	HostSetup func(ctx context.Context, queue, hk string) ([]string, error)
-	Clock     clock.Clock
-	IDs       *ids.Generator
-	Logger    *slog.Logger
+	// Backoff is how a key's failed hosts hold its next launches back
+	// (zero: DefaultBackoff).
+	Backoff domain.BackoffPolicy
+	// Metrics counts held keys and refusals (nil: none).
+	Metrics metrics.Provision
+	Clock   clock.Clock
+	IDs     *ids.Generator
+	Logger  *slog.Logger
 }
 
 // Provisioner runs passes. Build it with New.
 type Provisioner struct {
 	cfg Config
 	log *slog.Logger
+
+	mu sync.Mutex
+	// templateFound: the launch template was found (checkTemplate).
+	templateFound bool
+}
+
+// ErrNoLaunchTemplate answers a pass whose launch template does not exist:
+// it launches nothing.
+var ErrNoLaunchTemplate = errors.New("provision: the launch template does not exist")
+
+// templateMissing are EC2's error codes saying a launch template named
+// does not exist (or cannot: a malformed id).
+var templateMissing = []string{"InvalidLaunchTemplateName.NotFoundException", "InvalidLaunchTemplateId.NotFound",
+	"InvalidLaunchTemplateId.Malformed", "InvalidLaunchTemplateName.MalformedException"}
+
+// checkTemplate looks the launch template up (one DescribeLaunchTemplates
+// call) until it is found once: a template that does not exist refuses
+// the pass with ErrNoLaunchTemplate and counts a refusal, rather than
+// every launch failing on it. Another error (throttled, no network) is the
+// pass's error, and the next pass looks again.
+func (p *Provisioner) checkTemplate(ctx context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.templateFound {
+		return nil
+	}
+	in := &ec2.DescribeLaunchTemplatesInput{}
+	if lt := launchTemplate(p.cfg.LaunchTemplate); lt.LaunchTemplateId != nil {
+		in.LaunchTemplateIds = []string{*lt.LaunchTemplateId}
+	} else {
+		in.LaunchTemplateNames = []string{*lt.LaunchTemplateName}
+	}
+	out, err := p.cfg.EC2.DescribeLaunchTemplates(ctx, in)
+	if err == nil && len(out.LaunchTemplates) == 0 {
+		err = errors.New("DescribeLaunchTemplates answered none")
+	} else if err != nil && !slices.Contains(templateMissing, errorCode(err)) {
+		return fmt.Errorf("provision: look up launch template %q: %w", p.cfg.LaunchTemplate, err)
+	}
+	if err != nil {
+		p.cfg.Metrics.ProvisionRefused("launch_template")
+		p.log.Error("provision: the launch template does not exist; launching nothing", "launch_template", p.cfg.LaunchTemplate, "reason", launchReason(err))
+		return fmt.Errorf("%w: %q: %s", ErrNoLaunchTemplate, p.cfg.LaunchTemplate, launchReason(err))
+	}
+	p.templateFound = true
+	return nil
 }
 
 // New returns a provisioner for cfg.
@@ -121,6 +177,12 @@ func New(cfg Config) *Provisioner {
 	cfg.HelloTimeout = cmp.Or(cfg.HelloTimeout, DefaultHelloTimeout)
 	cfg.KeepAlive = cmp.Or(cfg.KeepAlive, DefaultKeepAlive)
 	cfg.StaleAfter = cmp.Or(cfg.StaleAfter, domain.DefaultStaleAfter)
+	if cfg.Metrics == nil {
+		cfg.Metrics = metrics.Discard{}
+	}
+	if cfg.Backoff == (domain.BackoffPolicy{}) {
+		cfg.Backoff = DefaultBackoff
+	}
 	if cfg.IDs == nil {
 		cfg.IDs = &ids.Generator{Clock: cfg.Clock}
 	}
@@ -142,6 +204,9 @@ type Result struct {
 	// Unconfirmed counts launches whose answer was lost and whose instance
 	// was not found: they stay reserved, and the next pass settles them.
 	Unconfirmed int
+	// Held counts the keys with queued work whose launches this pass held
+	// back, because their hosts failed lately (Config.Backoff).
+	Held int
 }
 
 // Pass runs one provisioner pass: settle the hosts already launched (a
@@ -153,6 +218,9 @@ func (p *Provisioner) Pass(ctx context.Context) (Result, error) {
 	var res Result
 	if p.cfg.Limits.MaxHosts <= 0 {
 		return res, nil
+	}
+	if err := p.checkTemplate(ctx); err != nil {
+		return res, err
 	}
 	// The launch template's user data, read once a pass, at its first launch.
 	base := sync.OnceValues(func() (string, error) { return p.templateUserData(ctx) })
@@ -182,8 +250,13 @@ func (p *Provisioner) Pass(ctx context.Context) (Result, error) {
 		if err != nil {
 			return res, err
 		}
-		plan := domain.PlanLaunches(demand, fleetOf(hosts, workers, p.cfg.Limits.SlotsPerHost), p.cfg.Limits)
-		p.backOff(plan, hosts)
+		fleet := fleetOf(hosts, workers, p.cfg.Limits.SlotsPerHost)
+		plan := domain.PlanLaunches(demand, fleet, p.cfg.Limits)
+		held, err := p.backOff(ctx, plan, hosts, fleet)
+		res.Held = held
+		if err != nil {
+			return res, err
+		}
 		if len(plan) == 0 {
 			return res, nil
 		}
@@ -333,39 +406,38 @@ func (p *Provisioner) demand(ctx context.Context) ([]domain.Demand, error) {
 	return out, nil
 }
 
-// backOff drops from plan the keys whose launches failed lately: after n
-// failures in a row the next try waits failureBackoffMin × 2^(n-1), at most
-// failureBackoffMax, so a refused launch is retried, never in a storm.
-func (p *Provisioner) backOff(plan map[domain.ProvisionKey]int, hosts []domain.Host) {
+// backOff holds back the keys in plan whose hosts failed lately
+// (domain.HoldOf): EC2 refused them, their host setup failed, or they never
+// said hello. After n failures in a row a key waits Backoff.Min × 2^(n-1),
+// at most Backoff.Max, then launches one host at a time until one serves;
+// after Backoff.MaxFailures in a row it launches nothing for
+// Backoff.StopFor. A held key's hold is saved, so its queued work shows why
+// it waits. It reports how many keys it held.
+func (p *Provisioner) backOff(ctx context.Context, plan map[domain.ProvisionKey]int, hosts []domain.Host, fleet domain.Fleet) (int, error) {
 	now := p.cfg.Clock.Now()
-	for k := range plan {
-		var mine []domain.Host
-		for _, h := range hosts {
-			if h.Key == k && (h.State == domain.LaunchFailed || h.State == domain.LaunchRunning || h.State == domain.LaunchEnded) {
-				mine = append(mine, h)
-			}
-		}
-		slices.SortFunc(mine, func(a, b domain.Host) int { return b.CreatedAt.Compare(a.CreatedAt) })
-		failures := 0
-		for _, h := range mine {
-			if h.State != domain.LaunchFailed {
-				break
-			}
-			failures++
-		}
-		if failures == 0 {
+	held := 0
+	for _, k := range slices.SortedFunc(maps.Keys(plan), domain.ProvisionKey.Compare) {
+		hold := domain.HoldOf(hosts, k, p.cfg.Backoff)
+		switch {
+		case hold.Failures == 0:
 			continue
-		}
-		wait := failureBackoffMin
-		for i := 1; i < failures && wait < failureBackoffMax; i++ {
-			wait *= 2
-		}
-		if since := now.Sub(mine[0].EndedAt); since < min(wait, failureBackoffMax) {
-			p.log.Info("provision: waiting before trying this key again", "queue", k.Queue, "host_key", k.HostKey,
-				"failures", failures, "last_reason", mine[0].Reason, "retry_in", (min(wait, failureBackoffMax) - since).Round(time.Second).String())
+		case hold.Waiting(now):
 			delete(plan, k)
+			held++
+			p.cfg.Metrics.KeyHeld(k.Queue, hold.Stopped)
+			p.log.Info("provision: holding this key's launches back", "queue", k.Queue, "host_key", k.HostKey,
+				"failures", hold.Failures, "stopped", hold.Stopped, "last_reason", hold.Last.Reason,
+				"retry_in", hold.Until.Sub(now).Round(time.Second).String())
+			if err := p.cfg.Store.SaveKeyHold(ctx, hold); err != nil {
+				return held, err
+			}
+		case fleet.Pending[k] > 0:
+			delete(plan, k) // its probe has not said hello yet
+		default:
+			plan[k] = 1 // a probe: one host at a time until one serves
 		}
 	}
+	return held, nil
 }
 
 // reservations makes the host items plan asks for, with their host setup.
@@ -643,18 +715,22 @@ func (p *Provisioner) settle(ctx context.Context, hosts []domain.Host, live []do
 		if h.State != domain.LaunchRunning || alive[h.InstanceID] {
 			continue
 		}
-		var why string
+		var why, failure string
 		w, said := seen[h.InstanceID]
 		switch {
 		case said && !domain.Retired(w):
 			continue // said hello and reads stale: it may come back, and the sweep decides
+		case said && hostSetupFailed(w):
+			// It left because its host setup failed: another host for
+			// this key would fail the same way, so it counts against it.
+			why, failure = setupFailure(w), domain.HostSetupFailed
 		case said:
 			// It powers itself off after its bye (instance-initiated
 			// shutdown: terminate); the terminate makes sure, so a host
 			// whose power-off failed costs nothing more either.
 			why = "its worker left: " + w.ByeReason
 		case now.Sub(h.LaunchedAt) > p.cfg.HelloTimeout:
-			why = fmt.Sprintf("it never said hello within %s", p.cfg.HelloTimeout)
+			why, failure = fmt.Sprintf("it never said hello within %s", p.cfg.HelloTimeout), domain.NoHello
 		default:
 			continue
 		}
@@ -664,6 +740,7 @@ func (p *Provisioner) settle(ctx context.Context, hosts []domain.Host, live []do
 		}
 		prev := h.Version
 		next, _ := h.Ended(domain.LaunchEnded, why, now)
+		next.Failure = failure
 		*h = next
 		if err := p.cfg.Store.SaveHost(ctx, prev, h); err != nil {
 			return ended, err
@@ -679,6 +756,31 @@ func (p *Provisioner) settle(ctx context.Context, hosts []domain.Host, live []do
 	return ended, nil
 }
 
+// hostSetupFailed reports whether worker w (retired) left with its host
+// setup failed: the last setup result it reported is one of its own
+// --host-setup commands (no command id), failed. A host setup a later
+// command repaired, or that ran again and succeeded, reports another last.
+func hostSetupFailed(w domain.Worker) bool {
+	r := w.LastSetupResult
+	return r != nil && r.CommandID == "" && r.Status == domain.SetupFailed
+}
+
+// maxShownTail bounds how much of a failed host setup's output a host's
+// reason keeps.
+const maxShownTail = 1000
+
+// setupFailure says why a host whose host setup failed was let go: the
+// command, its exit code and its output's tail.
+func setupFailure(w domain.Worker) string {
+	r := w.LastSetupResult
+	tail := strings.TrimSpace(r.OutputTail)
+	if len(tail) > maxShownTail {
+		tail = "…" + strings.ToValidUTF8(tail[len(tail)-maxShownTail:], "")
+	}
+	return fmt.Sprintf("its host setup failed: %q exited %d; output: %s; its worker left: %s",
+		r.Command, r.ExitCode, tail, w.ByeReason)
+}
+
 // Handler returns the provisioner Lambda's handler: any event (its
 // schedule's, or a manual invoke) runs one pass. A failed pass is returned
 // as an error so the invocation is retried; what it did is logged either
@@ -687,7 +789,7 @@ func Handler(p *Provisioner, log *slog.Logger) func(context.Context, json.RawMes
 	return func(ctx context.Context, _ json.RawMessage) (Result, error) {
 		start := time.Now()
 		res, err := p.Pass(ctx)
-		attrs := []any{"launched", res.Launched, "refused", res.Failed, "let_go", res.Ended,
+		attrs := []any{"launched", res.Launched, "refused", res.Failed, "let_go", res.Ended, "held", res.Held,
 			"duration_ms", time.Since(start).Milliseconds()}
 		if err != nil {
 			log.Error("provision pass failed", append(attrs, "error", err.Error())...)

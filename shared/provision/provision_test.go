@@ -1,8 +1,10 @@
 package provision_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -15,6 +17,8 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
 	"github.com/aws/smithy-go"
@@ -22,6 +26,7 @@ import (
 	"github.com/dreamlake/lakeshore/shared/clock"
 	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/ids"
+	"github.com/dreamlake/lakeshore/shared/metrics"
 	"github.com/dreamlake/lakeshore/shared/provision"
 	"github.com/dreamlake/lakeshore/shared/store"
 	"github.com/dreamlake/lakeshore/shared/store/schema"
@@ -250,9 +255,9 @@ func TestRacingPassesNeverLaunchTwice(t *testing.T) {
 // cap, no second try inside the backoff, and a try after it.
 func TestRefusedLaunchIsKeptAndRetried(t *testing.T) {
 	w := newWorld(t)
-	w.submit("gpu", 4, "echo warm")
-	w.template = "no-such-template"
 	p := w.provisioner(w.st, domain.ProvisionLimits{MaxHosts: 5, SlotsPerHost: 4})
+	w.templateGone(p)
+	w.submit("gpu", 4, "echo warm")
 	res, err := p.Pass(w.ctx)
 	if err != nil || res.Failed != 1 || res.Launched != 0 {
 		t.Fatalf("pass with a missing template: %+v %v; want one refused launch", res, err)
@@ -278,20 +283,43 @@ func TestRefusedLaunchIsKeptAndRetried(t *testing.T) {
 	}
 }
 
+// templateGone lets p find the launch template (a pass with nothing
+// queued), then deletes it: p's launches from it are refused.
+func (w *world) templateGone(p *provision.Provisioner) {
+	w.t.Helper()
+	if res, err := p.Pass(w.ctx); err != nil || res != (provision.Result{}) {
+		w.t.Fatalf("pass with nothing queued: %+v %v", res, err)
+	}
+	if _, err := w.ec2.DeleteLaunchTemplate(w.ctx, &ec2.DeleteLaunchTemplateInput{LaunchTemplateName: aws.String(w.template)}); err != nil {
+		w.t.Fatalf("moto DeleteLaunchTemplate: %v", err)
+	}
+}
+
+// launchOne queues 4 invocations of one key and runs the pass that
+// launches their host (caps 5 hosts, 4 slots a host).
+func (w *world) launchOne() (*provision.Provisioner, domain.Host) {
+	w.t.Helper()
+	w.submit("gpu", 4, "echo warm")
+	p := w.provisioner(w.st, domain.ProvisionLimits{MaxHosts: 5, SlotsPerHost: 4})
+	if res, err := p.Pass(w.ctx); err != nil || res.Launched != 1 {
+		w.t.Fatalf("launch: %+v %v", res, err)
+	}
+	return p, w.alive()[0]
+}
+
 // TestHostThatNeverSaysHelloIsTerminated: a launched host with no worker
 // after the hello timeout is terminated in EC2 and its demand counts again.
 func TestHostThatNeverSaysHelloIsTerminated(t *testing.T) {
 	w := newWorld(t)
-	w.submit("gpu", 4, "echo warm")
-	p := w.provisioner(w.st, domain.ProvisionLimits{MaxHosts: 5, SlotsPerHost: 4})
-	if res, err := p.Pass(w.ctx); err != nil || res.Launched != 1 {
-		t.Fatalf("launch: %+v %v", res, err)
-	}
-	first := w.alive()[0]
+	p, first := w.launchOne()
 	w.clock.Advance(provision.DefaultHelloTimeout + time.Minute)
 	res, err := p.Pass(w.ctx)
-	if err != nil || res.Ended != 1 || res.Launched != 1 {
-		t.Fatalf("after the hello timeout: %+v %v; want the silent host let go and one launched in its place", res, err)
+	if err != nil || res.Ended != 1 || res.Launched != 0 || res.Held != 1 {
+		t.Fatalf("after the hello timeout: %+v %v; want the silent host let go and its key held back", res, err)
+	}
+	w.clock.Advance(provision.DefaultBackoff.Min + time.Second)
+	if res, err := p.Pass(w.ctx); err != nil || res.Launched != 1 {
+		t.Fatalf("after the backoff: %+v %v; want one launched in its place", res, err)
 	}
 	insts := w.instances([]domain.Host{first})
 	if len(insts) != 1 || insts[0].State == nil || (insts[0].State.Name != ec2types.InstanceStateNameTerminated && insts[0].State.Name != ec2types.InstanceStateNameShuttingDown) {
@@ -319,12 +347,7 @@ func TestHostThatNeverSaysHelloIsTerminated(t *testing.T) {
 // the pending launch, cover the work.
 func TestHelloAdoptsTheLaunchedHost(t *testing.T) {
 	w := newWorld(t)
-	w.submit("gpu", 4, "echo warm")
-	p := w.provisioner(w.st, domain.ProvisionLimits{MaxHosts: 5, SlotsPerHost: 4})
-	if res, err := p.Pass(w.ctx); err != nil || res.Launched != 1 {
-		t.Fatalf("launch: %+v %v", res, err)
-	}
-	host := w.alive()[0]
+	p, host := w.launchOne()
 	var pending []domain.Worker
 	if err := w.st.EachWorker(w.ctx, "test", func(wk domain.Worker) error {
 		pending = append(pending, wk)
@@ -568,10 +591,11 @@ func TestUnconfirmedLaunchStaysReserved(t *testing.T) {
 // a lost answer: the launch is recorded failed, with EC2's code.
 func TestRefusedLaunchAnswerIsAFailure(t *testing.T) {
 	w := newWorld(t)
-	w.submit("gpu", 4, "echo warm")
 	faults := storetest.NewFaultyTransport(nil)
-	p := provision.New(provision.Config{Store: w.st, EC2: w.lossyEC2(faults), LaunchTemplate: "lt-0123456789abcdef0",
+	p := provision.New(provision.Config{Store: w.st, EC2: w.lossyEC2(faults), LaunchTemplate: w.template,
 		Limits: domain.ProvisionLimits{MaxHosts: 1, SlotsPerHost: 4}, Clock: w.clock.Clock(), HostSetup: func(context.Context, string, string) ([]string, error) { return nil, nil }})
+	w.templateGone(p)
+	w.submit("gpu", 4, "echo warm")
 	res, err := p.Pass(w.ctx)
 	if err != nil || res.Failed != 1 || res.Unconfirmed != 0 || res.Launched != 0 {
 		t.Fatalf("pass with a refused launch: %+v %v; want one failed", res, err)
@@ -602,6 +626,234 @@ func TestAnswerLost(t *testing.T) {
 	} {
 		if got := provision.AnswerLost(c.err); got != c.lost {
 			t.Errorf("%s: lost %v, want %v", c.name, got, c.lost)
+		}
+	}
+}
+
+// failSetup plays each launched host's nymph whose host setup fails: it
+// says hello, reports its failed --host-setup command, and leaves idle
+// after its keep-alive (nymph exits 4). It reports how many hosts it played.
+func (w *world) failSetup(played map[string]bool) int {
+	w.t.Helper()
+	svc := storetest.Control(w.st)
+	four := 4
+	n := 0
+	for _, h := range w.alive() {
+		if h.InstanceID == "" || played[h.InstanceID] {
+			continue
+		}
+		played[h.InstanceID] = true
+		n++
+		reg, err := svc.Register(w.ctx, wire.HelloRequest{MachineID: h.InstanceID, BootID: "boot-" + h.ID,
+			Lanes: []string{h.Key.Queue}, HostKey: h.Key.HostKey, Capabilities: wire.Capabilities{MaxConcurrency: &four}},
+			func(string) (string, error) { return "hash", nil })
+		if err != nil {
+			w.t.Fatal(err)
+		}
+		wk, err := svc.Heartbeat(w.ctx, wire.PollRequest{WorkerID: reg.Worker.ID, Phase: wire.PhaseSetup}, nil)
+		if err != nil {
+			w.t.Fatal(err)
+		}
+		if _, err := w.st.RecordSetupResults(w.ctx, wk, []domain.SetupResult{
+			{Command: "echo trying; exit 1", Status: wire.SetupFailed, ExitCode: 1, OutputTail: "trying\n"}}); err != nil {
+			w.t.Fatal(err)
+		}
+		if _, err := svc.Bye(w.ctx, wire.ByeRequest{WorkerID: reg.Worker.ID, Reason: wire.ByeIdle}, nil); err != nil {
+			w.t.Fatal(err)
+		}
+	}
+	return n
+}
+
+// TestFailedHostSetupBacksOffAndStops: every host launched for a key fails
+// its host setup and leaves. Over a simulated hour of passes (one a
+// minute) the key launches at most Backoff.MaxFailures hosts, one at a
+// time after the first failure, then stops; the key's hold says why its
+// queued work waits (the command and its output), and the invocation stays
+// queued. Another key (another host setup) is not held back.
+func TestFailedHostSetupBacksOffAndStops(t *testing.T) {
+	w := newWorld(t)
+	w.submit("gpu", 3, "echo trying; exit 1")
+	var emf bytes.Buffer
+	p := provision.New(provision.Config{Store: w.st, EC2: w.ec2, LaunchTemplate: w.template, Clock: w.clock.Clock(),
+		Limits: domain.ProvisionLimits{MaxHosts: 3, SlotsPerHost: 4}, Metrics: &metrics.EMF{W: &emf, Clock: w.clock.Clock()},
+		HostSetup: func(ctx context.Context, q, hk string) ([]string, error) { return []string{"echo trying; exit 1"}, nil }})
+	played := map[string]bool{}
+	launched, held := 0, 0
+	for range 60 {
+		res, err := p.Pass(w.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		launched += res.Launched
+		held += res.Held
+		w.failSetup(played)
+		w.clock.Advance(time.Minute)
+	}
+	if launched > provision.DefaultBackoff.MaxFailures || launched == 0 {
+		t.Fatalf("%d hosts launched in an hour for a key whose host setup fails; want 1-%d", launched, provision.DefaultBackoff.MaxFailures)
+	}
+	if held == 0 {
+		t.Fatal("no pass held the key back")
+	}
+	t.Logf("an hour of passes: %d launches, %d passes held the key", launched, held)
+	if n := strings.Count(emf.String(), `"ProvisionHeld":1`); n != held {
+		t.Fatalf("%d ProvisionHeld metric lines; want one a held key a pass (%d)", n, held)
+	}
+	hk := hostKeyOf(t, w)
+	hold, ok, err := w.st.KeyHold(w.ctx, domain.ProvisionKey{Queue: "gpu", HostKey: hk})
+	if err != nil || !ok || !hold.Stopped || !hold.Waiting(w.clock.Now()) ||
+		!strings.Contains(hold.Last.Reason, "host setup failed") || !strings.Contains(hold.Last.Reason, "trying") {
+		t.Fatalf("the key's hold: %+v %v %v; want it stopped, saying its host setup failed with its output", hold, ok, err)
+	}
+	invs, _, err := w.st.ListInvocations(w.ctx, "gpu", wire.StateQueued, 100, "")
+	if err != nil || len(invs) != 3 {
+		t.Fatalf("queued work: %d %v; want the 3 still queued", len(invs), err)
+	}
+
+	// A new submit with another host setup is another key: it launches.
+	w.submit("gpu", 1, "echo fixed")
+	if res, err := p.Pass(w.ctx); err != nil || res.Launched != 1 {
+		t.Fatalf("pass after a submit with another host setup: %+v %v; want one launch", res, err)
+	}
+}
+
+// TestSilentHostsBackOffAndStop: 10 hosts launched for generic work never
+// say hello (a broken image). Over a simulated hour of passes (one a
+// minute) they are let go at the hello timeout and the queue is held
+// back, not refilled with 10 more each time: at most the first batch is
+// launched, the queue's hold says they never said hello, and the
+// instance-time spent is within the bound docs/provision.md gives.
+func TestSilentHostsBackOffAndStop(t *testing.T) {
+	w := newWorld(t)
+	w.submit("cpu", 40)
+	p := w.provisioner(w.st, domain.ProvisionLimits{MaxHosts: 10, SlotsPerHost: 4})
+	launched := 0
+	for range 60 {
+		res, err := p.Pass(w.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		launched += res.Launched
+		w.clock.Advance(time.Minute)
+	}
+	if launched != 10 {
+		t.Fatalf("%d hosts launched in an hour for a queue whose hosts never say hello; want the first 10 only", launched)
+	}
+	hold, ok, err := w.st.KeyHold(w.ctx, domain.ProvisionKey{Queue: "cpu"})
+	if err != nil || !ok || !hold.Stopped || !strings.Contains(hold.Last.Reason, "never said hello") {
+		t.Fatalf("the queue's hold: %+v %v %v; want it stopped, saying its hosts never said hello", hold, ok, err)
+	}
+	_, hosts, _ := w.st.Fleet(w.ctx)
+	var spent time.Duration
+	for _, h := range hosts {
+		if h.State != domain.LaunchEnded || h.Failure != domain.NoHello {
+			t.Fatalf("host %+v; want ended, never said hello", h)
+		}
+		spent += h.EndedAt.Sub(h.LaunchedAt)
+	}
+	if bound := 10 * (provision.DefaultHelloTimeout + time.Minute); spent > bound {
+		t.Fatalf("%s of instance time spent; the bound is %s", spent, bound)
+	}
+	t.Logf("an hour of passes: %d launches, %s instance time", launched, spent)
+
+	// The stop lasts 6 hours from the last failure; then one host is tried.
+	w.clock.Advance(provision.DefaultBackoff.StopFor)
+	if res, err := p.Pass(w.ctx); err != nil || res.Launched != 1 {
+		t.Fatalf("after the stop: %+v %v; want one host tried", res, err)
+	}
+}
+
+// TestMissingLaunchTemplateIsRefused: a launch template that does not
+// exist refuses the pass with the error (nothing reserved or launched, a
+// ProvisionRefusals metric line); once it exists, passes launch.
+func TestMissingLaunchTemplateIsRefused(t *testing.T) {
+	w := newWorld(t)
+	w.submit("gpu", 4, "echo warm")
+	var emf bytes.Buffer
+	cfg := provision.Config{Store: w.st, EC2: w.ec2, LaunchTemplate: w.template + "-missing", Clock: w.clock.Clock(),
+		Limits: domain.ProvisionLimits{MaxHosts: 5, SlotsPerHost: 4}, Metrics: &metrics.EMF{W: &emf, Clock: w.clock.Clock()}}
+	res, err := provision.New(cfg).Pass(w.ctx)
+	if !errors.Is(err, provision.ErrNoLaunchTemplate) || !strings.Contains(err.Error(), w.template+"-missing") || res != (provision.Result{}) {
+		t.Fatalf("pass with a missing template: %+v %v; want refused, naming it, nothing done", res, err)
+	}
+	t.Logf("refused: %v", err)
+	if !strings.Contains(emf.String(), `"ProvisionRefusals":1`) || !strings.Contains(emf.String(), `"Reason":"launch_template"`) {
+		t.Fatalf("metric lines %q; want a ProvisionRefusals line", emf.String())
+	}
+	if _, hosts, _ := w.st.Fleet(w.ctx); len(hosts) != 0 {
+		t.Fatalf("hosts %+v after a refused pass; want none", hosts)
+	}
+	cfg.LaunchTemplate = w.template
+	if res, err := provision.New(cfg).Pass(w.ctx); err != nil || res.Launched != 1 {
+		t.Fatalf("pass with the template: %+v %v; want one launch", res, err)
+	}
+}
+
+// TestFairSharesAcrossPasses: a burst of 5 keys × 10 under caps of 10
+// hosts / 4 a key, whose first pass saw only 8 of one key's work: the
+// second pass gives the others first, and every key ends with 2 hosts.
+func TestFairSharesAcrossPasses(t *testing.T) {
+	w := newWorld(t)
+	p := w.provisioner(w.st, domain.ProvisionLimits{MaxHosts: 10, MaxHostsPerKey: 4, SlotsPerHost: 4})
+	w.submit("gpu", 8, "echo k0")
+	if res, err := p.Pass(w.ctx); err != nil || res.Launched != 2 {
+		t.Fatalf("first pass: %+v %v; want 2 launched", res, err)
+	}
+	w.submit("gpu", 2, "echo k0")
+	for i := 1; i < 5; i++ {
+		w.submit("gpu", 10, fmt.Sprintf("echo k%d", i))
+	}
+	if res, err := p.Pass(w.ctx); err != nil || res.Launched != 8 {
+		t.Fatalf("second pass: %+v %v; want 8 launched", res, err)
+	}
+	per := map[string]int{}
+	for _, h := range w.alive() {
+		per[h.Key.HostKey]++
+	}
+	if len(per) != 5 {
+		t.Fatalf("hosts by key %v; want 5 keys", per)
+	}
+	for hk, n := range per {
+		if n != 2 {
+			t.Fatalf("hosts by key %v; want 2 each (%s has %d)", per, hk, n)
+		}
+	}
+}
+
+// TestEndedHostsExpire: a host let go carries the table's TTL attribute,
+// HostRetention after its end (a host alive carries none), and a pass
+// reads past it once it has expired, before DynamoDB deletes it.
+func TestEndedHostsExpire(t *testing.T) {
+	w := newWorld(t)
+	p, host := w.launchOne()
+	expiresAt := func() types.AttributeValue {
+		out, err := w.db.GetItem(w.ctx, &dynamodb.GetItemInput{TableName: aws.String(store.NamesFor(w.prefix).Hosts),
+			Key: map[string]types.AttributeValue{"host_id": &types.AttributeValueMemberS{Value: host.ID}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out.Item["expires_at"]
+	}
+	if v := expiresAt(); v != nil {
+		t.Fatalf("a host alive expires: %v", v)
+	}
+	w.clock.Advance(provision.DefaultHelloTimeout + time.Minute)
+	if res, err := p.Pass(w.ctx); err != nil || res.Ended != 1 {
+		t.Fatalf("let go: %+v %v", res, err)
+	}
+	want := fmt.Sprint(w.clock.Now().Add(store.HostRetention).Unix())
+	if v, ok := expiresAt().(*types.AttributeValueMemberN); !ok || v.Value != want {
+		t.Fatalf("the ended host's expires_at %v; want %s (a day after its end)", expiresAt(), want)
+	}
+	w.clock.Advance(store.HostRetention + time.Second)
+	_, hosts, err := w.st.Fleet(w.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range hosts {
+		if h.ID == host.ID {
+			t.Fatalf("the expired host is still read: %+v", h)
 		}
 	}
 }

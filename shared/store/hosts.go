@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -24,8 +25,11 @@ const fleetItemID = "!fleet"
 var ErrProvisionRaced = errors.New("another provisioner pass reserved hosts first")
 
 // Fleet reads the hosts table whole: the ledger's version (what a
-// reservation must find unchanged) and every host (strongly consistent:
-// a reservation that moved the version is in what a read after it sees).
+// reservation must find unchanged) and every host not expired (strongly
+// consistent: a reservation that moved the version is in what a read after
+// it sees; an index could not promise that, its reads being eventually
+// consistent). Ended hosts expire after HostRetention, so the table holds
+// the hosts alive and about a day's ended ones.
 func (s *Store) Fleet(ctx context.Context) (version int64, hosts []domain.Host, err error) {
 	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName: aws.String(s.tables.Hosts), Key: key("host_id", fleetItemID), ConsistentRead: aws.Bool(true),
@@ -42,6 +46,7 @@ func (s *Store) Fleet(ctx context.Context) (version int64, hosts []domain.Host, 
 		}
 		version = ledger.Version
 	}
+	now := s.now().Unix()
 	var start map[string]types.AttributeValue
 	for {
 		page, err := s.db.Scan(ctx, &dynamodb.ScanInput{
@@ -51,12 +56,15 @@ func (s *Store) Fleet(ctx context.Context) (version int64, hosts []domain.Host, 
 			return 0, nil, storeErr("read the hosts", err)
 		}
 		for _, item := range page.Items {
-			if v, ok := item["host_id"].(*types.AttributeValueMemberS); ok && v.Value == fleetItemID {
-				continue
+			if v, ok := item["host_id"].(*types.AttributeValueMemberS); ok && strings.HasPrefix(v.Value, "!") {
+				continue // the ledger, a key's hold: not hosts
 			}
 			var r hostRecord
 			if err := attributevalue.UnmarshalMap(item, &r); err != nil {
 				return 0, nil, fmt.Errorf("decode a host: %w", err)
+			}
+			if r.ExpiresAt != 0 && r.ExpiresAt <= now {
+				continue // expired: DynamoDB deletes it within days, not at once
 			}
 			hosts = append(hosts, r.domain())
 		}
@@ -67,6 +75,12 @@ func (s *Store) Fleet(ctx context.Context) (version int64, hosts []domain.Host, 
 	}
 	return version, hosts, nil
 }
+
+// HostRetention is how long an ended host's item stays in the hosts table
+// (its TTL): longer than the provisioner's longest hold (6 hours), so a
+// key's failed hosts still hold it back, and short enough that the table,
+// which every pass reads whole, holds about a day's launches.
+const HostRetention = 24 * time.Hour
 
 // MaxReservation is how many hosts one reservation writes: a transaction
 // holds at most 100 items, one of them the ledger.
@@ -184,4 +198,51 @@ func (s *Store) HostSetupOf(ctx context.Context, queue, hk string) ([]string, er
 		}
 	}
 	return nil, nil
+}
+
+// holdItemID is the hosts table's item keeping k's hold (KeyHold).
+func holdItemID(k domain.ProvisionKey) string { return "!hold#" + k.Queue + "#" + k.HostKey }
+
+// holdRecord is the stored form of what holds a key's launches back: what
+// the invocation view shows its queued work waiting on.
+type holdRecord struct {
+	ID       string    `dynamodbav:"host_id"`
+	Reason   string    `dynamodbav:"reason"`
+	Failures int       `dynamodbav:"failures"`
+	Stopped  bool      `dynamodbav:"stopped,omitempty"`
+	Until    time.Time `dynamodbav:"until"`
+	// ExpiresAt (the table's TTL): a hold outlives its Until by
+	// HostRetention, then goes.
+	ExpiresAt int64 `dynamodbav:"expires_at"`
+}
+
+// SaveKeyHold records why the provisioner holds k's launches back until
+// until (reason: the last failed host's), for the invocation view.
+func (s *Store) SaveKeyHold(ctx context.Context, h domain.KeyHold) error {
+	item, err := attributevalue.MarshalMap(holdRecord{ID: holdItemID(h.Key), Reason: h.Last.Reason,
+		Failures: h.Failures, Stopped: h.Stopped, Until: h.Until, ExpiresAt: h.Until.Add(HostRetention).Unix()})
+	if err != nil {
+		return fmt.Errorf("encode the hold of %s/%s: %w", h.Key.Queue, h.Key.HostKey, err)
+	}
+	if _, err := s.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(s.tables.Hosts), Item: item}); err != nil {
+		return storeErr("save the hold of "+h.Key.HostKey, err)
+	}
+	return nil
+}
+
+// KeyHold reads what holds k's launches back (ok false: nothing was ever
+// held). Its Last carries only the reason.
+func (s *Store) KeyHold(ctx context.Context, k domain.ProvisionKey) (hold domain.KeyHold, ok bool, err error) {
+	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(s.tables.Hosts), Key: key("host_id", holdItemID(k))})
+	if err != nil {
+		return hold, false, storeErr("read the hold of "+k.HostKey, err)
+	}
+	if out.Item == nil {
+		return hold, false, nil
+	}
+	var r holdRecord
+	if err := attributevalue.UnmarshalMap(out.Item, &r); err != nil {
+		return hold, false, fmt.Errorf("decode the hold of %s/%s: %w", k.Queue, k.HostKey, err)
+	}
+	return domain.KeyHold{Key: k, Failures: r.Failures, Stopped: r.Stopped, Until: r.Until, Last: domain.Host{Key: k, Reason: r.Reason}}, true, nil
 }

@@ -63,19 +63,27 @@ type hostRecord struct {
 	CreatedAt  time.Time `dynamodbav:"created_at"`
 	LaunchedAt time.Time `dynamodbav:"launched_at,omitempty"`
 	EndedAt    time.Time `dynamodbav:"ended_at,omitempty"`
-	Version    int64     `dynamodbav:"version"`
+	Failure    string    `dynamodbav:"failure,omitempty"`
+	// ExpiresAt (Unix seconds, the table's TTL) is HostRetention after an
+	// ended host's end; a host alive never expires.
+	ExpiresAt int64 `dynamodbav:"expires_at,omitempty"`
+	Version   int64 `dynamodbav:"version"`
 }
 
 func toHostRecord(h domain.Host) hostRecord {
-	return hostRecord{ID: h.ID, Queue: h.Key.Queue, HostKey: h.Key.HostKey, HostSetup: h.HostSetup, State: h.State,
+	var expires int64
+	if !h.Alive() && !h.EndedAt.IsZero() {
+		expires = h.EndedAt.Add(HostRetention).Unix()
+	}
+	return hostRecord{ExpiresAt: expires, ID: h.ID, Queue: h.Key.Queue, HostKey: h.Key.HostKey, HostSetup: h.HostSetup, State: h.State,
 		InstanceID: h.InstanceID, Market: h.Market, Reason: h.Reason, CreatedAt: h.CreatedAt,
-		LaunchedAt: h.LaunchedAt, EndedAt: h.EndedAt, Version: h.Version}
+		LaunchedAt: h.LaunchedAt, EndedAt: h.EndedAt, Failure: h.Failure, Version: h.Version}
 }
 
 func (r hostRecord) domain() domain.Host {
 	return domain.Host{ID: r.ID, Key: domain.ProvisionKey{Queue: r.Queue, HostKey: r.HostKey}, HostSetup: r.HostSetup,
 		State: r.State, InstanceID: r.InstanceID, Market: r.Market, Reason: r.Reason, CreatedAt: r.CreatedAt,
-		LaunchedAt: r.LaunchedAt, EndedAt: r.EndedAt, Version: r.Version}
+		LaunchedAt: r.LaunchedAt, EndedAt: r.EndedAt, Failure: r.Failure, Version: r.Version}
 }
 
 // attemptRecord is the stored form of domain.Attempt.

@@ -360,6 +360,10 @@ type Invocation struct {
 	Retry           *RetryPolicy      `json:"retry,omitempty"`
 	// RetryAt, while set, is when a retried invocation becomes claimable.
 	RetryAt *time.Time `json:"retry_at,omitempty"`
+	// WaitingReason, on queued work, says why no host is launched for it
+	// now: the provisioner holds its key back after its hosts failed
+	// (their host setup failed, they never said hello, EC2 refused them).
+	WaitingReason string `json:"waiting_reason,omitempty"`
 }
 
 // Attempt is one attempt in an invocation's history (docs/states.md): the

@@ -42,7 +42,7 @@ func wantSchema(n store.TableNames) map[string]wantTable {
 		n.Idempotency: {hash: "idempotency_key", ttl: "expires_at"},
 		n.Connections: {hash: "wake_key", rng: "connection_id", ttl: "expires_at"},
 		n.Logs:        {hash: "log_key", rng: "seq", ttl: "expires_at"},
-		n.Hosts:       {hash: "host_id"},
+		n.Hosts:       {hash: "host_id", ttl: "expires_at"},
 	}
 }
 
@@ -261,7 +261,7 @@ func TestEnsureTablesWithFake(t *testing.T) {
 		}
 	}
 	sort.Strings(f.ttl)
-	wantTTL := []string{n.Connections + ".expires_at", n.Idempotency + ".expires_at", n.Invocations + ".expires_at", n.Logs + ".expires_at", n.Workers + ".expires_at"}
+	wantTTL := []string{n.Connections + ".expires_at", n.Hosts + ".expires_at", n.Idempotency + ".expires_at", n.Invocations + ".expires_at", n.Logs + ".expires_at", n.Workers + ".expires_at"}
 	if !slices.Equal(f.ttl, wantTTL) {
 		t.Errorf("TTL enabled on %v, want %v", f.ttl, wantTTL)
 	}

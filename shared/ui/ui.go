@@ -363,6 +363,7 @@ type invPage struct {
 	Attempts []attemptRow
 	Result   string
 	Error    string
+	Waiting  string
 	Stdout   string
 	Stderr   string
 	Running  bool
@@ -408,6 +409,9 @@ func (u *UI) invocationPage(ctx context.Context, sess, id string) (invPage, erro
 	}
 	if inv.Error != nil {
 		p.Error = printable(inv.Error.Type + ": " + inv.Error.Message)
+	}
+	if inv.State == wire.StateQueued {
+		p.Waiting = printable(inv.WaitingReason)
 	}
 	p.Stdout, p.Stderr = u.output(ctx, inv)
 	return p, nil

@@ -929,4 +929,9 @@ func TestHeldKeyQueuedWorkSaysWhyItWaits(t *testing.T) {
 	if r := h.invocation(other.InvocationID).WaitingReason; r != "" {
 		t.Fatalf("work of another key says it waits: %q", r)
 	}
+	// Only queued work waits: once cancelled, the held key's work says nothing.
+	h.do("POST", "/v1/invocations/"+held.InvocationID+"/cancel", operatorToken, nil)
+	if got := h.invocation(held.InvocationID); got.State != wire.StateCancelled || got.WaitingReason != "" {
+		t.Fatalf("cancelled work: state %s, waiting_reason %q; want cancelled and no reason", got.State, got.WaitingReason)
+	}
 }

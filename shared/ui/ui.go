@@ -410,9 +410,7 @@ func (u *UI) invocationPage(ctx context.Context, sess, id string) (invPage, erro
 	if inv.Error != nil {
 		p.Error = printable(inv.Error.Type + ": " + inv.Error.Message)
 	}
-	if inv.State == wire.StateQueued {
-		p.Waiting = printable(inv.WaitingReason)
-	}
+	p.Waiting = printable(inv.WaitingReason)
 	p.Stdout, p.Stderr = u.output(ctx, inv)
 	return p, nil
 }

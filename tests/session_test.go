@@ -2,7 +2,7 @@ package tests
 
 import (
 	"context"
-	"net"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
@@ -26,17 +26,6 @@ func sharedStore(t *testing.T) backend {
 	}}
 }
 
-// freeAddr is a loopback address nothing listens on, for control planes
-// that follow each other on one address.
-func freeAddr(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 // TestWebSessionsAcrossRotation: the operator token's rotation and the
 // web view, on real `lakeshore dev` processes over one store. During the
 // overlap (--operator-token NEW,OLD) sessions log in with either token;
@@ -46,7 +35,7 @@ func freeAddr(t *testing.T) string {
 // before its logout is refused too, after the restart as before it.
 func TestWebSessionsAcrossRotation(t *testing.T) {
 	const oldOperator, newOperator = "operator-token-old-sessions-0123456", "operator-token-new-sessions-0123456"
-	shared, addr := sharedStore(t), freeAddr(t)
+	shared, addr := sharedStore(t), fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	ctx := context.Background()
 	dev := func(operator string) *devServer {
 		return startDev(t, shared, "--addr", addr, "--stale-after", "10m", "--operator-token", operator)

@@ -74,7 +74,7 @@ func (o *clientOptions) client() (*client.Client, error) {
 func (o *clientOptions) json() bool { return o.output == outputJSON }
 
 // addClientCommands adds the operator API client commands (submit, get,
-// logs, ls, cancel, drain, setup, watch).
+// logs, ls, cancel, drain, setup, watch, release-hold).
 func addClientCommands(root *cobra.Command) {
 	o := &clientOptions{}
 	for _, cmd := range []*cobra.Command{
@@ -86,6 +86,7 @@ func addClientCommands(root *cobra.Command) {
 		newDrainCmd(o),
 		newSetupCmd(o),
 		newWatchCmd(o),
+		newReleaseHoldCmd(o),
 	} {
 		o.register(cmd)
 		root.AddCommand(cmd)
@@ -449,6 +450,58 @@ func newDrainCmd(o *clientOptions) *cobra.Command {
 			return err
 		},
 	}
+}
+
+func newReleaseHoldCmd(o *clientOptions) *cobra.Command {
+	var req wire.ReleaseHoldRequest
+	cmd := &cobra.Command{
+		Use:   "release-hold [INVOCATION_ID]",
+		Short: "Let the provisioner launch again for work whose hosts failed",
+		Long: `After hosts launched for a queue and host key fail (their host setup failed,
+they never said hello, EC2 refused them), the provisioner holds that key's
+launches back, and after 3 failures in a row stops them for 6 hours; its
+queued work shows why it waits ("Waiting" in lakeshore get). Once the cause is
+fixed (the launch template, the image, what the setup needs), release-hold
+lets the next pass launch for it at once, as for a key that never failed.
+
+Name the key by an invocation waiting on it, or by --queue and --host-key
+(none for the queue's work with no host setup).`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := o.client()
+			if err != nil {
+				return err
+			}
+			if len(args) == 1 {
+				if req.Queue != "" || req.HostKey != "" {
+					return errors.New("release-hold: name the key by an invocation or by --queue and --host-key, not both")
+				}
+				inv, err := c.GetInvocation(cmd.Context(), args[0])
+				if err != nil {
+					return err
+				}
+				req = wire.ReleaseHoldRequest{Queue: inv.Queue, HostKey: inv.HostKey}
+			} else if req.Queue == "" {
+				return errors.New("release-hold: name the key by an invocation, or by --queue (and --host-key)")
+			}
+			r, err := c.ReleaseHold(cmd.Context(), req)
+			if err != nil {
+				return err
+			}
+			if o.json() {
+				return printJSON(cmd.OutOrStdout(), r)
+			}
+			key := r.Queue
+			if r.HostKey != "" {
+				key += " " + r.HostKey
+			}
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s: %s\n", key, r.Note)
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&req.Queue, "queue", "", "the queue whose launches are held back")
+	cmd.Flags().StringVar(&req.HostKey, "host-key", "", "the host key (hk1_…) whose launches are held back; none for work with no host setup")
+	return cmd
 }
 
 func newSetupCmd(o *clientOptions) *cobra.Command {

@@ -157,6 +157,7 @@ func (s *Server) routeTable() map[string]handlerFunc {
 		"GET /v1/workers/{id}/setup-results": s.setupResults,
 		"GET /v1/queues/{queue}":             s.queueStats,
 		"GET /v1/hosts":                      s.listHosts,
+		"POST /v1/hosts/release":             s.releaseHold,
 	} {
 		t[pattern] = s.operator(h)
 	}

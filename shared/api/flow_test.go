@@ -918,7 +918,7 @@ func TestHeldKeyQueuedWorkSaysWhyItWaits(t *testing.T) {
 	held := h.submitReq(wire.SubmitRequest{Queue: "default", Argv: []string{"true"}, RunConfig: wire.RunConfig{HostSetup: []string{"exit 1"}}})
 	other := h.submitReq(wire.SubmitRequest{Queue: "default", Argv: []string{"true"}})
 	key := domain.ProvisionKey{Queue: "default", HostKey: held.HostKey}
-	if err := h.store.SaveKeyHold(context.Background(), domain.KeyHold{Key: key, Failures: 3, Stopped: true,
+	if err := h.store.SaveKeyHold(context.Background(), &domain.KeyHold{Key: key, Failures: 3, Stopped: true,
 		Until: time.Now().Add(time.Hour), Last: domain.Host{Key: key, Reason: "its host setup failed: \"exit 1\" exited 1"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -933,5 +933,47 @@ func TestHeldKeyQueuedWorkSaysWhyItWaits(t *testing.T) {
 	h.do("POST", "/v1/invocations/"+held.InvocationID+"/cancel", operatorToken, nil)
 	if got := h.invocation(held.InvocationID); got.State != wire.StateCancelled || got.WaitingReason != "" {
 		t.Fatalf("cancelled work: state %s, waiting_reason %q; want cancelled and no reason", got.State, got.WaitingReason)
+	}
+}
+
+// TestReleaseHoldLetsTheKeyLaunch: POST /v1/hosts/release resets a held
+// key's hold (its queued work no longer says it waits), says how many
+// failures it counted, answers released false when nothing held the key,
+// and refuses a malformed key and a worker's token, changing nothing.
+func TestReleaseHoldLetsTheKeyLaunch(t *testing.T) {
+	h := newHarness(t)
+	held := h.submitReq(wire.SubmitRequest{Queue: "default", Argv: []string{"true"}, RunConfig: wire.RunConfig{HostSetup: []string{"exit 1"}}})
+	key := domain.ProvisionKey{Queue: "default", HostKey: held.HostKey}
+	if err := h.store.SaveKeyHold(context.Background(), &domain.KeyHold{Key: key, Failures: 3, Stopped: true,
+		Until: time.Now().Add(time.Hour), Last: domain.Host{Key: key, Reason: "its host setup failed"}}); err != nil {
+		t.Fatal(err)
+	}
+	release := wire.ReleaseHoldRequest{Queue: "default", HostKey: held.HostKey}
+	w := h.hello("m", "b")
+	if r := h.do("POST", "/v1/hosts/release", w.token, release); r.status != 401 && r.status != 403 {
+		t.Fatalf("a worker's token released a hold: %d", r.status)
+	}
+	for _, bad := range []wire.ReleaseHoldRequest{{Queue: ""}, {Queue: "default", HostKey: "hk1_nothex"}} {
+		if r := h.do("POST", "/v1/hosts/release", operatorToken, bad); r.status != 400 {
+			t.Fatalf("release of %+v: %d; want 400", bad, r.status)
+		}
+	}
+	if got := h.invocation(held.InvocationID); got.WaitingReason == "" {
+		t.Fatal("refused releases let the held key's work go")
+	}
+	var out wire.HoldReleased
+	h.do("POST", "/v1/hosts/release", operatorToken, release).want(t, 200, &out)
+	if !out.Released || out.Failures != 3 || out.Note == "" {
+		t.Fatalf("release: %+v; want released, 3 failures, a note", out)
+	}
+	if got := h.invocation(held.InvocationID); got.WaitingReason != "" {
+		t.Fatalf("released key's work still says it waits: %q", got.WaitingReason)
+	}
+	if hold, _, err := h.store.KeyHold(context.Background(), key); err != nil || hold.Failures != 0 || hold.Waiting(time.Now()) {
+		t.Fatalf("stored hold after release: %+v %v; want none", hold, err)
+	}
+	h.do("POST", "/v1/hosts/release", operatorToken, release).want(t, 200, &out)
+	if out.Released || out.Failures != 0 {
+		t.Fatalf("second release: %+v; want nothing released", out)
 	}
 }

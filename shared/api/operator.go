@@ -281,10 +281,31 @@ func (s *Server) setupResults(r *http.Request) (int, any, error) {
 	return http.StatusOK, out, nil
 }
 
+// releaseHold answers POST /v1/hosts/release: the key's failed hosts no
+// longer hold its launches back.
+func (s *Server) releaseHold(r *http.Request) (int, any, error) {
+	var req wire.ReleaseHoldRequest
+	if err := wire.Decode(r.Body, &req); err != nil {
+		return 0, nil, err
+	}
+	hold, err := s.svc.ReleaseHold(r.Context(), domain.ProvisionKey{Queue: req.Queue, HostKey: req.HostKey})
+	if err != nil {
+		return 0, nil, err
+	}
+	out := wire.HoldReleased{Queue: req.Queue, HostKey: req.HostKey, Released: hold.Failures > 0, Failures: hold.Failures}
+	if out.Released {
+		out.Note = fmt.Sprintf("%d failed hosts in a row no longer hold it back; the next provisioner pass launches for its queued work", hold.Failures)
+	} else {
+		out.Note = "nothing held its launches back"
+	}
+	return http.StatusOK, out, nil
+}
+
 // listHosts answers GET /v1/hosts: every host the provisioner launched or
-// tried to, newest first (a scan of the small hosts table).
+// tried to that has not expired (the day's), newest first: a scan of the
+// hosts table, off the provisioner's path.
 func (s *Server) listHosts(r *http.Request) (int, any, error) {
-	_, hosts, err := s.cfg.Store.Fleet(r.Context())
+	hosts, err := s.cfg.Store.Hosts(r.Context())
 	if err != nil {
 		return 0, nil, err
 	}

@@ -147,6 +147,14 @@ func (c *Client) ListHosts(ctx context.Context) (wire.HostList, error) {
 	return out, err
 }
 
+// ReleaseHold lets a key whose hosts failed launch again (POST
+// /v1/hosts/release).
+func (c *Client) ReleaseHold(ctx context.Context, req wire.ReleaseHoldRequest) (wire.HoldReleased, error) {
+	var out wire.HoldReleased
+	_, err := c.Do(ctx, "release a hold", http.MethodPost, "/v1/hosts/release", nil, req, &out)
+	return out, err
+}
+
 // Bye tells the control plane the daemon is leaving (POST /v1/daemon/bye).
 func (c *Client) Bye(ctx context.Context, req wire.ByeRequest) error {
 	_, err := c.Do(ctx, "bye", http.MethodPost, "/v1/daemon/bye", nil, req, nil)

@@ -57,6 +57,8 @@ type Store interface {
 	OldestQueued(ctx context.Context, queue string) (time.Time, bool, error)
 	Logs(ctx context.Context, id string, attempt, after, limit int) ([]domain.LogChunk, error)
 	LogsTail(ctx context.Context, id string, attempt, limit int) ([]domain.LogChunk, error)
+	KeyHold(ctx context.Context, k domain.ProvisionKey) (domain.KeyHold, bool, error)
+	SaveKeyHold(ctx context.Context, h *domain.KeyHold) error
 }
 
 var _ Store = (*store.Store)(nil)

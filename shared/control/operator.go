@@ -74,6 +74,24 @@ func (s *Service) Drain(ctx context.Context, id string) (domain.Worker, error) {
 	return w, err
 }
 
+// ReleaseHold lets key k launch again: its hold (the failed hosts in a row
+// that hold its launches back, docs/provision.md) is reset, so the next
+// provisioner pass plans for its queued work as for a key that never
+// failed. It reports the hold as it was (Failures 0: nothing held it).
+// A hold that moved meanwhile (a host of k ended) is a conflict.
+func (s *Service) ReleaseHold(ctx context.Context, k domain.ProvisionKey) (domain.KeyHold, error) {
+	hold, ok, err := s.store.KeyHold(ctx, k)
+	if err != nil || !ok || hold.Failures == 0 {
+		return hold, err
+	}
+	released := domain.KeyHold{Key: k, Version: hold.Version}
+	if err := s.store.SaveKeyHold(ctx, &released); err != nil {
+		return hold, err
+	}
+	s.log.Info("hold released", "queue", k.Queue, "host_key", k.HostKey, "failures", hold.Failures, "stopped", hold.Stopped)
+	return hold, nil
+}
+
 // AddSetup queues setup command argv for worker id; its polls hand it out
 // until it reports a result.
 func (s *Service) AddSetup(ctx context.Context, id string, argv []string) (domain.SetupCommand, error) {

@@ -216,8 +216,10 @@ type BackoffPolicy struct {
 	StopFor     time.Duration
 }
 
-// KeyHold is what holds a key's launches back: its hosts that failed in a
-// row (newest first), and until when nothing is launched for it.
+// KeyHold is what holds a key's launches back: how many of its hosts
+// failed in a row, the newest of them, and until when nothing is launched
+// for it. It is kept with the hosts (one item a key), and moves only when
+// one of the key's hosts ends (After).
 type KeyHold struct {
 	Key      ProvisionKey
 	Failures int
@@ -228,43 +230,41 @@ type KeyHold struct {
 	Until time.Time
 	// Stopped: MaxFailures in a row; Until is StopFor after the last.
 	Stopped bool
+	// Version is the stored hold's (0: none stored yet).
+	Version int64
 }
 
 // Waiting reports whether the hold keeps k's launches back at now.
 func (h KeyHold) Waiting(now time.Time) bool { return h.Failures > 0 && now.Before(h.Until) }
 
-// HoldOf reports how k's failed hosts among hosts hold its launches back:
-// the failures counted are those ended most recently with no host of k
-// ending well since (a host that served, or was let go idle, resets it).
-func HoldOf(hosts []Host, k ProvisionKey, pol BackoffPolicy) KeyHold {
-	var ended []Host
-	for _, h := range hosts {
-		if h.Key == k && !h.Alive() {
-			ended = append(ended, h)
-		}
+// After reports the key's hold once its host ended: a failed host (Failed)
+// is one more failure in a row, and a host that ended well (it served, or
+// was let go idle) resets the count. After n failures in a row the key
+// waits pol.Min × 2^(n-1), at most pol.Max, from the newest failure's end;
+// pol.MaxFailures in a row stop it for pol.StopFor. A host still alive, or
+// of another key, changes nothing.
+func (h KeyHold) After(ended Host, pol BackoffPolicy) KeyHold {
+	if ended.Alive() || ended.Key != h.Key {
+		return h
 	}
-	slices.SortFunc(ended, func(a, b Host) int { return b.EndedAt.Compare(a.EndedAt) })
-	hold := KeyHold{Key: k}
-	for _, h := range ended {
-		if !h.Failed() {
-			break
-		}
-		hold.Failures++
+	if !ended.Failed() {
+		return KeyHold{Key: h.Key, Version: h.Version}
 	}
-	if hold.Failures == 0 {
-		return hold
+	next := h
+	next.Failures++
+	if !ended.EndedAt.Before(next.Last.EndedAt) {
+		next.Last = ended
 	}
-	hold.Last = ended[0]
-	if pol.MaxFailures > 0 && hold.Failures >= pol.MaxFailures {
-		hold.Stopped, hold.Until = true, hold.Last.EndedAt.Add(pol.StopFor)
-		return hold
+	if pol.MaxFailures > 0 && next.Failures >= pol.MaxFailures {
+		next.Stopped, next.Until = true, next.Last.EndedAt.Add(pol.StopFor)
+		return next
 	}
 	wait := pol.Min
-	for i := 1; i < hold.Failures && wait < pol.Max; i++ {
+	for i := 1; i < next.Failures && wait < pol.Max; i++ {
 		wait *= 2
 	}
-	hold.Until = hold.Last.EndedAt.Add(min(wait, pol.Max))
-	return hold
+	next.Stopped, next.Until = false, next.Last.EndedAt.Add(min(wait, pol.Max))
+	return next
 }
 
 // States of a launched host (Host.State).

@@ -142,12 +142,12 @@ func TestAdoptionLifecycle(t *testing.T) {
 	}
 }
 
-func TestHoldOf(t *testing.T) {
+func TestKeyHoldAfter(t *testing.T) {
 	t0 := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
 	k, other := ProvisionKey{"q", "hk1_a"}, ProvisionKey{"q", "hk1_b"}
 	pol := BackoffPolicy{Min: 30 * time.Second, Max: 10 * time.Minute, MaxFailures: 3, StopFor: 6 * time.Hour}
 	ended := func(key ProvisionKey, at time.Duration, state, failure string) Host {
-		return Host{Key: key, State: state, Failure: failure, EndedAt: t0.Add(at), Reason: failure}
+		return Host{ID: "host_" + at.String(), Key: key, State: state, Failure: failure, EndedAt: t0.Add(at), Reason: failure}
 	}
 	setup := func(at time.Duration) Host { return ended(k, at, LaunchEnded, HostSetupFailed) }
 	for _, c := range []struct {
@@ -164,10 +164,15 @@ func TestHoldOf(t *testing.T) {
 		{"three: stopped", []Host{setup(0), setup(time.Minute), ended(k, 2*time.Minute, LaunchFailed, "")}, 3, t0.Add(2*time.Minute + 6*time.Hour), true},
 		{"a host that served resets", []Host{setup(0), setup(time.Minute), ended(k, 2*time.Minute, LaunchEnded, ""), setup(3 * time.Minute)},
 			1, t0.Add(3*time.Minute + 30*time.Second), false},
+		{"a probe that fails after the stop stops it again", []Host{setup(0), setup(time.Minute), setup(2 * time.Minute), setup(7 * time.Hour)},
+			4, t0.Add(13 * time.Hour), true},
 		{"alive hosts and other keys do not count", []Host{setup(0), {Key: k, State: LaunchRunning}, ended(other, time.Minute, LaunchEnded, NoHello)},
 			1, t0.Add(30 * time.Second), false},
 	} {
-		h := HoldOf(c.hosts, k, pol)
+		h := KeyHold{Key: k}
+		for _, host := range c.hosts {
+			h = h.After(host, pol)
+		}
 		if h.Failures != c.failures || !h.Until.Equal(c.until) || h.Stopped != c.stopped {
 			t.Errorf("%s: hold %d failures until %v stopped %v; want %d until %v stopped %v", c.name, h.Failures, h.Until, h.Stopped, c.failures, c.until, c.stopped)
 		}

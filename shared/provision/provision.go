@@ -66,13 +66,14 @@ type Store interface {
 	Fleet(ctx context.Context) (int64, []domain.Host, error)
 	ReserveHosts(ctx context.Context, version int64, hosts []domain.Host) error
 	SaveHost(ctx context.Context, prev int64, next *domain.Host) error
+	EndHost(ctx context.Context, prev int64, next *domain.Host, hold *domain.KeyHold) error
+	KeyHold(ctx context.Context, k domain.ProvisionKey) (domain.KeyHold, bool, error)
 	Queues(ctx context.Context) ([]string, error)
 	QueuedByHostKey(ctx context.Context, queue string, limit int) (map[string]int, bool, error)
 	EachWorker(ctx context.Context, op string, fn func(domain.Worker) error) error
 	PutPendingWorker(ctx context.Context, w domain.Worker) (bool, error)
 	AskToAdopt(ctx context.Context, id string, a domain.Adoption, staleAfter time.Duration) (domain.Worker, error)
 	MarkGone(ctx context.Context, id string, auth store.Authorize, why string) (domain.Worker, bool, error)
-	SaveKeyHold(ctx context.Context, h domain.KeyHold) error
 }
 
 var _ Store = (*store.Store)(nil)
@@ -225,6 +226,7 @@ func (p *Provisioner) Pass(ctx context.Context) (Result, error) {
 	// The launch template's user data, read once a pass, at its first launch.
 	base := sync.OnceValues(func() (string, error) { return p.templateUserData(ctx) })
 	for range reserveTries {
+		hs := holds{}
 		version, hosts, err := p.cfg.Store.Fleet(ctx)
 		if err != nil {
 			return res, err
@@ -233,12 +235,12 @@ func (p *Provisioner) Pass(ctx context.Context) (Result, error) {
 		if err != nil {
 			return res, err
 		}
-		ended, err := p.settle(ctx, hosts, workers, seen)
+		ended, err := p.settle(ctx, hs, hosts, workers, seen)
 		res.Ended += ended
 		if err != nil {
 			return res, err
 		}
-		if err := p.launchReserved(ctx, hosts, base, &res, p.cfg.Clock.Now().Add(-time.Minute)); err != nil {
+		if err := p.launchReserved(ctx, hs, hosts, base, &res, p.cfg.Clock.Now().Add(-time.Minute)); err != nil {
 			return res, err
 		}
 		demand, err := p.demand(ctx)
@@ -252,7 +254,7 @@ func (p *Provisioner) Pass(ctx context.Context) (Result, error) {
 		}
 		fleet := fleetOf(hosts, workers, p.cfg.Limits.SlotsPerHost)
 		plan := domain.PlanLaunches(demand, fleet, p.cfg.Limits)
-		held, err := p.backOff(ctx, plan, hosts, fleet)
+		held, err := p.backOff(ctx, hs, plan, fleet)
 		res.Held = held
 		if err != nil {
 			return res, err
@@ -273,7 +275,7 @@ func (p *Provisioner) Pass(ctx context.Context) (Result, error) {
 		res.Reserved += len(reserved)
 		for i := range reserved {
 			reserved[i].Version = 1
-			if err := p.launch(ctx, &reserved[i], base, &res); err != nil {
+			if err := p.launch(ctx, hs, &reserved[i], base, &res); err != nil {
 				return res, err
 			}
 		}
@@ -406,18 +408,59 @@ func (p *Provisioner) demand(ctx context.Context) ([]domain.Demand, error) {
 	return out, nil
 }
 
-// backOff holds back the keys in plan whose hosts failed lately
-// (domain.HoldOf): EC2 refused them, their host setup failed, or they never
-// said hello. After n failures in a row a key waits Backoff.Min × 2^(n-1),
-// at most Backoff.Max, then launches one host at a time until one serves;
-// after Backoff.MaxFailures in a row it launches nothing for
-// Backoff.StopFor. A held key's hold is saved, so its queued work shows why
-// it waits. It reports how many keys it held.
-func (p *Provisioner) backOff(ctx context.Context, plan map[domain.ProvisionKey]int, hosts []domain.Host, fleet domain.Fleet) (int, error) {
+// holds are the keys' holds a pass read or wrote.
+type holds map[domain.ProvisionKey]domain.KeyHold
+
+// holdOf reports k's hold: what hs has, or else what is stored.
+func (p *Provisioner) holdOf(ctx context.Context, hs holds, k domain.ProvisionKey) (domain.KeyHold, error) {
+	if h, ok := hs[k]; ok {
+		return h, nil
+	}
+	h, _, err := p.cfg.Store.KeyHold(ctx, k)
+	if err != nil {
+		return h, err
+	}
+	hs[k] = h
+	return h, nil
+}
+
+// end writes host h ended as next, with its key's hold moved by it
+// (domain.KeyHold.After). It reports false when h or the hold changed
+// since read (another pass ended it, or another of the key's hosts): the
+// next pass reads them again.
+func (p *Provisioner) end(ctx context.Context, hs holds, h *domain.Host, next domain.Host) (bool, error) {
+	hold, err := p.holdOf(ctx, hs, h.Key)
+	if err != nil {
+		return false, err
+	}
+	hold = hold.After(next, p.cfg.Backoff)
+	switch err := p.cfg.Store.EndHost(ctx, h.Version, &next, &hold); {
+	case errors.Is(err, wire.ErrConflict):
+		delete(hs, h.Key)
+		p.log.Info("provision: a host or its key's hold changed since read; the next pass ends it", "host_id", h.ID, "reason", err.Error())
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	*h, hs[h.Key] = next, hold
+	return true, nil
+}
+
+// backOff holds back the keys in plan whose hosts failed lately (their
+// hold, domain.KeyHold.After): EC2 refused them, their host setup failed,
+// or they never said hello. After n failures in a row a key waits
+// Backoff.Min × 2^(n-1), at most Backoff.Max, then launches one host at a
+// time until one serves; after Backoff.MaxFailures in a row it launches
+// nothing for Backoff.StopFor. The hold is stored with the hosts, so the
+// key's queued work shows why it waits. It reports how many keys it held.
+func (p *Provisioner) backOff(ctx context.Context, hs holds, plan map[domain.ProvisionKey]int, fleet domain.Fleet) (int, error) {
 	now := p.cfg.Clock.Now()
 	held := 0
 	for _, k := range slices.SortedFunc(maps.Keys(plan), domain.ProvisionKey.Compare) {
-		hold := domain.HoldOf(hosts, k, p.cfg.Backoff)
+		hold, err := p.holdOf(ctx, hs, k)
+		if err != nil {
+			return held, err
+		}
 		switch {
 		case hold.Failures == 0:
 			continue
@@ -428,9 +471,6 @@ func (p *Provisioner) backOff(ctx context.Context, plan map[domain.ProvisionKey]
 			p.log.Info("provision: holding this key's launches back", "queue", k.Queue, "host_key", k.HostKey,
 				"failures", hold.Failures, "stopped", hold.Stopped, "last_reason", hold.Last.Reason,
 				"retry_in", hold.Until.Sub(now).Round(time.Second).String())
-			if err := p.cfg.Store.SaveKeyHold(ctx, hold); err != nil {
-				return held, err
-			}
 		case fleet.Pending[k] > 0:
 			delete(plan, k) // its probe has not said hello yet
 		default:
@@ -465,7 +505,7 @@ func (p *Provisioner) reservations(ctx context.Context, plan map[domain.Provisio
 // that died between its reservation and its EC2 call, or whose call's
 // answer was lost, left them. An instance already launched for one (found
 // by its host-id tag) is recorded, not launched again.
-func (p *Provisioner) launchReserved(ctx context.Context, hosts []domain.Host, base func() (string, error), res *Result, before time.Time) error {
+func (p *Provisioner) launchReserved(ctx context.Context, hs holds, hosts []domain.Host, base func() (string, error), res *Result, before time.Time) error {
 	for i := range hosts {
 		if h := &hosts[i]; h.State == domain.LaunchReserved && h.CreatedAt.Before(before) {
 			instance, market, err := p.findInstance(ctx, h.ID)
@@ -481,7 +521,7 @@ func (p *Provisioner) launchReserved(ctx context.Context, hosts []domain.Host, b
 				}
 				continue
 			}
-			if err := p.launch(ctx, h, base, res); err != nil {
+			if err := p.launch(ctx, hs, h, base, res); err != nil {
 				return err
 			}
 		}
@@ -495,7 +535,7 @@ func (p *Provisioner) launchReserved(ctx context.Context, hosts []domain.Host, b
 // may have launched: the instance is looked up by its host-id tag, and if
 // it cannot be found h stays reserved for the next pass (which looks again,
 // then calls again under the same ClientToken: the same launch).
-func (p *Provisioner) launch(ctx context.Context, h *domain.Host, base func() (string, error), res *Result) error {
+func (p *Provisioner) launch(ctx context.Context, hs holds, h *domain.Host, base func() (string, error), res *Result) error {
 	instance, market, err := p.runInstance(ctx, *h, base)
 	var lost *lostAnswer
 	if errors.As(err, &lost) {
@@ -512,14 +552,12 @@ func (p *Provisioner) launch(ctx context.Context, h *domain.Host, base func() (s
 		}
 		p.log.Info("provision: a launch whose answer was lost is found", "host_id", h.ID, "instance_id", instance, "reason", lost.Error())
 	}
-	now := p.cfg.Clock.Now().UTC()
-	prev := h.Version
 	if err != nil {
-		next, _ := h.Ended(domain.LaunchFailed, launchReason(err), now)
+		next, _ := h.Ended(domain.LaunchFailed, launchReason(err), p.cfg.Clock.Now().UTC())
 		p.log.Warn("provision: launch refused", "host_id", h.ID, "queue", h.Key.Queue, "host_key", h.Key.HostKey, "reason", next.Reason)
 		res.Failed++
-		*h = next
-		return p.cfg.Store.SaveHost(ctx, prev, h)
+		_, err := p.end(ctx, hs, h, next)
+		return err
 	}
 	return p.record(ctx, h, instance, market, res)
 }
@@ -698,7 +736,7 @@ func launchReason(err error) string {
 // settle lets go of launched hosts that are over, terminating each so it
 // costs nothing more: one whose worker said hello and then left (gone),
 // and one that never said hello within HelloTimeout. It reports how many.
-func (p *Provisioner) settle(ctx context.Context, hosts []domain.Host, live []domain.Worker, seen map[string]domain.Worker) (int, error) {
+func (p *Provisioner) settle(ctx context.Context, hs holds, hosts []domain.Host, live []domain.Worker, seen map[string]domain.Worker) (int, error) {
 	now := p.cfg.Clock.Now().UTC()
 	alive := map[string]bool{}
 	pending := map[string]string{} // instance → its pending worker
@@ -738,12 +776,13 @@ func (p *Provisioner) settle(ctx context.Context, hosts []domain.Host, live []do
 			p.log.Warn("provision: terminate failed; trying again next pass", "host_id", h.ID, "instance_id", h.InstanceID, "reason", launchReason(err))
 			continue
 		}
-		prev := h.Version
 		next, _ := h.Ended(domain.LaunchEnded, why, now)
 		next.Failure = failure
-		*h = next
-		if err := p.cfg.Store.SaveHost(ctx, prev, h); err != nil {
-			return ended, err
+		if done, err := p.end(ctx, hs, h, next); err != nil || !done {
+			if err != nil {
+				return ended, err
+			}
+			continue
 		}
 		if id, ok := pending[h.InstanceID]; ok {
 			if _, _, err := p.cfg.Store.MarkGone(ctx, id, nil, "launched host "+h.ID+": "+why); err != nil {

@@ -137,13 +137,12 @@ func (w *world) alive() []domain.Host {
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	var out []domain.Host
 	for _, h := range hosts {
-		if h.Alive() {
-			out = append(out, h)
+		if !h.Alive() {
+			w.t.Fatalf("the fleet read a host that ended: %+v", h)
 		}
 	}
-	return out
+	return hosts
 }
 
 func tag(in ec2types.Instance, k string) string {
@@ -262,7 +261,7 @@ func TestRefusedLaunchIsKeptAndRetried(t *testing.T) {
 	if err != nil || res.Failed != 1 || res.Launched != 0 {
 		t.Fatalf("pass with a missing template: %+v %v; want one refused launch", res, err)
 	}
-	_, hosts, _ := w.st.Fleet(w.ctx)
+	hosts, _ := w.st.Hosts(w.ctx)
 	if len(hosts) != 1 || hosts[0].State != domain.LaunchFailed || hosts[0].Reason == "" {
 		t.Fatalf("hosts %+v; want one failed with its reason", hosts)
 	}
@@ -325,7 +324,7 @@ func TestHostThatNeverSaysHelloIsTerminated(t *testing.T) {
 	if len(insts) != 1 || insts[0].State == nil || (insts[0].State.Name != ec2types.InstanceStateNameTerminated && insts[0].State.Name != ec2types.InstanceStateNameShuttingDown) {
 		t.Fatalf("the silent instance: %+v", insts)
 	}
-	_, hosts, _ := w.st.Fleet(w.ctx)
+	hosts, _ := w.st.Hosts(w.ctx)
 	for _, h := range hosts {
 		if h.ID == first.ID && (h.State != domain.LaunchEnded || !strings.Contains(h.Reason, "never said hello")) {
 			t.Fatalf("the silent host: %+v", h)
@@ -600,7 +599,7 @@ func TestRefusedLaunchAnswerIsAFailure(t *testing.T) {
 	if err != nil || res.Failed != 1 || res.Unconfirmed != 0 || res.Launched != 0 {
 		t.Fatalf("pass with a refused launch: %+v %v; want one failed", res, err)
 	}
-	_, hosts, _ := w.st.Fleet(w.ctx)
+	hosts, _ := w.st.Hosts(w.ctx)
 	if len(hosts) != 1 || hosts[0].State != domain.LaunchFailed || hosts[0].Reason == "" || len(w.alive()) != 0 {
 		t.Fatalf("hosts %+v; want one failed with EC2's reason, none alive", hosts)
 	}
@@ -744,7 +743,7 @@ func TestSilentHostsBackOffAndStop(t *testing.T) {
 	if err != nil || !ok || !hold.Stopped || !strings.Contains(hold.Last.Reason, "never said hello") {
 		t.Fatalf("the queue's hold: %+v %v %v; want it stopped, saying its hosts never said hello", hold, ok, err)
 	}
-	_, hosts, _ := w.st.Fleet(w.ctx)
+	hosts, _ := w.st.Hosts(w.ctx)
 	var spent time.Duration
 	for _, h := range hosts {
 		if h.State != domain.LaunchEnded || h.Failure != domain.NoHello {
@@ -781,7 +780,7 @@ func TestMissingLaunchTemplateIsRefused(t *testing.T) {
 	if !strings.Contains(emf.String(), `"ProvisionRefusals":1`) || !strings.Contains(emf.String(), `"Reason":"launch_template"`) {
 		t.Fatalf("metric lines %q; want a ProvisionRefusals line", emf.String())
 	}
-	if _, hosts, _ := w.st.Fleet(w.ctx); len(hosts) != 0 {
+	if hosts, _ := w.st.Hosts(w.ctx); len(hosts) != 0 {
 		t.Fatalf("hosts %+v after a refused pass; want none", hosts)
 	}
 	cfg.LaunchTemplate = w.template
@@ -847,7 +846,7 @@ func TestEndedHostsExpire(t *testing.T) {
 		t.Fatalf("the ended host's expires_at %v; want %s (a day after its end)", expiresAt(), want)
 	}
 	w.clock.Advance(store.HostRetention + time.Second)
-	_, hosts, err := w.st.Fleet(w.ctx)
+	hosts, err := w.st.Hosts(w.ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

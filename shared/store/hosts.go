@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -12,48 +13,212 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/dreamlake/lakeshore/shared/clock"
 	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
-// fleetItemID is the hosts table's ledger item: its version moves with
-// every reservation (ReserveHosts).
+// fleetItemID is the hosts table's ledger item: the index of the hosts
+// alive (live: their ids), and a version that moves with every
+// reservation (ReserveHosts).
 const fleetItemID = "!fleet"
 
 // ErrProvisionRaced answers a reservation made on a fleet another pass
 // changed since it was read: read it again and plan again.
 var ErrProvisionRaced = errors.New("another provisioner pass reserved hosts first")
 
-// Fleet reads the hosts table whole: the ledger's version (what a
-// reservation must find unchanged) and every host not expired (strongly
-// consistent: a reservation that moved the version is in what a read after
-// it sees; an index could not promise that, its reads being eventually
-// consistent). Ended hosts expire after HostRetention, so the table holds
-// the hosts alive and about a day's ended ones.
-func (s *Store) Fleet(ctx context.Context) (version int64, hosts []domain.Host, err error) {
+// ledgerRecord is the stored form of the ledger. Indexed says live lists
+// every host alive; a ledger written before the index existed has hosts
+// alive that live does not name, and Fleet indexes them once.
+type ledgerRecord struct {
+	ID      string   `dynamodbav:"host_id"`
+	Version int64    `dynamodbav:"version"`
+	Live    []string `dynamodbav:"live,stringset,omitempty"`
+	Indexed bool     `dynamodbav:"indexed,omitempty"`
+}
+
+// indexed reports whether live names every host alive: the ledger says
+// so, or no reservation was ever made.
+func (l ledgerRecord) indexed() bool { return l.Indexed || l.Version == 0 }
+
+// readLedger reads the ledger, strongly consistent: what a reservation's
+// condition compares with.
+func (s *Store) readLedger(ctx context.Context) (ledgerRecord, error) {
+	var l ledgerRecord
 	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName: aws.String(s.tables.Hosts), Key: key("host_id", fleetItemID), ConsistentRead: aws.Bool(true),
 	})
 	if err != nil {
-		return 0, nil, storeErr("read the fleet", err)
+		return l, storeErr("read the fleet", err)
 	}
 	if out.Item != nil {
-		var ledger struct {
-			Version int64 `dynamodbav:"version"`
+		if err := attributevalue.UnmarshalMap(out.Item, &l); err != nil {
+			return l, fmt.Errorf("decode the fleet ledger: %w", err)
 		}
-		if err := attributevalue.UnmarshalMap(out.Item, &ledger); err != nil {
-			return 0, nil, fmt.Errorf("decode the fleet ledger: %w", err)
-		}
-		version = ledger.Version
 	}
+	return l, nil
+}
+
+// indexTries bounds Fleet's re-reads while another pass indexes an
+// unindexed ledger at the same time.
+const indexTries = 3
+
+// Fleet reads the hosts alive, by the ledger's index: the ledger (one
+// consistent read), then the hosts it names (consistent batch reads), so
+// a pass reads what is alive, not the day's ended hosts. Both reads are
+// strongly consistent: every host the version read counts is in what is
+// read (an index of DynamoDB's own could not promise that, its reads being
+// eventually consistent). An id the index still names whose host ended or
+// expired is dropped from it. A ledger not indexed yet is indexed here,
+// once, from a scan.
+func (s *Store) Fleet(ctx context.Context) (version int64, alive []domain.Host, err error) {
+	for range indexTries {
+		l, err := s.readLedger(ctx)
+		if err != nil {
+			return 0, nil, err
+		}
+		if !l.indexed() {
+			switch version, alive, err := s.indexFleet(ctx, l.Version); {
+			case errors.Is(err, errVersion):
+				continue // another pass indexed or reserved first: read again
+			default:
+				return version, alive, err
+			}
+		}
+		hosts, err := s.getHosts(ctx, l.Live)
+		if err != nil {
+			return 0, nil, err
+		}
+		var over []string
+		for _, id := range l.Live {
+			h, ok := hosts[id]
+			if !ok || !h.Alive() {
+				over = append(over, id)
+				continue
+			}
+			alive = append(alive, h)
+		}
+		if err := s.unindex(ctx, over); err != nil {
+			return 0, nil, err
+		}
+		return l.Version, alive, nil
+	}
+	return 0, nil, fmt.Errorf("read the fleet: the ledger changed %d times while being indexed", indexTries)
+}
+
+// indexFleet indexes a ledger at version that does not name its hosts
+// alive: it reads them with a scan and records their ids, moving the
+// version (errVersion: the ledger moved first).
+func (s *Store) indexFleet(ctx context.Context, version int64) (int64, []domain.Host, error) {
+	hosts, err := s.Hosts(ctx)
+	if err != nil {
+		return 0, nil, err
+	}
+	alive := slices.DeleteFunc(hosts, func(h domain.Host) bool { return !h.Alive() })
+	update, names := "SET #v = :next, #i = :t", map[string]string{"#v": "version", "#i": "indexed"}
+	values := map[string]types.AttributeValue{":next": num(version + 1), ":prev": num(version), ":t": &types.AttributeValueMemberBOOL{Value: true}}
+	if len(alive) > 0 {
+		ids := make([]string, len(alive))
+		for i, h := range alive {
+			ids[i] = h.ID
+		}
+		update, names["#l"] = update+", #l = :ids", "live"
+		values[":ids"] = &types.AttributeValueMemberSS{Value: ids}
+	}
+	_, err = s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: aws.String(s.tables.Hosts), Key: key("host_id", fleetItemID),
+		UpdateExpression: aws.String(update), ConditionExpression: aws.String("#v = :prev"),
+		ExpressionAttributeNames: names, ExpressionAttributeValues: values,
+	})
+	if isConditionFailed(err) || isTransactionConflict(err) {
+		return 0, nil, errVersion
+	}
+	if err != nil {
+		return 0, nil, storeErr("index the fleet", err)
+	}
+	return version + 1, alive, nil
+}
+
+// unindex drops ids from the ledger's index (hosts ended, or gone).
+func (s *Store) unindex(ctx context.Context, ids []string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	_, err := s.db.UpdateItem(ctx, unindexUpdate(s.tables.Hosts, ids))
+	return storeErr("drop ended hosts from the fleet's index", err)
+}
+
+// unindexUpdate is the ledger update dropping ids from its index. It needs
+// no condition: a reservation only adds ids, and adding and dropping
+// commute.
+func unindexUpdate(table string, ids []string) *dynamodb.UpdateItemInput {
+	return &dynamodb.UpdateItemInput{
+		TableName: aws.String(table), Key: key("host_id", fleetItemID),
+		UpdateExpression:          aws.String("DELETE #l :ids"),
+		ExpressionAttributeNames:  map[string]string{"#l": "live"},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":ids": &types.AttributeValueMemberSS{Value: ids}},
+	}
+}
+
+// batchGetMost is how many items one BatchGetItem reads.
+const batchGetMost = 100
+
+// batchGetTries bounds the re-asks for keys a BatchGetItem left
+// unprocessed (DynamoDB's throttling).
+const batchGetTries = 8
+
+// getHosts reads the hosts ids name, strongly consistent (a host expired
+// or never written is not in the answer).
+func (s *Store) getHosts(ctx context.Context, ids []string) (map[string]domain.Host, error) {
+	out := map[string]domain.Host{}
 	now := s.now().Unix()
+	for chunk := range slices.Chunk(ids, batchGetMost) {
+		keys := make([]map[string]types.AttributeValue, len(chunk))
+		for i, id := range chunk {
+			keys[i] = key("host_id", id)
+		}
+		req := map[string]types.KeysAndAttributes{s.tables.Hosts: {Keys: keys, ConsistentRead: aws.Bool(true)}}
+		for try := 0; len(req) > 0; try++ {
+			if try == batchGetTries {
+				return nil, storeErr("read the hosts alive", errors.New("keys left unprocessed after every retry"))
+			}
+			if try > 0 {
+				if err := clock.Sleep(ctx, time.Duration(try)*50*time.Millisecond); err != nil {
+					return nil, storeErr("read the hosts alive", err)
+				}
+			}
+			page, err := s.db.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: req})
+			if err != nil {
+				return nil, storeErr("read the hosts alive", err)
+			}
+			for _, item := range page.Responses[s.tables.Hosts] {
+				var r hostRecord
+				if err := attributevalue.UnmarshalMap(item, &r); err != nil {
+					return nil, fmt.Errorf("decode a host: %w", err)
+				}
+				if r.ExpiresAt != 0 && r.ExpiresAt <= now {
+					continue
+				}
+				out[r.ID] = r.domain()
+			}
+			req = page.UnprocessedKeys
+		}
+	}
+	return out, nil
+}
+
+// Hosts reads the hosts table whole (an operator's listing, off the
+// pass's path): every host alive and every ended one not expired yet.
+func (s *Store) Hosts(ctx context.Context) ([]domain.Host, error) {
+	now := s.now().Unix()
+	var hosts []domain.Host
 	var start map[string]types.AttributeValue
 	for {
 		page, err := s.db.Scan(ctx, &dynamodb.ScanInput{
 			TableName: aws.String(s.tables.Hosts), ConsistentRead: aws.Bool(true), ExclusiveStartKey: start,
 		})
 		if err != nil {
-			return 0, nil, storeErr("read the hosts", err)
+			return nil, storeErr("read the hosts", err)
 		}
 		for _, item := range page.Items {
 			if v, ok := item["host_id"].(*types.AttributeValueMemberS); ok && strings.HasPrefix(v.Value, "!") {
@@ -61,7 +226,7 @@ func (s *Store) Fleet(ctx context.Context) (version int64, hosts []domain.Host, 
 			}
 			var r hostRecord
 			if err := attributevalue.UnmarshalMap(item, &r); err != nil {
-				return 0, nil, fmt.Errorf("decode a host: %w", err)
+				return nil, fmt.Errorf("decode a host: %w", err)
 			}
 			if r.ExpiresAt != 0 && r.ExpiresAt <= now {
 				continue // expired: DynamoDB deletes it within days, not at once
@@ -69,17 +234,16 @@ func (s *Store) Fleet(ctx context.Context) (version int64, hosts []domain.Host, 
 			hosts = append(hosts, r.domain())
 		}
 		if page.LastEvaluatedKey == nil {
-			break
+			return hosts, nil
 		}
 		start = page.LastEvaluatedKey
 	}
-	return version, hosts, nil
 }
 
 // HostRetention is how long an ended host's item stays in the hosts table
-// (its TTL): longer than the provisioner's longest hold (6 hours), so a
-// key's failed hosts still hold it back, and short enough that the table,
-// which every pass reads whole, holds about a day's launches.
+// (its TTL), and a key's hold after its last change: a day, so
+// `lakeshore ls hosts` shows the day's launches; passes read only the
+// hosts alive.
 const HostRetention = 24 * time.Hour
 
 // MaxReservation is how many hosts one reservation writes: a transaction
@@ -87,21 +251,28 @@ const HostRetention = 24 * time.Hour
 const MaxReservation = 99
 
 // ReserveHosts records hosts (new, state reserved) in one transaction with
-// the ledger moving from version to version + 1: it fails with
-// ErrProvisionRaced when another pass reserved since version was read, so
-// two passes never both launch for the same demand.
+// the ledger moving from version to version + 1 and naming them alive: it
+// fails with ErrProvisionRaced when another pass reserved since version
+// was read, so two passes never both launch for the same demand.
 func (s *Store) ReserveHosts(ctx context.Context, version int64, hosts []domain.Host) error {
 	if len(hosts) == 0 || len(hosts) > MaxReservation {
 		return fmt.Errorf("reserve hosts: %d hosts, 1-%d a reservation", len(hosts), MaxReservation)
 	}
-	ledger, err := attributevalue.MarshalMap(struct {
-		ID      string `dynamodbav:"host_id"`
-		Version int64  `dynamodbav:"version"`
-	}{fleetItemID, version + 1})
-	if err != nil {
-		return fmt.Errorf("encode the fleet ledger: %w", err)
+	ids := make([]string, len(hosts))
+	for i, h := range hosts {
+		ids[i] = h.ID
 	}
-	items := []types.TransactWriteItem{{Put: versionedPut(s.tables.Hosts, "host_id", ledger, version)}}
+	cond, values := "#v = :prev", map[string]types.AttributeValue{":prev": num(version)}
+	if version == 0 {
+		cond, values = "attribute_not_exists(#v)", map[string]types.AttributeValue{}
+	}
+	values[":next"], values[":t"] = num(version+1), &types.AttributeValueMemberBOOL{Value: true}
+	values[":ids"] = &types.AttributeValueMemberSS{Value: ids}
+	items := []types.TransactWriteItem{{Update: &types.Update{
+		TableName: aws.String(s.tables.Hosts), Key: key("host_id", fleetItemID),
+		UpdateExpression: aws.String("SET #v = :next, #i = :t ADD #l :ids"), ConditionExpression: aws.String(cond),
+		ExpressionAttributeNames: map[string]string{"#v": "version", "#i": "indexed", "#l": "live"}, ExpressionAttributeValues: values,
+	}}}
 	for _, h := range hosts {
 		h.Version = 1
 		item, err := attributevalue.MarshalMap(toHostRecord(h))
@@ -110,7 +281,7 @@ func (s *Store) ReserveHosts(ctx context.Context, version int64, hosts []domain.
 		}
 		items = append(items, types.TransactWriteItem{Put: versionedPut(s.tables.Hosts, "host_id", item, 0)})
 	}
-	_, err = s.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items})
+	_, err := s.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items})
 	if _, ok := cancelledBy(err); ok {
 		return ErrProvisionRaced
 	}
@@ -120,9 +291,13 @@ func (s *Store) ReserveHosts(ctx context.Context, version int64, hosts []domain.
 	return nil
 }
 
-// SaveHost writes next over the host stored at version prev (a launch, a
-// refusal, an end), bumping its version.
+// SaveHost writes next, a host still alive (launched), over the host
+// stored at version prev, bumping its version. A host that ends is
+// EndHost's.
 func (s *Store) SaveHost(ctx context.Context, prev int64, next *domain.Host) error {
+	if !next.Alive() {
+		return fmt.Errorf("save host %s: it ended (%s); end it with EndHost", next.ID, next.State)
+	}
 	next.Version = prev + 1
 	item, err := attributevalue.MarshalMap(toHostRecord(*next))
 	if err != nil {
@@ -133,6 +308,57 @@ func (s *Store) SaveHost(ctx context.Context, prev int64, next *domain.Host) err
 			return wire.Errorf(wire.CodeConflict, "host %s changed since it was read", next.ID)
 		}
 		return storeErr("save host "+next.ID, err)
+	}
+	return nil
+}
+
+// EndHost writes next, a host that ended (refused, let go), over the host
+// stored at version prev, in one transaction with its key's hold (hold,
+// stored at hold.Version: domain.KeyHold.After) and the ledger's index
+// dropping it. Both versions move; either changed since read is a
+// conflict (read again). A hold that holds nothing and was never stored
+// is not written.
+func (s *Store) EndHost(ctx context.Context, prev int64, next *domain.Host, hold *domain.KeyHold) error {
+	if next.Alive() {
+		return fmt.Errorf("end host %s: it is %s, still alive", next.ID, next.State)
+	}
+	if hold.Key != next.Key {
+		return fmt.Errorf("end host %s: the hold given is another key's", next.ID)
+	}
+	saved := *next
+	saved.Version = prev + 1
+	item, err := attributevalue.MarshalMap(toHostRecord(saved))
+	if err != nil {
+		return fmt.Errorf("encode host %s: %w", next.ID, err)
+	}
+	un := unindexUpdate(s.tables.Hosts, []string{next.ID})
+	items := []types.TransactWriteItem{
+		{Put: versionedPut(s.tables.Hosts, "host_id", item, prev)},
+		{Update: &types.Update{TableName: un.TableName, Key: un.Key, UpdateExpression: un.UpdateExpression,
+			ExpressionAttributeNames: un.ExpressionAttributeNames, ExpressionAttributeValues: un.ExpressionAttributeValues}},
+	}
+	writeHold := hold.Failures > 0 || hold.Version > 0
+	if writeHold {
+		put, err := s.holdPut(*hold, next.EndedAt)
+		if err != nil {
+			return err
+		}
+		items = append(items, types.TransactWriteItem{Put: put})
+	}
+	_, err = s.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items})
+	if failed, ok := cancelledBy(err); ok {
+		what := "host " + next.ID
+		if slices.Contains(failed, 2) {
+			what = "the hold of " + next.Key.Queue + "/" + next.Key.HostKey
+		}
+		return wire.Errorf(wire.CodeConflict, "end host %s: %s changed since it was read", next.ID, what)
+	}
+	if err != nil {
+		return storeErr("end host "+next.ID, err)
+	}
+	next.Version = saved.Version
+	if writeHold {
+		hold.Version++
 	}
 	return nil
 }
@@ -203,37 +429,67 @@ func (s *Store) HostSetupOf(ctx context.Context, queue, hk string) ([]string, er
 // holdItemID is the hosts table's item keeping k's hold (KeyHold).
 func holdItemID(k domain.ProvisionKey) string { return "!hold#" + k.Queue + "#" + k.HostKey }
 
-// holdRecord is the stored form of what holds a key's launches back: what
-// the invocation view shows its queued work waiting on.
+// holdRecord is the stored form of a key's hold (domain.KeyHold): what
+// holds its launches back, and what the invocation view shows its queued
+// work waiting on.
 type holdRecord struct {
-	ID       string    `dynamodbav:"host_id"`
-	Reason   string    `dynamodbav:"reason"`
-	Failures int       `dynamodbav:"failures"`
-	Stopped  bool      `dynamodbav:"stopped,omitempty"`
-	Until    time.Time `dynamodbav:"until"`
-	// ExpiresAt (the table's TTL): a hold outlives its Until by
-	// HostRetention, then goes.
+	ID          string    `dynamodbav:"host_id"`
+	Reason      string    `dynamodbav:"reason,omitempty"`
+	LastHost    string    `dynamodbav:"last_host,omitempty"`
+	LastEndedAt time.Time `dynamodbav:"last_ended_at,omitempty"`
+	Failures    int       `dynamodbav:"failures"`
+	Stopped     bool      `dynamodbav:"stopped,omitempty"`
+	Until       time.Time `dynamodbav:"until,omitempty"`
+	// ExpiresAt (the table's TTL): HostRetention after its hold ends, or
+	// after the host that last changed it ended.
 	ExpiresAt int64 `dynamodbav:"expires_at"`
+	Version   int64 `dynamodbav:"version"`
 }
 
-// SaveKeyHold records why the provisioner holds k's launches back until
-// until (reason: the last failed host's), for the invocation view.
-func (s *Store) SaveKeyHold(ctx context.Context, h domain.KeyHold) error {
-	item, err := attributevalue.MarshalMap(holdRecord{ID: holdItemID(h.Key), Reason: h.Last.Reason,
-		Failures: h.Failures, Stopped: h.Stopped, Until: h.Until, ExpiresAt: h.Until.Add(HostRetention).Unix()})
-	if err != nil {
-		return fmt.Errorf("encode the hold of %s/%s: %w", h.Key.Queue, h.Key.HostKey, err)
+// holdPut is the versioned put of h (stored at h.Version), last changed by
+// a host that ended at ended.
+func (s *Store) holdPut(h domain.KeyHold, ended time.Time) (*types.Put, error) {
+	expires := h.Until
+	if ended.After(expires) {
+		expires = ended
 	}
-	if _, err := s.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(s.tables.Hosts), Item: item}); err != nil {
+	item, err := attributevalue.MarshalMap(holdRecord{ID: holdItemID(h.Key), Reason: h.Last.Reason, LastHost: h.Last.ID,
+		LastEndedAt: h.Last.EndedAt, Failures: h.Failures, Stopped: h.Stopped, Until: h.Until,
+		ExpiresAt: expires.Add(HostRetention).Unix(), Version: h.Version + 1})
+	if err != nil {
+		return nil, fmt.Errorf("encode the hold of %s/%s: %w", h.Key.Queue, h.Key.HostKey, err)
+	}
+	put := versionedPut(s.tables.Hosts, "host_id", item, h.Version)
+	if h.Version == 0 {
+		// None stored, or one stored before holds had versions.
+		put.ConditionExpression, put.ExpressionAttributeNames = aws.String("attribute_not_exists(#v)"), map[string]string{"#v": "version"}
+	}
+	return put, nil
+}
+
+// SaveKeyHold writes h over the hold stored at h.Version (0: none), and
+// moves h.Version: a conflict when it changed since it was read.
+func (s *Store) SaveKeyHold(ctx context.Context, h *domain.KeyHold) error {
+	put, err := s.holdPut(*h, s.now())
+	if err != nil {
+		return err
+	}
+	if err := s.put(ctx, put); err != nil {
+		if errors.Is(err, errVersion) {
+			return wire.Errorf(wire.CodeConflict, "the hold of %s/%s changed since it was read", h.Key.Queue, h.Key.HostKey)
+		}
 		return storeErr("save the hold of "+h.Key.HostKey, err)
 	}
+	h.Version++
 	return nil
 }
 
-// KeyHold reads what holds k's launches back (ok false: nothing was ever
-// held). Its Last carries only the reason.
+// KeyHold reads what holds k's launches back, strongly consistent (ok
+// false: nothing ever did, or it expired). Its Last carries the failed
+// host's id, reason and end.
 func (s *Store) KeyHold(ctx context.Context, k domain.ProvisionKey) (hold domain.KeyHold, ok bool, err error) {
-	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(s.tables.Hosts), Key: key("host_id", holdItemID(k))})
+	hold.Key = k
+	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(s.tables.Hosts), Key: key("host_id", holdItemID(k)), ConsistentRead: aws.Bool(true)})
 	if err != nil {
 		return hold, false, storeErr("read the hold of "+k.HostKey, err)
 	}
@@ -244,5 +500,7 @@ func (s *Store) KeyHold(ctx context.Context, k domain.ProvisionKey) (hold domain
 	if err := attributevalue.UnmarshalMap(out.Item, &r); err != nil {
 		return hold, false, fmt.Errorf("decode the hold of %s/%s: %w", k.Queue, k.HostKey, err)
 	}
-	return domain.KeyHold{Key: k, Failures: r.Failures, Stopped: r.Stopped, Until: r.Until, Last: domain.Host{Key: k, Reason: r.Reason}}, true, nil
+	hold = domain.KeyHold{Key: k, Failures: r.Failures, Stopped: r.Stopped, Until: r.Until, Version: r.Version,
+		Last: domain.Host{ID: r.LastHost, Key: k, Reason: r.Reason, EndedAt: r.LastEndedAt}}
+	return hold, true, nil
 }

@@ -25,7 +25,7 @@ func TestQueuedWorkSaysWhyItWaits(t *testing.T) {
 		t.Fatal(err)
 	}
 	key := domain.ProvisionKey{Queue: "q", HostKey: inv.HostKey}
-	if err := store.New(tb.db, tb.prefix).SaveKeyHold(context.Background(), domain.KeyHold{Key: key, Failures: 3, Stopped: true,
+	if err := store.New(tb.db, tb.prefix).SaveKeyHold(context.Background(), &domain.KeyHold{Key: key, Failures: 3, Stopped: true,
 		Until: time.Now().Add(time.Hour), Last: domain.Host{Key: key, Reason: `its host setup failed: "echo trying; exit 1" exited 1`}}); err != nil {
 		t.Fatal(err)
 	}

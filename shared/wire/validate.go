@@ -306,6 +306,14 @@ func checkLabels(field string, m map[string]string) error {
 
 func checkHostKey(k string) error { return checkKeyField("host_key", k) }
 
+// Validate checks a release: a well-formed queue, and a host key or none.
+func (r *ReleaseHoldRequest) Validate() error {
+	if !ValidQueue(r.Queue) {
+		return invalid("queue %q is not a queue name", clip(r.Queue))
+	}
+	return checkHostKey(r.HostKey)
+}
+
 // checkKeyField checks field k: empty, or a host key (hk1_ and 64
 // lower-case hex digits).
 func checkKeyField(field, k string) error {

@@ -565,3 +565,22 @@ type Host struct {
 type HostList struct {
 	Hosts []Host `json:"hosts"`
 }
+
+// ReleaseHoldRequest is the body of POST /v1/hosts/release: the key (a
+// queue, and a host key or none for its generic work) whose failed hosts
+// hold its launches back, to let launch again.
+type ReleaseHoldRequest struct {
+	Queue   string `json:"queue"`
+	HostKey string `json:"host_key,omitempty"`
+}
+
+// HoldReleased answers POST /v1/hosts/release: whether a hold was
+// released, and how many failed hosts in a row it counted.
+type HoldReleased struct {
+	Queue    string `json:"queue"`
+	HostKey  string `json:"host_key,omitempty"`
+	Released bool   `json:"released"`
+	Failures int    `json:"failures"`
+	// Note says what happens next, in words.
+	Note string `json:"note,omitempty"`
+}

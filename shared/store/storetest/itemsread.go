@@ -21,7 +21,8 @@ func (c *Counter) AddN(op string, n int) {
 
 // CountItemsRead returns a DynamoDB client option that counts, in counter,
 // the items each Query and Scan read (its ScannedCount: what DynamoDB bills
-// read units for, also when Select is COUNT and no item is returned), by
+// read units for, also when Select is COUNT and no item is returned) and
+// each BatchGetItem found, by
 // operation name. A request that answers no more than a count reads as
 // many items as it counted, so it is what a read's cost grows with even
 // when the number of requests does not (one page holds up to 1 MB).
@@ -38,6 +39,12 @@ func CountItemsRead(counter *Counter) func(*dynamodb.Options) {
 						counter.AddN(op, int(max(r.ScannedCount, r.Count)))
 					case *dynamodb.ScanOutput:
 						counter.AddN(op, int(max(r.ScannedCount, r.Count)))
+					case *dynamodb.BatchGetItemOutput:
+						n := 0
+						for _, items := range r.Responses {
+							n += len(items)
+						}
+						counter.AddN(op, n)
 					}
 					return out, md, err
 				}), middleware.After)

@@ -184,6 +184,20 @@ func TestProvisionFailedHostSetupIsHeldBack(t *testing.T) {
 		t.Fatalf("the work: %+v %v; want still queued", got, err)
 	}
 	t.Logf("waiting_reason: %s", got.WaitingReason)
+	if m := scrape(t, d.URL+"/metrics"); m[`lakeshore_provision_held_total{queue="q",stopped="false"}`] < 1 {
+		t.Fatalf("/metrics does not count the held key: %v", m)
+	}
+
+	// The operator releases the key: its work no longer says it waits,
+	// and a host is launched for it again.
+	r, err := op.ReleaseHold(ctx, wire.ReleaseHoldRequest{Queue: "q", HostKey: inv.HostKey})
+	if err != nil || !r.Released || r.Failures != 1 {
+		t.Fatalf("release: %+v %v; want the key's one failure released", r, err)
+	}
+	if got, err := op.GetInvocation(ctx, inv.InvocationID); err != nil || got.WaitingReason != "" {
+		t.Fatalf("released work: %+v %v; want no waiting_reason", got, err)
+	}
+	eventually(t, 30*time.Second, "a host launched for the released key", func() bool { return instancesFor(t, ec2c, setup) == 2 })
 }
 
 // TestProvisionNudgedBySubmit: a submit nudges the provisioner, so the

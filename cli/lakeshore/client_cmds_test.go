@@ -11,6 +11,7 @@ import (
 
 	"github.com/dreamlake/lakeshore/shared/api/apitest"
 	"github.com/dreamlake/lakeshore/shared/client"
+	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
@@ -474,5 +475,52 @@ func TestRunningShowsWhatIsHeld(t *testing.T) {
 	want := "running=2 succeeded=0 failed=0 cancelled=0 done=0 | " + workerID + "(m-held) active 2/2"
 	if line := snap.line(); !strings.HasSuffix(line, want) {
 		t.Errorf("watch line = %q, want it to end %q", line, want)
+	}
+}
+
+// TestReleaseHold: release-hold names the key by an invocation waiting on
+// it or by --queue and --host-key, resets its hold (get no longer says it
+// waits), and says when nothing held it.
+func TestReleaseHold(t *testing.T) {
+	p := newTestPlane(t)
+	inv, _, err := p.op.Submit(t.Context(), wire.SubmitRequest{Queue: "default", Argv: []string{"true"}, RunConfig: wire.RunConfig{HostSetup: []string{"exit 1"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := domain.ProvisionKey{Queue: "default", HostKey: inv.HostKey}
+	hold := func() {
+		t.Helper()
+		h, _, err := p.plane.Store.KeyHold(t.Context(), key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.Failures, h.Stopped, h.Until, h.Last = 3, true, time.Now().Add(time.Hour), domain.Host{Key: key, Reason: "its host setup failed"}
+		if err := p.plane.Store.SaveKeyHold(t.Context(), &h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hold()
+	if got := p.mustRun(t, "get", inv.InvocationID); !strings.Contains(got, "release-hold") {
+		t.Fatalf("get of held work does not say how to release it:\n%s", got)
+	}
+	if out := p.mustRun(t, "release-hold", inv.InvocationID); !strings.Contains(out, "3 failed hosts in a row no longer hold it back") {
+		t.Fatalf("release-hold printed %q", out)
+	}
+	if got := p.mustRun(t, "get", inv.InvocationID); strings.Contains(got, "Waiting") {
+		t.Fatalf("get after release still says it waits:\n%s", got)
+	}
+	hold()
+	out := p.mustRun(t, "release-hold", "--queue", "default", "--host-key", inv.HostKey, "-o", "json")
+	var r wire.HoldReleased
+	if err := json.Unmarshal([]byte(out), &r); err != nil || !r.Released || r.Failures != 3 {
+		t.Fatalf("release-hold -o json: %q (%v)", out, err)
+	}
+	if out := p.mustRun(t, "release-hold", "--queue", "default"); !strings.Contains(out, "nothing held its launches back") {
+		t.Fatalf("release of a key not held printed %q", out)
+	}
+	for _, args := range [][]string{{"release-hold"}, {"release-hold", inv.InvocationID, "--queue", "default"}} {
+		if _, _, err := p.run(t, args...); err == nil {
+			t.Errorf("lakeshore %v: no error", args)
+		}
 	}
 }

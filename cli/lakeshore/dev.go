@@ -343,7 +343,7 @@ func runDev(ctx context.Context, o devOptions) error {
 		// In process, a submit nudges the pass here; with --lambdas the
 		// api function nudges the provisioner function (invokeAPI).
 		if provisionOnce == nil {
-			if provisionOnce, err = devProvisioner(ctx, o, st, log); err != nil {
+			if provisionOnce, err = devProvisioner(ctx, o, st, recorder, log); err != nil {
 				return err
 			}
 		}
@@ -478,14 +478,14 @@ func every(ctx context.Context, interval time.Duration, nudges <-chan struct{}, 
 
 // devProvisioner is the provisioner's pass over st, launching through EC2
 // as the standard SDK configuration says (AWS_ENDPOINT_URL: moto).
-func devProvisioner(ctx context.Context, o devOptions, st *store.Store, log *slog.Logger) (func(context.Context) error, error) {
+func devProvisioner(ctx context.Context, o devOptions, st *store.Store, m metrics.Provision, log *slog.Logger) (func(context.Context) error, error) {
 	cfg, err := config.LoadDefaultConfig(ctx, config.WithLogger(logjson.SDK(log)))
 	if err != nil {
 		return nil, fmt.Errorf("provisioner: load AWS config: %w", err)
 	}
 	p := provision.New(provision.Config{Store: st, EC2: ec2.NewFromConfig(cfg), LaunchTemplate: o.provision.LaunchTemplate,
 		Limits:     domain.ProvisionLimits{MaxHosts: o.provision.MaxHosts, MaxHostsPerKey: o.provision.MaxHostsPerKey},
-		StaleAfter: o.staleAfter, HostSetup: st.HostSetupOf, Logger: log})
+		StaleAfter: o.staleAfter, HostSetup: st.HostSetupOf, Metrics: m, Logger: log})
 	return func(ctx context.Context) error {
 		res, err := p.Pass(ctx)
 		if res.Launched+res.Failed+res.Ended > 0 {

@@ -705,13 +705,14 @@ func FuzzLogs(f *testing.F) {
 	))
 }
 
-// Operator POST routes, picked by the route selector (modulo 4); {id} is
+// Operator POST routes, picked by the route selector (modulo 5); {id} is
 // the fuzzed id, path-escaped, so any bytes reach the handler's id check.
 var fuzzOperatorPosts = []string{
 	"/v1/invocations",
 	"/v1/invocations/{id}/cancel",
 	"/v1/workers/{id}/drain",
 	"/v1/workers/{id}/setup",
+	"/v1/hosts/release",
 }
 
 func FuzzOperatorPost(f *testing.F) {
@@ -753,6 +754,11 @@ func FuzzOperatorPost(f *testing.F) {
 	add(400, tokOperator, 3, "$A", `{"argv":[""]}`)
 	add(400, tokOperator, 3, "$A", `{"argv":["a\u0000b"]}`)
 	add(400, tokOperator, 3, "$Q", `{"argv":["true"]}`)
+	add(200, tokOperator, 4, "", `{"queue":"default"}`)
+	add(200, tokOperator, 4, "", `{"queue":"gpu","host_key":"hk1_`+strings.Repeat("ab", 32)+`"}`)
+	add(400, tokOperator, 4, "", `{"queue":""}`)
+	add(400, tokOperator, 4, "", `{"queue":"default","host_key":"hk1_x"}`)
+	add(401, tokA, 4, "", `{"queue":"default"}`)
 	f.Fuzz(func(t *testing.T, tok, route uint8, id string, body []byte) {
 		path := strings.Replace(fuzzOperatorPosts[int(route)%len(fuzzOperatorPosts)], "{id}", url.PathEscape(id), 1)
 		s.check(t, fuzzExchange(t, tok, http.MethodPost, path, body), tok, route, id, body)

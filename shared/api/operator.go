@@ -49,7 +49,7 @@ func (s *Server) getInvocation(r *http.Request) (int, any, error) {
 	}
 	v := invocationView(inv)
 	if inv.State == wire.StateQueued {
-		hold, ok, err := s.cfg.Store.KeyHold(r.Context(), domain.ProvisionKey{Queue: inv.Queue, HostKey: inv.HostKey})
+		hold, ok, err := s.svc.Hold(r.Context(), domain.ProvisionKey{Queue: inv.Queue, HostKey: inv.HostKey})
 		if err != nil {
 			return 0, nil, err
 		}
@@ -68,7 +68,7 @@ func waitingReason(h domain.KeyHold, now time.Time) string {
 	}
 	what := fmt.Sprintf("%s; the provisioner tries again in %s", failed, h.Until.Sub(now).Round(time.Second))
 	if h.Stopped {
-		what = fmt.Sprintf("%s; the provisioner launches none for it until %s (a submit with another host setup is another key)",
+		what = fmt.Sprintf("%s; the provisioner launches none for it until %s (once its cause is fixed, lakeshore release-hold lets it launch; a submit with another host setup is another key)",
 			failed, h.Until.UTC().Format(time.RFC3339))
 	}
 	return what + "; the last: " + h.Last.Reason

@@ -74,6 +74,12 @@ func (s *Service) Drain(ctx context.Context, id string) (domain.Worker, error) {
 	return w, err
 }
 
+// Hold reports what holds key k's launches back (ok false: nothing ever
+// did): its queued work's waiting reason.
+func (s *Service) Hold(ctx context.Context, k domain.ProvisionKey) (domain.KeyHold, bool, error) {
+	return s.store.KeyHold(ctx, k)
+}
+
 // ReleaseHold lets key k launch again: its hold (the failed hosts in a row
 // that hold its launches back, docs/provision.md) is reset, so the next
 // provisioner pass plans for its queued work as for a key that never

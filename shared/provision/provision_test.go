@@ -715,6 +715,20 @@ func TestFailedHostSetupBacksOffAndStops(t *testing.T) {
 	if res, err := p.Pass(w.ctx); err != nil || res.Launched != 1 {
 		t.Fatalf("pass after a submit with another host setup: %+v %v; want one launch", res, err)
 	}
+
+	// An operator releases the stopped key (lakeshore release-hold): the
+	// next pass launches for its queued work at once, hours before its
+	// stop would end.
+	if res, err := p.Pass(w.ctx); err != nil || res.Launched != 0 || res.Held != 1 {
+		t.Fatalf("pass before the release: %+v %v; want the key held, nothing launched", res, err)
+	}
+	was, err := storetest.Control(w.st).ReleaseHold(w.ctx, domain.ProvisionKey{Queue: "gpu", HostKey: hk})
+	if err != nil || !was.Stopped {
+		t.Fatalf("release: %+v %v; want the stopped hold released", was, err)
+	}
+	if res, err := p.Pass(w.ctx); err != nil || res.Launched != 1 || res.Held != 0 {
+		t.Fatalf("pass after the release: %+v %v; want one launch for the released key's 3 queued", res, err)
+	}
 }
 
 // TestSilentHostsBackOffAndStop: 10 hosts launched for generic work never

@@ -8,6 +8,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/dreamlake/lakeshore/shared/metrics"
@@ -28,7 +29,11 @@ type Prometheus struct {
 	handedBack *prometheus.CounterVec
 	finished   *prometheus.CounterVec
 	latency    *prometheus.HistogramVec
+	held       *prometheus.CounterVec
+	refused    *prometheus.CounterVec
 }
+
+var _ metrics.Provision = (*Prometheus)(nil)
 
 // New returns a recorder whose Handler also reports gauges, read
 // by read at every scrape (nil: no gauges).
@@ -51,8 +56,14 @@ func New(read func(context.Context) (metrics.Gauges, error), log *slog.Logger) *
 			Name: "lakeshore_dispatch_latency_seconds", Help: "How long a claimed invocation waited for a worker since it became claimable.",
 			Buckets: []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600},
 		}, []string{"queue"}),
+		held: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "lakeshore_provision_held_total", Help: "Provisioner passes that held back a key with queued work because its hosts failed (stopped: 3 in a row).",
+		}, []string{"queue", "stopped"}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "lakeshore_provision_refusals_total", Help: "Provisioner passes that launched nothing because the configuration is refused (reason launch_template: it does not exist).",
+		}, []string{"reason"}),
 	}
-	p.reg.MustRegister(p.claims, p.conflicts, p.handedBack, p.finished, p.latency)
+	p.reg.MustRegister(p.claims, p.conflicts, p.handedBack, p.finished, p.latency, p.held, p.refused)
 	if read != nil {
 		p.reg.MustRegister(&gaugeCollector{read: read, log: log})
 	}
@@ -81,6 +92,14 @@ func (p *Prometheus) HandedBack(queue, ended string) {
 
 func (p *Prometheus) Finished(queue, state string) {
 	p.finished.WithLabelValues(queue, state).Inc()
+}
+
+func (p *Prometheus) KeyHeld(queue string, stopped bool) {
+	p.held.WithLabelValues(queue, strconv.FormatBool(stopped)).Inc()
+}
+
+func (p *Prometheus) ProvisionRefused(why string) {
+	p.refused.WithLabelValues(why).Inc()
 }
 
 // gaugeCollector reads the gauges at each scrape.

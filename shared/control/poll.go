@@ -226,7 +226,7 @@ func (s *Service) handOut(ctx context.Context, w domain.Worker, claimed []domain
 	if err != nil {
 		return nil, err
 	}
-	if cur.State == domain.WorkerGone {
+	if domain.Retired(cur) {
 		for _, inv := range claimed {
 			if _, err := s.requeue(ctx, inv.ID, w.ID, domain.Loss{Kind: domain.EndGone, Why: "its worker was retired as it claimed"}); err != nil {
 				return nil, err

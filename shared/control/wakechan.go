@@ -109,7 +109,7 @@ func (s *Service) Connect(ctx context.Context, connectionID, token, instance str
 	if !auth.SameInstance(instance, w.MachineID) {
 		return domain.Worker{}, wire.Errorf(wire.CodeForbidden, "IAM mode: worker %s's machine_id %q is not the calling instance %s", w.ID, w.MachineID, instance)
 	}
-	if w.State == domain.WorkerGone {
+	if domain.Retired(w) {
 		return domain.Worker{}, wire.Errorf(wire.CodeWorkerGone, "worker is gone; say hello again")
 	}
 	now := s.clock.Now()

@@ -370,13 +370,13 @@ func (w Worker) Retire(why string, now time.Time) (Worker, bool) {
 }
 
 // Drain reports w asked to drain: it claims nothing more, and its next poll
-// carries a drain command. A gone worker cannot drain (a conflict); a
-// draining one is unchanged.
+// carries a drain command. A retired worker (Retired) cannot drain (a
+// conflict); a draining one is unchanged.
 func (w Worker) Drain() (Worker, bool, error) {
-	switch w.State {
-	case WorkerGone:
+	switch {
+	case Retired(w):
 		return w, false, refuse(KindConflict, "worker %s is gone", w.ID)
-	case WorkerDraining:
+	case w.State == WorkerDraining:
 		return w, false, nil
 	}
 	next := w
@@ -523,9 +523,9 @@ func (w Worker) Register(r Registration, tokenHash string, now time.Time) Worker
 }
 
 // AddSetup reports the setup command a worker is given: pending, at the
-// end of its FIFO. A gone worker takes none (a conflict).
+// end of its FIFO. A retired worker (Retired) takes none (a conflict).
 func (w Worker) AddSetup(commandID string, argv []string, now time.Time) (SetupCommand, error) {
-	if w.State == WorkerGone {
+	if Retired(w) {
 		return SetupCommand{}, refuse(KindConflict, "worker %s is gone", w.ID)
 	}
 	return SetupCommand{WorkerID: w.ID, CommandID: commandID, Argv: argv, Status: SetupPending, CreatedAt: now}, nil

@@ -90,7 +90,7 @@ func TestWorkerTransitions(t *testing.T) {
 		WorkerDraining:  {"poll ready": {0, true, D}, "poll setup": {0, true, D}, "poll another queue": {invalid, false, D}, "leave": {0, true, G}, "drain": {0, false, D}, "host terminated": {0, true, D}},
 		WorkerGone:      {"poll ready": {gone, false, G}, "poll setup": {gone, false, G}, "poll another queue": {gone, false, G}, "leave": {0, false, G}, "drain": {conflict, false, G}, "host terminated": {0, false, G}},
 		"active on a stopped host": {"poll ready": {gone, false, A}, "poll setup": {gone, false, A}, "poll another queue": {gone, false, A},
-			"leave": {0, true, G}, "drain": {0, true, D}, "host terminated": {0, true, A}},
+			"leave": {0, true, G}, "drain": {conflict, false, A}, "host terminated": {0, true, A}},
 	}
 	for sname, w := range states {
 		for ename, ev := range events {

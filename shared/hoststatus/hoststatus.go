@@ -252,7 +252,7 @@ func (p *Poller) HandleEvent(ctx context.Context, ev events.CloudWatchEvent) (Re
 	if err != nil {
 		return res, err
 	}
-	if w.State == domain.WorkerGone {
+	if !w.HostStatusMayChange() {
 		return res, nil
 	}
 	res.Workers, res.Changed, err = p.apply(ctx, d.InstanceID, []domain.Worker{w}, status)

@@ -36,12 +36,14 @@ func (s *Store) AddSetup(ctx context.Context, id string, argv []string) (domain.
 	_, err = s.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
 		{Put: versionedPut(s.tables.Commands, "command_id", item, 0)},
 		{Update: &types.Update{
-			TableName:                 aws.String(s.tables.Workers),
-			Key:                       key("worker_id", id),
-			UpdateExpression:          aws.String("ADD version :one"),
-			ConditionExpression:       aws.String("attribute_exists(worker_id) AND #s <> :gone"),
-			ExpressionAttributeNames:  map[string]string{"#s": "state"},
-			ExpressionAttributeValues: map[string]types.AttributeValue{":one": num(1), ":gone": str(domain.WorkerGone)},
+			TableName:        aws.String(s.tables.Workers),
+			Key:              key("worker_id", id),
+			UpdateExpression: aws.String("ADD version :one"),
+			// Not retired (domain.Retired) since it was read.
+			ConditionExpression:      aws.String("attribute_exists(worker_id) AND #s <> :gone AND NOT (#h IN (:stopped, :terminated))"),
+			ExpressionAttributeNames: map[string]string{"#s": "state", "#h": "host_status"},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":one": num(1), ":gone": str(domain.WorkerGone),
+				":stopped": str(domain.HostStopped), ":terminated": str(domain.HostTerminated)},
 		}},
 	}})
 	if failed, ok := cancelledBy(err); ok && slices.Contains(failed, 1) {

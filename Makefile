@@ -83,6 +83,8 @@ check:
 		if [ -n "$$bad" ]; then echo "a Lambda links the Prometheus client (they write EMF lines): $$bad"; exit 1; fi
 	@bad=$$($(GO) list -deps ./shared/domain | grep 'dreamlake/lakeshore/' | grep -vE 'lakeshore/shared/(domain|hostkey)$$' || true); \
 		if [ -n "$$bad" ]; then echo "shared/domain imports: $$bad (the rules import no adapter and no wire type)"; exit 1; fi
+	@bad=$$(grep -rl 'control\.New(' --include='*.go' shared agent | grep -v '_test\.go$$' | grep -vE '^shared/(lambdamain|api/apitest|store/storetest)/' || true); \
+		if [ -n "$$bad" ]; then echo "control.New outside a main: $$bad (one Service per process: its main builds it)"; exit 1; fi
 	@echo "layering: ok"
 
 ## bench: store benchmarks (claims/s, conflicts/claim, requests/lifecycle), each

@@ -18,7 +18,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 
-	"github.com/dreamlake/lakeshore/shared/api"
 	"github.com/dreamlake/lakeshore/shared/api/apitest"
 	"github.com/dreamlake/lakeshore/shared/auth"
 	"github.com/dreamlake/lakeshore/shared/client"
@@ -153,7 +152,7 @@ func (c credentialsFunc) Retrieve(context.Context) (aws.Credentials, error) {
 // arrive signed with the instance role's credentials, fetched from IMDS
 // once.
 func TestIAMAgentEndToEnd(t *testing.T) {
-	p := apitest.New(t, func(c *api.Config) { c.DaemonAuth = auth.DaemonAuthIAM })
+	p := apitest.New(t, func(c *apitest.Config) { c.DaemonAuth = auth.DaemonAuthIAM })
 	f := newIAMIMDS(t, "ap-southeast-2")
 	plane := newSigV4Plane(t, "ap-southeast-2", apiGateway(p.Handler, iamTestInstance))
 	op := client.New(p.URL, apitest.OperatorToken)

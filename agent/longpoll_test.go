@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dreamlake/lakeshore/shared/api"
 	"github.com/dreamlake/lakeshore/shared/api/apitest"
 	"github.com/dreamlake/lakeshore/shared/wake"
 	"github.com/dreamlake/lakeshore/shared/wire"
@@ -47,9 +46,9 @@ func waitUntil(t *testing.T, limit time.Duration, what string, cond func() bool)
 // blocks until the poll ends), so only the wake can answer the held poll.
 func TestIdleLongPollIsWoken(t *testing.T) {
 	hub := &wake.Hub{}
-	p := apitest.New(t, func(c *api.Config) {
-		c.LongPoll, c.Wake = true, hub
-		c.Sleep = func(ctx context.Context, _ time.Duration) error { <-ctx.Done(); return ctx.Err() }
+	p := apitest.New(t, func(c *apitest.Config) {
+		c.Control.LongPoll, c.Control.Wake = true, hub
+		c.Control.Sleep = func(ctx context.Context, _ time.Duration) error { <-ctx.Done(); return ctx.Err() }
 	})
 	polls := &pollCounter{base: http.DefaultTransport}
 	started := make(chan int64, 1)
@@ -93,10 +92,10 @@ func TestIdleDaemonPollsOncePerInterval(t *testing.T) {
 		{"answered at once", func(context.Context, time.Duration) error { return context.Canceled }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := apitest.New(t, func(c *api.Config) {
-				c.LongPoll, c.StaleAfter = true, 3*time.Second // a 0.5 s interval and hold
+			p := apitest.New(t, func(c *apitest.Config) {
+				c.Control.LongPoll, c.Control.StaleAfter = true, 3*time.Second // a 0.5 s interval and hold
 				if tc.sleep != nil {
-					c.Sleep = tc.sleep
+					c.Control.Sleep = tc.sleep
 				}
 			})
 			polls := &pollCounter{base: http.DefaultTransport}
@@ -153,9 +152,9 @@ func TestSessionLongPoll(t *testing.T) {
 // bye and Run returns well before that, with no poll failure recorded.
 func TestStopCutsAHeldPoll(t *testing.T) {
 	hub := &wake.Hub{}
-	p := apitest.New(t, func(c *api.Config) {
-		c.LongPoll, c.Wake = true, hub
-		c.Sleep = func(ctx context.Context, _ time.Duration) error { <-ctx.Done(); return ctx.Err() }
+	p := apitest.New(t, func(c *apitest.Config) {
+		c.Control.LongPoll, c.Control.Wake = true, hub
+		c.Control.Sleep = func(ctx context.Context, _ time.Duration) error { <-ctx.Done(); return ctx.Err() }
 	})
 	a := newFakeTimeAgent(t, p, "cut", func(c *Config) { c.HTTP = &http.Client{} })
 	done := make(chan error, 1)

@@ -13,7 +13,6 @@ import (
 	"github.com/dreamlake/lakeshore/agent/internal/health"
 	"github.com/dreamlake/lakeshore/agent/internal/process"
 	"github.com/dreamlake/lakeshore/agent/internal/process/proctest"
-	"github.com/dreamlake/lakeshore/shared/api"
 	"github.com/dreamlake/lakeshore/shared/api/apitest"
 	"github.com/dreamlake/lakeshore/shared/client"
 	"github.com/dreamlake/lakeshore/shared/wire"
@@ -28,7 +27,7 @@ import (
 func shutdownPlane(t *testing.T) (*apitest.Plane, *logRecorder) {
 	t.Helper()
 	logs := newLogRecorder()
-	return apitest.New(t, func(c *api.Config) { c.Logger = logs.logger() }), logs
+	return apitest.New(t, func(c *apitest.Config) { c.Logger = logs.logger() }), logs
 }
 
 // byeOf reports the control plane's record of the worker's bye.

@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dreamlake/lakeshore/shared/api"
 	"github.com/dreamlake/lakeshore/shared/api/apitest"
 	"github.com/dreamlake/lakeshore/shared/client"
 	"github.com/dreamlake/lakeshore/shared/store/storetest"
@@ -62,8 +61,8 @@ type sfPlane struct {
 func newSFPlane(t *testing.T, tr *storetest.FaultyTransport, timeout time.Duration) *sfPlane {
 	t.Helper()
 	log := newLogRecorder()
-	p := apitest.NewWith(t, apitest.Options{Transport: tr, ClientTimeout: timeout}, func(c *api.Config) {
-		c.StaleAfter = sfStaleAfter
+	p := apitest.NewWith(t, apitest.Options{Transport: tr, ClientTimeout: timeout}, func(c *apitest.Config) {
+		c.Control.StaleAfter = sfStaleAfter
 		c.Logger = log.logger()
 	})
 	return &sfPlane{Plane: p, tr: tr, log: log, op: client.New(p.URL, apitest.OperatorToken)}

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dreamlake/lakeshore/shared/api"
 	"github.com/dreamlake/lakeshore/shared/api/apitest"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
@@ -41,7 +40,7 @@ func (g *hostGuard) RoundTrip(r *http.Request) (*http.Response, error) {
 // the channel, never connect there (the worker token would travel in
 // clear), and run its work from its polls.
 func TestWakeURLToAnotherHostInClearIsRefused(t *testing.T) {
-	p := apitest.New(t, func(c *api.Config) { c.WakeURL, c.Poster = "ws://evil.example:1/", nopPoster{} })
+	p := apitest.New(t, func(c *apitest.Config) { c.Control.WakeURL, c.Control.Poster = "ws://evil.example:1/", nopPoster{} })
 	guard := &hostGuard{base: http.DefaultTransport, host: "evil.example:1"}
 	logs := newLogRecorder()
 	a := newFakeTimeAgent(t, p, "wary", func(c *Config) {

@@ -250,8 +250,10 @@ func runDev(ctx context.Context, o devOptions) error {
 	recorder := prom.New(func(ctx context.Context) (metrics.Gauges, error) {
 		return svc.Gauges(ctx, st.WorkerRetention)
 	}, log)
+	// The process's one Service: the router's use cases, the sweep's and
+	// the wake channel's, over one wake hub.
 	svc = control.New(control.Config{Store: st, StaleAfter: o.staleAfter, Logger: log, Wake: hub, WakeURL: wc.url,
-		Poster: poster, Metrics: recorder})
+		Poster: poster, Metrics: recorder, LongPoll: o.longPoll, Submitted: nudge, WorkerRetention: st.WorkerRetention})
 	var handler http.Handler
 	var sweepOnce, pollHostsOnce, provisionOnce func(context.Context) error
 	if o.lambdas != "" {
@@ -278,19 +280,13 @@ func runDev(ctx context.Context, o devOptions) error {
 		provisionOnce = func(ctx context.Context) error { return gw.invokeLogged(ctx, "provisioner") }
 	} else {
 		srv, err := api.New(api.Config{
-			Store:                 st,
+			Control:               svc,
+			Sessions:              st,
 			EnrollToken:           o.enrollToken,
 			OperatorToken:         o.operatorToken,
 			PreviousEnrollToken:   o.previousEnroll,
 			PreviousOperatorToken: o.previousOperator,
-			StaleAfter:            o.staleAfter,
 			Logger:                log,
-			Wake:                  hub,
-			LongPoll:              o.longPoll,
-			WakeURL:               wc.url,
-			Poster:                poster,
-			Metrics:               recorder,
-			Submitted:             nudge,
 		})
 		if err != nil {
 			return err

@@ -8,9 +8,9 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/lambda"
 
-	"github.com/dreamlake/lakeshore/shared/api"
 	"github.com/dreamlake/lakeshore/shared/api/apilambda"
 	"github.com/dreamlake/lakeshore/shared/config"
+	"github.com/dreamlake/lakeshore/shared/control"
 	"github.com/dreamlake/lakeshore/shared/lambdamain"
 	"github.com/dreamlake/lakeshore/shared/nudge"
 )
@@ -20,7 +20,7 @@ func main() { apilambda.Main("api", nudgeProvisioner) }
 // nudgeProvisioner makes each submit nudge the provisioner function named
 // by LAKESHORE_PROVISIONER_FUNCTION (set when provisioning is on): its
 // hosts launch now, not at the next scheduled pass.
-func nudgeProvisioner(s lambdamain.Start, c *api.Config) {
+func nudgeProvisioner(s lambdamain.Start, c *control.Config) {
 	fn := os.Getenv(config.EnvProvisionerFunction)
 	if fn == "" {
 		return

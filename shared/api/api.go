@@ -4,7 +4,6 @@
 package api
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,16 +19,17 @@ import (
 	"github.com/dreamlake/lakeshore/shared/clock"
 	"github.com/dreamlake/lakeshore/shared/control"
 	"github.com/dreamlake/lakeshore/shared/domain"
-	"github.com/dreamlake/lakeshore/shared/metrics"
 	"github.com/dreamlake/lakeshore/shared/store"
 	"github.com/dreamlake/lakeshore/shared/ui"
-	"github.com/dreamlake/lakeshore/shared/wake"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
-// Config is what the router needs. Zero durations take the defaults below.
+// Config is what the router needs: the use cases (one Service per process,
+// built by its main), the web view's session store and the tokens.
 type Config struct {
-	Store         *store.Store
+	Control *control.Service
+	// Sessions keeps the web view's sessions (the store).
+	Sessions      ui.Sessions
 	EnrollToken   string
 	OperatorToken string
 	// PreviousEnrollToken and PreviousOperatorToken, when set, are still
@@ -37,31 +37,9 @@ type Config struct {
 	// rotation: docs/operations.md). Optional.
 	PreviousEnrollToken   string
 	PreviousOperatorToken string
-	// StaleAfter is how long a silent worker stays live (default 60 s).
-	StaleAfter time.Duration
-	// MaxPollWait caps a long poll (default 20 s, under API Gateway's 30 s;
-	// control.New sets it).
-	MaxPollWait time.Duration
-	// Clock is what computed worker states are read at (zero: real time).
-	Clock clock.Clock
-	// Sleep waits between long-poll checks; tests may replace it (default
-	// clock.Sleep, set by control.New).
-	Sleep  func(ctx context.Context, d time.Duration) error
-	Logger *slog.Logger
+	Logger                *slog.Logger
 	// DaemonAuth is auth.DaemonAuthToken (the default) or auth.DaemonAuthIAM.
 	DaemonAuth string
-	// Wake and LongPoll are control.Config's: the hub that wakes this
-	// process's waiting polls, and whether hello offers long polls.
-	Wake     *wake.Hub
-	LongPoll bool
-	// WakeURL and Poster are control.Config's: the wake channel hello
-	// hands out, and what posts to its sockets.
-	WakeURL string
-	Poster  control.Poster
-	// Metrics is control.Config's: what receives the use cases' events.
-	Metrics metrics.Recorder
-	// Submitted is control.Config's: told of each new invocation.
-	Submitted func(context.Context, domain.Invocation)
 }
 
 // authWarnEvery is how often a route logs a refused credential at warn: a
@@ -81,7 +59,8 @@ const (
 // Server serves the wire API.
 type Server struct {
 	cfg     Config
-	svc     *control.Service // the daemon use cases
+	svc     *control.Service // the use cases
+	clock   clock.Clock
 	mux     *http.ServeMux
 	log     *slog.Logger
 	authLog auth.Limiter // the warn lines of refused credentials, per route
@@ -91,8 +70,8 @@ type Server struct {
 // New returns the router. It refuses a config without both tokens: a
 // control plane must never run open.
 func New(cfg Config) (*Server, error) {
-	if cfg.Store == nil {
-		return nil, errors.New("api: no store")
+	if cfg.Control == nil || cfg.Sessions == nil {
+		return nil, errors.New("api: no use cases or no session store")
 	}
 	if cfg.EnrollToken == "" || cfg.OperatorToken == "" {
 		return nil, errors.New("api: enrollment and operator tokens are both required")
@@ -111,21 +90,15 @@ func New(cfg Config) (*Server, error) {
 	default:
 		return nil, fmt.Errorf("api: daemon auth must be %q or %q, got %q", auth.DaemonAuthToken, auth.DaemonAuthIAM, cfg.DaemonAuth)
 	}
-	if cfg.StaleAfter <= 0 {
-		cfg.StaleAfter = domain.DefaultStaleAfter
-	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	svc := control.New(control.Config{Store: cfg.Store, StaleAfter: cfg.StaleAfter, MaxPollWait: cfg.MaxPollWait,
-		Sleep: cfg.Sleep, Clock: cfg.Clock, Logger: cfg.Logger, Wake: cfg.Wake, LongPoll: cfg.LongPoll,
-		WakeURL: cfg.WakeURL, Poster: cfg.Poster, Metrics: cfg.Metrics, Submitted: cfg.Submitted})
-	s := &Server{cfg: cfg, svc: svc, mux: http.NewServeMux(), log: cfg.Logger,
+	s := &Server{cfg: cfg, svc: cfg.Control, clock: cfg.Control.Clock(), mux: http.NewServeMux(), log: cfg.Logger,
 		authLog: auth.Limiter{Every: authWarnEvery, Max: 1}}
 	s.routes()
 	// The web view acts through the operator routes, in this process.
 	view, err := ui.New(ui.Config{API: http.HandlerFunc(s.serveAPI), OperatorToken: cfg.OperatorToken,
-		PreviousOperatorToken: cfg.PreviousOperatorToken, Sessions: cfg.Store, Clock: cfg.Clock, Logger: cfg.Logger})
+		PreviousOperatorToken: cfg.PreviousOperatorToken, Sessions: cfg.Sessions, Clock: s.clock, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}
@@ -252,7 +225,7 @@ func (s *Server) wrap(h handlerFunc) http.Handler {
 				// warning, once a minute per route; the others at debug,
 				// counted in the next warning.
 				level = slog.LevelDebug
-				if ok, held := s.authLog.Note(r.Pattern, s.cfg.Clock.Now()); ok {
+				if ok, held := s.authLog.Note(r.Pattern, s.clock.Now()); ok {
 					level = slog.LevelWarn
 					attrs = append(attrs, "remote", r.RemoteAddr, "user_agent", r.UserAgent(), "refused_since_last_warning", held)
 				}
@@ -327,7 +300,7 @@ func (s *Server) workerRequest(r *http.Request, body interface {
 }
 
 func (s *Server) healthz(r *http.Request) (int, any, error) {
-	if err := s.cfg.Store.Ping(r.Context()); err != nil {
+	if err := s.svc.Ping(r.Context()); err != nil {
 		return 0, nil, err
 	}
 	return http.StatusOK, wire.Health{Status: "ok"}, nil

@@ -7,7 +7,7 @@ import (
 
 	"log/slog"
 
-	"github.com/dreamlake/lakeshore/shared/api"
+	"github.com/dreamlake/lakeshore/shared/api/apitest"
 	"github.com/dreamlake/lakeshore/shared/syncbuf"
 )
 
@@ -22,7 +22,7 @@ func (l *lockedBuffer) count(s string) int { return strings.Count(l.String(), s)
 func TestUnauthorizedIsWarnedOnceAMinute(t *testing.T) {
 	c := newClock()
 	logs := &lockedBuffer{}
-	h := newHarness(t, withClock(c), func(cfg *api.Config) {
+	h := newHarness(t, withClock(c), func(cfg *apitest.Config) {
 		cfg.Logger = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	})
 	for range 5 {

@@ -12,10 +12,12 @@ import (
 	"time"
 
 	"github.com/dreamlake/lakeshore/shared/api"
+	"github.com/dreamlake/lakeshore/shared/api/apitest"
 	"github.com/dreamlake/lakeshore/shared/control"
 	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/hostkey"
 	"github.com/dreamlake/lakeshore/shared/store"
+	"github.com/dreamlake/lakeshore/shared/store/storetest"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
@@ -149,7 +151,7 @@ func TestHelloAnswersTiming(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			h := newHarness(t, func(c *api.Config) { c.StaleAfter = tc.staleAfter })
+			h := newHarness(t, func(c *apitest.Config) { c.Control.StaleAfter = tc.staleAfter })
 			w := h.hello("m", "b")
 			if w.hello.StaleAfterS != tc.wantStale || w.hello.PollIntervalS != tc.wantPoll {
 				t.Errorf("hello answered stale_after_s %v poll_interval_s %v, want %v and %v",
@@ -176,14 +178,16 @@ func TestPollIntervalFunction(t *testing.T) {
 
 func TestNewRefusesOpenConfig(t *testing.T) {
 	h := newHarness(t)
+	svc := storetest.Control(h.store)
 	cases := []struct {
 		name string
 		cfg  api.Config
 	}{
-		{"no store", api.Config{EnrollToken: "a", OperatorToken: "b"}},
-		{"no enrollment token", api.Config{Store: h.store, OperatorToken: "b"}},
-		{"no operator token", api.Config{Store: h.store, EnrollToken: "a"}},
-		{"same tokens", api.Config{Store: h.store, EnrollToken: "a", OperatorToken: "a"}},
+		{"no use cases", api.Config{Sessions: h.store, EnrollToken: "a", OperatorToken: "b"}},
+		{"no session store", api.Config{Control: svc, EnrollToken: "a", OperatorToken: "b"}},
+		{"no enrollment token", api.Config{Control: svc, Sessions: h.store, OperatorToken: "b"}},
+		{"no operator token", api.Config{Control: svc, Sessions: h.store, EnrollToken: "a"}},
+		{"same tokens", api.Config{Control: svc, Sessions: h.store, EnrollToken: "a", OperatorToken: "a"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -683,7 +687,7 @@ func TestPollOmittingHeldInvocationRequeuesIt(t *testing.T) {
 
 func TestComputedStaleAndGone(t *testing.T) {
 	c := newClock()
-	h := newHarness(t, withClock(c), func(cfg *api.Config) { cfg.StaleAfter = 3 * time.Second })
+	h := newHarness(t, withClock(c), func(cfg *apitest.Config) { cfg.Control.StaleAfter = 3 * time.Second })
 	w := h.hello("m", "b")
 	h.poll(w, wire.PollRequest{Phase: wire.PhaseReady})
 
@@ -873,8 +877,8 @@ func TestStoreDownIsUnavailable(t *testing.T) {
 	dead := "http://" + l.Addr().String()
 	l.Close() // nothing listens there now: connection refused
 	db := store.EndpointClient(dead)
-	s, err := api.New(api.Config{Store: store.New(db, "down-"), EnrollToken: enrollToken, OperatorToken: operatorToken,
-		Logger: slog.New(slog.DiscardHandler)})
+	s, err := apitest.Build(apitest.Config{Store: store.New(db, "down-"), Config: api.Config{EnrollToken: enrollToken, OperatorToken: operatorToken,
+		Logger: slog.New(slog.DiscardHandler)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -901,7 +905,7 @@ func TestStoreDownIsUnavailable(t *testing.T) {
 // TestDefaultSleepWaits: without an injected Sleep the long poll really
 // waits, up to its cap.
 func TestDefaultSleepWaits(t *testing.T) {
-	h := newHarness(t, func(c *api.Config) { c.StaleAfter = 300 * time.Millisecond })
+	h := newHarness(t, func(c *apitest.Config) { c.Control.StaleAfter = 300 * time.Millisecond })
 	w := h.hello("m", "b")
 	start := time.Now()
 	h.poll(w, wire.PollRequest{Phase: wire.PhaseReady, TimeoutS: 5})

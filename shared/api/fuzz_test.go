@@ -52,7 +52,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/dreamlake/lakeshore/shared/api"
+	"github.com/dreamlake/lakeshore/shared/api/apitest"
 	"github.com/dreamlake/lakeshore/shared/clock"
+	"github.com/dreamlake/lakeshore/shared/control"
 	"github.com/dreamlake/lakeshore/shared/ids"
 	"github.com/dreamlake/lakeshore/shared/store"
 	"github.com/dreamlake/lakeshore/shared/store/embedded"
@@ -166,15 +168,12 @@ func newFuzzPlane() (*fuzzPlane, error) {
 	st.Clock = clock.Of(now)
 	st.IDs = &ids.Generator{Clock: clock.Of(now)}
 	logs := &bytes.Buffer{}
-	srv, err := api.New(api.Config{
-		Store:         st,
-		EnrollToken:   enrollToken,
-		OperatorToken: operatorToken,
-		Clock:         clock.Of(now),
-		// A long poll re-checks a few times and never really waits.
-		MaxPollWait: 250 * time.Millisecond,
-		Sleep:       func(context.Context, time.Duration) error { return nil },
-		Logger:      slog.New(slog.NewJSONHandler(logs, nil)),
+	srv, err := apitest.Build(apitest.Config{Store: st,
+		Config: api.Config{EnrollToken: enrollToken, OperatorToken: operatorToken, Logger: slog.New(slog.NewJSONHandler(logs, nil))},
+		Control: control.Config{Clock: clock.Of(now),
+			// A long poll re-checks a few times and never really waits.
+			MaxPollWait: 250 * time.Millisecond,
+			Sleep:       func(context.Context, time.Duration) error { return nil }},
 	})
 	if err != nil {
 		return nil, err

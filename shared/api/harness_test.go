@@ -12,7 +12,6 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
-	"github.com/dreamlake/lakeshore/shared/api"
 	"github.com/dreamlake/lakeshore/shared/api/apitest"
 	"github.com/dreamlake/lakeshore/shared/clock"
 	"github.com/dreamlake/lakeshore/shared/ids"
@@ -37,7 +36,7 @@ type harness struct {
 }
 
 // option adjusts the router config (and the store) before New.
-type option = func(*api.Config)
+type option = func(*apitest.Config)
 
 func newHarness(t *testing.T, opts ...option) *harness {
 	t.Helper()
@@ -294,8 +293,8 @@ func newClock() *clock.Fake {
 
 // withClock drives both the router and its store from c.
 func withClock(c *clock.Fake) option {
-	return func(cfg *api.Config) {
-		cfg.Clock = c.Clock()
+	return func(cfg *apitest.Config) {
+		cfg.Control.Clock = c.Clock()
 		cfg.Store.Clock = c.Clock()
 	}
 }

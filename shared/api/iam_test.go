@@ -10,6 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/dreamlake/lakeshore/shared/api"
+	"github.com/dreamlake/lakeshore/shared/api/apitest"
 	"github.com/dreamlake/lakeshore/shared/auth"
 	"github.com/dreamlake/lakeshore/shared/lambdahttp"
 	"github.com/dreamlake/lakeshore/shared/store"
@@ -35,8 +36,8 @@ func newIAMPlane(t *testing.T) *iamPlane {
 	if err := schema.EnsureTables(context.Background(), db, prefix); err != nil {
 		t.Fatal(err)
 	}
-	srv, err := api.New(api.Config{Store: store.New(db, prefix), EnrollToken: enrollToken, OperatorToken: operatorToken,
-		DaemonAuth: auth.DaemonAuthIAM, Logger: slog.New(slog.DiscardHandler)})
+	srv, err := apitest.Build(apitest.Config{Store: store.New(db, prefix), Config: api.Config{EnrollToken: enrollToken, OperatorToken: operatorToken,
+		DaemonAuth: auth.DaemonAuthIAM, Logger: slog.New(slog.DiscardHandler)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +131,7 @@ func TestIAMMode(t *testing.T) {
 // TestIAMModeRefusesUnknownMode: a typo in the mode is a start-up error,
 // never a silently open or silently token-only control plane.
 func TestIAMModeRefusesUnknownMode(t *testing.T) {
-	_, err := api.New(api.Config{Store: &store.Store{}, EnrollToken: "e", OperatorToken: "o", DaemonAuth: "IAM"})
+	_, err := apitest.Build(apitest.Config{Store: &store.Store{}, Config: api.Config{EnrollToken: "e", OperatorToken: "o", DaemonAuth: "IAM"}})
 	if err == nil {
 		t.Fatal("api.New accepted daemon auth \"IAM\"")
 	}

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dreamlake/lakeshore/shared/api"
+	"github.com/dreamlake/lakeshore/shared/api/apitest"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
@@ -46,7 +46,7 @@ func (s *sleepRecorder) total() (time.Duration, int) {
 }
 
 func withSleep(s *sleepRecorder) option {
-	return func(c *api.Config) { c.Sleep = s.Sleep }
+	return func(c *apitest.Config) { c.Control.Sleep = s.Sleep }
 }
 
 // guard bounds a test that would otherwise hang on a bug; it is never
@@ -176,9 +176,9 @@ func TestLongPollWaitIsCapped(t *testing.T) {
 					return ctx.Err()
 				}
 			}}
-			h := newHarness(t, withSleep(rec), func(c *api.Config) {
-				c.StaleAfter = tc.staleAfter
-				c.MaxPollWait = tc.maxPollWait
+			h := newHarness(t, withSleep(rec), func(c *apitest.Config) {
+				c.Control.StaleAfter = tc.staleAfter
+				c.Control.MaxPollWait = tc.maxPollWait
 			})
 			w := h.hello("m", "b")
 			start := time.Now()
@@ -216,7 +216,7 @@ func TestLongPollWaitIsCappedWithInstantSleep(t *testing.T) {
 		}
 		return nil
 	}}
-	h := newHarness(t, withSleep(rec), func(c *api.Config) { c.StaleAfter = 3 * time.Second })
+	h := newHarness(t, withSleep(rec), func(c *apitest.Config) { c.Control.StaleAfter = 3 * time.Second })
 	w := h.hello("m", "b")
 	if cmds := h.poll(w, wire.PollRequest{Phase: wire.PhaseReady, TimeoutS: 20}); len(cmds) != 0 {
 		t.Fatalf("poll answered %+v", cmds)

@@ -43,7 +43,7 @@ func (s *Server) getInvocation(r *http.Request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	inv, err := s.cfg.Store.GetInvocation(r.Context(), id)
+	inv, err := s.svc.Invocation(r.Context(), id)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -53,7 +53,7 @@ func (s *Server) getInvocation(r *http.Request) (int, any, error) {
 		if err != nil {
 			return 0, nil, err
 		}
-		if now := s.cfg.Clock.Now(); ok && hold.Waiting(now) {
+		if now := s.clock.Now(); ok && hold.Waiting(now) {
 			v.WaitingReason = waitingReason(hold, now)
 		}
 	}
@@ -172,7 +172,7 @@ func (s *Server) listInvocations(r *http.Request) (int, any, error) {
 	if order != "" && order != wire.OrderOldest && order != wire.OrderNewest {
 		return 0, nil, wire.Errorf(wire.CodeInvalid, "order must be %s or %s, got %q", wire.OrderOldest, wire.OrderNewest, order)
 	}
-	invs, next, err := s.cfg.Store.List(r.Context(), store.ListQuery{Queue: queue, State: state, Order: order, Limit: limit, Cursor: cursor})
+	invs, next, err := s.svc.Invocations(r.Context(), store.ListQuery{Queue: queue, State: state, Order: order, Limit: limit, Cursor: cursor})
 	if err != nil {
 		return 0, nil, err
 	}
@@ -192,16 +192,13 @@ func (s *Server) listWorkers(r *http.Request) (int, any, error) {
 	if state != "" && !slices.Contains(wire.WorkerStates, state) {
 		return 0, nil, wire.Errorf(wire.CodeInvalid, "state must be one of %v", wire.WorkerStates)
 	}
-	ws, next, err := s.cfg.Store.ListWorkers(r.Context(), limit, cursor)
+	ws, next, err := s.svc.Workers(r.Context(), limit, cursor)
 	if err != nil {
 		return 0, nil, err
 	}
-	now := s.cfg.Clock.Now()
+	now := s.clock.Now()
 	out := wire.WorkerList{Workers: make([]wire.Worker, 0, len(ws)), NextCursor: next}
 	for _, w := range ws {
-		if !domain.Listed(w, now, s.cfg.Store.WorkerRetention) {
-			continue // expired: DynamoDB's TTL deletes it some time later, emulators never
-		}
 		v := s.workerView(w, now)
 		if (state != "" && v.State != state) || (label != "" && v.Label != label) {
 			continue
@@ -216,11 +213,11 @@ func (s *Server) getWorker(r *http.Request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	w, err := s.cfg.Store.GetWorker(r.Context(), id)
+	w, err := s.svc.Worker(r.Context(), id)
 	if err != nil {
 		return 0, nil, err
 	}
-	return http.StatusOK, s.workerView(w, s.cfg.Clock.Now()), nil
+	return http.StatusOK, s.workerView(w, s.clock.Now()), nil
 }
 
 func (s *Server) drain(r *http.Request) (int, any, error) {
@@ -232,8 +229,8 @@ func (s *Server) drain(r *http.Request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	now := s.cfg.Clock.Now()
-	state := domain.Project(w, now, s.cfg.StaleAfter)
+	now := s.clock.Now()
+	state := domain.Project(w, now, s.svc.StaleAfter())
 	note := "it claims nothing more, finishes what it runs (within its --grace) and leaves with bye drain"
 	if state == domain.WorkerStale {
 		note = fmt.Sprintf("it is stale (silent for %s): it claims nothing, its work was handed back; "+
@@ -263,10 +260,7 @@ func (s *Server) setupResults(r *http.Request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	if _, err := s.cfg.Store.GetWorker(r.Context(), id); err != nil {
-		return 0, nil, err
-	}
-	cmds, err := s.cfg.Store.SetupCommands(r.Context(), id, false)
+	cmds, err := s.svc.SetupResults(r.Context(), id)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -305,7 +299,7 @@ func (s *Server) releaseHold(r *http.Request) (int, any, error) {
 // tried to that has not expired (the day's), newest first: a scan of the
 // hosts table, off the provisioner's path.
 func (s *Server) listHosts(r *http.Request) (int, any, error) {
-	hosts, err := s.cfg.Store.Hosts(r.Context())
+	hosts, err := s.svc.Hosts(r.Context())
 	if err != nil {
 		return 0, nil, err
 	}
@@ -324,7 +318,7 @@ func (s *Server) queueStats(r *http.Request) (int, any, error) {
 	if !wire.ValidQueue(queue) {
 		return 0, nil, wire.Errorf(wire.CodeInvalid, "queue %q is not a valid queue name", queue)
 	}
-	st, err := s.cfg.Store.QueueStats(r.Context(), queue)
+	st, err := s.svc.QueueStats(r.Context(), queue)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -388,9 +382,9 @@ func redacted(env map[string]string) map[string]string {
 // workerView is the operator's view of w at now (its current_invocations:
 // domain.RunningNow).
 func (s *Server) workerView(w domain.Worker, now time.Time) wire.Worker {
-	since, why := domain.StateWhy(w, now, s.cfg.StaleAfter)
-	state := domain.Project(w, now, s.cfg.StaleAfter)
-	w.CurrentInvocations = domain.RunningNow(w, now, s.cfg.StaleAfter)
+	since, why := domain.StateWhy(w, now, s.svc.StaleAfter())
+	state := domain.Project(w, now, s.svc.StaleAfter())
+	w.CurrentInvocations = domain.RunningNow(w, now, s.svc.StaleAfter())
 	return wire.Worker{
 		RetiredAt: timePtr(w.GoneAt), StateSince: timePtr(since), StateWhy: why,
 		WorkerID: w.ID, MachineID: w.MachineID, Label: w.Label,

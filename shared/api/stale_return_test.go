@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dreamlake/lakeshore/shared/api"
+	"github.com/dreamlake/lakeshore/shared/api/apitest"
 	"github.com/dreamlake/lakeshore/shared/control"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
@@ -19,7 +19,7 @@ import (
 // their outcomes count. Nothing ends cancelled: nobody cancelled anything.
 func TestWorkerReturnsFromStale(t *testing.T) {
 	c := newClock()
-	h := newHarness(t, withClock(c), func(cfg *api.Config) { cfg.StaleAfter = 3 * time.Second })
+	h := newHarness(t, withClock(c), func(cfg *apitest.Config) { cfg.Control.StaleAfter = 3 * time.Second })
 	a := h.hello("ma", "boot")
 	invs := []wire.Invocation{h.submit("sleep", "7"), h.submit("sleep", "7")}
 	ids := []string{invs[0].InvocationID, invs[1].InvocationID}

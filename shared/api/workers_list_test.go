@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dreamlake/lakeshore/shared/api"
+	"github.com/dreamlake/lakeshore/shared/api/apitest"
 	"github.com/dreamlake/lakeshore/shared/control"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
@@ -17,7 +17,7 @@ import (
 // day after it went gone, and stays readable by id meanwhile.
 func TestWorkerListFiltersAndRetention(t *testing.T) {
 	c := newClock()
-	h := newHarness(t, withClock(c), func(cfg *api.Config) { cfg.StaleAfter = 3 * time.Second })
+	h := newHarness(t, withClock(c), func(cfg *apitest.Config) { cfg.Control.StaleAfter = 3 * time.Second })
 	sweeper := control.New(control.Config{Store: h.store, StaleAfter: 3 * time.Second, Clock: c.Clock(), Logger: slog.New(slog.DiscardHandler)})
 	sweep := func() {
 		t.Helper()

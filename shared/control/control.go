@@ -57,6 +57,10 @@ type Store interface {
 	OldestQueued(ctx context.Context, queue string) (time.Time, bool, error)
 	Logs(ctx context.Context, id string, attempt, after, limit int) ([]domain.LogChunk, error)
 	LogsTail(ctx context.Context, id string, attempt, limit int) ([]domain.LogChunk, error)
+	List(ctx context.Context, q store.ListQuery) ([]domain.Invocation, string, error)
+	ListWorkers(ctx context.Context, limit int, cursor string) ([]domain.Worker, string, error)
+	Hosts(ctx context.Context) ([]domain.Host, error)
+	Ping(ctx context.Context) error
 	KeyHold(ctx context.Context, k domain.ProvisionKey) (domain.KeyHold, bool, error)
 	SaveKeyHold(ctx context.Context, h *domain.KeyHold) error
 }
@@ -92,6 +96,7 @@ type Service struct {
 	log             *slog.Logger
 	randMu          sync.Mutex
 	rand            *rand.Rand // nil: the global source
+	retention       time.Duration
 }
 
 // Config is what a Service needs; zero values take the defaults.
@@ -109,9 +114,9 @@ type Config struct {
 	// it the store's in tests that move one.
 	Clock clock.Clock
 	// Wake wakes this process's waiting long polls when work they can take
-	// is submitted or handed back (nil: a hub of the Service's own). Give
-	// every Service of one process the same hub: `lakeshore dev` serves
-	// polls and sweeps from two.
+	// is submitted or handed back (nil: a hub of the Service's own). A
+	// process builds one Service (its main does), so one hub serves all
+	// its polls.
 	Wake *wake.Hub
 	// LongPoll makes hello offer long polls (long_poll_s): for a control
 	// plane that serves polls from a long-lived process, where a held poll
@@ -134,11 +139,18 @@ type Config struct {
 	// Rand picks the workers a wake goes to (nil: the global source);
 	// tests seed one.
 	Rand *rand.Rand
+	// WorkerRetention is how long a gone worker stays in the worker list
+	// after the sweep is done with it (default
+	// domain.DefaultWorkerRetention; the store's, whose rows expire then).
+	WorkerRetention time.Duration
 }
 
 // New returns a Service over c.Store.
 func New(c Config) *Service {
-	s := &Service{store: c.Store, staleAfter: c.StaleAfter, maxWait: c.MaxPollWait, sleep: c.Sleep, clock: c.Clock, wake: c.Wake, longPoll: c.LongPoll, poster: c.Poster, wakeURL: c.WakeURL, metrics: c.Metrics, submitted: c.Submitted, log: c.Logger, rand: c.Rand}
+	s := &Service{store: c.Store, staleAfter: c.StaleAfter, maxWait: c.MaxPollWait, sleep: c.Sleep, clock: c.Clock, wake: c.Wake, longPoll: c.LongPoll, poster: c.Poster, wakeURL: c.WakeURL, metrics: c.Metrics, submitted: c.Submitted, log: c.Logger, rand: c.Rand, retention: c.WorkerRetention}
+	if s.retention <= 0 {
+		s.retention = domain.DefaultWorkerRetention
+	}
 	if s.metrics == nil {
 		s.metrics = metrics.Discard{}
 	}

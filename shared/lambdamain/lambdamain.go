@@ -40,10 +40,14 @@ type Start struct {
 	Control *control.Service
 }
 
-// Open starts function name with what a function that serves no routes
-// needs (the reaper, the host poller): the table prefix and the stale
-// window, no tokens.
-func Open(name string) Start {
+// Hook adds to the use cases' configuration what only one function needs
+// (the api function's submit nudge), so the others do not link it.
+type Hook func(s Start, c *control.Config)
+
+// Open starts function name: the table prefix, the stale window and the
+// wake channel (no tokens: a route function reads those itself), and the
+// one Service of the process, built with hooks applied.
+func Open(name string, hooks ...Hook) Start {
 	s := Start{Name: name, Log: logjson.New(os.Stdout, slog.LevelInfo)}
 	awsCfg, err := awsconfig.LoadDefaultConfig(context.Background(), awsconfig.WithLogger(logjson.SDK(s.Log)))
 	s.Check("load AWS config", err)
@@ -56,8 +60,12 @@ func Open(name string) Start {
 		s.Poster = wakelambda.NewManagement(awsCfg, c.WakeEndpoint, c.WakeSecret)
 	}
 	s.Metrics = &metrics.EMF{W: os.Stdout}
-	s.Control = control.New(control.Config{Store: s.Store, StaleAfter: c.StaleAfter, Logger: s.Log, WakeURL: c.WakeURL,
-		Poster: s.Poster, Metrics: s.Metrics})
+	cc := control.Config{Store: s.Store, StaleAfter: c.StaleAfter, Logger: s.Log, WakeURL: c.WakeURL,
+		Poster: s.Poster, Metrics: s.Metrics, WorkerRetention: s.Store.WorkerRetention}
+	for _, h := range hooks {
+		h(s, &cc)
+	}
+	s.Control = control.New(cc)
 	return s
 }
 

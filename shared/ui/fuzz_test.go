@@ -10,8 +10,10 @@ import (
 	"time"
 
 	"github.com/dreamlake/lakeshore/shared/api"
+	"github.com/dreamlake/lakeshore/shared/api/apitest"
 	"github.com/dreamlake/lakeshore/shared/client"
 	"github.com/dreamlake/lakeshore/shared/clock"
+	"github.com/dreamlake/lakeshore/shared/control"
 	"github.com/dreamlake/lakeshore/shared/store"
 	"github.com/dreamlake/lakeshore/shared/store/schema"
 	"github.com/dreamlake/lakeshore/shared/store/storetest"
@@ -56,8 +58,8 @@ func FuzzUIForms(f *testing.F) {
 	}
 	c := clock.NewFake(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
 	st := store.New(db, prefix)
-	router, err := api.New(api.Config{Store: st, EnrollToken: enrollToken, OperatorToken: operatorToken,
-		Clock: c.Clock(), Logger: slog.New(slog.DiscardHandler)})
+	router, err := apitest.Build(apitest.Config{Store: st, Config: api.Config{EnrollToken: enrollToken, OperatorToken: operatorToken,
+		Logger: slog.New(slog.DiscardHandler)}, Control: control.Config{Clock: c.Clock()}})
 	if err != nil {
 		f.Fatal(err)
 	}

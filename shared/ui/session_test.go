@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dreamlake/lakeshore/shared/api"
+	"github.com/dreamlake/lakeshore/shared/api/apitest"
 	"github.com/dreamlake/lakeshore/shared/client"
 	"github.com/dreamlake/lakeshore/shared/clock"
 	"github.com/dreamlake/lakeshore/shared/syncbuf"
@@ -61,7 +61,7 @@ func fleetOf(t *testing.T, s served) (inv, wrk string) {
 // cancel cancels nothing); one opened with the new token keeps working.
 func TestSessionEndsWithItsToken(t *testing.T) {
 	tb := newTables(t)
-	overlap := tb.serve(t, func(c *api.Config) { c.OperatorToken, c.PreviousOperatorToken = newOperator, oldOperator })
+	overlap := tb.serve(t, func(c *apitest.Config) { c.OperatorToken, c.PreviousOperatorToken = newOperator, oldOperator })
 	overlap.op = client.New(overlap.url, newOperator)
 	inv, wrk := fleetOf(t, overlap)
 	withOld, withNew := overlap.login(t, oldOperator), overlap.login(t, newOperator)
@@ -69,7 +69,7 @@ func TestSessionEndsWithItsToken(t *testing.T) {
 		t.Fatalf("during the overlap the old token's session: %d", resp.StatusCode)
 	}
 
-	after := tb.serve(t, func(c *api.Config) { c.OperatorToken = newOperator })
+	after := tb.serve(t, func(c *apitest.Config) { c.OperatorToken = newOperator })
 	after.op = client.New(after.url, newOperator)
 	after.wantRefused(t, withOld, inv, wrk, "the old token's session after the rotation")
 	if got, err := after.op.GetInvocation(t.Context(), inv); err != nil || got.State != wire.StateQueued {
@@ -115,7 +115,7 @@ func TestLogoutEndsTheSession(t *testing.T) {
 // does not; none outlives 12 h.
 func TestIdleSessionEnds(t *testing.T) {
 	c := clock.NewFake(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
-	s := newTables(t).serve(t, func(cfg *api.Config) { cfg.Clock = c.Clock() })
+	s := newTables(t).serve(t, func(cfg *apitest.Config) { cfg.Control.Clock = c.Clock() })
 	inv, wrk := fleetOf(t, s)
 	sess := s.login(t, operatorToken)
 	page := func(path string) int {
@@ -187,8 +187,8 @@ func underView(loc string) bool {
 func TestLoginThrottled(t *testing.T) {
 	c := clock.NewFake(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
 	logs := &syncbuf.Buffer{}
-	h := newTables(t).router(t, func(cfg *api.Config) {
-		cfg.Clock = c.Clock()
+	h := newTables(t).router(t, func(cfg *apitest.Config) {
+		cfg.Control.Clock = c.Clock()
 		cfg.Logger = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	})
 	login := func(addr, tok string) *httptest.ResponseRecorder {

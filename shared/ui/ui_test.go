@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dreamlake/lakeshore/shared/api"
+	"github.com/dreamlake/lakeshore/shared/api/apitest"
 	"github.com/dreamlake/lakeshore/shared/client"
 	"github.com/dreamlake/lakeshore/shared/store"
 	"github.com/dreamlake/lakeshore/shared/store/schema"
@@ -56,14 +57,14 @@ func newTables(t *testing.T) tables {
 }
 
 // router is the API and view over tb, its config changed by mod.
-func (tb tables) router(t *testing.T, mod func(*api.Config)) *api.Server {
+func (tb tables) router(t *testing.T, mod func(*apitest.Config)) *api.Server {
 	t.Helper()
-	cfg := api.Config{Store: store.New(tb.db, tb.prefix), EnrollToken: enrollToken, OperatorToken: operatorToken,
-		Logger: slog.New(slog.DiscardHandler)}
+	cfg := apitest.Config{Store: store.New(tb.db, tb.prefix), Config: api.Config{EnrollToken: enrollToken, OperatorToken: operatorToken,
+		Logger: slog.New(slog.DiscardHandler)}}
 	if mod != nil {
 		mod(&cfg)
 	}
-	s, err := api.New(cfg)
+	s, err := apitest.Build(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +72,7 @@ func (tb tables) router(t *testing.T, mod func(*api.Config)) *api.Server {
 }
 
 // serve is router(mod) on a loopback test server.
-func (tb tables) serve(t *testing.T, mod func(*api.Config)) served {
+func (tb tables) serve(t *testing.T, mod func(*apitest.Config)) served {
 	t.Helper()
 	s := tb.router(t, mod)
 	srv := httptest.NewServer(s)

@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/dreamlake/lakeshore/shared/api"
+	"github.com/dreamlake/lakeshore/shared/control"
 	"github.com/dreamlake/lakeshore/shared/store"
 	"github.com/dreamlake/lakeshore/shared/store/schema"
 	"github.com/dreamlake/lakeshore/shared/store/storetest"
@@ -43,9 +44,31 @@ type Plane struct {
 	Handler http.Handler
 }
 
+// Config is what a plane is built from, as a main builds it: the store,
+// the use cases over it (one Service) and the router over those.
+type Config struct {
+	api.Config
+	// Control is the use cases' configuration; its Store is Store.
+	Control control.Config
+	// Store is the store the use cases and the web view's sessions use.
+	Store *store.Store
+}
+
+// Build wires cfg as a main does: one Service over cfg.Store, and the
+// router over it (its logger the router's when Control has none).
+func Build(cfg Config) (*api.Server, error) {
+	cfg.Control.Store = cfg.Store
+	if cfg.Control.Logger == nil {
+		cfg.Control.Logger = cfg.Logger
+	}
+	cfg.Config.Control = control.New(cfg.Control)
+	cfg.Config.Sessions = cfg.Store
+	return api.New(cfg.Config)
+}
+
 // New starts a control plane for the length of the test. Options adjust the
-// router's configuration before it is built (clock, stale window, logger).
-func New(t testing.TB, opts ...func(*api.Config)) *Plane {
+// configuration before it is built (clock, stale window, logger).
+func New(t testing.TB, opts ...func(*Config)) *Plane {
 	t.Helper()
 	return NewWith(t, Options{}, opts...)
 }
@@ -63,7 +86,7 @@ type Options struct {
 }
 
 // NewWith is New with the store reached as o says.
-func NewWith(t testing.TB, o Options, opts ...func(*api.Config)) *Plane {
+func NewWith(t testing.TB, o Options, opts ...func(*Config)) *Plane {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -78,16 +101,15 @@ func NewWith(t testing.TB, o Options, opts ...func(*api.Config)) *Plane {
 	if o.Transport != nil {
 		st = store.New(storetest.FaultyClient(endpoint, o.Transport, o.ClientTimeout), prefix)
 	}
-	cfg := api.Config{
-		Store:         st,
+	cfg := Config{Store: st, Config: api.Config{
 		EnrollToken:   EnrollToken,
 		OperatorToken: OperatorToken,
 		Logger:        slog.New(slog.DiscardHandler),
-	}
+	}}
 	for _, o := range opts {
 		o(&cfg)
 	}
-	srv, err := api.New(cfg)
+	srv, err := Build(cfg)
 	if err != nil {
 		t.Fatalf("apitest: api.New: %v", err)
 	}

@@ -85,6 +85,8 @@ check:
 		if [ -n "$$bad" ]; then echo "shared/domain imports: $$bad (the rules import no adapter and no wire type)"; exit 1; fi
 	@bad=$$(grep -rl 'control\.New(' --include='*.go' shared agent | grep -v '_test\.go$$' | grep -vE '^shared/(lambdamain|api/apitest|store/storetest)/' || true); \
 		if [ -n "$$bad" ]; then echo "control.New outside a main: $$bad (one Service per process: its main builds it)"; exit 1; fi
+	@bad=$$($(GO) list -f '{{join .Imports "\n"}}' ./shared/store | grep -E 'lakeshore/shared/(wire|api|lambdahttp)$$' || true); \
+		if [ -n "$$bad" ]; then echo "shared/store imports: $$bad (the store speaks domain; the HTTP edge maps it to the wire)"; exit 1; fi
 	@echo "layering: ok"
 
 ## bench: store benchmarks (claims/s, conflicts/claim, requests/lifecycle), each

@@ -153,7 +153,7 @@ type sfTruth struct {
 	invs     []domain.Invocation
 	workers  []domain.Worker
 	counters store.QueueCounters
-	stats    wire.QueueStats
+	stats    domain.QueueStats
 }
 
 func sfReadTruth(t *testing.T, ctx context.Context, p *sfPlane) sfTruth {

@@ -322,7 +322,7 @@ func (s *Server) queueStats(r *http.Request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	return http.StatusOK, st, nil
+	return http.StatusOK, wire.QueueStats{Queue: st.Queue, Counts: st.Counts, DoneCount: st.DoneCount}, nil
 }
 
 func timePtr(t time.Time) *time.Time {

@@ -53,7 +53,7 @@ type Store interface {
 	Queues(ctx context.Context) ([]string, error)
 	NoteQueue(ctx context.Context, queue string) error
 	ReleaseRetries(ctx context.Context) ([]domain.Invocation, error)
-	QueueStats(ctx context.Context, queue string) (wire.QueueStats, error)
+	QueueStats(ctx context.Context, queue string) (domain.QueueStats, error)
 	OldestQueued(ctx context.Context, queue string) (time.Time, bool, error)
 	Logs(ctx context.Context, id string, attempt, after, limit int) ([]domain.LogChunk, error)
 	LogsTail(ctx context.Context, id string, attempt, limit int) ([]domain.LogChunk, error)

@@ -93,11 +93,11 @@ func (s *Service) Heartbeat(ctx context.Context, req wire.PollRequest, auth stor
 		p.Capabilities, p.MaxConcurrency, p.CurrentInvocations = true, c.MaxConcurrency, c.CurrentInvocations
 	}
 	w, err := s.store.Heartbeat(ctx, req.WorkerID, p, auth)
-	if we := (*wire.Error)(nil); errors.As(err, &we) && we.Reason == wire.ReasonReplaced {
+	if de := (*domain.Error)(nil); errors.As(err, &de) && de.Reason == domain.GoneReplaced {
 		// A replaced worker polled: its process runs, so the hello that
 		// replaced it came from another process with its machine id.
 		s.log.Warn("machine id conflict: a worker replaced by a new boot of its machine still polls; two processes use one machine id",
-			"worker_id", req.WorkerID, "error", we.Message)
+			"worker_id", req.WorkerID, "error", de.Message)
 		if _, cerr := s.store.MarkMachineConflict(ctx, req.WorkerID); cerr != nil {
 			s.log.Error("machine id conflict not recorded", "worker_id", req.WorkerID, "error", cerr.Error())
 		}

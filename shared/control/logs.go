@@ -39,7 +39,7 @@ func (s *Service) ShipLogs(ctx context.Context, req wire.LogsRequest, auth store
 			return res, fmt.Errorf("ship logs of %s: %w", b.InvocationID, err)
 		}
 		if err := inv.TakesLogs(req.WorkerID, b.Attempt, s.clock.Now()); err != nil {
-			return res, store.Refused(err)
+			return res, err
 		}
 		chunks := make([]domain.LogChunk, 0, len(b.Chunks))
 		for _, c := range b.Chunks {

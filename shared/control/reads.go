@@ -7,7 +7,6 @@ import (
 	"github.com/dreamlake/lakeshore/shared/clock"
 	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/store"
-	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
 // The operator's reads: what the API and the web view show, read here like
@@ -68,7 +67,7 @@ func (s *Service) SetupResults(ctx context.Context, id string) ([]domain.SetupCo
 func (s *Service) Hosts(ctx context.Context) ([]domain.Host, error) { return s.store.Hosts(ctx) }
 
 // QueueStats reads queue's counts by state.
-func (s *Service) QueueStats(ctx context.Context, queue string) (wire.QueueStats, error) {
+func (s *Service) QueueStats(ctx context.Context, queue string) (domain.QueueStats, error) {
 	return s.store.QueueStats(ctx, queue)
 }
 

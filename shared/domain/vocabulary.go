@@ -3,6 +3,7 @@ package domain
 import (
 	"errors"
 	"fmt"
+	"regexp"
 )
 
 // The words of the lifecycle. Their values are the ones the wire API and
@@ -16,6 +17,25 @@ const (
 	StateFailed    = "failed"
 	StateCancelled = "cancelled"
 )
+
+// queueName starts with a letter or digit: a name of dots only ("." or "..")
+// would be eaten as a path segment in GET /v1/queues/{queue}.
+var queueName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
+
+// ValidQueue reports whether q is a well-formed queue name.
+func ValidQueue(q string) bool { return queueName.MatchString(q) }
+
+// InvocationStates lists every invocation state, in lifecycle order.
+var InvocationStates = []string{StateQueued, StateRunning, StateSucceeded, StateFailed, StateCancelled}
+
+// QueueStats are a queue's counts by state (queued and running: the live
+// work; succeeded, failed, cancelled: totals since the queue began) and
+// DoneCount, the terminal transitions, each counted once.
+type QueueStats struct {
+	Queue     string
+	Counts    map[string]int
+	DoneCount int
+}
 
 // Terminal reports whether an invocation state is final.
 func Terminal(state string) bool {
@@ -94,36 +114,69 @@ type SetupResult struct {
 	OutputTail string
 }
 
-// Kind classifies why a transition was refused; the edges (the store's
-// callers, the API) map it to an answer.
+// Kind classifies why an operation failed: a refused transition, or what
+// the store and the use cases report. The HTTP edge alone maps it to an
+// answer (shared/wire's code table).
 type Kind int
 
-// The kinds of refusal.
+// The kinds of failure.
 const (
-	KindInvalid   Kind = iota + 1 // the request makes no sense for any state
-	KindConflict                  // the state forbids the change
-	KindForbidden                 // the actor may not make this change
-	KindGone                      // the worker is gone: it must say hello again
+	KindInvalid      Kind = iota + 1 // the request makes no sense for any state
+	KindConflict                     // the state forbids the change, or it changed since read
+	KindForbidden                    // the actor may not make this change
+	KindGone                         // the worker is gone: it must say hello again
+	KindNotFound                     // no such record
+	KindUnauthorized                 // the credential is not valid
+	KindUnavailable                  // the store did not answer: try again
+	KindInternal                     // a bug, or a failure no caller can act on
 )
 
-// Error is a refused transition.
+// Error is a refused transition, or a failure of a kind the edge answers.
 type Error struct {
 	Kind    Kind
 	Message string
 	// Reason says more than the kind, for a client to act on (GoneReplaced).
 	Reason string
+	// Err is the cause, for the log; never answered.
+	Err error
 }
+
+// Errorf returns an *Error of kind with a formatted message.
+func Errorf(kind Kind, format string, args ...any) *Error {
+	return &Error{Kind: kind, Message: fmt.Sprintf(format, args...)}
+}
+
+func (e *Error) Unwrap() error { return e.Err }
 
 // GoneReplaced: the worker is gone because a hello from another boot of its
 // machine replaced it.
 const GoneReplaced = "replaced"
 
-func (e *Error) Error() string { return e.Message }
+func (e *Error) Error() string {
+	if e.Err != nil {
+		return e.Message + ": " + e.Err.Error()
+	}
+	return e.Message
+}
+
+// Sentinel is an error that stands for every error of one kind in
+// errors.Is: this package's sentinels, and the wire API's (whose codes map
+// to kinds), so a caller may test a store error against either.
+type Sentinel interface {
+	SentinelKind() (Kind, bool)
+}
+
+// SentinelKind reports e's kind, and whether e is a sentinel (no message).
+func (e *Error) SentinelKind() (Kind, bool) { return e.Kind, e.Message == "" }
 
 // Is reports whether target is a sentinel of the same kind (ErrConflict…).
 func (e *Error) Is(target error) bool {
-	t, ok := target.(*Error)
-	return ok && t.Message == "" && t.Kind == e.Kind
+	t, ok := target.(Sentinel)
+	if !ok {
+		return false
+	}
+	k, sentinel := t.SentinelKind()
+	return sentinel && k == e.Kind
 }
 
 // Sentinels for errors.Is: each matches every *Error of its kind.
@@ -132,6 +185,7 @@ var (
 	ErrConflict  = &Error{Kind: KindConflict}
 	ErrForbidden = &Error{Kind: KindForbidden}
 	ErrGone      = &Error{Kind: KindGone}
+	ErrNotFound  = &Error{Kind: KindNotFound}
 )
 
 func refuse(kind Kind, format string, args ...any) *Error {

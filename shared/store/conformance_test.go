@@ -323,7 +323,7 @@ func (f *fixture) mustAck(w domain.Worker, inv domain.Invocation, attempt int, s
 	return resp
 }
 
-func (f *fixture) stats(queue string) wire.QueueStats {
+func (f *fixture) stats(queue string) domain.QueueStats {
 	f.t.Helper()
 	st, err := f.s.QueueStats(f.ctx, queue)
 	if err != nil {

@@ -15,7 +15,6 @@ import (
 
 	"github.com/dreamlake/lakeshore/shared/clock"
 	"github.com/dreamlake/lakeshore/shared/domain"
-	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
 // fleetItemID is the hosts table's ledger item: the index of the hosts
@@ -305,7 +304,7 @@ func (s *Store) SaveHost(ctx context.Context, prev int64, next *domain.Host) err
 	}
 	if err := s.put(ctx, versionedPut(s.tables.Hosts, "host_id", item, prev)); err != nil {
 		if errors.Is(err, errVersion) {
-			return wire.Errorf(wire.CodeConflict, "host %s changed since it was read", next.ID)
+			return domain.Errorf(domain.KindConflict, "host %s changed since it was read", next.ID)
 		}
 		return storeErr("save host "+next.ID, err)
 	}
@@ -351,7 +350,7 @@ func (s *Store) EndHost(ctx context.Context, prev int64, next *domain.Host, hold
 		if slices.Contains(failed, 2) {
 			what = "the hold of " + next.Key.Queue + "/" + next.Key.HostKey
 		}
-		return wire.Errorf(wire.CodeConflict, "end host %s: %s changed since it was read", next.ID, what)
+		return domain.Errorf(domain.KindConflict, "end host %s: %s changed since it was read", next.ID, what)
 	}
 	if err != nil {
 		return storeErr("end host "+next.ID, err)
@@ -373,7 +372,7 @@ func (s *Store) QueuedByHostKey(ctx context.Context, queue string, limit int) (c
 		TableName:                 aws.String(s.tables.Invocations),
 		IndexName:                 aws.String(indexQueueState),
 		KeyConditionExpression:    aws.String("queue_state = :q"),
-		ExpressionAttributeValues: map[string]types.AttributeValue{":q": str(queue + "#" + wire.StateQueued)},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":q": str(queue + "#" + domain.StateQueued)},
 		ProjectionExpression:      aws.String("host_key, retry_at"),
 	}, func(item map[string]types.AttributeValue) error {
 		var r struct {
@@ -476,7 +475,7 @@ func (s *Store) SaveKeyHold(ctx context.Context, h *domain.KeyHold) error {
 	}
 	if err := s.put(ctx, put); err != nil {
 		if errors.Is(err, errVersion) {
-			return wire.Errorf(wire.CodeConflict, "the hold of %s/%s changed since it was read", h.Key.Queue, h.Key.HostKey)
+			return domain.Errorf(domain.KindConflict, "the hold of %s/%s changed since it was read", h.Key.Queue, h.Key.HostKey)
 		}
 		return storeErr("save the hold of "+h.Key.HostKey, err)
 	}

@@ -18,7 +18,6 @@ import (
 
 	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/ids"
-	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
 // invocationItem renders inv as a whole item, adding the attributes its
@@ -31,15 +30,15 @@ func (s *Store) invocationItem(inv domain.Invocation) (map[string]types.Attribut
 	}
 	item["queue_state"] = str(inv.Queue + "#" + inv.State)
 	switch {
-	case inv.State == wire.StateQueued && !inv.RetryAt.IsZero():
+	case inv.State == domain.StateQueued && !inv.RetryAt.IsZero():
 		// Waiting out a retry backoff: out of its queue's claim partition,
 		// in the one the sweep reads to release it (ReleaseRetries).
 		item["claim_key"] = str(claimKeyRetrying)
-	case inv.State == wire.StateQueued:
+	case inv.State == domain.StateQueued:
 		item["claim_key"] = str(s.claimKey(inv.Queue, inv.HostKey, shardOf(inv.ID, s.ClaimShards)))
-	case inv.State == wire.StateRunning:
+	case inv.State == domain.StateRunning:
 		item["holder"] = str(inv.WorkerID)
-	case wire.Terminal(inv.State) && s.TerminalTTL > 0:
+	case domain.Terminal(inv.State) && s.TerminalTTL > 0:
 		item["expires_at"] = num(inv.FinishedAt.Add(s.TerminalTTL).Unix())
 	}
 	return item, nil
@@ -113,7 +112,7 @@ func (s *Store) GetInvocation(ctx context.Context, id string) (domain.Invocation
 		return domain.Invocation{}, storeErr("get invocation "+id, err)
 	}
 	if out.Item == nil {
-		return domain.Invocation{}, wire.Errorf(wire.CodeNotFound, "invocation %s not found", id)
+		return domain.Invocation{}, domain.Errorf(domain.KindNotFound, "invocation %s not found", id)
 	}
 	return decodeInvocation(out.Item)
 }
@@ -176,7 +175,7 @@ func (s *Store) Submit(ctx context.Context, spec domain.Spec, requestHash string
 		return domain.Invocation{}, false, err
 	}
 	if prev.RequestHash != requestHash {
-		return domain.Invocation{}, false, wire.Errorf(wire.CodeConflict,
+		return domain.Invocation{}, false, domain.Errorf(domain.KindConflict,
 			"idempotency_key %q was used for a different request (invocation %s)", spec.IdempotencyKey, prev.InvocationID)
 	}
 	inv, err = s.GetInvocation(ctx, prev.InvocationID)
@@ -312,7 +311,7 @@ func (s *Store) terminalWrite(ctx context.Context, prev int64, next *domain.Invo
 		return err
 	}
 	items := []types.TransactWriteItem{{Put: put}}
-	if wire.Terminal(next.State) {
+	if domain.Terminal(next.State) {
 		items = append(items, types.TransactWriteItem{Update: &types.Update{
 			TableName:                 aws.String(s.tables.Queues),
 			Key:                       key("queue", next.Queue),
@@ -415,12 +414,12 @@ func (s *Store) Ack(ctx context.Context, id string, o domain.Outcome, auth Autho
 			}
 		}
 		if found == nil {
-			return wire.Errorf(wire.CodeNotFound, "invocation %s not found", id)
+			return domain.Errorf(domain.KindNotFound, "invocation %s not found", id)
 		}
 		inv := *found
 		next, recorded, err := inv.Record(o, s.now())
 		if err != nil {
-			return refused(err)
+			return err
 		}
 		if !recorded {
 			// An outcome already won, or a cancelled attempt nobody cancelled
@@ -491,7 +490,7 @@ func (s *Store) Cancel(ctx context.Context, id string) (domain.Invocation, error
 		next, changed, err := inv.Cancel(s.now())
 		if err != nil || !changed {
 			result = inv
-			return refused(err)
+			return err
 		}
 		if err := s.saveInvocation(ctx, "cancel", inv.Version, &next); err != nil {
 			return err
@@ -506,7 +505,7 @@ func (s *Store) Cancel(ctx context.Context, id string) (domain.Invocation, error
 // terminal next with its counters (terminalWrite), any other as one
 // versioned put.
 func (s *Store) saveInvocation(ctx context.Context, op string, prev int64, next *domain.Invocation) error {
-	if wire.Terminal(next.State) {
+	if domain.Terminal(next.State) {
 		return s.terminalWrite(ctx, prev, next)
 	}
 	put, err := s.invocationPut(prev, next)
@@ -580,11 +579,18 @@ func (s *Store) ListInvocations(ctx context.Context, queue, state string, limit 
 	return s.List(ctx, ListQuery{Queue: queue, State: state, Limit: limit, Cursor: cursor})
 }
 
+// Listing orders (ListQuery.Order): by id, which is by creation time (ids
+// are ULIDs). They are the API's order= values.
+const (
+	OrderOldest = "oldest"
+	OrderNewest = "newest"
+)
+
 // ListQuery selects a page of invocations: of one queue or every queue,
 // optionally in one state, in an order.
 type ListQuery struct {
 	Queue, State string
-	// Order is wire.OrderOldest or wire.OrderNewest (by id: by creation
+	// Order is OrderOldest or OrderNewest (by id: by creation
 	// time), or "" for oldest first where an index orders the listing and
 	// no particular order for the whole table.
 	Order  string
@@ -656,7 +662,7 @@ func (s *Store) queueQuery(queue, state, order string, limit int) *dynamodb.Quer
 		ExpressionAttributeNames:  map[string]string{"#q": "queue"},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":q": str(queue)},
 		Limit:                     aws.Int32(int32(limit)),
-		ScanIndexForward:          aws.Bool(order != wire.OrderNewest),
+		ScanIndexForward:          aws.Bool(order != OrderNewest),
 	}
 	if state != "" {
 		in.IndexName = aws.String(indexQueueState)
@@ -678,12 +684,12 @@ func (s *Store) listAcross(ctx context.Context, q ListQuery) ([]domain.Invocatio
 	if err != nil {
 		return nil, "", err
 	}
-	newest := q.Order == wire.OrderNewest
+	newest := q.Order == OrderNewest
 	bound := ""
 	if start != nil {
 		bound = start[listCursorKey].(*types.AttributeValueMemberS).Value
 		if !ids.Valid(ids.Invocation, bound) {
-			return nil, "", wire.Errorf(wire.CodeInvalid, "cursor is not one this listing returned")
+			return nil, "", domain.Errorf(domain.KindInvalid, "cursor is not one this listing returned")
 		}
 	}
 	queues, err := s.Queues(ctx)
@@ -747,19 +753,19 @@ func decodeInvocations(items []map[string]types.AttributeValue) ([]domain.Invoca
 // counters row (QueueCounters), moved in the transaction that records each
 // outcome. The terminal counts are totals since the queue began; the
 // invocations themselves expire after TerminalTTL.
-func (s *Store) QueueStats(ctx context.Context, queue string) (wire.QueueStats, error) {
+func (s *Store) QueueStats(ctx context.Context, queue string) (domain.QueueStats, error) {
 	c, err := s.Counters(ctx, queue)
 	if err != nil {
-		return wire.QueueStats{}, err
+		return domain.QueueStats{}, err
 	}
-	st := wire.QueueStats{Queue: queue, Counts: c.ByState(), DoneCount: c.Done}
-	for _, state := range wire.InvocationStates {
-		if wire.Terminal(state) {
+	st := domain.QueueStats{Queue: queue, Counts: c.ByState(), DoneCount: c.Done}
+	for _, state := range domain.InvocationStates {
+		if domain.Terminal(state) {
 			continue
 		}
 		n, err := s.countLive(ctx, queue, state)
 		if err != nil {
-			return wire.QueueStats{}, err
+			return domain.QueueStats{}, err
 		}
 		st.Counts[state] = n
 	}
@@ -803,7 +809,7 @@ type QueueCounters struct {
 
 // ByState maps each terminal state to its count.
 func (c QueueCounters) ByState() map[string]int {
-	return map[string]int{wire.StateSucceeded: c.Succeeded, wire.StateFailed: c.Failed, wire.StateCancelled: c.Cancelled}
+	return map[string]int{domain.StateSucceeded: c.Succeeded, domain.StateFailed: c.Failed, domain.StateCancelled: c.Cancelled}
 }
 
 // Counters reads queue's counters row (strongly consistent); a queue
@@ -858,7 +864,7 @@ func (s *Store) Queues(ctx context.Context) ([]string, error) {
 			return nil, storeErr("list queues", err)
 		}
 		for _, item := range page.Items {
-			if v, ok := item["queue"].(*types.AttributeValueMemberS); ok && wire.ValidQueue(v.Value) {
+			if v, ok := item["queue"].(*types.AttributeValueMemberS); ok && domain.ValidQueue(v.Value) {
 				out = append(out, v.Value)
 			}
 		}
@@ -879,7 +885,7 @@ func (s *Store) OldestQueued(ctx context.Context, queue string) (time.Time, bool
 		TableName:                 aws.String(s.tables.Invocations),
 		IndexName:                 aws.String(indexQueueState),
 		KeyConditionExpression:    aws.String("queue_state = :q"),
-		ExpressionAttributeValues: map[string]types.AttributeValue{":q": str(queue + "#" + wire.StateQueued)},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":q": str(queue + "#" + domain.StateQueued)},
 		Limit:                     aws.Int32(1),
 	})
 	if err != nil {

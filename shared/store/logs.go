@@ -15,7 +15,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/dreamlake/lakeshore/shared/domain"
-	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
 // logRecord is the stored form of domain.LogChunk: one item per chunk of
@@ -67,7 +66,7 @@ func (s *Store) PutLogs(ctx context.Context, id string, n int, chunks []domain.L
 				return err
 			}
 			if !ok {
-				return wire.Errorf(wire.CodeConflict, "chunk %d of %s attempt %d: chunk %d is not stored; chunks are stored in seq order", c.Seq, id, n, c.Seq-1)
+				return domain.Errorf(domain.KindConflict, "chunk %d of %s attempt %d: chunk %d is not stored; chunks are stored in seq order", c.Seq, id, n, c.Seq-1)
 			}
 			before = r.totals()
 		}
@@ -76,7 +75,7 @@ func (s *Store) PutLogs(ctx context.Context, id string, n int, chunks []domain.L
 		}
 		after, err := before.Add(c)
 		if err != nil {
-			return refused(err)
+			return err
 		}
 		r := logRecord{LogKey: logKey(id, n), Seq: seqKey(c.Seq), Stream: c.Stream, At: c.At.UTC(),
 			Dropped: c.Dropped, EOF: c.EOF, StdoutTotal: after.Stdout, StderrTotal: after.Stderr, ExpiresAt: exp}
@@ -113,14 +112,14 @@ func (s *Store) storedSame(ctx context.Context, id string, n int, c domain.LogCh
 		return err
 	}
 	if !ok {
-		return wire.Errorf(wire.CodeUnavailable, "log chunk %d of %s attempt %d is neither free nor stored; try again", c.Seq, id, n)
+		return domain.Errorf(domain.KindUnavailable, "log chunk %d of %s attempt %d is neither free nor stored; try again", c.Seq, id, n)
 	}
 	old, err := r.chunk()
 	if err != nil {
 		return fmt.Errorf("put log chunk %d of %s attempt %d: %w", c.Seq, id, n, err)
 	}
 	if !old.Same(c) {
-		return wire.Errorf(wire.CodeConflict, "chunk %d of %s attempt %d is stored already, with other content; a chunk is written once", c.Seq, id, n)
+		return domain.Errorf(domain.KindConflict, "chunk %d of %s attempt %d is stored already, with other content; a chunk is written once", c.Seq, id, n)
 	}
 	return nil
 }

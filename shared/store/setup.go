@@ -13,7 +13,6 @@ import (
 
 	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/ids"
-	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
 // AddSetup appends a command to worker id's setup FIFO. The worker claims
@@ -27,7 +26,7 @@ func (s *Store) AddSetup(ctx context.Context, id string, argv []string) (domain.
 	}
 	cmd, err := w.AddSetup(s.IDs.New(ids.Command), argv, s.now())
 	if err != nil {
-		return domain.SetupCommand{}, refused(err)
+		return domain.SetupCommand{}, err
 	}
 	item, err := attributevalue.MarshalMap(toSetupCommandRecord(cmd))
 	if err != nil {
@@ -51,7 +50,7 @@ func (s *Store) AddSetup(ctx context.Context, id string, argv []string) (domain.
 		// gone worker.
 		gone, _ := w.Retire("", cmd.CreatedAt)
 		_, err := gone.AddSetup(cmd.CommandID, argv, cmd.CreatedAt)
-		return domain.SetupCommand{}, refused(err)
+		return domain.SetupCommand{}, err
 	}
 	if err != nil {
 		return domain.SetupCommand{}, storeErr("add setup", err)
@@ -71,7 +70,7 @@ func (s *Store) SetupCommands(ctx context.Context, id string, pendingOnly bool) 
 	if pendingOnly {
 		in.FilterExpression = aws.String("#s = :p")
 		in.ExpressionAttributeNames = map[string]string{"#s": "status"}
-		in.ExpressionAttributeValues[":p"] = str(wire.SetupPending)
+		in.ExpressionAttributeValues[":p"] = str(domain.SetupPending)
 	}
 	var out []domain.SetupCommand
 	err := s.queryEach(ctx, "setup commands of "+id, in, func(item map[string]types.AttributeValue) error {
@@ -116,7 +115,7 @@ func (s *Store) RecordSetupResults(ctx context.Context, w domain.Worker, results
 			ExpressionAttributeValues: map[string]types.AttributeValue{
 				":s": str(r.Status), ":e": num(int64(r.ExitCode)), ":d": num(r.DurationMS),
 				":o": str(r.OutputTail), ":f": str(now.Format(time.RFC3339Nano)),
-				":p": str(wire.SetupPending),
+				":p": str(domain.SetupPending),
 			},
 		})
 		switch {

@@ -31,7 +31,6 @@ import (
 	"github.com/dreamlake/lakeshore/shared/clock"
 	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/ids"
-	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
 // DB is the part of the DynamoDB client the store uses.
@@ -278,46 +277,20 @@ func cancelledBy(err error) (failed []int, ok bool) {
 }
 
 // storeErr wraps an unexpected store failure as unavailable: the caller may
-// retry; the message stays in the log, not on the wire.
+// retry; the cause stays in the log, never in an answer.
 func storeErr(op string, err error) error {
 	if err == nil {
 		return nil
 	}
-	var we *wire.Error
-	if errors.As(err, &we) {
+	var de *domain.Error
+	if errors.As(err, &de) {
 		return fmt.Errorf("%s: %w", op, err)
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return &wire.Error{Code: wire.CodeUnavailable, Message: "request cancelled or timed out", Err: fmt.Errorf("%s: %w", op, err)}
+		return &domain.Error{Kind: domain.KindUnavailable, Message: "request cancelled or timed out", Err: fmt.Errorf("%s: %w", op, err)}
 	}
-	return &wire.Error{Code: wire.CodeUnavailable, Message: "the store did not answer; try again", Err: fmt.Errorf("%s: %w", op, err)}
+	return &domain.Error{Kind: domain.KindUnavailable, Message: "the store did not answer; try again", Err: fmt.Errorf("%s: %w", op, err)}
 }
-
-// refusalCodes map a refused domain transition to its wire answer.
-var refusalCodes = map[domain.Kind]wire.Code{
-	domain.KindInvalid:   wire.CodeInvalid,
-	domain.KindConflict:  wire.CodeConflict,
-	domain.KindForbidden: wire.CodeForbidden,
-	domain.KindGone:      wire.CodeWorkerGone,
-}
-
-// refused turns a domain transition's refusal into the wire error the
-// store's callers answer with; any other error passes unchanged.
-func refused(err error) error {
-	var de *domain.Error
-	if !errors.As(err, &de) {
-		return err
-	}
-	code, ok := refusalCodes[de.Kind]
-	if !ok {
-		code = wire.CodeInternal
-	}
-	return &wire.Error{Code: code, Message: de.Message, Reason: de.Reason} // the message is the whole story: no cause to repeat in logs
-}
-
-// Refused is refused for a rule the use cases check themselves
-// (domain.Invocation.TakesLogs): the wire answer of a domain refusal.
-func Refused(err error) error { return refused(err) }
 
 // retryVersion runs fn until it does not lose a version race, at most
 // maxVersionRetries times.
@@ -328,7 +301,7 @@ func retryVersion(op string, fn func() error) error {
 			return err
 		}
 	}
-	return &wire.Error{Code: wire.CodeConflict, Message: op + ": too many concurrent changes; try again", Err: errVersion}
+	return &domain.Error{Kind: domain.KindConflict, Message: op + ": too many concurrent changes; try again", Err: errVersion}
 }
 
 // encodeCursor and decodeCursor turn a LastEvaluatedKey (string attributes
@@ -355,7 +328,7 @@ func decodeCursor(c string, fixed map[string]string, keys ...string) (map[string
 	if c == "" {
 		return nil, nil
 	}
-	bad := wire.Errorf(wire.CodeInvalid, "cursor is not one this listing returned")
+	bad := domain.Errorf(domain.KindInvalid, "cursor is not one this listing returned")
 	b, err := base64.RawURLEncoding.DecodeString(c)
 	if err != nil {
 		return nil, bad

@@ -13,7 +13,6 @@ import (
 
 	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/ids"
-	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
 // machine maps a machine to the worker of its current boot. Hello writes it
@@ -67,7 +66,7 @@ func (s *Store) GetWorker(ctx context.Context, id string) (domain.Worker, error)
 		return domain.Worker{}, storeErr("get worker "+id, err)
 	}
 	if out.Item == nil {
-		return domain.Worker{}, wire.Errorf(wire.CodeNotFound, "worker %s not found", id)
+		return domain.Worker{}, domain.Errorf(domain.KindNotFound, "worker %s not found", id)
 	}
 	return decodeWorker(out.Item)
 }
@@ -149,7 +148,7 @@ func (s *Store) Hello(ctx context.Context, reg domain.Registration, issue TokenI
 				res = HelloResult{Worker: next, Retired: m.RetiredWorkerID, Again: true}
 				return nil
 			}
-			if err != nil && !errors.Is(err, wire.ErrNotFound) {
+			if err != nil && !errors.Is(err, domain.ErrNotFound) {
 				return err
 			}
 		}
@@ -195,7 +194,7 @@ type Authorize func(domain.Worker) error
 // names no worker, has a wrong secret, or was revoked by a newer hello. One
 // answer for all, byte for byte: a daemon route never tells a bad token
 // whether a worker exists. An Authorize check returns it on a wrong secret.
-var ErrWorkerToken = wire.Errorf(wire.CodeUnauthorized, "worker token is not valid (wrong secret, no such worker, or revoked by a newer hello)")
+var ErrWorkerToken = domain.Errorf(domain.KindUnauthorized, "worker token is not valid (wrong secret, no such worker, or revoked by a newer hello)")
 
 // UnknownWorker answers a token whose worker id names no row: auth is run
 // against a row with no token hash (it cannot pass), so the answer costs
@@ -215,7 +214,7 @@ func (s *Store) updateWorker(ctx context.Context, op, id string, auth Authorize,
 	var result domain.Worker
 	err := retryVersion(op+" "+id, func() error {
 		w, err := s.GetWorker(ctx, id)
-		if auth != nil && errors.Is(err, wire.ErrNotFound) {
+		if auth != nil && errors.Is(err, domain.ErrNotFound) {
 			return UnknownWorker(id, auth)
 		}
 		if err != nil {
@@ -228,7 +227,7 @@ func (s *Store) updateWorker(ctx context.Context, op, id string, auth Authorize,
 		}
 		next, write, err := change(w)
 		if err != nil {
-			return refused(err)
+			return err
 		}
 		if !write {
 			result = w
@@ -301,7 +300,7 @@ func (s *Store) MarkGone(ctx context.Context, id string, auth Authorize, why str
 // makes a worker as for any machine.
 func (s *Store) adopt(ctx context.Context, m machine, reg domain.Registration, issue TokenIssuer, now time.Time) (domain.Worker, bool, error) {
 	w, err := s.GetWorker(ctx, m.WorkerID)
-	if errors.Is(err, wire.ErrNotFound) || (err == nil && !w.Pending()) {
+	if errors.Is(err, domain.ErrNotFound) || (err == nil && !w.Pending()) {
 		return domain.Worker{}, false, nil
 	}
 	if err != nil {
@@ -384,7 +383,7 @@ func (s *Store) MarkMachineConflict(ctx context.Context, id string) (domain.Work
 // (domain.Worker.AskToAdopt): its polls carry an adopt command until it
 // advertises the key or reports its host setup failed. A worker that may
 // not (it changed since it was read: busy, keyed, gone) is refused with
-// wire.ErrConflict.
+// domain.ErrConflict.
 func (s *Store) AskToAdopt(ctx context.Context, id string, a domain.Adoption, staleAfter time.Duration) (domain.Worker, error) {
 	now := s.now()
 	return s.updateWorker(ctx, "ask to adopt", id, nil, func(w domain.Worker) (domain.Worker, bool, error) {

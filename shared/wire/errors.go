@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+
+	"github.com/dreamlake/lakeshore/shared/domain"
 )
 
 // Code is the machine-readable half of an error answer. Each code maps to one
@@ -106,11 +108,56 @@ func (e *Error) Error() string {
 
 func (e *Error) Unwrap() error { return e.Err }
 
-// Is reports whether target is an *Error with the same code, so sentinel
-// errors such as ErrNotFound match any error of that code.
+// Is reports whether target is a sentinel of the same code (ErrNotFound…),
+// or a domain sentinel of the kind the code maps to, so sentinel errors
+// match any error of that code.
 func (e *Error) Is(target error) bool {
-	t, ok := target.(*Error)
-	return ok && t.Message == "" && t.Code == e.Code
+	switch t := target.(type) {
+	case *Error:
+		return t.Message == "" && t.Code == e.Code
+	case domain.Sentinel:
+		k, sentinel := t.SentinelKind()
+		return sentinel && codeOfKind(k) == e.Code
+	}
+	return false
+}
+
+// SentinelKind reports the domain kind of e's code, and whether e is a
+// sentinel: a domain error matches it in errors.Is.
+func (e *Error) SentinelKind() (domain.Kind, bool) { return kindOfCode(e.Code), e.Message == "" }
+
+// kinds is the one domain kind ⇄ wire code table: what the use cases and
+// the store report, and the code the API answers it with.
+var kinds = []struct {
+	kind domain.Kind
+	code Code
+}{
+	{domain.KindInvalid, CodeInvalid},
+	{domain.KindConflict, CodeConflict},
+	{domain.KindForbidden, CodeForbidden},
+	{domain.KindGone, CodeWorkerGone},
+	{domain.KindNotFound, CodeNotFound},
+	{domain.KindUnauthorized, CodeUnauthorized},
+	{domain.KindUnavailable, CodeUnavailable},
+	{domain.KindInternal, CodeInternal},
+}
+
+func codeOfKind(k domain.Kind) Code {
+	for _, e := range kinds {
+		if e.kind == k {
+			return e.code
+		}
+	}
+	return CodeInternal
+}
+
+func kindOfCode(c Code) domain.Kind {
+	for _, e := range kinds {
+		if e.code == c {
+			return e.kind
+		}
+	}
+	return 0
 }
 
 // Sentinels for errors.Is: each matches every *Error of its code.
@@ -123,11 +170,16 @@ var (
 	ErrWorkerGone   = &Error{Code: CodeWorkerGone}
 )
 
-// CodeOf reports the wire code carried by err, or CodeInternal.
+// CodeOf reports the wire code carried by err (a wire error's, or a domain
+// error's kind's), or CodeInternal.
 func CodeOf(err error) Code {
 	var e *Error
 	if errors.As(err, &e) {
 		return e.Code
+	}
+	var de *domain.Error
+	if errors.As(err, &de) {
+		return codeOfKind(de.Kind)
 	}
 	return CodeInternal
 }
@@ -150,6 +202,10 @@ func BodyFor(err error) ErrorBody {
 	var e *Error
 	if errors.As(err, &e) && e.Code != CodeInternal {
 		return ErrorBody{Error: ErrorDetail{Code: e.Code, Message: e.Message, Reason: e.Reason}}
+	}
+	var de *domain.Error
+	if errors.As(err, &de) && codeOfKind(de.Kind) != CodeInternal {
+		return ErrorBody{Error: ErrorDetail{Code: codeOfKind(de.Kind), Message: de.Message, Reason: de.Reason}}
 	}
 	return ErrorBody{Error: ErrorDetail{Code: CodeInternal, Message: "internal error; see the control plane log"}}
 }

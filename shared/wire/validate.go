@@ -9,7 +9,6 @@ import (
 	"math"
 	"path/filepath"
 	"reflect"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -52,12 +51,9 @@ const (
 	MaxPollTimeoutS   = 20
 )
 
-// queueName starts with a letter or digit: a name of dots only ("." or "..")
-// would be eaten as a path segment in GET /v1/queues/{queue}.
-var queueName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
-
-// ValidQueue reports whether q is a well-formed queue name.
-func ValidQueue(q string) bool { return queueName.MatchString(q) }
+// ValidQueue reports whether q is a well-formed queue name
+// (domain.ValidQueue).
+func ValidQueue(q string) bool { return domain.ValidQueue(q) }
 
 // ValidWorkdir reports whether a run config's workdir names a directory
 // inside the run directory: "" (the run directory itself), or a relative

@@ -23,7 +23,7 @@ const (
 )
 
 // InvocationStates lists every invocation state, in lifecycle order.
-var InvocationStates = []string{StateQueued, StateRunning, StateSucceeded, StateFailed, StateCancelled}
+var InvocationStates = domain.InvocationStates
 
 // Listing orders GET /v1/invocations takes as order=: by id, which is by
 // creation time (ids are ULIDs).

@@ -123,7 +123,7 @@ func (s *Service) Ack(ctx context.Context, req wire.AckRequest, auth store.Autho
 		"state", req.State, "recorded", res.Recorded)
 	switch {
 	case !res.Recorded:
-	case req.State == wire.AckRequeued:
+	case res.HandedBack:
 		// Its body asked to be handed back as its worker drained: queued
 		// again (or ended, once max_attempts is spent).
 		s.metrics.HandedBack(res.Queue, domain.EndRequeued)

@@ -223,6 +223,12 @@ func PollTransition(cur, phase string) (string, error) {
 	}
 }
 
+// PhaseClaims reports whether a daemon in phase may claim: ready, or ""
+// (an old daemon that reports no phase, whose stored state alone decides).
+// Setup, draining and terminating never claim. It is the phase half of
+// AcceptsWork, the one claim gate on the server.
+func PhaseClaims(phase string) bool { return phase == PhaseReady || phase == "" }
+
 // AcceptsWork reports whether a worker may be handed new invocations, and
 // if not, why. setupPending is whether its setup FIFO holds unreported
 // commands.
@@ -232,7 +238,7 @@ func AcceptsWork(w Worker, setupPending bool) (bool, string) {
 		return false, "retired"
 	case w.State != WorkerActive:
 		return false, "state " + w.State
-	case w.Phase == PhaseSetup || w.Phase == PhaseDraining || w.Phase == PhaseTerminating:
+	case !PhaseClaims(w.Phase):
 		return false, "phase " + w.Phase
 	case setupPending:
 		return false, "setup commands pending"

@@ -380,9 +380,13 @@ func (s *Store) readForAck(ctx context.Context, invocationID, workerID string) (
 // the invocation's state after it.
 type AckResult struct {
 	Recorded bool
-	State    string
-	Queue    string // the invocation's queue, when it was recorded
-	HostKey  string // and its host key (a requeued one wakes a poll for it)
+	// HandedBack: what was recorded is a hand-back (the body asked to be
+	// queued again as its worker drained), not an outcome: the invocation
+	// is queued again, or ended once max_attempts is spent.
+	HandedBack bool
+	State      string
+	Queue      string // the invocation's queue, when it was recorded
+	HostKey    string // and its host key (a requeued one wakes a poll for it)
 }
 
 // Ack records outcome o of one attempt of invocation id. The first
@@ -433,7 +437,7 @@ func (s *Store) Ack(ctx context.Context, id string, o domain.Outcome, auth Autho
 		case err != nil:
 			return err
 		}
-		res = AckResult{Recorded: true, State: next.State, Queue: next.Queue, HostKey: next.HostKey}
+		res = AckResult{Recorded: true, HandedBack: o.State == domain.AckRequeued, State: next.State, Queue: next.Queue, HostKey: next.HostKey}
 		return nil
 	})
 	return res, err
@@ -463,7 +467,7 @@ func (s *Store) ackClaimed(ctx context.Context, c claimedEntry, o domain.Outcome
 	case err != nil:
 		return true, AckResult{}, err
 	}
-	return true, AckResult{Recorded: true, State: next.State, Queue: next.Queue, HostKey: next.HostKey}, nil
+	return true, AckResult{Recorded: true, HandedBack: o.State == domain.AckRequeued, State: next.State, Queue: next.Queue, HostKey: next.HostKey}, nil
 }
 
 // tokenCheck is the transaction item that holds only while worker id's

@@ -11,6 +11,7 @@ import (
 	"github.com/dreamlake/lakeshore/agent/internal/acks"
 	"github.com/dreamlake/lakeshore/agent/internal/health"
 	"github.com/dreamlake/lakeshore/agent/internal/process"
+	"github.com/dreamlake/lakeshore/shared/cadence"
 	"github.com/dreamlake/lakeshore/shared/client"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
@@ -127,7 +128,7 @@ func (a *Agent) poll(ctx context.Context, st *state, hello wire.HelloRequest, ru
 	case err != nil:
 		st.pollFailures++
 		a.health.SetRunState(health.RunBackoff)
-		wait := min(st.sess.interval*time.Duration(1<<min(st.pollFailures, 4)), st.sess.staleAfter/3)
+		wait := min(st.sess.interval*time.Duration(1<<min(st.pollFailures, 4)), cadence.Of(st.sess.staleAfter).MaxGap)
 		a.log.Warn("poll failed", "error", err.Error(), "retry_in", wait)
 		return jitter(max(wait, st.sess.interval))
 	}

@@ -69,18 +69,21 @@ var transitions = map[phase]map[phase]string{
 	phaseSetup: {
 		phaseReady:       "the host setup succeeded, no setup command runs or waits, and the workdir is writable (maybeReady)",
 		phaseDraining:    "a signal, --keep-alive, a drain command or a spot notice (startDrain); keep-alive here means the daemon could not become ready",
-		phaseTerminating: "the worker ended before any drain: replaced by another process, its re-hello failed or a stop cut it short, or a second signal came first (terminate)",
+		phaseTerminating: endedEarly,
 	},
 	phaseReady: {
 		phaseSetup:       "a control-plane setup command runs (nextSetup), or the idle daemon takes up an adoption and runs its host setup (adoptCommand)",
 		phaseDraining:    "a signal, --keep-alive idleness, a drain command or a spot notice (startDrain)",
-		phaseTerminating: "the worker ended before any drain: replaced by another process, its re-hello failed or a stop cut it short, or a second signal came first (terminate)",
+		phaseTerminating: endedEarly,
 	},
 	phaseDraining: {
 		phaseTerminating: "nothing runs any more (endDrain), the grace expired, a second signal, or the control plane let go of the worker (terminate)",
 	},
 	phaseTerminating: {}, // the end: finish says bye and Run returns
 }
+
+// endedEarly is why setup or ready may lead straight to terminating.
+const endedEarly = "the worker ended before any drain: replaced by another process, its re-hello failed or a stop cut it short, or a second signal came first (terminate)"
 
 // may reports whether the phase machine allows next to follow p.
 func (p phase) may(next phase) bool {

@@ -182,3 +182,77 @@ func TestPhaseHealth(t *testing.T) {
 		t.Errorf("booting gives ready reason %q; want none (registration comes first)", r)
 	}
 }
+
+// TestMaybeReady: setup → ready only once the host setup succeeded, no
+// setup command runs or waits and the workdir is writable; the setup
+// sub-states move as their commands start and end (a host setup failure
+// waits for a repairing command; a failed adoption leaves the daemon
+// generic, free to be ready again).
+func TestMaybeReady(t *testing.T) {
+	dir := t.TempDir()
+	fresh := func() (*Agent, *state) {
+		a, st := newPhaseAgent(1), stateIn(phaseSetup, 0)
+		a.cfg.Workdir = dir
+		return a, st
+	}
+	for _, c := range []struct {
+		name  string
+		setup func(a *Agent, st *state)
+		ready bool
+	}{
+		{"no host setup", func(a *Agent, st *state) { st.noHostSetup() }, true},
+		{"host setup running", func(a *Agent, st *state) { st.hostSetupStarted("true") }, false},
+		{"host setup succeeded", func(a *Agent, st *state) { st.hostSetupStarted("true"); st.hostSetupSucceeded() }, true},
+		{"host setup failed", func(a *Agent, st *state) {
+			st.hostSetupStarted("false")
+			st.hostSetupFailed(0, wire.SetupResult{Status: wire.SetupFailed})
+		}, false},
+		{"a setup command runs", func(a *Agent, st *state) { st.noHostSetup(); st.commandStarted("command_id c1") }, false},
+		{"a setup command ended", func(a *Agent, st *state) {
+			st.noHostSetup()
+			st.commandStarted("command_id c1")
+			st.commandEnded(false)
+		}, true},
+		{"a setup command waits", func(a *Agent, st *state) { st.noHostSetup(); st.setupQueue = []wire.Command{{CommandID: "c2"}} }, false},
+		{"the workdir is not writable", func(a *Agent, st *state) {
+			st.noHostSetup()
+			a.cfg.Workdir = dir + "/missing"
+		}, false},
+		{"an adoption runs", func(a *Agent, st *state) { st.noHostSetup(); st.adoptionStarted("hk1_x"); st.hostSetupStarted("x") }, false},
+		{"an adoption failed", func(a *Agent, st *state) {
+			st.noHostSetup()
+			st.adoptionStarted("hk1_x")
+			st.hostSetupStarted("x")
+			if key := st.adoptionEnded(true); key != "hk1_x" {
+				t.Errorf("adoption ended with key %q", key)
+			}
+		}, true},
+	} {
+		a, st := fresh()
+		c.setup(a, st)
+		a.maybeReady(st)
+		if (st.phase == phaseReady) != c.ready {
+			t.Errorf("%s: phase %s, want ready %v", c.name, st.phase, c.ready)
+		}
+	}
+
+	// A host setup failure reruns only after a control-plane command
+	// succeeded.
+	_, st := fresh()
+	st.hostSetupStarted("false")
+	st.hostSetupFailed(2, wire.SetupResult{Status: wire.SetupFailed})
+	st.commandStarted("command_id c1")
+	st.commandEnded(false)
+	if st.hostSetupRerun {
+		t.Error("a failed command lets the host setup rerun")
+	}
+	st.commandStarted("command_id c2")
+	st.commandEnded(true)
+	if !st.hostSetupRerun || st.hostSetupNext != 2 {
+		t.Errorf("after a repair: rerun %v from %d; want a rerun from 2", st.hostSetupRerun, st.hostSetupNext)
+	}
+	st.hostSetupStarted("false")
+	if st.hostSetupErr || st.hostSetupRerun || !st.setupBusy {
+		t.Errorf("the rerun started: err %v, rerun %v, busy %v", st.hostSetupErr, st.hostSetupRerun, st.setupBusy)
+	}
+}

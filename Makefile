@@ -71,7 +71,8 @@ lint:
 
 ## check: shared/ must never import agent/, functions/ or cli/; the Lambdas
 ## that serve no routes must not link the router; shared/domain imports
-## nothing of this module but the hostkey leaf (docs/design.md §1)
+## nothing of this module but the hostkey leaf; nymph links no server
+## package (docs/design.md §1)
 check:
 	@bad=$$($(GO) list -deps ./shared/... | grep -E 'lakeshore/(agent|functions|cli)(/|$$)' || true); \
 		if [ -n "$$bad" ]; then echo "shared/ imports: $$bad"; exit 1; fi
@@ -87,6 +88,8 @@ check:
 		if [ -n "$$bad" ]; then echo "control.New outside a main: $$bad (one Service per process: its main builds it)"; exit 1; fi
 	@bad=$$($(GO) list -f '{{join .Imports "\n"}}' ./shared/store | grep -E 'lakeshore/shared/(wire|api|lambdahttp)$$' || true); \
 		if [ -n "$$bad" ]; then echo "shared/store imports: $$bad (the store speaks domain; the HTTP edge maps it to the wire)"; exit 1; fi
+	@bad=$$($(GO) list -deps ./agent/... | grep -E 'lakeshore/shared/(api|control|store|lambdahttp|lambdamain|provision|reaper|hoststatus|ui|wake|wakelambda|wakesock)(/|$$)' || true); \
+		if [ -n "$$bad" ]; then echo "nymph links a server package: $$bad (shared rules it needs go in a leaf such as shared/cadence)"; exit 1; fi
 	@echo "layering: ok"
 
 ## bench: store benchmarks (claims/s, conflicts/claim, requests/lifecycle), each

@@ -32,13 +32,16 @@ func (a *Agent) adoptCommand(st *state, c wire.Command) {
 		a.log.Warn("adopt command refused: its host key is not its host setup's", "host_key", c.HostKey,
 			"commands", len(c.HostSetup))
 		a.refuseAdoption(st, c.HostKey)
-	case st.draining() || st.setupBusy || len(st.setupQueue) > 0 || st.phase != wire.PhaseReady || len(st.runs) > 0:
-		// Busy now: the command comes again with a later poll.
+	case a.claimGate(st) != claimIdle || len(st.setupQueue) > 0:
+		// Busy now (only an idle daemon adopts, and a setup command this
+		// poll brought goes first): the command comes again with a later
+		// poll.
 		a.log.Debug("adopt command deferred: the daemon is busy", "host_key", c.HostKey, "phase", st.phase, "inflight", len(st.runs))
 	default:
 		a.log.Info("adopting a host key: running its host setup", "host_key", c.HostKey, "commands", len(c.HostSetup))
-		st.adopting, st.hostSetup, st.hostSetupOK = c.HostKey, c.HostSetup, false
-		a.setPhase(st, wire.PhaseSetup)
+		st.hostSetup = c.HostSetup
+		st.adoptionStarted(c.HostKey)
+		a.enter(st, phaseSetup)
 		a.startHostSetup(st, 0)
 	}
 }
@@ -51,7 +54,7 @@ func (a *Agent) adopted(st *state) {
 		return
 	}
 	a.log.Info("adopted a host key", "host_key", st.adopting)
-	st.hostKey, st.adopting, st.rewake = st.adopting, "", true
+	st.hostKey, st.rewake = st.adoptionEnded(false), true
 	a.health.Registered(st.sess.workerID, st.hostKey, a.cfg.Queue)
 }
 
@@ -61,8 +64,8 @@ func (a *Agent) adopted(st *state) {
 func (a *Agent) adoptionFailed(st *state, ev setupDone) {
 	a.log.Error("adopted host setup failed; staying generic and not taking this key again", "host_key", st.adopting,
 		"index", ev.index, "command", process.ClipString(ev.result.Command, 200), "exit_code", ev.result.ExitCode)
-	key := st.adopting
-	st.setupBusy, st.adopting, st.hostSetup, st.hostSetupOK = false, "", nil, true
+	key := st.adoptionEnded(true)
+	st.hostSetup = nil
 	a.refuseAdoption(st, key)
 }
 

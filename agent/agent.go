@@ -187,36 +187,27 @@ type running struct {
 
 // loop state, owned by Run's goroutine.
 type state struct {
-	phase        string
+	// phase is the daemon's phase; enter (phase.go) is its one write.
+	phase phase
+	// setupProgress is the setup phase's sub-states (phase.go).
+	setupProgress
 	sess         session
 	wake         *wakeclient.Client  // the wake socket; nil in tests that build a state
 	runs         map[string]*running // by invocation id
 	setupQueue   []wire.Command      // CP setup commands not yet run, in order
 	setupSeen    map[string]bool
 	setupResults []wire.SetupResult // finished, not yet reported
-	setupBusy    bool               // a setup command (host or CP) runs
-	hostSetupOK  bool               // every --host-setup command succeeded
 	// hostSetup is the host setup in effect: --host-setup, or the one an
-	// adopt command gave (adopting names its key until it succeeded);
-	// hostKey is the key polls advertise (adopt.go).
+	// adopt command gave (setupProgress.adopting names its key until it
+	// succeeded); hostKey is the key polls advertise (adopt.go).
 	hostSetup []string
 	hostKey   string
-	adopting  string
 	// adoptFailed is the key of a failed adoption the next poll reports;
 	// adoptRefused remembers every such key: it is never tried again.
 	adoptFailed  string
 	adoptRefused map[string]bool
-	rewake       bool // the key changed: the wake socket must listen for it
-	// hostSetupErr: a --host-setup command failed and is not being rerun.
-	// The daemon stays in setup (never claims) but runs control-plane setup
-	// commands, so an operator can repair the host; after one succeeds the
-	// host setup reruns from hostSetupNext, the command that failed.
-	hostSetupErr     bool
-	hostSetupNext    int
-	hostSetupFailure wire.SetupResult // what failed, reported again to a new worker after a re-hello
-	hostSetupRerun   bool             // a CP setup command succeeded since the failure
-	setupRunning     string           // the setup command running, as the log names it (while setupBusy)
-	notReady         string           // why keep-alive found the daemon not ready (empty: it was ready)
+	rewake       bool   // the key changed: the wake socket must listen for it
+	notReady     string // why keep-alive found the daemon not ready (empty: it was ready)
 	// setupCtx bounds every setup command: cancelled when the daemon
 	// terminates, so a hung one is killed (SIGTERM, --kill-after, SIGKILL)
 	// instead of outliving the process; setupWG counts their goroutines.
@@ -254,13 +245,6 @@ func (st *state) exitReason() string {
 	return st.byeReason
 }
 
-// draining reports whether the daemon has begun to leave: no more claims,
-// the grace running or over. It is read off the phase, which never returns
-// from draining or terminating.
-func (st *state) draining() bool {
-	return st.phase == wire.PhaseDraining || st.phase == wire.PhaseTerminating
-}
-
 type setupDone struct {
 	result wire.SetupResult
 	host   bool // a --host-setup command, not a CP command
@@ -294,7 +278,7 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 		case <-stopCtx.Done():
 		}
 	}()
-	a.health.SetPhase(wire.PhaseBooting)
+	a.health.SetPhase(phaseBooting.health())
 	a.health.SetRunState(health.RunStarting)
 
 	stopIntrospect, bound, err := health.ServeIntrospect(cfg.IntrospectAddr, a.health, a.log)

@@ -11,31 +11,6 @@ import (
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
-// startDrain enters draining: no more claims, heartbeats go on, in-flight
-// work has the grace period to finish (the loop starts its timer).
-func (a *Agent) startDrain(st *state, reason string) {
-	st.byeReason = reason
-	a.setPhase(st, wire.PhaseDraining)
-	a.health.SetRunState(health.RunDraining)
-}
-
-// terminate ends the drain: every body still running is killed
-// (SIGTERM to its process group, then SIGKILL after --kill-after) and,
-// unless it had ended on its own first, abandoned to the control plane,
-// which hands it out again after bye (finish).
-func (a *Agent) terminate(st *state) {
-	if st.phase == wire.PhaseTerminating {
-		return
-	}
-	if st.byeReason == "" {
-		st.byeReason = wire.ByeSignal
-	}
-	a.setPhase(st, wire.PhaseTerminating)
-	for _, r := range st.runs {
-		r.run.Kill()
-	}
-}
-
 // finish waits for the bodies terminate killed (bounded), acks every
 // outcome that is known, flushes the acks within the bye budget and then
 // says bye once, with inflight_abandoned counting only the runs whose
@@ -96,7 +71,7 @@ func (a *Agent) reap(st *state) {
 		}
 		r.closeView()
 		st.abandoned++
-		if st.phase == wire.PhaseTerminating {
+		if st.phase == phaseTerminating {
 			a.health.Failed(health.FailedShutdown)
 		}
 		pid := r.run.Pid()
@@ -123,7 +98,7 @@ func (a *Agent) settle(ctx context.Context, st *state, r *running) {
 	r.closeView()
 	a.logs.Finish(id, attempt) // its files are complete: the rest of its output goes
 	if pgid, pids := r.run.Unconfirmed(); pgid != 0 {
-		if st.phase == wire.PhaseTerminating {
+		if st.phase == phaseTerminating {
 			a.health.Failed(health.FailedShutdown)
 		}
 		msg := "cleanup not confirmed: processes of a finished run outlived SIGKILL; its outcome is acked"

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dreamlake/lakeshore/agent/internal/health"
+	"github.com/dreamlake/lakeshore/shared/cadence"
 	"github.com/dreamlake/lakeshore/shared/client"
 	"github.com/dreamlake/lakeshore/shared/clock"
 	"github.com/dreamlake/lakeshore/shared/wire"
@@ -56,6 +57,7 @@ func (a *Agent) newSession(res wire.HelloResponse) (session, error) {
 		interval:   time.Duration(res.PollIntervalS * float64(time.Second)),
 		api:        client.New(a.cfg.ControlPlane, res.Token, client.WithHTTPClient(a.cfg.HTTP)),
 	}
+	c := cadence.Of(s.staleAfter) // none (all zero) when the control plane sent no stale_after_s
 	if a.cfg.PollInterval > 0 {
 		s.interval = a.cfg.PollInterval
 	}
@@ -79,14 +81,14 @@ func (a *Agent) newSession(res wire.HelloResponse) (session, error) {
 		s.wakeURL = res.WakeURL
 		s.wakeInterval = max(s.interval, time.Duration(res.WakePollIntervalS*float64(time.Second)))
 		if s.staleAfter > 0 {
-			s.wakeInterval = max(s.interval, min(s.wakeInterval, s.staleAfter/3))
+			s.wakeInterval = max(s.interval, min(s.wakeInterval, c.MaxGap))
 		}
 	}
 	// The heartbeat ratio is the correctness argument: several polls must
 	// fit in the stale window, or a live worker reads stale.
-	if s.staleAfter > 0 && s.interval*3 > s.staleAfter {
+	if s.staleAfter > 0 && s.interval > c.MaxGap {
 		return s, fmt.Errorf("poll interval %s is not several times shorter than the control plane's stale_after %s; use at most %s",
-			s.interval, s.staleAfter, s.staleAfter/3)
+			s.interval, s.staleAfter, c.MaxGap)
 	}
 	return s, nil
 }

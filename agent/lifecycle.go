@@ -109,7 +109,7 @@ func handBackAsked(st *state, r *running, o process.Outcome) string {
 	switch {
 	case r.view != nil && r.view.Requeued():
 		return "asked on its lifecycle endpoint"
-	case !st.draining() || o.ExitCode == nil || o.State == wire.StateCancelled:
+	case !st.phase.leaving() || o.ExitCode == nil || o.State == wire.StateCancelled:
 		return ""
 	case o.Error != nil && o.Error.Type == process.ErrorTypeTimeout:
 		return ""

@@ -18,7 +18,7 @@ func TestHandBackAsked(t *testing.T) {
 		return process.Outcome{State: wire.StateFailed, ExitCode: code(n), Error: &wire.ErrorInfo{Type: typ}}
 	}
 	r := &running{requeueExitCodes: []int{75, 143}}
-	draining, ready := &state{phase: wire.PhaseDraining}, &state{phase: wire.PhaseReady}
+	draining, ready := &state{phase: phaseDraining}, &state{phase: phaseReady}
 	for _, c := range []struct {
 		name string
 		st   *state
@@ -27,7 +27,7 @@ func TestHandBackAsked(t *testing.T) {
 	}{
 		{"a listed status during the drain", draining, failed(75, process.ErrorTypeExitCode), true},
 		{"killed by the drain's SIGTERM, listed", draining, failed(143, process.ErrorTypeSignal), true},
-		{"abandoned at the end of the grace, listed", &state{phase: wire.PhaseTerminating},
+		{"abandoned at the end of the grace, listed", &state{phase: phaseTerminating},
 			process.Outcome{State: wire.StateFailed, Abandoned: true, ExitCode: code(143), Error: &wire.ErrorInfo{Type: process.ErrorTypeAbandoned}}, true},
 		{"a listed status before any drain", ready, failed(75, process.ErrorTypeExitCode), false},
 		{"a status not listed", draining, failed(1, process.ErrorTypeExitCode), false},

@@ -176,3 +176,36 @@ func TestStopCutsAHeldPoll(t *testing.T) {
 		t.Fatalf("the cut poll was recorded as %q, want ok", r.LastResult)
 	}
 }
+
+// TestSessionKeepsTheCadence: the session keeps the cadence of the stale
+// window hello answered (cadence.Of): a --poll-interval longer than a third
+// of it is refused, the wake interval never passes that third nor falls
+// under the interval, and a control plane that sends no window bounds
+// neither.
+func TestSessionKeepsTheCadence(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		staleS       float64
+		flagInterval time.Duration
+		wakeS        float64
+		wantErr      bool
+		wantWake     time.Duration
+	}{
+		{"a third of the window is allowed", 30, 10 * time.Second, 20, false, 10 * time.Second},
+		{"over a third is refused", 30, 10*time.Second + time.Millisecond, 20, true, 0},
+		{"the wake interval caps at a third", 30, 2 * time.Second, 60, false, 10 * time.Second},
+		{"the wake interval never under the interval", 60, 5 * time.Second, 1, false, 5 * time.Second},
+		{"no window: no bound", 0, time.Minute, 90, false, 90 * time.Second},
+	} {
+		a := &Agent{cfg: Config{ControlPlane: "http://127.0.0.1:1", PollInterval: tc.flagInterval}}
+		s, err := a.newSession(wire.HelloResponse{WorkerID: "w", StaleAfterS: tc.staleS, PollIntervalS: 5,
+			WakeURL: "ws://127.0.0.1:1/wake", WakePollIntervalS: tc.wakeS})
+		if (err != nil) != tc.wantErr {
+			t.Errorf("%s: error %v, want one %v", tc.name, err, tc.wantErr)
+			continue
+		}
+		if !tc.wantErr && s.wakeInterval != tc.wantWake {
+			t.Errorf("%s: wake interval %s, want %s", tc.name, s.wakeInterval, tc.wantWake)
+		}
+	}
+}

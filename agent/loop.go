@@ -13,7 +13,8 @@ import (
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
-// loop is the phase machine: setup → ready → draining → terminating.
+// loop runs the daemon from hello to bye: it turns each event into the
+// phase machine's moves (phase.go: setup → ready → draining → terminating).
 func (a *Agent) loop(ctx context.Context, st *state, hello wire.HelloRequest) (err error) {
 	cfg := a.cfg
 	a.setupc = make(chan setupDone, 1)
@@ -41,13 +42,13 @@ func (a *Agent) loop(ctx context.Context, st *state, hello wire.HelloRequest) (e
 		default:
 		}
 	}
-	a.setPhase(st, wire.PhaseSetup)
+	a.enter(st, phaseSetup)
 	a.health.PollerRunning(true)
 	st.hostSetup, st.hostKey = cfg.HostSetup, hello.HostKey
 	if len(st.hostSetup) > 0 {
 		a.startHostSetup(st, 0)
 	} else {
-		st.hostSetupOK = true
+		st.noHostSetup()
 	}
 
 	// The wake socket: "poll now" when work or news arrives, so an idle
@@ -67,12 +68,12 @@ func (a *Agent) loop(ctx context.Context, st *state, hello wire.HelloRequest) (e
 		select {
 		case <-timer.C:
 			wait := a.poll(ctx, st, hello, runDone)
-			if st.phase == wire.PhaseTerminating {
+			if st.phase == phaseTerminating {
 				return a.finish(st)
 			}
 			timer.Reset(wait)
 		case <-st.wake.Work():
-			if a.mayClaim(st) {
+			if a.claimGate(st).may() {
 				a.log.Debug("woken: work may be waiting")
 				kick()
 			}
@@ -100,22 +101,19 @@ func (a *Agent) loop(ctx context.Context, st *state, hello wire.HelloRequest) (e
 			// phase: a worker that cannot become ready (a failed or hung
 			// setup, a workdir it cannot write) must not burn its instance
 			// for ever. Each setup command's start and end restart the count.
-			if cfg.KeepAlive > 0 && !st.draining() && len(st.runs) == 0 && a.cfg.Clock.Since(st.idleSince) >= cfg.KeepAlive {
+			if cfg.KeepAlive > 0 && !st.phase.leaving() && len(st.runs) == 0 && a.cfg.Clock.Since(st.idleSince) >= cfg.KeepAlive {
 				a.keepAliveExpired(st)
 				kick()
 			}
 		case <-stopc:
 			stopc = nil
-			if !st.draining() {
+			if a.startDrain(st, wire.ByeSignal) {
 				a.log.Info("signal: draining", "grace", cfg.Grace, "inflight", len(st.runs))
-				a.startDrain(st, wire.ByeSignal)
 				kick()
 			}
 		case <-ctxDone:
 			ctxDone = nil
-			if !st.draining() {
-				a.startDrain(st, wire.ByeSignal)
-			}
+			a.startDrain(st, wire.ByeSignal)
 			kick()
 		case <-hurryc:
 			hurryc = nil
@@ -140,12 +138,8 @@ func (a *Agent) loop(ctx context.Context, st *state, hello wire.HelloRequest) (e
 		if g.update(cfg, st, a.now()) {
 			a.drainNotice(st, g.end)
 		}
-		if st.phase == wire.PhaseDraining && len(st.runs) == 0 {
-			a.terminate(st)
+		if a.endDrain(st) {
 			kick()
-		}
-		if st.phase == wire.PhaseTerminating {
-			st.stopSetup() // a setup command still running is killed with the bodies
 		}
 		a.useWake(st)
 	}
@@ -154,17 +148,11 @@ func (a *Agent) loop(ctx context.Context, st *state, hello wire.HelloRequest) (e
 // useWake points the wake socket at the current worker's channel, or
 // closes it once the worker drains (it claims nothing more).
 func (a *Agent) useWake(st *state) {
-	if st.draining() {
+	if st.phase.leaving() {
 		st.wake.Use("", "")
 		return
 	}
 	st.wake.Use(st.sess.wakeURL, st.sess.token)
-}
-
-// mayClaim reports whether a poll now could claim work: ready, not
-// draining, with room for another body.
-func (a *Agent) mayClaim(st *state) bool {
-	return st.phase == wire.PhaseReady && !st.draining() && len(st.runs) < a.cfg.Capacity
 }
 
 // gracePeriod is the drain's one grace period, whatever started the drain
@@ -181,13 +169,13 @@ type gracePeriod struct {
 // told (drainNotice).
 func (g *gracePeriod) update(cfg Config, st *state, now time.Time) bool {
 	switch {
-	case !st.draining():
+	case !st.phase.leaving():
 	case !g.started:
 		g.started = true
 		grace := spotGrace(cfg.Grace, cfg.KillAfter, st.spotReclaim, now)
 		g.end, g.expired = now.Add(grace), time.After(grace)
 		return true
-	case st.phase == wire.PhaseDraining && !st.spotReclaim.IsZero():
+	case st.phase == phaseDraining && !st.spotReclaim.IsZero():
 		if grace := spotGrace(cfg.Grace, cfg.KillAfter, st.spotReclaim, now); now.Add(grace).Before(g.end) {
 			g.end, g.expired = now.Add(grace), time.After(grace)
 			return true
@@ -205,7 +193,7 @@ func (g *gracePeriod) update(cfg Config, st *state, now time.Time) bool {
 func (a *Agent) keepAliveExpired(st *state) {
 	ka := a.cfg.KeepAlive
 	switch {
-	case st.phase != wire.PhaseSetup:
+	case st.phase != phaseSetup:
 		a.log.Info("idle for keep-alive; draining", "keep_alive", ka)
 	case st.hostSetupErr:
 		st.notReady = "the host setup failed and was not repaired"
@@ -238,13 +226,4 @@ func (a *Agent) runLoop(ctx context.Context, st *state, hello wire.HelloRequest)
 		a.salvage(st)
 	}()
 	return a.loop(ctx, st, hello)
-}
-
-func (a *Agent) setPhase(st *state, phase string) {
-	if st.phase != phase {
-		a.log.Info("phase", "phase", phase, "worker_id", st.sess.workerID)
-		a.notify.Phase(phase, st.exitReason(), st.sess.workerID, len(st.runs))
-	}
-	st.phase = phase
-	a.health.SetPhase(phase)
 }

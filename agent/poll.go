@@ -11,6 +11,7 @@ import (
 	"github.com/dreamlake/lakeshore/agent/internal/acks"
 	"github.com/dreamlake/lakeshore/agent/internal/health"
 	"github.com/dreamlake/lakeshore/agent/internal/process"
+	"github.com/dreamlake/lakeshore/shared/cadence"
 	"github.com/dreamlake/lakeshore/shared/client"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
@@ -29,7 +30,7 @@ func (a *Agent) poll(ctx context.Context, st *state, hello wire.HelloRequest, ru
 		WorkerID:            st.sess.workerID,
 		Queue:               a.cfg.Queue,
 		Invocations:         a.inflightIDs(st),
-		Phase:               st.phase,
+		Phase:               st.phase.String(),
 		HostKey:             st.hostKey,
 		AdoptFailed:         st.adoptFailed,
 		UpdatedCapabilities: &wire.Capabilities{MaxConcurrency: &a.cfg.Capacity, CurrentInvocations: ptr(len(st.runs))},
@@ -66,7 +67,7 @@ func (a *Agent) poll(ctx context.Context, st *state, hello wire.HelloRequest, ru
 		// newer hello, or a control plane that lost its state). Either way
 		// this worker is over: a draining daemon just finishes; any other
 		// says hello again and carries on as a new worker.
-		if st.draining() {
+		if st.phase.leaving() {
 			a.log.Warn("the control plane let go of this worker while it drained", "worker_id", st.sess.workerID, "error", err.Error())
 			a.terminate(st)
 			return 0
@@ -127,7 +128,7 @@ func (a *Agent) poll(ctx context.Context, st *state, hello wire.HelloRequest, ru
 	case err != nil:
 		st.pollFailures++
 		a.health.SetRunState(health.RunBackoff)
-		wait := min(st.sess.interval*time.Duration(1<<min(st.pollFailures, 4)), st.sess.staleAfter/3)
+		wait := min(st.sess.interval*time.Duration(1<<min(st.pollFailures, 4)), cadence.Of(st.sess.staleAfter).MaxGap)
 		a.log.Warn("poll failed", "error", err.Error(), "retry_in", wait)
 		return jitter(max(wait, st.sess.interval))
 	}
@@ -171,15 +172,14 @@ func (a *Agent) poll(ctx context.Context, st *state, hello wire.HelloRequest, ru
 		case wire.CommandAdopt:
 			a.adoptCommand(st, c)
 		case wire.CommandDrain:
-			if !st.draining() {
+			if a.startDrain(st, wire.ByeDrain) {
 				a.log.Info("drain command: draining", "grace", a.cfg.Grace)
-				a.startDrain(st, wire.ByeDrain)
 			}
 		}
 	}
 	a.nextSetup(st)
 	switch {
-	case st.draining():
+	case st.phase.leaving():
 		a.health.SetRunState(health.RunDraining)
 	case len(st.runs) == 0 && a.cfg.Clock.Since(st.idleSince) > st.sess.interval:
 		a.health.SetRunState(health.RunHibernating)
@@ -202,34 +202,21 @@ func (a *Agent) poll(ctx context.Context, st *state, hello wire.HelloRequest, ru
 // slower wake interval while the daemon is idle and its wake socket is up
 // (a wake, not the poll, then brings new work).
 func (a *Agent) pollInterval(st *state) time.Duration {
-	if st.wake != nil && st.wake.Up() && st.sess.wakeInterval > 0 && len(st.runs) == 0 && st.phase == wire.PhaseReady {
+	if st.wake != nil && st.wake.Up() && st.sess.wakeInterval > 0 && a.claimGate(st) == claimIdle {
 		return st.sess.wakeInterval
 	}
 	return st.sess.interval
 }
 
 // holdFor reports how long this poll may ask to be held: the session's
-// long poll when the daemon is ready and idle, else 0. A poll is never
-// held while bodies run (their outcomes are handled between polls), in
-// setup, or once a drain began (its polls say so at once).
+// long poll when the claim gate finds the daemon idle, else 0. A poll is
+// never held while bodies run (their outcomes are handled between polls),
+// in setup, or once a drain began (its polls say so at once).
 func (a *Agent) holdFor(st *state) time.Duration {
-	if st.phase != wire.PhaseReady || len(st.runs) > 0 || st.draining() {
+	if a.claimGate(st) != claimIdle {
 		return 0
 	}
 	return st.sess.longPoll
-}
-
-// maybeReady moves setup → ready once host setup succeeded, the setup FIFO
-// is empty and the workdir is writable.
-func (a *Agent) maybeReady(st *state) {
-	if st.phase != wire.PhaseSetup || !st.hostSetupOK || st.setupBusy || len(st.setupQueue) > 0 {
-		return
-	}
-	if err := writable(a.cfg.Workdir); err != nil {
-		a.log.Error("workdir not writable; staying in setup", "workdir", a.cfg.Workdir, "error", err.Error())
-		return
-	}
-	a.setPhase(st, wire.PhaseReady)
 }
 
 func writable(dir string) error {
@@ -267,7 +254,7 @@ func (a *Agent) startRun(ctx context.Context, st *state, c wire.Command, runDone
 	if _, ok := st.runs[inv.InvocationID]; ok {
 		return false
 	}
-	if st.draining() || st.phase != wire.PhaseReady || len(st.runs) >= a.cfg.Capacity {
+	if !a.claimGate(st).may() {
 		// Not ours to run now. Leaving it out of the next poll's list hands it
 		// straight back to the queue.
 		a.log.Warn("refusing a run command", "invocation_id", inv.InvocationID, "phase", st.phase, "inflight", len(st.runs))

@@ -13,9 +13,8 @@ import (
 // from on (0 at start; the one that failed on a rerun), off the loop's
 // goroutine.
 func (a *Agent) startHostSetup(st *state, from int) {
-	st.setupBusy, st.idleSince = true, a.now()
-	st.setupRunning = hostSetupText(st.hostSetup[from])
-	st.hostSetupErr, st.hostSetupRerun = false, false
+	st.idleSince = a.now()
+	st.hostSetupStarted(hostSetupText(st.hostSetup[from]))
 	cmds := st.hostSetup
 	a.goSetup(st, func(ctx context.Context, report func(setupDone) bool) {
 		a.runHostSetup(ctx, cmds, from, report)
@@ -114,23 +113,18 @@ func (a *Agent) setupFinished(st *state, ev setupDone) {
 		case ev.result.Status == wire.SetupFailed && st.adopting != "":
 			a.adoptionFailed(st, ev)
 		case ev.result.Status == wire.SetupFailed:
-			st.setupBusy = false
-			st.hostSetupErr, st.hostSetupNext, st.hostSetupFailure = true, ev.index, ev.result
+			st.hostSetupFailed(ev.index, ev.result)
 			a.log.Error("host setup failed; staying in setup without claiming until a setup command repairs the host",
 				"index", ev.index, "command", process.ClipString(ev.result.Command, 200), "exit_code", ev.result.ExitCode,
 				"keep_alive", a.cfg.KeepAlive)
 		case ev.index == len(st.hostSetup)-1:
-			st.setupBusy = false
-			st.hostSetupOK = true
+			st.hostSetupSucceeded()
 			a.adopted(st)
 		default:
-			st.setupRunning = hostSetupText(st.hostSetup[ev.index+1])
+			st.hostSetupNextCommand(hostSetupText(st.hostSetup[ev.index+1]))
 		}
 	} else {
-		st.setupBusy = false
-		if st.hostSetupErr && ev.result.Status == wire.SetupSucceeded {
-			st.hostSetupRerun = true
-		}
+		st.commandEnded(ev.result.Status == wire.SetupSucceeded)
 		a.log.Info("setup command", "command_id", ev.result.CommandID, "status", ev.result.Status, "exit_code", ev.result.ExitCode)
 	}
 	a.nextSetup(st)
@@ -143,7 +137,7 @@ func (a *Agent) setupFinished(st *state, ev setupDone) {
 // succeeded since the failure, the host setup reruns from the command that
 // failed.
 func (a *Agent) nextSetup(st *state) {
-	if st.setupBusy || st.draining() {
+	if st.setupBusy || st.phase.leaving() {
 		return
 	}
 	if len(st.setupQueue) == 0 {
@@ -155,9 +149,9 @@ func (a *Agent) nextSetup(st *state) {
 	}
 	c := st.setupQueue[0]
 	st.setupQueue = st.setupQueue[1:]
-	st.setupBusy, st.idleSince = true, a.now()
-	st.setupRunning = "command_id " + c.CommandID
-	a.setPhase(st, wire.PhaseSetup)
+	st.idleSince = a.now()
+	st.commandStarted("command_id " + c.CommandID)
+	a.enter(st, phaseSetup)
 	a.goSetup(st, func(ctx context.Context, report func(setupDone) bool) {
 		res := setupResult(a.runner.Exec(ctx, c.Argv, a.cfg.Workdir))
 		res.CommandID = c.CommandID

@@ -66,7 +66,7 @@ func TestFinishDeadlineCoversEveryRun(t *testing.T) {
 	logs := newLogRecorder()
 	a, st := newFinishAgent(t, p, logs, nil)
 	a.finishSlack = 100 * time.Millisecond
-	st.phase = wire.PhaseTerminating
+	a.enter(st, phaseTerminating)
 	for _, id := range []string{"inv_stuck_1", "inv_stuck_2"} {
 		st.runs[id] = &running{run: &stuckBody{id: id, attempt: 2, done: make(chan struct{})}, session: st.sess}
 	}

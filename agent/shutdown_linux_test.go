@@ -173,7 +173,7 @@ func newFinishAgent(t *testing.T, p *apitest.Plane, logs *logRecorder, mod func(
 	sess := session{workerID: "wrk_finish", token: "refused", interval: time.Second,
 		api: client.New(p.URL, "refused", client.WithHTTPClient(noKeepAlive()))}
 	st := &state{runs: map[string]*running{}, setupSeen: map[string]bool{}, sess: sess,
-		phase: wire.PhaseDraining, byeReason: wire.ByeSignal}
+		phase: phaseDraining, byeReason: wire.ByeSignal}
 	return a, st
 }
 

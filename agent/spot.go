@@ -207,10 +207,8 @@ func (a *Agent) spotNotice(st *state, n SpotNotice) {
 			return
 		}
 		a.log.Warn("EC2 rebalance recommendation: this spot instance is at elevated risk of interruption; draining (--on-rebalance drain)",
-			"notice_time", n.Time, "grace", a.cfg.Grace, "inflight", len(st.runs), "already_draining", st.draining())
-		if !st.draining() {
-			a.startDrain(st, wire.ByeDrain)
-		}
+			"notice_time", n.Time, "grace", a.cfg.Grace, "inflight", len(st.runs), "already_draining", st.phase.leaving())
+		a.startDrain(st, wire.ByeDrain)
 	case SpotInterruption:
 		if st.spotReclaim.IsZero() || n.Time.Before(st.spotReclaim) {
 			st.spotReclaim = n.Time
@@ -218,8 +216,6 @@ func (a *Agent) spotNotice(st *state, n SpotNotice) {
 		a.log.Warn("spot interruption notice: draining before the reclaim", "action", n.Action, "time", n.Time,
 			"seconds_left", int(n.Time.Sub(a.now()).Seconds()),
 			"grace", spotGrace(a.cfg.Grace, a.cfg.KillAfter, st.spotReclaim, a.now()), "inflight", len(st.runs))
-		if !st.draining() {
-			a.startDrain(st, wire.ByeSpotInterruption)
-		}
+		a.startDrain(st, wire.ByeSpotInterruption)
 	}
 }

@@ -13,7 +13,7 @@ import (
 
 	"github.com/dreamlake/lakeshore/shared/api"
 	"github.com/dreamlake/lakeshore/shared/api/apitest"
-	"github.com/dreamlake/lakeshore/shared/control"
+	"github.com/dreamlake/lakeshore/shared/cadence"
 	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/hostkey"
 	"github.com/dreamlake/lakeshore/shared/store"
@@ -170,8 +170,8 @@ func TestPollIntervalFunction(t *testing.T) {
 		60 * time.Second: 5 * time.Second,
 		6 * time.Second:  time.Second,
 	} {
-		if got := control.PollInterval(stale); got != want {
-			t.Errorf("PollInterval(%v) = %v, want %v", stale, got, want)
+		if got := cadence.Of(stale).Interval; got != want {
+			t.Errorf("cadence.Of(%v).Interval = %v, want %v", stale, got, want)
 		}
 	}
 }

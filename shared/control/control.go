@@ -171,10 +171,3 @@ func New(c Config) *Service {
 	}
 	return s
 }
-
-// PollInterval reports the interval hello tells daemons to poll at: five
-// seconds, or a sixth of the stale window when that is shorter. Six polls
-// fit in every stale window, so losing a few never makes a live worker stale.
-func PollInterval(staleAfter time.Duration) time.Duration {
-	return min(5*time.Second, staleAfter/6)
-}

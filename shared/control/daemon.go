@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/dreamlake/lakeshore/shared/cadence"
 	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/store"
 	"github.com/dreamlake/lakeshore/shared/wire"
@@ -16,17 +17,18 @@ func (s *Service) Hello(ctx context.Context, req wire.HelloRequest, issue store.
 	if err != nil {
 		return wire.HelloResponse{}, err
 	}
+	c := cadence.Of(s.staleAfter)
 	resp := wire.HelloResponse{
 		WorkerID:      res.Worker.ID,
 		StaleAfterS:   s.staleAfter.Seconds(),
-		PollIntervalS: PollInterval(s.staleAfter).Seconds(),
+		PollIntervalS: c.Interval.Seconds(),
 	}
 	if s.longPoll {
 		resp.LongPollS = resp.PollIntervalS
 	}
 	if s.wakeURL != "" {
 		resp.WakeURL = s.wakeURL
-		resp.WakePollIntervalS = WakePollInterval(s.staleAfter).Seconds()
+		resp.WakePollIntervalS = c.WakeInterval.Seconds()
 	}
 	return resp, nil
 }

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/dreamlake/lakeshore/shared/cadence"
 	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/store"
 	"github.com/dreamlake/lakeshore/shared/wake"
@@ -147,7 +148,7 @@ func (s *Service) reconcile(ctx context.Context, w domain.Worker, inflight []str
 func (s *Service) claim(ctx context.Context, w domain.Worker, queue string, wait bool, timeoutS float64) ([]wire.Command, error) {
 	st := s.store
 	free := w.MaxConcurrency - w.CurrentInvocations
-	waitFor := min(time.Duration(timeoutS*float64(time.Second)), s.maxWait, s.staleAfter/3)
+	waitFor := min(time.Duration(timeoutS*float64(time.Second)), s.maxWait, cadence.Of(s.staleAfter).MaxGap)
 	if !wait {
 		waitFor = 0
 	}

@@ -60,14 +60,6 @@ const (
 	connectionTTL = 2*time.Hour + 10*time.Minute
 )
 
-// WakePollInterval is how often an idle daemon with an open wake socket
-// polls (wire.HelloResponse.WakePollIntervalS): as often as a held poll
-// would, stale_after / 3 capped at the longest poll, never more often than
-// PollInterval.
-func WakePollInterval(staleAfter time.Duration) time.Duration {
-	return max(PollInterval(staleAfter), min(staleAfter/3, wire.MaxPollTimeoutS*time.Second))
-}
-
 // wakeKeys are the keys a worker's socket listens on: the work of each
 // queue it serves, for any host and for its own host key, and its own news.
 func wakeKeys(w domain.Worker) []string {

@@ -113,7 +113,7 @@ type Tracker struct {
 	created       time.Time
 	started       time.Time // zero until the main loop shows a sign of life
 	lastTick      time.Time
-	phase         string
+	phase         Phase
 	runState      string
 	registered    bool
 	workerID      string
@@ -141,7 +141,7 @@ func New(clk clock.Clock, opts Options) *Tracker {
 		clock:   clk,
 		opts:    opts.withDefaults(),
 		created: clk.Now(),
-		phase:   wire.PhaseBooting,
+		phase:   Phase{Name: wire.PhaseBooting},
 		roles:   map[string]*roleRecord{},
 	}
 }
@@ -154,8 +154,20 @@ func (h *Tracker) markStarted(now time.Time) {
 	}
 }
 
-// SetPhase records the daemon phase: booting or one of the wire.Phase values.
-func (h *Tracker) SetPhase(phase string) {
+// Phase is the daemon's phase as its phase machine reports it
+// (agent/phase.go): the record does not judge phases itself.
+type Phase struct {
+	// Name is the phase's wire name: booting or one of the wire.Phase
+	// values.
+	Name string
+	// NotReady is why the daemon does not count as ready in this phase
+	// (ReasonSetup, ReasonDraining): it claims nothing. "" when the phase
+	// leaves readiness to the other rules.
+	NotReady string
+}
+
+// SetPhase records the daemon's phase.
+func (h *Tracker) SetPhase(phase Phase) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.phase = phase
@@ -390,7 +402,7 @@ func (h *Tracker) Snapshot() Snapshot {
 		WorkerID:      h.workerID,
 		Queue:         h.queue,
 		HostKey:       h.hostKey,
-		Phase:         h.phase,
+		Phase:         h.phase.Name,
 		RunState:      h.runState,
 		Inflight:      h.inflight,
 		PollerRunning: h.pollerRunning,
@@ -431,9 +443,9 @@ func (h *Tracker) readiness(now time.Time) (bool, string) {
 	switch {
 	case !h.registered:
 		return false, ReasonRegistering
-	case h.phase == wire.PhaseSetup:
-		return false, ReasonSetup
-	case h.phase == wire.PhaseDraining || h.phase == wire.PhaseTerminating || h.runState == RunDraining:
+	case h.phase.NotReady != "":
+		return false, h.phase.NotReady
+	case h.runState == RunDraining:
 		return false, ReasonDraining
 	}
 	// The control plane is unavailable to a role whose latest exchange

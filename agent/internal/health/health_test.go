@@ -19,7 +19,7 @@ func healthServing(h *Tracker) {
 	h.SetRunState(RunStarting)
 	h.RequestStarted(RoleHello)(true)
 	h.Registered("wrk_01JD2K0000000000000000000A", "hk1_abc", "gpu")
-	h.SetPhase(wire.PhaseReady)
+	h.SetPhase(Phase{Name: wire.PhaseReady})
 	h.PollerRunning(true)
 	h.SetRunState(RunPolling)
 	h.Tick()
@@ -88,7 +88,7 @@ func TestHealthReasons(t *testing.T) {
 			name: "setup: heartbeats yes, claims no",
 			do: func(h *Tracker, c *clock.Fake) {
 				healthServing(h)
-				h.SetPhase(wire.PhaseSetup)
+				h.SetPhase(Phase{Name: wire.PhaseSetup, NotReady: ReasonSetup})
 			},
 			readyReason: ReasonSetup, live: true, liveReason: ReasonLive,
 		},
@@ -96,7 +96,7 @@ func TestHealthReasons(t *testing.T) {
 			name: "draining: phase",
 			do: func(h *Tracker, c *clock.Fake) {
 				healthServing(h)
-				h.SetPhase(wire.PhaseDraining)
+				h.SetPhase(Phase{Name: wire.PhaseDraining, NotReady: ReasonDraining})
 			},
 			readyReason: ReasonDraining, live: true, liveReason: ReasonLive,
 		},
@@ -112,7 +112,7 @@ func TestHealthReasons(t *testing.T) {
 			name: "draining: terminating",
 			do: func(h *Tracker, c *clock.Fake) {
 				healthServing(h)
-				h.SetPhase(wire.PhaseTerminating)
+				h.SetPhase(Phase{Name: wire.PhaseTerminating, NotReady: ReasonDraining})
 				h.PollerRunning(false)
 			},
 			readyReason: ReasonDraining, live: true, liveReason: ReasonLive,
@@ -340,7 +340,7 @@ func TestHealthReasons(t *testing.T) {
 			name: "stopped",
 			do: func(h *Tracker, c *clock.Fake) {
 				healthServing(h)
-				h.SetPhase(wire.PhaseTerminating)
+				h.SetPhase(Phase{Name: wire.PhaseTerminating, NotReady: ReasonDraining})
 				h.RequestStarted(RoleBye)(true)
 				h.Stopped()
 			},
@@ -471,7 +471,7 @@ func TestHealthConcurrent(t *testing.T) {
 				h.SetInflight(j)
 				h.PollerRunning(j%2 == 0)
 				h.SetRunState(RunPolling)
-				h.SetPhase(wire.PhaseReady)
+				h.SetPhase(Phase{Name: wire.PhaseReady})
 				h.Registered("wrk_x", "hk", "q")
 				done := h.RequestStarted([]string{RoleHello, RolePoll, RoleAck, RoleBye}[(i+j)%4])
 				_ = h.Snapshot()

@@ -11,8 +11,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
-
-	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
 // SocketEnv names the variable a service manager sets for a daemon that
@@ -127,15 +125,24 @@ func (s *Service) Registered(workerID, queue string) {
 	s.send(status)
 }
 
-// Phase reports a phase change; the first draining or terminating phase
-// also sends STOPPING=1.
-func (s *Service) Phase(phase, reason, workerID string, inflight int) {
-	status := fmt.Sprintf("STATUS=phase %s, worker %s, %d in flight", phase, workerID, inflight)
-	if reason != "" {
-		status = fmt.Sprintf("STATUS=phase %s (%s), worker %s, %d in flight", phase, reason, workerID, inflight)
+// PhaseChange is a phase change as the daemon's phase machine reports it
+// (agent/phase.go).
+type PhaseChange struct {
+	Phase    string // the phase's wire name
+	Stopping bool   // the daemon has begun to leave (draining, terminating)
+	Reason   string // why it stops, once it does ("": none yet)
+	WorkerID string
+	Inflight int
+}
+
+// Phase reports a phase change; the first stopping one also sends
+// STOPPING=1.
+func (s *Service) Phase(c PhaseChange) {
+	status := fmt.Sprintf("STATUS=phase %s, worker %s, %d in flight", c.Phase, c.WorkerID, c.Inflight)
+	if c.Reason != "" {
+		status = fmt.Sprintf("STATUS=phase %s (%s), worker %s, %d in flight", c.Phase, c.Reason, c.WorkerID, c.Inflight)
 	}
-	stopping := phase == wire.PhaseDraining || phase == wire.PhaseTerminating
-	if stopping && s != nil && s.stopping.CompareAndSwap(false, true) {
+	if c.Stopping && s != nil && s.stopping.CompareAndSwap(false, true) {
 		s.send(fmt.Sprintf("STOPPING=1\nEXTEND_TIMEOUT_USEC=%d\n%s", s.extend.Microseconds(), status))
 		return
 	}

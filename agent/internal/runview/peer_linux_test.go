@@ -165,3 +165,32 @@ func TestRunViewDualStackCaller(t *testing.T) {
 		t.Errorf("the run's own process over a dual-stack socket: %d, want 200", code)
 	}
 }
+
+// TestRunViewStrangerWhileTheRunHoldsOtherSockets: the caller's own
+// socket must be held by a process of the run, not just any socket. Here
+// the run's one process is the daemon itself (this test binary), which
+// holds the endpoint's listener and its end of every connection: a
+// stranger's request still reads nothing.
+func TestRunViewStrangerWhileTheRunHoldsOtherSockets(t *testing.T) {
+	self := os.Getpid()
+	s, err := Listen("127.0.0.1:0", Config{Members: func(int) []int { return []int{self} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = s.Close(ctx)
+	})
+	h, err := s.Add(Run{InvocationID: "inv_1", Attempt: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan struct{})
+	close(started)
+	h.Attach(started, func() int { return self }, func() {})
+	stranger := startCaller(t, h.URL())
+	if code := stranger.ask(t); code != http.StatusForbidden {
+		t.Errorf("a stranger, while the run's process holds other sockets: %d, want 403", code)
+	}
+}

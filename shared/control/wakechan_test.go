@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -146,6 +147,12 @@ func TestConnectChecksTheWorkerToken(t *testing.T) {
 	f := newWakeChannelFixture(t)
 	id, token := f.worker(t, "m1", "")
 	other, _ := f.worker(t, "m2", "")
+	// The worker's own id with another secret: the token names a worker
+	// that exists (a token carries the id without its "wrk_" prefix).
+	wrongSecret := "wtk_" + strings.TrimPrefix(id, "wrk_") + "_wrong"
+	if owner, ok := auth.WorkerOf(wrongSecret); !ok || owner != id {
+		t.Fatalf("the wrong-secret token names %q, want %s", owner, id)
+	}
 	// A gone worker's socket is refused too (TestConnectRefusesAGoneWorker).
 	for _, tc := range []struct {
 		name, token string
@@ -153,7 +160,7 @@ func TestConnectChecksTheWorkerToken(t *testing.T) {
 	}{
 		{"no token", "", wire.ErrUnauthorized},
 		{"not a worker token", "enroll-token", wire.ErrUnauthorized},
-		{"wrong secret", "wtk_" + id + "_wrong", wire.ErrUnauthorized},
+		{"wrong secret", wrongSecret, wire.ErrUnauthorized},
 		{"no such worker", "wtk_wrk_01NOSUCHWORKER0000000000000_x", wire.ErrUnauthorized},
 	} {
 		if _, err := f.svc.Connect(f.ctx, "c-"+tc.name, tc.token, ""); !errors.Is(err, tc.want) {
@@ -162,7 +169,7 @@ func TestConnectChecksTheWorkerToken(t *testing.T) {
 	}
 	// A wrong secret and an unknown worker read alike, as on the HTTP
 	// daemon routes: the channel is no oracle of which workers exist.
-	_, wrong := f.svc.Connect(f.ctx, "c-a", "wtk_"+id+"_wrong", "")
+	_, wrong := f.svc.Connect(f.ctx, "c-a", wrongSecret, "")
 	_, unknown := f.svc.Connect(f.ctx, "c-b", "wtk_wrk_01NOSUCHWORKER0000000000000_x", "")
 	if wrong == nil || unknown == nil || wrong.Error() != unknown.Error() || wrong.Error() != store.ErrWorkerToken.Error() {
 		t.Errorf("wrong secret = %v, unknown worker = %v; want both %v", wrong, unknown, store.ErrWorkerToken)

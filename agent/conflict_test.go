@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
-	"time"
 
 	"github.com/dreamlake/lakeshore/shared/api/apitest"
 	"github.com/dreamlake/lakeshore/shared/client"
@@ -36,17 +35,7 @@ func TestReplacedWorkerStopsWithExit5(t *testing.T) {
 	const machine = "cloned-image"
 	var runErr error
 	synctest.Test(t, func(t *testing.T) {
-		a := newFakeTimeAgent(t, p, machine, func(c *Config) {
-			c.ControlPlane = front.URL
-			c.KeepAlive = time.Hour // a fallback end, should the daemon carry on
-			c.Notifier = nopNotifier{}
-		})
-		done := make(chan error)
-		go func() { done <- a.Run(context.Background()) }()
-		time.Sleep(time.Minute) // fake: registered and polling
-		if a.Health().Snapshot().WorkerID == "" {
-			t.Fatal("not registered after a minute")
-		}
+		_, done := runRegistered(t, p, machine, front.URL)
 		other := client.New(front.URL, apitest.EnrollToken, client.WithHTTPClient(noKeepAlive()))
 		if _, err := other.Hello(context.Background(), wire.HelloRequest{MachineID: machine, BootID: "another-boot", Lanes: []string{"q"}}); err != nil {
 			t.Fatal(err)

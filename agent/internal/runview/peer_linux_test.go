@@ -132,14 +132,11 @@ func (c *caller) ask(t *testing.T) int {
 	return code
 }
 
-// TestRunViewDualStackCaller: a process of the run that talks to the
-// (IPv4) endpoint over an AF_INET6 socket connected to ::ffff:127.0.0.1
-// (the kernel lists that socket in /proc/net/tcp6, not tcp) reads its
-// view; a process of another group over the same kind of socket still
-// reads nothing. Both are real processes, each a group of its own; the
-// run's group is found by the daemon's own member listing.
-func TestRunViewDualStackCaller(t *testing.T) {
-	s, err := Listen("127.0.0.1:0", Config{Members: process.GroupMembers})
+// listenLoopback serves the endpoint on a free loopback port, the run's
+// processes listed by members, until the test ends.
+func listenLoopback(t *testing.T, members func(pgid int) []int) *Server {
+	t.Helper()
+	s, err := Listen("127.0.0.1:0", Config{Members: members})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,6 +145,17 @@ func TestRunViewDualStackCaller(t *testing.T) {
 		defer cancel()
 		_ = s.Close(ctx)
 	})
+	return s
+}
+
+// TestRunViewDualStackCaller: a process of the run that talks to the
+// (IPv4) endpoint over an AF_INET6 socket connected to ::ffff:127.0.0.1
+// (the kernel lists that socket in /proc/net/tcp6, not tcp) reads its
+// view; a process of another group over the same kind of socket still
+// reads nothing. Both are real processes, each a group of its own; the
+// run's group is found by the daemon's own member listing.
+func TestRunViewDualStackCaller(t *testing.T) {
+	s := listenLoopback(t, process.GroupMembers)
 	h, err := s.Add(Run{HostKey: "hk1_abc", WorkerID: "wrk_1", InvocationID: "inv_1", Attempt: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -173,15 +181,7 @@ func TestRunViewDualStackCaller(t *testing.T) {
 // stranger's request still reads nothing.
 func TestRunViewStrangerWhileTheRunHoldsOtherSockets(t *testing.T) {
 	self := os.Getpid()
-	s, err := Listen("127.0.0.1:0", Config{Members: func(int) []int { return []int{self} }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = s.Close(ctx)
-	})
+	s := listenLoopback(t, func(int) []int { return []int{self} })
 	h, err := s.Add(Run{InvocationID: "inv_1", Attempt: 1})
 	if err != nil {
 		t.Fatal(err)

@@ -127,17 +127,7 @@ func TestReHelloRefusedExits3(t *testing.T) {
 			machine := "revoked-" + tc.name
 			var runErr error
 			synctest.Test(t, func(t *testing.T) {
-				a := newFakeTimeAgent(t, p, machine, func(c *Config) {
-					c.ControlPlane = front.URL
-					c.KeepAlive = time.Hour // a fallback end, should the re-hello succeed
-					c.Notifier = nopNotifier{}
-				})
-				done := make(chan error)
-				go func() { done <- a.Run(context.Background()) }()
-				time.Sleep(time.Minute) // fake: registered and polling
-				if a.Health().Snapshot().WorkerID == "" {
-					t.Fatal("not registered after a minute")
-				}
+				a, done := runRegistered(t, p, machine, front.URL)
 				broken.Store(true)
 				// The control plane lets go of the agent's worker: its next
 				// poll gets 410 and it says hello again.
@@ -174,6 +164,26 @@ func TestReHelloRefusedExits3(t *testing.T) {
 			}
 		})
 	}
+}
+
+// runRegistered runs, inside a synctest bubble, a daemon of machine whose
+// requests go through front, and waits (fake time) until it is registered
+// and polling. Its KeepAlive of an hour is a fallback end, should it carry
+// on where a test wants it to stop. done answers what Run returned.
+func runRegistered(t *testing.T, p *apitest.Plane, machine, front string) (*Agent, <-chan error) {
+	t.Helper()
+	a := newFakeTimeAgent(t, p, machine, func(c *Config) {
+		c.ControlPlane = front
+		c.KeepAlive = time.Hour
+		c.Notifier = nopNotifier{}
+	})
+	done := make(chan error)
+	go func() { done <- a.Run(context.Background()) }()
+	time.Sleep(time.Minute) // fake: registered and polling
+	if a.Health().Snapshot().WorkerID == "" {
+		t.Fatal("not registered after a minute")
+	}
+	return a, done
 }
 
 // letGo makes the control plane let go of worker id (gone, as a sweep or

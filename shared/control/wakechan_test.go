@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/dreamlake/lakeshore/shared/auth"
 	"github.com/dreamlake/lakeshore/shared/clock"
 	"github.com/dreamlake/lakeshore/shared/control"
+	"github.com/dreamlake/lakeshore/shared/hostkey"
 	"github.com/dreamlake/lakeshore/shared/store"
 	"github.com/dreamlake/lakeshore/shared/store/storetest"
 	"github.com/dreamlake/lakeshore/shared/wake"
@@ -146,6 +148,12 @@ func TestConnectChecksTheWorkerToken(t *testing.T) {
 	f := newWakeChannelFixture(t)
 	id, token := f.worker(t, "m1", "")
 	other, _ := f.worker(t, "m2", "")
+	// The worker's own id with another secret: the token names a worker
+	// that exists (a token carries the id without its "wrk_" prefix).
+	wrongSecret := "wtk_" + strings.TrimPrefix(id, "wrk_") + "_wrong"
+	if owner, ok := auth.WorkerOf(wrongSecret); !ok || owner != id {
+		t.Fatalf("the wrong-secret token names %q, want %s", owner, id)
+	}
 	// A gone worker's socket is refused too (TestConnectRefusesAGoneWorker).
 	for _, tc := range []struct {
 		name, token string
@@ -153,7 +161,7 @@ func TestConnectChecksTheWorkerToken(t *testing.T) {
 	}{
 		{"no token", "", wire.ErrUnauthorized},
 		{"not a worker token", "enroll-token", wire.ErrUnauthorized},
-		{"wrong secret", "wtk_" + id + "_wrong", wire.ErrUnauthorized},
+		{"wrong secret", wrongSecret, wire.ErrUnauthorized},
 		{"no such worker", "wtk_wrk_01NOSUCHWORKER0000000000000_x", wire.ErrUnauthorized},
 	} {
 		if _, err := f.svc.Connect(f.ctx, "c-"+tc.name, tc.token, ""); !errors.Is(err, tc.want) {
@@ -162,7 +170,7 @@ func TestConnectChecksTheWorkerToken(t *testing.T) {
 	}
 	// A wrong secret and an unknown worker read alike, as on the HTTP
 	// daemon routes: the channel is no oracle of which workers exist.
-	_, wrong := f.svc.Connect(f.ctx, "c-a", "wtk_"+id+"_wrong", "")
+	_, wrong := f.svc.Connect(f.ctx, "c-a", wrongSecret, "")
 	_, unknown := f.svc.Connect(f.ctx, "c-b", "wtk_wrk_01NOSUCHWORKER0000000000000_x", "")
 	if wrong == nil || unknown == nil || wrong.Error() != unknown.Error() || wrong.Error() != store.ErrWorkerToken.Error() {
 		t.Errorf("wrong secret = %v, unknown worker = %v; want both %v", wrong, unknown, store.ErrWorkerToken)
@@ -217,6 +225,30 @@ func TestSubmitWakesAFewSockets(t *testing.T) {
 	f.submit(t, "other")
 	if posts := f.poster.take(); len(posts) != 0 {
 		t.Fatalf("a submit to a queue nobody serves posted %+v", posts)
+	}
+}
+
+// TestKeyedWorkWakesOnlyItsKeysWorkers: work with a host key wakes the
+// workers that advertise that key, never generic ones (they cannot claim
+// it, and a wake spent on them leaves the keyed worker to its slow idle
+// poll).
+func TestKeyedWorkWakesOnlyItsKeysWorkers(t *testing.T) {
+	f := newWakeChannelFixture(t)
+	setup := []string{"echo keyed"}
+	for i := range 4 {
+		_, tok := f.worker(t, fmt.Sprintf("m-generic-%d", i), "")
+		f.connect(t, fmt.Sprintf("generic-%d", i), tok)
+	}
+	_, keyedTok := f.worker(t, "m-keyed", hostkey.Of(setup))
+	f.connect(t, "keyed", keyedTok)
+	for i := range 10 {
+		if _, _, err := f.svc.Submit(f.ctx, wire.SubmitRequest{Queue: "q", Argv: []string{"true"}, RunConfig: wire.RunConfig{HostSetup: setup}}); err != nil {
+			t.Fatal(err)
+		}
+		want := []post{{"keyed", wire.WakeMessage{Type: wire.WakeTypeWake, Queue: "q"}}}
+		if posts := f.poster.take(); !slices.Equal(posts, want) {
+			t.Fatalf("keyed submit %d posted %+v; want %+v (the keyed worker's socket only)", i, posts, want)
+		}
 	}
 }
 
@@ -412,6 +444,30 @@ func TestOneWorkerCannotStarveAnother(t *testing.T) {
 		}
 		if len(posts) > 5 {
 			t.Fatalf("submit %d posted to %d sockets; want at most two workers' (5 sockets)", i, len(posts))
+		}
+	}
+}
+
+// TestEachSocketPastTheCapReplacesTheOldest: a worker keeps at most 4
+// sockets after every connect, not only after some: the 5th closes and
+// forgets the oldest, the 6th the next.
+func TestEachSocketPastTheCapReplacesTheOldest(t *testing.T) {
+	f := newWakeChannelFixture(t)
+	id, tok := f.worker(t, "m1", "")
+	var sockets []string
+	for i := range 6 {
+		sockets = append(sockets, fmt.Sprintf("c%d", i))
+		f.connect(t, sockets[i], tok)
+		f.clock.Advance(time.Millisecond)
+		kept := sockets[max(0, len(sockets)-4):]
+		if got := f.socketIDs(t, wake.WorkerKey(id)); !slices.Equal(got, kept) {
+			t.Fatalf("after %d connects the worker keeps %v; want the 4 newest %v", i+1, got, kept)
+		}
+		f.poster.mu.Lock()
+		closed := slices.Clone(f.poster.closed)
+		f.poster.mu.Unlock()
+		if want := sockets[:len(sockets)-len(kept)]; !slices.Equal(closed, want) {
+			t.Fatalf("after %d connects closed %v; want %v", i+1, closed, want)
 		}
 	}
 }

@@ -47,6 +47,31 @@ func TestPlanLaunches(t *testing.T) {
 	}
 }
 
+// TestPlanLaunchesPerKeyCapCountsHostsAlive: MaxHostsPerKey caps the hosts
+// a key has alive (pending or working) plus those planned, not only those
+// one pass plans: a key already at its cap gets no more, however much of
+// its work waits, and one below it gets only the difference.
+func TestPlanLaunchesPerKeyCapCountsHostsAlive(t *testing.T) {
+	a, b := ProvisionKey{"q", "hk1_a"}, ProvisionKey{"q", "hk1_b"}
+	lim := ProvisionLimits{MaxHosts: 100, MaxHostsPerKey: 3, SlotsPerHost: 4}
+	for _, c := range []struct {
+		name  string
+		fleet Fleet
+		want  map[ProvisionKey]int
+	}{
+		{"two alive: one more", Fleet{Hosts: map[ProvisionKey]int{a: 2}}, map[ProvisionKey]int{a: 1, b: 3}},
+		{"at the cap: none", Fleet{Hosts: map[ProvisionKey]int{a: 3}}, map[ProvisionKey]int{b: 3}},
+		{"pending ones count", Fleet{Pending: map[ProvisionKey]int{a: 1}, Hosts: map[ProvisionKey]int{a: 3, b: 1}},
+			map[ProvisionKey]int{b: 2}},
+	} {
+		// 40 queued each: 10 hosts' worth, far past the cap.
+		got := PlanLaunches([]Demand{{a, 40}, {b, 40}}, c.fleet, lim)
+		if !maps.Equal(got, c.want) {
+			t.Errorf("%s: plan %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
 // adoptable is an idle generic worker of queue q that said hello with
 // adopt_host_setup, seen at now.
 func adoptable(id, q string, capacity int, now time.Time) Worker {

@@ -340,6 +340,36 @@ func TestHostThatNeverSaysHelloIsTerminated(t *testing.T) {
 	}
 }
 
+// TestLateHelloOfALetGoHostIsANewWorker: a launched host that never said
+// hello in time is let go, its pending row gone. A hello its daemon still
+// sends after that does not adopt the gone row (a retired worker never
+// comes back): it makes a new worker, and the old row stays gone.
+func TestLateHelloOfALetGoHostIsANewWorker(t *testing.T) {
+	w := newWorld(t)
+	p, host := w.launchOne()
+	var pendingID string
+	if err := w.st.EachWorker(w.ctx, "test", func(wk domain.Worker) error {
+		if wk.Pending() && wk.MachineID == host.InstanceID {
+			pendingID = wk.ID
+		}
+		return nil
+	}); err != nil || pendingID == "" {
+		t.Fatalf("no pending row for instance %s after the launch (%v)", host.InstanceID, err)
+	}
+	w.clock.Advance(provision.DefaultHelloTimeout + time.Minute)
+	if res, err := p.Pass(w.ctx); err != nil || res.Ended != 1 {
+		t.Fatalf("after the hello timeout: %+v %v; want the silent host let go", res, err)
+	}
+	reg, err := storetest.Control(w.st).Register(w.ctx, wire.HelloRequest{MachineID: host.InstanceID, BootID: "boot-late",
+		Lanes: []string{"gpu"}, HostKey: host.Key.HostKey}, func(string) (string, error) { return "hash", nil })
+	if err != nil || reg.Worker.ID == pendingID || reg.Worker.State != domain.WorkerJoining {
+		t.Fatalf("late hello from the let-go host: %+v %v; want a new joining worker, not %s", reg.Worker, err, pendingID)
+	}
+	if old, err := w.st.GetWorker(w.ctx, pendingID); err != nil || old.State != domain.WorkerGone {
+		t.Fatalf("the let-go pending row after the late hello: %s %v; want still gone", old.State, err)
+	}
+}
+
 // TestHelloAdoptsTheLaunchedHost: a launch writes a pending worker row for
 // its instance; the host's hello (machine id = instance id) adopts that
 // row instead of making a new worker, and from then on its free slots, not

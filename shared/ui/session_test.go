@@ -90,6 +90,28 @@ func TestSessionEndsWithItsToken(t *testing.T) {
 	}
 }
 
+// TestCSRFTokenIsBoundToItsSession: an action needs the CSRF token of
+// the session whose cookie it carries: another live session's token (one
+// a page of that session showed) is refused, and the action is not done.
+func TestCSRFTokenIsBoundToItsSession(t *testing.T) {
+	s := serve(t)
+	inv, _ := fleetOf(t, s)
+	mine, theirs := s.login(t, operatorToken), s.login(t, operatorToken)
+	if mine.CSRF == "" || mine.CSRF == theirs.CSRF {
+		t.Fatalf("two sessions' CSRF tokens: %q and %q, want two different ones", mine.CSRF, theirs.CSRF)
+	}
+	cancel := "/ui/invocations/" + inv + "/cancel"
+	if resp, _ := s.as(t, mine.Cookie, "POST", cancel, url.Values{"csrf": {theirs.CSRF}}); resp.StatusCode != http.StatusForbidden {
+		t.Errorf("a cancel with another session's CSRF token: %d, want 403", resp.StatusCode)
+	}
+	if got, _ := s.op.GetInvocation(t.Context(), inv); got.State != wire.StateQueued {
+		t.Fatalf("after a cancel with another session's CSRF token: %s, want still queued", got.State)
+	}
+	if resp, _ := s.as(t, mine.Cookie, "POST", cancel, url.Values{"csrf": {mine.CSRF}}); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("a cancel with the session's own CSRF token: %d, want 303", resp.StatusCode)
+	}
+}
+
 // TestLogoutEndsTheSession: a copy of the cookie taken before a logout is
 // refused after it, on every page and action.
 func TestLogoutEndsTheSession(t *testing.T) {

@@ -1019,3 +1019,25 @@ func TestErrorUnwrapAndString(t *testing.T) {
 		t.Errorf("Error() = %q, want %q", got, want)
 	}
 }
+
+// TestLogsRequestBytesPerRequest: one logs request carries at most
+// MaxLogBytesPerRequest of output, counted over all its attempts' chunks:
+// exactly that much is valid, one byte more is refused.
+func TestLogsRequestBytesPerRequest(t *testing.T) {
+	const chunk = wire.MaxLogBytesPerRequest / 4
+	full := func(seq int) wire.LogChunk {
+		return wire.LogChunk{Seq: seq, Stream: "stdout", Data: bytes.Repeat([]byte("x"), chunk), At: t0}
+	}
+	// Two attempts, two full chunks each: the limit exactly.
+	req := wire.LogsRequest{WorkerID: workerID, Logs: []wire.LogBatch{
+		{InvocationID: invID, Attempt: 1, Chunks: []wire.LogChunk{full(0), full(1)}},
+		{InvocationID: invID, Attempt: 2, Chunks: []wire.LogChunk{full(0), full(1)}},
+	}}
+	if err := req.Validate(); err != nil {
+		t.Fatalf("exactly %d bytes over two attempts: %v; want valid", wire.MaxLogBytesPerRequest, err)
+	}
+	req.Logs[1].Chunks = append(req.Logs[1].Chunks, wire.LogChunk{Seq: 2, Stream: "stderr", Data: []byte("y"), At: t0})
+	if err := req.Validate(); wire.CodeOf(err) != wire.CodeInvalid {
+		t.Fatalf("one byte past %d: %v; want invalid", wire.MaxLogBytesPerRequest, err)
+	}
+}

@@ -132,14 +132,11 @@ func (c *caller) ask(t *testing.T) int {
 	return code
 }
 
-// TestRunViewDualStackCaller: a process of the run that talks to the
-// (IPv4) endpoint over an AF_INET6 socket connected to ::ffff:127.0.0.1
-// (the kernel lists that socket in /proc/net/tcp6, not tcp) reads its
-// view; a process of another group over the same kind of socket still
-// reads nothing. Both are real processes, each a group of its own; the
-// run's group is found by the daemon's own member listing.
-func TestRunViewDualStackCaller(t *testing.T) {
-	s, err := Listen("127.0.0.1:0", Config{Members: process.GroupMembers})
+// listenLoopback serves the endpoint on a free loopback port, the run's
+// processes listed by members, until the test ends.
+func listenLoopback(t *testing.T, members func(pgid int) []int) *Server {
+	t.Helper()
+	s, err := Listen("127.0.0.1:0", Config{Members: members})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,6 +145,17 @@ func TestRunViewDualStackCaller(t *testing.T) {
 		defer cancel()
 		_ = s.Close(ctx)
 	})
+	return s
+}
+
+// TestRunViewDualStackCaller: a process of the run that talks to the
+// (IPv4) endpoint over an AF_INET6 socket connected to ::ffff:127.0.0.1
+// (the kernel lists that socket in /proc/net/tcp6, not tcp) reads its
+// view; a process of another group over the same kind of socket still
+// reads nothing. Both are real processes, each a group of its own; the
+// run's group is found by the daemon's own member listing.
+func TestRunViewDualStackCaller(t *testing.T) {
+	s := listenLoopback(t, process.GroupMembers)
 	h, err := s.Add(Run{HostKey: "hk1_abc", WorkerID: "wrk_1", InvocationID: "inv_1", Attempt: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -163,5 +171,26 @@ func TestRunViewDualStackCaller(t *testing.T) {
 	}
 	if code := member.ask(t); code != http.StatusOK {
 		t.Errorf("the run's own process over a dual-stack socket: %d, want 200", code)
+	}
+}
+
+// TestRunViewStrangerWhileTheRunHoldsOtherSockets: the caller's own
+// socket must be held by a process of the run, not just any socket. Here
+// the run's one process is the daemon itself (this test binary), which
+// holds the endpoint's listener and its end of every connection: a
+// stranger's request still reads nothing.
+func TestRunViewStrangerWhileTheRunHoldsOtherSockets(t *testing.T) {
+	self := os.Getpid()
+	s := listenLoopback(t, func(int) []int { return []int{self} })
+	h, err := s.Add(Run{InvocationID: "inv_1", Attempt: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan struct{})
+	close(started)
+	h.Attach(started, func() int { return self }, func() {})
+	stranger := startCaller(t, h.URL())
+	if code := stranger.ask(t); code != http.StatusForbidden {
+		t.Errorf("a stranger, while the run's process holds other sockets: %d, want 403", code)
 	}
 }

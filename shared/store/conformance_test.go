@@ -822,7 +822,7 @@ func testAckLateWhileRequeued(t *testing.T, f *fixture) {
 	inv := f.submit(submitReq())
 	a := f.worker("m-a", "")
 	f.claimOne(a, inv)
-	if got, err := f.s.Requeue(f.ctx, inv.ID, a.ID, domain.Loss{Kind: domain.EndStale, Why: "stale"}); err != nil || got.State != wire.StateQueued {
+	if got, _, err := f.s.Requeue(f.ctx, inv.ID, a.ID, domain.Loss{Kind: domain.EndStale, Why: "stale"}); err != nil || got.State != wire.StateQueued {
 		t.Fatalf("Requeue = %s, %v", got.State, err)
 	}
 	f.mustAck(a, inv, 1, wire.StateFailed, true)
@@ -843,7 +843,7 @@ func testAckSupersededCancelled(t *testing.T, f *fixture) {
 	a := f.worker("m-a", "")
 	b := f.worker("m-b", "")
 	f.claimOne(a, inv)
-	if got, err := f.s.Requeue(f.ctx, inv.ID, a.ID, domain.Loss{Kind: domain.EndStale, Why: "stale"}); err != nil || got.State != wire.StateQueued {
+	if got, _, err := f.s.Requeue(f.ctx, inv.ID, a.ID, domain.Loss{Kind: domain.EndStale, Why: "stale"}); err != nil || got.State != wire.StateQueued {
 		t.Fatalf("Requeue = %s, %v", got.State, err)
 	}
 	f.claimOne(b, inv)
@@ -888,7 +888,7 @@ func testRequeueNextAttempt(t *testing.T, f *fixture) {
 	b := f.worker("m-b", "")
 	f.claimOne(a, inv)
 
-	got, err := f.s.Requeue(f.ctx, inv.ID, a.ID, domain.Loss{Kind: domain.EndStale, Why: "stale"})
+	got, _, err := f.s.Requeue(f.ctx, inv.ID, a.ID, domain.Loss{Kind: domain.EndStale, Why: "stale"})
 	if err != nil {
 		t.Fatalf("Requeue: %v", err)
 	}
@@ -905,7 +905,7 @@ func testRequeueNextAttempt(t *testing.T, f *fixture) {
 		t.Fatalf("second claim: attempt %d, attempts %+v", second.Attempt, second.Attempts)
 	}
 	// A requeue for a worker that no longer runs it is a no-op.
-	if got, err := f.s.Requeue(f.ctx, inv.ID, a.ID, domain.Loss{Kind: domain.EndStale, Why: "stale"}); err != nil || got.State != wire.StateRunning || got.WorkerID != b.ID {
+	if got, _, err := f.s.Requeue(f.ctx, inv.ID, a.ID, domain.Loss{Kind: domain.EndStale, Why: "stale"}); err != nil || got.State != wire.StateRunning || got.WorkerID != b.ID {
 		t.Fatalf("stale Requeue = %s by %s, %v; want running by b", got.State, got.WorkerID, err)
 	}
 }
@@ -917,12 +917,12 @@ func testRequeueExhausted(t *testing.T, f *fixture) {
 	a := f.worker("m-a", "")
 	b := f.worker("m-b", "")
 	f.claimOne(a, inv)
-	if _, err := f.s.Requeue(f.ctx, inv.ID, a.ID, domain.Loss{Kind: domain.EndStale, Why: "stale"}); err != nil {
+	if _, _, err := f.s.Requeue(f.ctx, inv.ID, a.ID, domain.Loss{Kind: domain.EndStale, Why: "stale"}); err != nil {
 		t.Fatalf("Requeue 1: %v", err)
 	}
 	f.claimOne(b, inv)
 	f.clock.Advance(time.Second)
-	got, err := f.s.Requeue(f.ctx, inv.ID, b.ID, domain.Loss{Kind: domain.EndStale, Why: "stale"})
+	got, _, err := f.s.Requeue(f.ctx, inv.ID, b.ID, domain.Loss{Kind: domain.EndStale, Why: "stale"})
 	if err != nil {
 		t.Fatalf("Requeue 2: %v", err)
 	}
@@ -936,7 +936,7 @@ func testRequeueExhausted(t *testing.T, f *fixture) {
 	f.wantStats("q", map[string]int{wire.StateFailed: 1}, 1)
 	f.claimNone(a, "q")
 	// Requeueing it again changes and counts nothing.
-	if _, err := f.s.Requeue(f.ctx, inv.ID, b.ID, domain.Loss{Kind: domain.EndStale, Why: "stale"}); err != nil {
+	if _, _, err := f.s.Requeue(f.ctx, inv.ID, b.ID, domain.Loss{Kind: domain.EndStale, Why: "stale"}); err != nil {
 		t.Fatalf("Requeue 3: %v", err)
 	}
 	f.wantStats("q", map[string]int{wire.StateFailed: 1}, 1)
@@ -950,7 +950,7 @@ func testRequeueCancelRequested(t *testing.T, f *fixture) {
 	if err != nil || c.State != wire.StateRunning || !c.CancelRequested {
 		t.Fatalf("Cancel of running = %s cancel_requested %v, %v", c.State, c.CancelRequested, err)
 	}
-	got, err := f.s.Requeue(f.ctx, inv.ID, a.ID, domain.Loss{Kind: domain.EndStale, Why: "stale"})
+	got, _, err := f.s.Requeue(f.ctx, inv.ID, a.ID, domain.Loss{Kind: domain.EndStale, Why: "stale"})
 	if err != nil || got.State != wire.StateCancelled {
 		t.Fatalf("Requeue with cancel requested = %s, %v; want cancelled", got.State, err)
 	}

@@ -2,7 +2,7 @@ package agent
 
 // The router-level flows — hello → poll → ack → bye, the sweep and host
 // status — with real daemons in process, against a control plane whose
-// store reaches DynamoDB through a FaultyTransport (issue 11): requests fail
+// store reaches DynamoDB through a FaultyTransport: requests fail
 // before they are sent, are applied and then answered 500, are applied and
 // then lose their connection, or are held past the client's timeout and
 // land later. The SDK retries as it does in production, the daemons retry as

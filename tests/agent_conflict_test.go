@@ -13,7 +13,7 @@ import (
 )
 
 // TestAgentMachineIDConflict: two nymphs with one --machine-id (a cloned
-// image) used to replace each other forever. Now the one replaced while it
+// image) do not replace each other forever: the one replaced while it
 // runs stops with exit 5 and says why; the other carries on; the control
 // plane records the conflict on the replaced worker; the replaced nymph
 // logs its exit for reason conflict and says no bye; no work is lost, and

@@ -318,7 +318,7 @@ func (g exitGate) release(t *testing.T) {
 // --kill-after 0s is SIGKILL right after SIGTERM (neither is a default in
 // disguise): on SIGTERM a body that ignores SIGTERM is killed at once and
 // handed back by bye. Measured from the signal until the invocation no
-// longer runs on that worker; they used to be 30 s and 10 s.
+// longer runs on that worker, well under the 30 s and 10 s defaults.
 func TestAgentZeroGraceHandsBackAtOnce(t *testing.T) {
 	d := startDev(t, backends[0], "--stale-after", "60s")
 	op := d.Operator()

@@ -30,7 +30,7 @@ import (
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
-// The fault suite (issue 4): real nymph processes against `lakeshore dev`,
+// The fault suite: real nymph processes against `lakeshore dev`,
 // every body appending `invocation attempt worker unix-time` to a ledger.
 // Each fault is injected mid-run; then the batch drains and the outcome is
 // computed Jepsen-style from the control plane and the ledger.

@@ -1009,7 +1009,7 @@ func TestInfraNotifyBrokenSocket(t *testing.T) {
 	}
 }
 
-// TestInfraProvisionedHost (issue 15): on a host the provisioner launched,
+// TestInfraProvisionedHost: on a host the provisioner launched,
 // infra/user-data.sh takes the settings its first user-data part wrote
 // (provision.Settings): the queue and capacity it was launched for, its
 // host setup file and keep-alive after the template's own EXTRA_ENV (so

@@ -23,7 +23,7 @@ import (
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
-// TestProvisionLaunchesAHostThatRunsTheWork (issue 15): `lakeshore dev`
+// TestProvisionLaunchesAHostThatRunsTheWork: `lakeshore dev`
 // with provisioning on, over moto's DynamoDB and EC2. Work whose host setup
 // no live worker has makes the provisioner launch one instance from the
 // launch template, tagged with its queue and host key, whose user data
@@ -227,10 +227,9 @@ func testProvisionNudged(t *testing.T, b backend) {
 	eventually(t, 30*time.Second, "an instance launched right after the submit", func() bool { return instancesFor(t, ec2c, setup) == 1 })
 }
 
-// TestProvisionAsksAGenericWorkerToAdopt (issue 15, `nymph
-// --adopt-host-setup`): with provisioning on, work whose host setup no
-// live worker has goes first to an idle generic worker that may adopt: the
-// real nymph runs that host setup in phase setup, advertises the derived
+// TestProvisionAsksAGenericWorkerToAdopt (`nymph --adopt-host-setup`):
+// with provisioning on, work whose host setup no live worker has goes first
+// to an idle generic worker that may adopt: the real nymph runs that host setup in phase setup, advertises the derived
 // key and runs the work, and nothing is launched for it. A second generic
 // nymph asked for a host setup that fails stays generic and keeps working
 // (generic work still reaches it); the provisioner launches a host for

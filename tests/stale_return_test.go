@@ -17,11 +17,11 @@ import (
 // a body longer than stale_after whose end the test decides.
 const gatedBody = `i=0; while [ ! -e "$GATE" ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done`
 
-// TestStaleWorkerReturns is the reproduction of the worker that comes back
-// (issue 10 §1): nymph A (capacity 8) runs 8 invocations; A is frozen
-// (SIGSTOP) past stale_after; its work is handed to nymph B and runs there
-// as attempt 2; A wakes (SIGCONT), polls, and is told its attempts were
-// superseded. A kills its bodies and acks them cancelled; those acks must
+// TestStaleWorkerReturns: a worker that comes back after its work was
+// handed out again changes nothing. Nymph A (capacity 8) runs 8
+// invocations; A is frozen (SIGSTOP) past stale_after; its work is handed
+// to nymph B and runs there as attempt 2; A wakes (SIGCONT), polls, and is
+// told its attempts were superseded. A kills its bodies and acks them cancelled; those acks must
 // change nothing: every invocation ends succeeded by B's attempt 2,
 // done_count 8, none cancelled. Runs in process and through the Lambda
 // bootstraps.

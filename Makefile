@@ -71,7 +71,8 @@ lint:
 
 ## check: shared/ must never import agent/, functions/ or cli/; the Lambdas
 ## that serve no routes must not link the router; shared/domain imports
-## nothing of this module but the hostkey leaf (docs/design.md §1)
+## nothing of this module but the hostkey leaf; no binary links a test-support
+## package (docs/design.md §1)
 check:
 	@bad=$$($(GO) list -deps ./shared/... | grep -E 'lakeshore/(agent|functions|cli)(/|$$)' || true); \
 		if [ -n "$$bad" ]; then echo "shared/ imports: $$bad"; exit 1; fi
@@ -83,6 +84,8 @@ check:
 		if [ -n "$$bad" ]; then echo "a Lambda links the Prometheus client (they write EMF lines): $$bad"; exit 1; fi
 	@bad=$$($(GO) list -deps ./shared/domain | grep 'dreamlake/lakeshore/' | grep -vE 'lakeshore/shared/(domain|hostkey)$$' || true); \
 		if [ -n "$$bad" ]; then echo "shared/domain imports: $$bad (the rules import no adapter and no wire type)"; exit 1; fi
+	@bad=$$($(GO) list -deps ./cli/... ./agent/cmd/... ./functions/... | grep -E '^testing$$|lakeshore/.*test$$' || true); \
+		if [ -n "$$bad" ]; then echo "a binary links test support (storetest, waittest, ...): $$bad"; exit 1; fi
 	@echo "layering: ok"
 
 ## bench: store benchmarks (claims/s, conflicts/claim, requests/lifecycle), each

@@ -26,6 +26,7 @@ import (
 
 	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/store/storetest"
+	"github.com/dreamlake/lakeshore/shared/waittest"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
@@ -146,7 +147,7 @@ func TestStoreFaultsRouterFlows(t *testing.T) {
 		opsDone.Wait()
 		t.FailNow()
 	}
-	sfEventually(t, "every invocation terminal and the stop event sent", 60*time.Second, func() (bool, string) {
+	waittest.UntilState(t, 60*time.Second, "every invocation terminal and the stop event sent", func() (bool, string) {
 		n, state := sfTerminal(ctx, p)
 		return n == total && retired.Load() != nil, state
 	})

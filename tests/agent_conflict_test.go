@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dreamlake/lakeshore/agent"
+	"github.com/dreamlake/lakeshore/shared/waittest"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
@@ -22,7 +23,7 @@ func TestAgentMachineIDConflict(t *testing.T) {
 	d := startDev(t, backends[0], "--stale-after", "3s")
 	op := d.Operator()
 	first := startNymph(t, d, "clone-a", "--machine-id", "cloned-machine", "--capacity", "2")
-	eventually(t, 30*time.Second, "the first nymph active", func() bool {
+	waittest.Until(t, 30*time.Second, "the first nymph active", func() bool {
 		ws, err := op.ListWorkers(context.Background(), 10, "")
 		return err == nil && len(ws.Workers) == 1 && ws.Workers[0].State == "active"
 	})
@@ -30,7 +31,7 @@ func TestAgentMachineIDConflict(t *testing.T) {
 	for range 4 {
 		ids = append(ids, submitSh(t, op, "sleep 2", 0).InvocationID)
 	}
-	eventually(t, 30*time.Second, "the first nymph running work", func() bool {
+	waittest.Until(t, 30*time.Second, "the first nymph running work", func() bool {
 		inv, err := op.GetInvocation(context.Background(), ids[0])
 		return err == nil && inv.State == wire.StateRunning
 	})

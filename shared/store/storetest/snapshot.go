@@ -20,8 +20,8 @@ import (
 // Snapshot is every item of every control-plane table under one prefix
 // (Tables), each item as one JSON line (map keys sorted), the lines of each
 // table sorted; tables are keyed by their suffix ("workers", "invocations",
-// …).
-// Tests take one before and after a refused request: nothing may change.
+// …). Tests take one before and after a refused request: nothing may
+// change.
 type Snapshot map[string][]string
 
 // Tables reports the names of every control-plane table of prefix, listed

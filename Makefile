@@ -72,7 +72,9 @@ lint:
 ## check: shared/ must never import agent/, functions/ or cli/; the Lambdas
 ## that serve no routes must not link the router; shared/domain imports
 ## nothing of this module but the hostkey leaf; nymph links no server
-## package (docs/design.md §1)
+## package; no binary links a test-support package; the store imports no
+## wire type, and only the mains build a control.Service
+## (docs/design.md §1)
 check:
 	@bad=$$($(GO) list -deps ./shared/... | grep -E 'lakeshore/(agent|functions|cli)(/|$$)' || true); \
 		if [ -n "$$bad" ]; then echo "shared/ imports: $$bad"; exit 1; fi
@@ -90,6 +92,8 @@ check:
 		if [ -n "$$bad" ]; then echo "shared/store imports: $$bad (the store speaks domain; the HTTP edge maps it to the wire)"; exit 1; fi
 	@bad=$$($(GO) list -deps ./agent/... | grep -E 'lakeshore/shared/(api|control|store|lambdahttp|lambdamain|provision|reaper|hoststatus|ui|wake|wakelambda|wakesock)(/|$$)' || true); \
 		if [ -n "$$bad" ]; then echo "nymph links a server package: $$bad (shared rules it needs go in a leaf such as shared/cadence)"; exit 1; fi
+	@bad=$$($(GO) list -deps ./cli/... ./agent/cmd/... ./functions/... | grep -E '^testing$$|lakeshore/.*test$$' || true); \
+		if [ -n "$$bad" ]; then echo "a binary links test support (storetest, waittest, ...): $$bad"; exit 1; fi
 	@echo "layering: ok"
 
 ## bench: store benchmarks (claims/s, conflicts/claim, requests/lifecycle), each

@@ -21,7 +21,7 @@ func (nopNotifier) Notify(string) error { return nil }
 
 // TestConfigDurationsMeanWhatTheySay: a Config's durations are taken as
 // given. A zero --grace is no grace and a zero --kill-after is SIGKILL right
-// after SIGTERM (they used to become 30 s and 10 s); the defaults come from
+// after SIGTERM, not 30 s and 10 s in disguise; the defaults come from
 // DefaultConfig (the flags' defaults), not from a zero.
 func TestConfigDurationsMeanWhatTheySay(t *testing.T) {
 	for _, tc := range []struct {

@@ -44,9 +44,9 @@ func (h *holdPolls) RoundTrip(r *http.Request) (*http.Response, error) {
 // in flight does not cut that poll off. The loop's requests run on a
 // context a stop leaves alone, so the heartbeats of the drain and its
 // terminating poll go out; only boot and hello's retries give way to a
-// stop. (A stop used to cancel the loop's context, and a poll in flight
-// then failed with "context canceled": the terminating poll was lost now
-// and then, which TestStoreFaultsOneFault/bye_lost showed under -race
+// stop. (Were a stop to cancel the loop's context, a poll in flight would
+// fail with "context canceled" and the terminating poll would be lost now
+// and then, as TestStoreFaultsOneFault/bye_lost shows under -race
 // -count=20.)
 func TestStopLeavesAPollInFlight(t *testing.T) {
 	p := apitest.New(t)
@@ -75,7 +75,7 @@ func TestStopLeavesAPollInFlight(t *testing.T) {
 	a.Stop()
 	// With a stop that cancels the loop's context, the held poll's context
 	// ends within milliseconds; two seconds is generous.
-	time.Sleep(2 * time.Second) // the window the bug needed, not synchronisation
+	time.Sleep(2 * time.Second) // the window such a stop would need, not synchronisation
 	close(h.release)
 	select {
 	case err := <-done:

@@ -18,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/dreamlake/lakeshore/shared/api/apitest"
 	"github.com/dreamlake/lakeshore/shared/store"
+	"github.com/dreamlake/lakeshore/shared/waittest"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
@@ -135,12 +136,9 @@ func TestReHelloRefusedExits3(t *testing.T) {
 				if tc.stop {
 					// Fake time: wait for the 410 (unregistered), then let
 					// hello retry a while before the stop.
-					for i := 0; i < 600 && a.Health().Snapshot().WorkerID != ""; i++ {
-						time.Sleep(100 * time.Millisecond)
-					}
-					if a.Health().Snapshot().WorkerID != "" {
-						t.Fatal("still registered a minute after its worker was let go")
-					}
+					waittest.Until(t, time.Minute, "unregistered after its worker was let go", func() bool {
+						return a.Health().Snapshot().WorkerID == ""
+					})
 					time.Sleep(2 * time.Second)
 					a.Stop()
 				}

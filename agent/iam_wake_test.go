@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/dreamlake/lakeshore/agent/internal/wakeclient"
+	"github.com/dreamlake/lakeshore/shared/waittest"
 	"github.com/dreamlake/lakeshore/shared/wakesock"
 )
 
@@ -63,7 +64,7 @@ func TestIAMSignsTheWakeSocket(t *testing.T) {
 	defer cancel()
 	go c.Run(ctx)
 	c.Use("ws"+strings.TrimPrefix(front.URL, "http")+"/wake", "wtk_w")
-	waitUntil(t, 30*time.Second, "the signed wake socket up", c.Up)
+	waittest.Until(t, 30*time.Second, "the signed wake socket up", c.Up)
 
 	mu.Lock()
 	defer mu.Unlock()

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dreamlake/lakeshore/shared/api/apitest"
+	"github.com/dreamlake/lakeshore/shared/waittest"
 	"github.com/dreamlake/lakeshore/shared/wake"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
@@ -24,19 +25,6 @@ func (c *pollCounter) RoundTrip(r *http.Request) (*http.Response, error) {
 		c.sent.Add(1)
 	}
 	return c.base.RoundTrip(r)
-}
-
-// waitUntil polls cond every few milliseconds until it holds, failing the
-// test after limit (a guard for a bug, never what the test waits for).
-func waitUntil(t *testing.T, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s", what, limit)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // TestIdleLongPollIsWoken: where the control plane offers long polls, an
@@ -61,7 +49,7 @@ func TestIdleLongPollIsWoken(t *testing.T) {
 	}
 	runAgent(t, a)
 
-	waitUntil(t, 30*time.Second, "a held poll", func() bool { return hub.Waiting(wake.Key("q", "")) == 1 })
+	waittest.Until(t, 30*time.Second, "a held poll", func() bool { return hub.Waiting(wake.Key("q", "")) == 1 })
 	held := polls.sent.Load()
 	inv, _, err := operator(p).Submit(context.Background(), wire.SubmitRequest{Queue: "q", Argv: []string{"true"}})
 	if err != nil {
@@ -103,7 +91,7 @@ func TestIdleDaemonPollsOncePerInterval(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan error, 1)
 			go func() { done <- a.Run(ctx) }()
-			waitUntil(t, 30*time.Second, "ready", func() bool { return a.Health().Snapshot().Phase == wire.PhaseReady })
+			waittest.Until(t, 30*time.Second, "ready", func() bool { return a.Health().Snapshot().Phase == wire.PhaseReady })
 			from, start := polls.sent.Load(), time.Now()
 			time.Sleep(3 * time.Second)
 			n, took := polls.sent.Load()-from, time.Since(start)
@@ -159,7 +147,7 @@ func TestStopCutsAHeldPoll(t *testing.T) {
 	a := newFakeTimeAgent(t, p, "cut", func(c *Config) { c.HTTP = &http.Client{} })
 	done := make(chan error, 1)
 	go func() { done <- a.Run(context.Background()) }()
-	waitUntil(t, 30*time.Second, "a held poll", func() bool { return hub.Waiting(wake.Key("q", "")) == 1 })
+	waittest.Until(t, 30*time.Second, "a held poll", func() bool { return hub.Waiting(wake.Key("q", "")) == 1 })
 	a.Stop()
 	select {
 	case err := <-done:

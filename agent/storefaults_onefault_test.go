@@ -16,6 +16,7 @@ import (
 	"github.com/dreamlake/lakeshore/shared/reaper"
 	"github.com/dreamlake/lakeshore/shared/store"
 	"github.com/dreamlake/lakeshore/shared/store/storetest"
+	"github.com/dreamlake/lakeshore/shared/waittest"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
@@ -104,7 +105,7 @@ func TestStoreFaultsOneFault(t *testing.T) {
 				})
 			}
 		})
-		sfEventually(t, "the submit from the hook", 10*time.Second, func() (bool, string) { return inv.Load() != nil, "" })
+		waittest.Until(t, 10*time.Second, "the submit from the hook", func() bool { return inv.Load() != nil })
 		id := inv.Load().(string)
 		r.waitDone(t, id)
 		r.stopAndCheck(t, ag, []string{id}, []storetest.Fault{drop})

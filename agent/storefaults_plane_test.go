@@ -191,23 +191,6 @@ func sfRetry(tries int, fn func() error) (int, error) {
 	}
 }
 
-// sfEventually polls cond until it holds, or fails the test after limit
-// with the last state cond described.
-func sfEventually(t *testing.T, what string, limit time.Duration, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s; last seen: %s", what, limit, state)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // sfSubmitted is what the operators' submits answered, by idempotency key.
 type sfSubmitted struct {
 	mu    sync.Mutex

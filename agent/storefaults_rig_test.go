@@ -11,6 +11,7 @@ import (
 
 	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/store/storetest"
+	"github.com/dreamlake/lakeshore/shared/waittest"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
@@ -49,7 +50,7 @@ func (r *sfRig) submit(t *testing.T, key string) string {
 // waitDone waits until invocation id is terminal, read without faults.
 func (r *sfRig) waitDone(t *testing.T, id string) {
 	t.Helper()
-	sfEventually(t, "invocation "+id+" terminal", 20*time.Second, func() (bool, string) {
+	waittest.UntilState(t, 20*time.Second, "invocation "+id+" terminal", func() (bool, string) {
 		inv, err := r.p.Truth.GetInvocation(context.Background(), id)
 		if err != nil {
 			return false, err.Error()

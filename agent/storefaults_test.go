@@ -2,7 +2,7 @@ package agent
 
 // The router-level flows — hello → poll → ack → bye, the sweep and host
 // status — with real daemons in process, against a control plane whose
-// store reaches DynamoDB through a FaultyTransport (issue 11): requests fail
+// store reaches DynamoDB through a FaultyTransport: requests fail
 // before they are sent, are applied and then answered 500, are applied and
 // then lose their connection, or are held past the client's timeout and
 // land later. The SDK retries as it does in production, the daemons retry as
@@ -26,6 +26,7 @@ import (
 
 	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/store/storetest"
+	"github.com/dreamlake/lakeshore/shared/waittest"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
@@ -146,7 +147,7 @@ func TestStoreFaultsRouterFlows(t *testing.T) {
 		opsDone.Wait()
 		t.FailNow()
 	}
-	sfEventually(t, "every invocation terminal and the stop event sent", 60*time.Second, func() (bool, string) {
+	waittest.UntilState(t, 60*time.Second, "every invocation terminal and the stop event sent", func() (bool, string) {
 		n, state := sfTerminal(ctx, p)
 		return n == total && retired.Load() != nil, state
 	})

@@ -9,11 +9,12 @@ import (
 	"time"
 
 	"github.com/dreamlake/lakeshore/agent"
+	"github.com/dreamlake/lakeshore/shared/waittest"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
 // TestAgentMachineIDConflict: two nymphs with one --machine-id (a cloned
-// image) used to replace each other forever. Now the one replaced while it
+// image) do not replace each other forever: the one replaced while it
 // runs stops with exit 5 and says why; the other carries on; the control
 // plane records the conflict on the replaced worker; the replaced nymph
 // logs its exit for reason conflict and says no bye; no work is lost, and
@@ -22,7 +23,7 @@ func TestAgentMachineIDConflict(t *testing.T) {
 	d := startDev(t, backends[0], "--stale-after", "3s")
 	op := d.Operator()
 	first := startNymph(t, d, "clone-a", "--machine-id", "cloned-machine", "--capacity", "2")
-	eventually(t, 30*time.Second, "the first nymph active", func() bool {
+	waittest.Until(t, 30*time.Second, "the first nymph active", func() bool {
 		ws, err := op.ListWorkers(context.Background(), 10, "")
 		return err == nil && len(ws.Workers) == 1 && ws.Workers[0].State == "active"
 	})
@@ -30,7 +31,7 @@ func TestAgentMachineIDConflict(t *testing.T) {
 	for range 4 {
 		ids = append(ids, submitSh(t, op, "sleep 2", 0).InvocationID)
 	}
-	eventually(t, 30*time.Second, "the first nymph running work", func() bool {
+	waittest.Until(t, 30*time.Second, "the first nymph running work", func() bool {
 		inv, err := op.GetInvocation(context.Background(), ids[0])
 		return err == nil && inv.State == wire.StateRunning
 	})

@@ -14,6 +14,7 @@ import (
 	"github.com/dreamlake/lakeshore/agent"
 	"github.com/dreamlake/lakeshore/shared/client"
 	"github.com/dreamlake/lakeshore/shared/store/storetest"
+	"github.com/dreamlake/lakeshore/shared/waittest"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
@@ -29,7 +30,7 @@ func TestAgentDrainCommand(t *testing.T) {
 	inv := submitSh(t, op, g.started()+g.await()+`; echo done`, 0)
 	g.waitStarted(t)
 	var w wire.Worker
-	eventually(t, 20*time.Second, "claimed", func() bool {
+	waittest.Until(t, 20*time.Second, "claimed", func() bool {
 		got, _ := op.GetInvocation(ctx, inv.InvocationID)
 		w, _ = workerNamed(ctx, op, "drained")
 		return got.State == wire.StateRunning
@@ -37,7 +38,7 @@ func TestAgentDrainCommand(t *testing.T) {
 	if _, err := op.DrainWorker(ctx, w.WorkerID); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 20*time.Second, "draining", func() bool {
+	waittest.Until(t, 20*time.Second, "draining", func() bool {
 		w, _ := workerNamed(ctx, op, "drained")
 		return w.State == "draining"
 	})
@@ -107,7 +108,7 @@ func TestAgentSecondSignalSkipsGrace(t *testing.T) {
 	ctx := context.Background()
 	n := startNymph(t, d, "impatient", "--grace", "10m", "--kill-after", "500ms")
 	inv, _ := signalWithStubbornBody(t, op, n)
-	eventually(t, 10*time.Second, "draining", func() bool {
+	waittest.Until(t, 10*time.Second, "draining", func() bool {
 		w, _ := workerNamed(ctx, op, "impatient")
 		return w.State == "draining"
 	})
@@ -140,13 +141,13 @@ func TestAgentAckSurvivesRestart(t *testing.T) {
 	g := newExitGate(t)
 	inv := submitSh(t, op, g.started()+g.await()+`; echo '{"from": "first"}' > "$NYMPH_RESULT_FILE"`, 0)
 	g.waitStarted(t)
-	eventually(t, 20*time.Second, "claimed", func() bool {
+	waittest.Until(t, 20*time.Second, "claimed", func() bool {
 		got, _ := op.GetInvocation(ctx, inv.InvocationID)
 		return got.State == wire.StateRunning
 	})
 	d.stop(t) // the control plane goes away while the body runs
 	g.release(t)
-	eventually(t, 20*time.Second, "ack spooled", func() bool {
+	waittest.Until(t, 20*time.Second, "ack spooled", func() bool {
 		return strings.Contains(first.logs.String(), `"msg":"finished"`)
 	})
 	_ = first.cmd.Process.Signal(syscall.SIGKILL)
@@ -180,7 +181,7 @@ func TestAgentRunsSetupCommands(t *testing.T) {
 	ctx := context.Background()
 	startNymph(t, d, "setup-cmd")
 	var w wire.Worker
-	eventually(t, 20*time.Second, "ready", func() bool {
+	waittest.Until(t, 20*time.Second, "ready", func() bool {
 		w, _ = workerNamed(ctx, op, "setup-cmd")
 		return w.Phase == wire.PhaseReady
 	})
@@ -194,7 +195,7 @@ func TestAgentRunsSetupCommands(t *testing.T) {
 	began := time.Now()
 	// A heartbeat in phase setup after the submit: the worker could have
 	// claimed the work then, and did not.
-	eventually(t, 20*time.Second, "a poll in phase setup", func() bool {
+	waittest.Until(t, 20*time.Second, "a poll in phase setup", func() bool {
 		w, _ := workerNamed(ctx, op, "setup-cmd")
 		return w.Phase == wire.PhaseSetup && w.LastSeenAt != nil && w.LastSeenAt.After(began)
 	})
@@ -203,7 +204,7 @@ func TestAgentRunsSetupCommands(t *testing.T) {
 	}
 	held := time.Since(began)
 	g.release(t)
-	eventually(t, 20*time.Second, "setup result reported", func() bool {
+	waittest.Until(t, 20*time.Second, "setup result reported", func() bool {
 		r, err := op.SetupResults(ctx, w.WorkerID)
 		return err == nil && len(r.SetupResults) == 1 && r.SetupResults[0].Status == wire.SetupSucceeded
 	})
@@ -224,7 +225,7 @@ func TestAgentSurvivesControlPlaneRestart(t *testing.T) {
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	d := startDev(t, backends[0], "--stale-after", "3s", "--addr", addr)
 	startNymph(t, d, "phoenix")
-	eventually(t, 20*time.Second, "ready", func() bool {
+	waittest.Until(t, 20*time.Second, "ready", func() bool {
 		w, ok := workerNamed(context.Background(), d.Operator(), "phoenix")
 		return ok && w.Phase == wire.PhaseReady
 	})
@@ -266,7 +267,7 @@ func signalWithStubbornBody(t *testing.T, op *client.Client, n *nymphProc) (wire
 	g := newExitGate(t)
 	inv := submitSh(t, op, `trap '' TERM; `+g.started()+`sleep 120`, 0)
 	g.waitStarted(t) // the trap is set
-	eventually(t, 20*time.Second, "claimed", func() bool {
+	waittest.Until(t, 20*time.Second, "claimed", func() bool {
 		got, err := op.GetInvocation(ctx, inv.InvocationID)
 		if err == nil {
 			inv = got
@@ -301,7 +302,7 @@ func (g exitGate) await() string {
 
 func (g exitGate) waitStarted(t *testing.T) {
 	t.Helper()
-	eventually(t, 30*time.Second, "the body started (its gate file)", func() bool {
+	waittest.Until(t, 30*time.Second, "the body started (its gate file)", func() bool {
 		_, err := os.Stat(filepath.Join(g.dir, "started"))
 		return err == nil
 	})
@@ -318,7 +319,7 @@ func (g exitGate) release(t *testing.T) {
 // --kill-after 0s is SIGKILL right after SIGTERM (neither is a default in
 // disguise): on SIGTERM a body that ignores SIGTERM is killed at once and
 // handed back by bye. Measured from the signal until the invocation no
-// longer runs on that worker; they used to be 30 s and 10 s.
+// longer runs on that worker, well under the 30 s and 10 s defaults.
 func TestAgentZeroGraceHandsBackAtOnce(t *testing.T) {
 	d := startDev(t, backends[0], "--stale-after", "60s")
 	op := d.Operator()
@@ -357,7 +358,7 @@ func TestAgentZeroGraceHandsBackAtOnce(t *testing.T) {
 func TestAgentSignalDuringHello(t *testing.T) {
 	d := &devServer{URL: fmt.Sprintf("http://127.0.0.1:%d", freePort(t)), EnrollToken: "x"} // nothing listens
 	n := startNymph(t, d, "unheard")
-	eventually(t, 10*time.Second, "hello retrying", func() bool {
+	waittest.Until(t, 10*time.Second, "hello retrying", func() bool {
 		return strings.Contains(n.logs.String(), "hello failed; retrying")
 	})
 	_ = n.cmd.Process.Signal(syscall.SIGTERM)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dreamlake/lakeshore/shared/waittest"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
@@ -43,7 +44,7 @@ func TestAgentHostSetupFailure(t *testing.T) {
 		n := startNymph(t, d, "broken", "--host-setup", "exit 3", "--keep-alive", "3s")
 
 		var w wire.Worker
-		eventually(t, 20*time.Second, "the host setup's failure on the control plane", func() bool {
+		waittest.Until(t, 20*time.Second, "the host setup's failure on the control plane", func() bool {
 			w, _ = workerNamed(ctx, op, "broken")
 			return hostSetupFailed(w, "exit 3")
 		})
@@ -87,7 +88,7 @@ func TestAgentHostSetupRepaired(t *testing.T) {
 		n := startNymph(t, d, "repairable", "--host-setup", setup, "--keep-alive", "60s")
 
 		var w wire.Worker
-		eventually(t, 20*time.Second, "the host setup's failure on the control plane", func() bool {
+		waittest.Until(t, 20*time.Second, "the host setup's failure on the control plane", func() bool {
 			w, _ = workerNamed(ctx, op, "repairable")
 			return hostSetupFailed(w, setup)
 		})

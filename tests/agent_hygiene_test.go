@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dreamlake/lakeshore/shared/waittest"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
@@ -34,7 +35,7 @@ func processGone(pid int) bool {
 func readPid(t *testing.T, path string) int {
 	t.Helper()
 	pid := 0
-	eventually(t, 30*time.Second, "pid file "+filepath.Base(path), func() bool {
+	waittest.Until(t, 30*time.Second, "pid file "+filepath.Base(path), func() bool {
 		b, err := os.ReadFile(path)
 		if err != nil || !strings.HasSuffix(string(b), "\n") {
 			return false
@@ -75,7 +76,7 @@ func TestAgentKillsBodiesOfAKilledDaemon(t *testing.T) {
 
 	_ = first.cmd.Process.Signal(syscall.SIGKILL)
 	first.wait(t, 10*time.Second)
-	eventually(t, 10*time.Second, "the body's shell dead with its daemon (Pdeathsig)", func() bool { return processGone(leader) })
+	waittest.Until(t, 10*time.Second, "the body's shell dead with its daemon (Pdeathsig)", func() bool { return processGone(leader) })
 	if processGone(orphan) {
 		t.Fatal("the body's child died with the daemon: nothing is left for the restart to find")
 	}
@@ -150,7 +151,7 @@ func TestAgentRunDirsCappedBySize(t *testing.T) {
 	}
 	want := []string{ids[3] + "/1", ids[4] + "/1"}
 	slices.Sort(want)
-	eventually(t, 30*time.Second, fmt.Sprintf("run directories %v", want), func() bool {
+	waittest.Until(t, 30*time.Second, fmt.Sprintf("run directories %v", want), func() bool {
 		return slices.Equal(runDirs(t, workdir), want)
 	})
 	for _, id := range ids[:3] {
@@ -177,7 +178,7 @@ func TestAgentRunDirsExpire(t *testing.T) {
 	if got := runDirs(t, workdir); !slices.Equal(got, []string{old.InvocationID + "/1"}) {
 		t.Fatalf("run directories %v right after the run; want its own", got)
 	}
-	eventually(t, 60*time.Second, "the old run's directory gone", func() bool {
+	waittest.Until(t, 60*time.Second, "the old run's directory gone", func() bool {
 		_, err := os.Lstat(filepath.Join(workdir, old.InvocationID))
 		return errors.Is(err, os.ErrNotExist)
 	})

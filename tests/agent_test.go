@@ -15,6 +15,7 @@ import (
 
 	"github.com/dreamlake/lakeshore/shared/client"
 	"github.com/dreamlake/lakeshore/shared/syncbuf"
+	"github.com/dreamlake/lakeshore/shared/waittest"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
@@ -102,13 +103,7 @@ func (p *nymphProc) wait(t testing.TB, limit time.Duration) int {
 // daemon saying it did something is the hook a test synchronises on.
 func (p *nymphProc) waitLog(t *testing.T, limit time.Duration, text string) {
 	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !strings.Contains(p.logs.String(), text) {
-		if time.Now().After(deadline) {
-			t.Fatalf("nymph did not log %s within %s", text, limit)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waittest.Until(t, limit, "nymph logs "+text, func() bool { return strings.Contains(p.logs.String(), text) })
 }
 
 // waitPolls waits until the worker labelled label has polled n more times
@@ -118,7 +113,7 @@ func waitPolls(t *testing.T, op *client.Client, label string, n int) {
 	t.Helper()
 	var last time.Time
 	moves := -1 // the first reading is the baseline
-	eventually(t, time.Minute, fmt.Sprintf("%d polls by %s", n, label), func() bool {
+	waittest.Until(t, time.Minute, fmt.Sprintf("%d polls by %s", n, label), func() bool {
 		w, ok := workerNamed(context.Background(), op, label)
 		if !ok || w.LastSeenAt == nil {
 			return false
@@ -129,18 +124,6 @@ func waitPolls(t *testing.T, op *client.Client, label string, n int) {
 		}
 		return moves >= n
 	})
-}
-
-// eventually polls cond every 100 ms until it holds or limit passes.
-func eventually(t testing.TB, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %s", limit, what)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }
 
 func workerNamed(ctx context.Context, op *client.Client, label string) (wire.Worker, bool) {
@@ -173,7 +156,7 @@ func submitSh(t *testing.T, op *client.Client, script string, timeoutS int, setu
 func waitTerminal(t *testing.T, op *client.Client, id string, limit time.Duration) wire.Invocation {
 	t.Helper()
 	var inv wire.Invocation
-	eventually(t, limit, "invocation "+id+" terminal", func() bool {
+	waittest.Until(t, limit, "invocation "+id+" terminal", func() bool {
 		var err error
 		inv, err = op.GetInvocation(context.Background(), id)
 		return err == nil && wire.Terminal(inv.State)
@@ -234,12 +217,12 @@ func TestAgentExits(t *testing.T) {
 		}
 
 		busy := startNymph(t, d, "busy")
-		eventually(t, 20*time.Second, "busy worker active", func() bool {
+		waittest.Until(t, 20*time.Second, "busy worker active", func() bool {
 			w, ok := workerNamed(ctx, op, "busy")
 			return ok && w.State == "active" && w.Phase == wire.PhaseReady
 		})
 		inv := submitSh(t, op, `sleep 60`, 0)
-		eventually(t, 20*time.Second, "claimed", func() bool {
+		waittest.Until(t, 20*time.Second, "claimed", func() bool {
 			got, _ := op.GetInvocation(ctx, inv.InvocationID)
 			return got.State == wire.StateRunning
 		})

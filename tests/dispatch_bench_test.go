@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/dreamlake/lakeshore/shared/client"
+	"github.com/dreamlake/lakeshore/shared/waittest"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
@@ -81,7 +82,7 @@ func runDispatch(b *testing.B, plane backend, every time.Duration) dispatchResul
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	eventually(b, time.Minute, "three ready workers", func() bool {
+	waittest.Until(b, time.Minute, "three ready workers", func() bool {
 		ws, err := op.ListWorkers(ctx, 100, "")
 		if err != nil {
 			return false

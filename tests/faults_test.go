@@ -27,10 +27,11 @@ import (
 
 	"github.com/dreamlake/lakeshore/shared/client"
 	"github.com/dreamlake/lakeshore/shared/store/storetest"
+	"github.com/dreamlake/lakeshore/shared/waittest"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
-// The fault suite (issue 4): real nymph processes against `lakeshore dev`,
+// The fault suite: real nymph processes against `lakeshore dev`,
 // every body appending `invocation attempt worker unix-time` to a ledger.
 // Each fault is injected mid-run; then the batch drains and the outcome is
 // computed Jepsen-style from the control plane and the ledger.
@@ -186,7 +187,7 @@ func (e *faultEnv) stats() wire.QueueStats {
 // is retried: some faults take the control plane down for a while.
 func (e *faultEnv) waitStats(limit time.Duration, what string, cond func(wire.QueueStats) bool) {
 	e.t.Helper()
-	eventually(e.t, limit, what, func() bool {
+	waittest.Until(e.t, limit, what, func() bool {
 		st, err := e.op.QueueStats(context.Background(), e.queue)
 		return err == nil && cond(st)
 	})
@@ -209,7 +210,7 @@ func (e *faultEnv) drain(limit time.Duration) {
 func (e *faultEnv) waitHandedBack(held []wire.Invocation, faultAt time.Time) time.Duration {
 	var worst time.Duration
 	for _, h := range held {
-		eventually(e.t, time.Minute, "invocation "+h.InvocationID+" handed back", func() bool {
+		waittest.Until(e.t, time.Minute, "invocation "+h.InvocationID+" handed back", func() bool {
 			inv, err := e.op.GetInvocation(context.Background(), h.InvocationID)
 			return err == nil && !(inv.State == wire.StateRunning && inv.WorkerID == h.WorkerID && inv.Attempt == h.Attempt)
 		})
@@ -460,7 +461,7 @@ func TestFaultStaleAndReturn(t *testing.T) {
 		agent0Env: []string{"FAULT_HOLD=" + hold},
 		agentArgs: []string{"--pass-env", "FAULT_HOLD"},
 		inject: func(e *faultEnv) (time.Time, []wire.Invocation) {
-			eventually(t, time.Minute, "f0 running a full load", func() bool {
+			waittest.Until(t, time.Minute, "f0 running a full load", func() bool {
 				held = e.heldBy(0)
 				return len(held) == 8
 			})
@@ -469,7 +470,7 @@ func TestFaultStaleAndReturn(t *testing.T) {
 			return at, held
 		},
 		heal: func(e *faultEnv, at time.Time) {
-			eventually(t, time.Minute, "f0's work running again elsewhere", func() bool {
+			waittest.Until(t, time.Minute, "f0's work running again elsewhere", func() bool {
 				for _, h := range held {
 					inv, err := e.op.GetInvocation(context.Background(), h.InvocationID)
 					if err != nil || inv.Attempt < 2 || !(inv.State == wire.StateRunning || wire.Terminal(inv.State)) {
@@ -481,7 +482,7 @@ func TestFaultStaleAndReturn(t *testing.T) {
 			_ = e.agents[0].cmd.Process.Signal(syscall.SIGCONT)
 			// f0's first poll awake tells it to stop every superseded
 			// attempt (its bodies are still held running until then).
-			eventually(t, 30*time.Second, "f0 told to stop its superseded attempts", func() bool {
+			waittest.Until(t, 30*time.Second, "f0 told to stop its superseded attempts", func() bool {
 				return strings.Count(e.agents[0].logs.String(), `"reason":"superseded"`) >= len(held)
 			})
 			if err := os.Remove(hold); err != nil {
@@ -535,7 +536,7 @@ func TestFaultSIGTERMTwice(t *testing.T) {
 		// end f0's held bodies in time.
 		agentArgs: []string{"--pass-env", "FAULT_HOLD", "--grace", "2m"},
 		inject: func(e *faultEnv) (time.Time, []wire.Invocation) {
-			eventually(t, time.Minute, "f0 holding a full load", func() bool {
+			waittest.Until(t, time.Minute, "f0 holding a full load", func() bool {
 				held = e.heldBy(0)
 				return len(held) == capacity
 			})

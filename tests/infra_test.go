@@ -28,6 +28,7 @@ import (
 	"github.com/dreamlake/lakeshore/agent"
 	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/provision"
+	"github.com/dreamlake/lakeshore/shared/waittest"
 )
 
 // The infra/ files are checked here: the systemd unit with systemd-analyze
@@ -951,7 +952,7 @@ func TestInfraNotify(t *testing.T) {
 	if !ok || w.WorkerID == "" || vars["STATUS"] != "registered as "+w.WorkerID+", queue q" {
 		t.Fatalf("at READY=1 the operator sees %+v (found %v); STATUS %q", w, ok, vars["STATUS"])
 	}
-	eventually(t, 20*time.Second, "worker active", func() bool {
+	waittest.Until(t, 20*time.Second, "worker active", func() bool {
 		w, _ := workerNamed(ctx, op, "notify-host")
 		return w.State == "active"
 	})
@@ -994,7 +995,7 @@ func TestInfraNotifyBrokenSocket(t *testing.T) {
 	d := startDev(t, backends[0], "--stale-after", "3s")
 	op := d.Operator()
 	n := startNymphEnv(t, d, "unheard-host", t.TempDir(), []string{"NOTIFY_SOCKET=" + filepath.Join(t.TempDir(), "nobody")})
-	eventually(t, 20*time.Second, "worker active", func() bool {
+	waittest.Until(t, 20*time.Second, "worker active", func() bool {
 		w, _ := workerNamed(context.Background(), op, "unheard-host")
 		return w.State == "active"
 	})
@@ -1009,7 +1010,7 @@ func TestInfraNotifyBrokenSocket(t *testing.T) {
 	}
 }
 
-// TestInfraProvisionedHost (issue 15): on a host the provisioner launched,
+// TestInfraProvisionedHost: on a host the provisioner launched,
 // infra/user-data.sh takes the settings its first user-data part wrote
 // (provision.Settings): the queue and capacity it was launched for, its
 // host setup file and keep-alive after the template's own EXTRA_ENV (so

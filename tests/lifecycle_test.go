@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/dreamlake/lakeshore/shared/domain"
+	"github.com/dreamlake/lakeshore/shared/waittest"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
@@ -84,7 +85,7 @@ func drainBody(tb testing.TB, d *devServer, c lifecycleBody, queue, ckDir string
 	if c.name != "shell" {
 		want = "step 10\n" // a few steps in, so the checkpoint has something to save
 	}
-	eventually(tb, time.Minute, "attempt 1 reads phase ready and works", func() bool {
+	waittest.Until(tb, time.Minute, "attempt 1 reads phase ready and works", func() bool {
 		b, _ := os.ReadFile(stdout)
 		return strings.Contains(string(b), "phase ready") && strings.Contains(string(b), want)
 	})
@@ -265,7 +266,7 @@ func TestLifecycleViewIsTheRunsOwn(t *testing.T) {
 	}
 	startNymph(t, d, "iso", "--queue", "iso", "--capacity", "2")
 	pidFile := filepath.Join(shared, "x.pid")
-	eventually(t, time.Minute, "body X running", func() bool { _, err := os.Stat(pidFile); return err == nil })
+	waittest.Until(t, time.Minute, "body X running", func() bool { _, err := os.Stat(pidFile); return err == nil })
 	b, _ := os.ReadFile(pidFile)
 	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
 	if err != nil {

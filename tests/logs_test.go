@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dreamlake/lakeshore/shared/client"
+	"github.com/dreamlake/lakeshore/shared/waittest"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
@@ -55,7 +56,7 @@ func TestLogs(t *testing.T) {
 		gate := filepath.Join(t.TempDir(), "gate")
 		live := submitSh(t, op, `echo "line 1"; i=0; while [ ! -e "`+gate+`" ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done; echo "line 2"; echo "err 1" >&2`, 0)
 
-		eventually(t, 30*time.Second, "the first line shipped while the body runs", func() bool {
+		waittest.Until(t, 30*time.Second, "the first line shipped while the body runs", func() bool {
 			out, _, _, eof := readLogs(t, op, live.InvocationID, 0)
 			return string(out) == "line 1\n" && !eof
 		})
@@ -77,7 +78,7 @@ func TestLogs(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitTerminal(t, op, live.InvocationID, 30*time.Second)
-		eventually(t, 30*time.Second, "the whole output, eof last", func() bool {
+		waittest.Until(t, 30*time.Second, "the whole output, eof last", func() bool {
 			out, errs, dropped, eof := readLogs(t, op, live.InvocationID, 1)
 			return string(out) == "line 1\nline 2\n" && string(errs) == "err 1\n" && dropped == 0 && eof
 		})
@@ -95,7 +96,7 @@ func TestLogs(t *testing.T) {
 		}
 		var out []byte
 		var dropped int64
-		eventually(t, time.Minute, "the capped output shipped", func() bool {
+		waittest.Until(t, time.Minute, "the capped output shipped", func() bool {
 			var eof bool
 			out, _, dropped, eof = readLogs(t, op, big.InvocationID, 1)
 			return eof

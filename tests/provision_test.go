@@ -20,10 +20,11 @@ import (
 	"github.com/dreamlake/lakeshore/shared/hostkey"
 	"github.com/dreamlake/lakeshore/shared/provision"
 	"github.com/dreamlake/lakeshore/shared/store/storetest"
+	"github.com/dreamlake/lakeshore/shared/waittest"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
-// TestProvisionLaunchesAHostThatRunsTheWork (issue 15): `lakeshore dev`
+// TestProvisionLaunchesAHostThatRunsTheWork: `lakeshore dev`
 // with provisioning on, over moto's DynamoDB and EC2. Work whose host setup
 // no live worker has makes the provisioner launch one instance from the
 // launch template, tagged with its queue and host key, whose user data
@@ -45,7 +46,7 @@ func TestProvisionLaunchesAHostThatRunsTheWork(t *testing.T) {
 	instance := launchedFor(t, ec2c, setup)
 	id := aws.ToString(instance.InstanceId)
 	var pending wire.Worker
-	eventually(t, 30*time.Second, "a pending worker for the instance", func() bool {
+	waittest.Until(t, 30*time.Second, "a pending worker for the instance", func() bool {
 		ws, err := op.ListWorkers(ctx, 100, "")
 		if err != nil {
 			return false
@@ -90,7 +91,7 @@ func TestProvisionLaunchesAHostThatRunsTheWork(t *testing.T) {
 	if code := n.wait(t, 30*time.Second); code != 0 {
 		t.Fatalf("nymph left by its keep-alive with exit %d, want 0", code)
 	}
-	eventually(t, 30*time.Second, "the instance terminated once its worker left", func() bool {
+	waittest.Until(t, 30*time.Second, "the instance terminated once its worker left", func() bool {
 		out, err := ec2c.DescribeInstances(ctx, &ec2.DescribeInstancesInput{InstanceIds: []string{id}})
 		return err == nil && len(out.Reservations) == 1 &&
 			out.Reservations[0].Instances[0].State.Name == ec2types.InstanceStateNameTerminated
@@ -136,7 +137,7 @@ func hostSetupFileOf(t *testing.T, ec2c *ec2.Client, instance ec2types.Instance)
 func launchedFor(t *testing.T, ec2c *ec2.Client, setup []string) ec2types.Instance {
 	t.Helper()
 	var instance ec2types.Instance
-	eventually(t, time.Minute, "an instance launched for the work", func() bool {
+	waittest.Until(t, time.Minute, "an instance launched for the work", func() bool {
 		out, err := ec2c.DescribeInstances(context.Background(), &ec2.DescribeInstancesInput{Filters: []ec2types.Filter{
 			{Name: aws.String("tag:" + provision.TagHostKey), Values: []string{hostkey.Of(setup)}},
 			{Name: aws.String("instance-state-name"), Values: []string{"pending", "running"}},
@@ -171,7 +172,7 @@ func TestProvisionFailedHostSetupIsHeldBack(t *testing.T) {
 	if code := n.wait(t, 30*time.Second); code != 4 {
 		t.Fatalf("nymph whose host setup failed exited %d, want 4", code)
 	}
-	eventually(t, 30*time.Second, "the queued work saying why it waits", func() bool {
+	waittest.Until(t, 30*time.Second, "the queued work saying why it waits", func() bool {
 		got, err := op.GetInvocation(ctx, inv.InvocationID)
 		return err == nil && strings.Contains(got.WaitingReason, "host setup failed") && strings.Contains(got.WaitingReason, "trying")
 	})
@@ -197,7 +198,7 @@ func TestProvisionFailedHostSetupIsHeldBack(t *testing.T) {
 	if got, err := op.GetInvocation(ctx, inv.InvocationID); err != nil || got.WaitingReason != "" {
 		t.Fatalf("released work: %+v %v; want no waiting_reason", got, err)
 	}
-	eventually(t, 30*time.Second, "a host launched for the released key", func() bool { return instancesFor(t, ec2c, setup) == 2 })
+	waittest.Until(t, 30*time.Second, "a host launched for the released key", func() bool { return instancesFor(t, ec2c, setup) == 2 })
 }
 
 // TestProvisionNudgedBySubmit: a submit nudges the provisioner, so the
@@ -224,13 +225,12 @@ func testProvisionNudged(t *testing.T, b backend) {
 	if _, _, err := d.Operator().Submit(ctx, wire.SubmitRequest{Queue: "q", Argv: []string{"true"}, RunConfig: wire.RunConfig{HostSetup: setup}}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "an instance launched right after the submit", func() bool { return instancesFor(t, ec2c, setup) == 1 })
+	waittest.Until(t, 30*time.Second, "an instance launched right after the submit", func() bool { return instancesFor(t, ec2c, setup) == 1 })
 }
 
-// TestProvisionAsksAGenericWorkerToAdopt (issue 15, `nymph
-// --adopt-host-setup`): with provisioning on, work whose host setup no
-// live worker has goes first to an idle generic worker that may adopt: the
-// real nymph runs that host setup in phase setup, advertises the derived
+// TestProvisionAsksAGenericWorkerToAdopt (`nymph --adopt-host-setup`):
+// with provisioning on, work whose host setup no live worker has goes first
+// to an idle generic worker that may adopt: the real nymph runs that host setup in phase setup, advertises the derived
 // key and runs the work, and nothing is launched for it. A second generic
 // nymph asked for a host setup that fails stays generic and keeps working
 // (generic work still reaches it); the provisioner launches a host for
@@ -270,7 +270,7 @@ func TestProvisionAsksAGenericWorkerToAdopt(t *testing.T) {
 	if _, _, err := op.Submit(ctx, wire.SubmitRequest{Queue: "q", Argv: []string{"true"}, RunConfig: wire.RunConfig{HostSetup: bad}}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, time.Minute, "the failed adoption shown on the worker, and a host launched instead", func() bool {
+	waittest.Until(t, time.Minute, "the failed adoption shown on the worker, and a host launched instead", func() bool {
 		w, ok := workerNamed(ctx, op, "generic-2")
 		return ok && w.Adoption != nil && w.Adoption.Failed != "" && w.HostKey == "" && instancesOf(bad) == 1
 	})
@@ -292,7 +292,7 @@ func TestProvisionAsksAGenericWorkerToAdopt(t *testing.T) {
 // waitReady waits for the worker labelled label to be active and ready.
 func waitReady(t *testing.T, op *client.Client, label string) {
 	t.Helper()
-	eventually(t, 30*time.Second, label+" ready", func() bool {
+	waittest.Until(t, 30*time.Second, label+" ready", func() bool {
 		w, ok := workerNamed(context.Background(), op, label)
 		return ok && w.State == "active" && w.Phase == wire.PhaseReady
 	})

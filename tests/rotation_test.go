@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dreamlake/lakeshore/shared/client"
+	"github.com/dreamlake/lakeshore/shared/waittest"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
@@ -43,7 +44,7 @@ func TestTokenRotation(t *testing.T) {
 	}
 	active := func(d *devServer, label string) {
 		t.Helper()
-		eventually(t, time.Minute, label+" active", func() bool {
+		waittest.Until(t, time.Minute, label+" active", func() bool {
 			w, ok := workerNamed(ctx, d.Operator(), label)
 			return ok && w.State == "active"
 		})
@@ -84,7 +85,7 @@ func TestTokenRotation(t *testing.T) {
 		t.Fatalf("rot-a exited %d on its drain", code)
 	}
 	startNymphIn(t, d2, "rot-a", dirA, "--capacity", "2")
-	eventually(t, time.Minute, "rot-a active again, with the new token", func() bool {
+	waittest.Until(t, time.Minute, "rot-a active again, with the new token", func() bool {
 		w, ok := workerNamed(ctx, d2.Operator(), "rot-a")
 		return ok && w.State == "active" && w.CreatedAt.After(time.Now().Add(-time.Minute))
 	})

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dreamlake/lakeshore/shared/waittest"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
@@ -17,11 +18,11 @@ import (
 // a body longer than stale_after whose end the test decides.
 const gatedBody = `i=0; while [ ! -e "$GATE" ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done`
 
-// TestStaleWorkerReturns is the reproduction of the worker that comes back
-// (issue 10 §1): nymph A (capacity 8) runs 8 invocations; A is frozen
-// (SIGSTOP) past stale_after; its work is handed to nymph B and runs there
-// as attempt 2; A wakes (SIGCONT), polls, and is told its attempts were
-// superseded. A kills its bodies and acks them cancelled; those acks must
+// TestStaleWorkerReturns: a worker that comes back after its work was
+// handed out again changes nothing. Nymph A (capacity 8) runs 8
+// invocations; A is frozen (SIGSTOP) past stale_after; its work is handed
+// to nymph B and runs there as attempt 2; A wakes (SIGCONT), polls, and is
+// told its attempts were superseded. A kills its bodies and acks them cancelled; those acks must
 // change nothing: every invocation ends succeeded by B's attempt 2,
 // done_count 8, none cancelled. Runs in process and through the Lambda
 // bootstraps.
@@ -49,7 +50,7 @@ func staleWorkerReturns(t *testing.T, b backend) {
 	}
 	allOf := func(what string, cond func(wire.Invocation) bool) {
 		t.Helper()
-		eventually(t, time.Minute, what, func() bool {
+		waittest.Until(t, time.Minute, what, func() bool {
 			for _, id := range ids {
 				inv, err := op.GetInvocation(ctx, id)
 				if err != nil || !cond(inv) {
@@ -60,7 +61,7 @@ func staleWorkerReturns(t *testing.T, b backend) {
 		})
 	}
 	var wa wire.Worker
-	eventually(t, 30*time.Second, "A registered", func() bool {
+	waittest.Until(t, 30*time.Second, "A registered", func() bool {
 		var ok bool
 		wa, ok = workerNamed(ctx, op, "returns")
 		return ok
@@ -83,10 +84,10 @@ func staleWorkerReturns(t *testing.T, b backend) {
 	// A is told, with the reason, to stop every superseded attempt, and its
 	// bodies' cancelled acks are answered while B's attempts still run (B's
 	// bodies wait for the gate).
-	eventually(t, 30*time.Second, "A told to stop its 8 superseded attempts", func() bool {
+	waittest.Until(t, 30*time.Second, "A told to stop its 8 superseded attempts", func() bool {
 		return strings.Count(a.logs.String(), `"reason":"superseded"`) >= n
 	})
-	eventually(t, 30*time.Second, "A's 8 cancelled acks answered", func() bool {
+	waittest.Until(t, 30*time.Second, "A's 8 cancelled acks answered", func() bool {
 		return strings.Count(a.logs.String(), `"msg":"ack answered"`) >= n
 	})
 	if err := os.WriteFile(gate, nil, 0o644); err != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/dreamlake/lakeshore/shared/waittest"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
@@ -164,7 +165,7 @@ func TestWebViewInABrowser(t *testing.T) {
 		long = append(long, inv.InvocationID)
 	}
 	aID := ""
-	eventually(t, time.Minute, "ui-a runs an invocation", func() bool {
+	waittest.Until(t, time.Minute, "ui-a runs an invocation", func() bool {
 		w, ok := workerNamed(context.Background(), op, "ui-a")
 		aID = w.WorkerID
 		return ok && w.CurrentInvocations > 0

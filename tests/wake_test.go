@@ -19,6 +19,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/dreamlake/lakeshore/shared/client"
+	"github.com/dreamlake/lakeshore/shared/waittest"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
@@ -60,7 +61,7 @@ func startedWithin(t *testing.T, op *client.Client, n *nymphProc) time.Duration 
 	sent := time.Now()
 	inv := submitSh(t, op, "true", 0)
 	var took time.Duration
-	eventually(t, time.Minute, "body of "+inv.InvocationID+" started", func() bool {
+	waittest.Until(t, time.Minute, "body of "+inv.InvocationID+" started", func() bool {
 		if len(n.logLines(t, "body started")) > before {
 			took = time.Since(sent)
 			return true
@@ -78,7 +79,7 @@ func startedWithin(t *testing.T, op *client.Client, n *nymphProc) time.Duration 
 // every 20 s.
 func (p *nymphProc) waitConnected(t *testing.T) {
 	t.Helper()
-	eventually(t, 30*time.Second, "the wake socket up and a poll after it", func() bool {
+	waittest.Until(t, 30*time.Second, "the wake socket up and a poll after it", func() bool {
 		_, after, ok := strings.Cut(p.logs.String(), "wake socket connected")
 		return ok && strings.Contains(after, `"msg":"poll"`)
 	})
@@ -176,7 +177,7 @@ func TestWakeSocketLostOrBlocked(t *testing.T) {
 			}
 		}
 		p.refuse.Store(false) // it comes back, and wakes work again
-		eventually(t, time.Minute, "the socket reconnected", func() bool {
+		waittest.Until(t, time.Minute, "the socket reconnected", func() bool {
 			return strings.Count(n.logs.String(), "wake socket connected") >= 2
 		})
 	})
@@ -316,7 +317,7 @@ func testSocketFlood(t *testing.T, d *devServer) {
 		})
 	}
 	wg.Wait()
-	eventually(t, time.Minute, "the hostile worker's sockets capped", func() bool { return open.Load() <= 4 })
+	waittest.Until(t, time.Minute, "the hostile worker's sockets capped", func() bool { return open.Load() <= 4 })
 
 	op := d.Operator()
 	for i := range 5 {

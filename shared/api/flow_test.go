@@ -798,10 +798,10 @@ func TestListInvocations(t *testing.T) {
 }
 
 // TestLastSetupResultOnlyFromRecordedResults: a worker's last_setup_result
-// must reflect what was recorded in its setup history. Today Heartbeat
-// copies the last entry of the poll's setup_results verbatim, so a report for
-// another worker's command, an unknown command, or a repeat that
-// RecordSetupResults refused still shows up on GET /v1/workers/{id}.
+// reflects what was recorded in its setup history, not the last entry of
+// the poll's setup_results: a report for another worker's command, an
+// unknown command, or a repeat that RecordSetupResults refused does not
+// show up on GET /v1/workers/{id}.
 func TestLastSetupResultOnlyFromRecordedResults(t *testing.T) {
 	h := newHarness(t)
 	a, b := h.hello("ma", "b"), h.hello("mb", "b")

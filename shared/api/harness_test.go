@@ -275,12 +275,13 @@ func (h *harness) snapshot() snapshot {
 	return storetest.TakeSnapshot(h.t, h.db, h.prefix)
 }
 
-// unchanged runs fn and fails if any table changed.
+// unchanged runs fn, which must be refused, and fails if any table
+// changed.
 func (h *harness) unchanged(t *testing.T, fn func()) {
 	t.Helper()
-	before := h.snapshot()
+	before := storetest.TakeSnapshot(t, h.db, h.prefix)
 	fn()
-	if d := before.Diff(h.snapshot()); d != "" {
+	if d := before.Diff(storetest.TakeSnapshot(t, h.db, h.prefix)); d != "" {
 		t.Errorf("a refused request changed the store:\n%s", d)
 	}
 }

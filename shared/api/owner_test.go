@@ -1,52 +1,11 @@
 package api_test
 
 import (
-	"slices"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/dreamlake/lakeshore/shared/store"
-	"github.com/dreamlake/lakeshore/shared/store/storetest"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
-
-// everyTable reads every table of the harness's store: the six of
-// storetest.Snapshot and the logs, connections and hosts tables, which a
-// daemon route could write too.
-func (h *harness) everyTable(t *testing.T) storetest.Snapshot {
-	t.Helper()
-	snap := h.snapshot()
-	n := store.NamesFor(h.prefix)
-	for _, table := range []string{n.Logs, n.Connections, n.Hosts} {
-		items, err := storetest.ScanTable(t.Context(), h.db, table)
-		if err != nil {
-			t.Fatalf("scan %s: %v", table, err)
-		}
-		rows := make([]string, 0, len(items))
-		for _, item := range items {
-			row, err := storetest.ItemJSON(item)
-			if err != nil {
-				t.Fatalf("%s item: %v", table, err)
-			}
-			rows = append(rows, row)
-		}
-		slices.Sort(rows)
-		snap[strings.TrimPrefix(table, h.prefix)] = rows
-	}
-	return snap
-}
-
-// refusedUnwritten runs fn, which must be refused, and fails if any table
-// changed.
-func (h *harness) refusedUnwritten(t *testing.T, fn func()) {
-	t.Helper()
-	before := h.everyTable(t)
-	fn()
-	if d := before.Diff(h.everyTable(t)); d != "" {
-		t.Errorf("a refused request wrote to the store:\n%s", d)
-	}
-}
 
 // logsOf is a logs request of worker for attempt n of invocation id: one
 // chunk of text.
@@ -67,7 +26,7 @@ func TestDaemonRoutesRefuseAnotherWorkersToken(t *testing.T) {
 	routes["logs"] = route{"POST", "/v1/daemon/logs", logsOf(f.a.id, f.running, 1, "written by B")}
 	for name, r := range routes {
 		t.Run(name, func(t *testing.T) {
-			h.refusedUnwritten(t, func() {
+			h.unchanged(t, func() {
 				h.do(r.method, r.path, f.b.token, r.body).wantError(t, 403, wire.CodeForbidden)
 			})
 		})
@@ -77,9 +36,9 @@ func TestDaemonRoutesRefuseAnotherWorkersToken(t *testing.T) {
 	}
 
 	// The snapshot sees a write to the logs table: A's own request makes one.
-	before := h.everyTable(t)
+	before := h.snapshot()
 	h.do("POST", "/v1/daemon/logs", f.a.token, logsOf(f.a.id, f.running, 1, "written by A")).want(t, 200, nil)
-	if before.Diff(h.everyTable(t)) == "" {
+	if before.Diff(h.snapshot()) == "" {
 		t.Fatal("A's own logs wrote nothing the snapshot sees")
 	}
 }
@@ -102,7 +61,7 @@ func TestLogsOnlyFromTheAttemptsHolder(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			h.refusedUnwritten(t, func() {
+			h.unchanged(t, func() {
 				h.do("POST", "/v1/daemon/logs", tc.w.token, tc.req).wantError(t, 403, wire.CodeForbidden)
 			})
 		})

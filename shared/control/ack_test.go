@@ -40,7 +40,7 @@ func (r *recorder) take() []string {
 // TestAckRequeuedAndRetried: over the embedded store, a requeued ack hands
 // the attempt back (queued, done_count unmoved, a handed-back event, no
 // outcome), the next attempt's success counts once; a retried failure is
-// no outcome either (it used to be counted as one, state "queued").
+// no outcome either (an outcome is never counted with state "queued").
 func TestAckRequeuedAndRetried(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -42,7 +42,7 @@ type Store interface {
 	GetInvocation(ctx context.Context, id string) (domain.Invocation, error)
 	Held(ctx context.Context, workerID string) ([]domain.Invocation, error)
 	Claim(ctx context.Context, w domain.Worker, queue string, max int) (store.ClaimResult, error)
-	RequeueChanged(ctx context.Context, id, workerID string, loss domain.Loss) (domain.Invocation, bool, error)
+	Requeue(ctx context.Context, id, workerID string, loss domain.Loss) (domain.Invocation, bool, error)
 	Ack(ctx context.Context, id string, o domain.Outcome, auth store.Authorize, tokenHash string) (store.AckResult, error)
 	Cancel(ctx context.Context, id string) (domain.Invocation, error)
 	PutConnection(ctx context.Context, c store.Connection) error

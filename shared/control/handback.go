@@ -29,7 +29,7 @@ func (s *Service) HandBack(ctx context.Context, workerID string, loss domain.Los
 // requeue hands back worker's attempt of invocation id (store.Requeue),
 // logs it, and wakes a waiting poll if it is queued again.
 func (s *Service) requeue(ctx context.Context, id, workerID string, loss domain.Loss) (domain.Invocation, error) {
-	inv, handed, err := s.store.RequeueChanged(ctx, id, workerID, loss)
+	inv, handed, err := s.store.Requeue(ctx, id, workerID, loss)
 	if err != nil {
 		s.log.Error("hand back failed", "invocation_id", id, "worker_id", workerID, "why", loss.String(), "error", err.Error())
 		return inv, err

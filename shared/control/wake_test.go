@@ -133,9 +133,9 @@ func TestLongPollIsWoken(t *testing.T) {
 // TestLongPollHoldsThroughAFinishedCancel: a daemon lists an invocation
 // whose ack it has sent, until the answer comes; the control plane answers
 // "cancel, superseded" for it once it is finished. That news must not cut
-// the daemon's next long poll short (it used to, and the idle daemon then
-// waited a whole interval before it polled again): the poll still waits,
-// is woken by the next submit, and carries both.
+// the daemon's next long poll short (an idle daemon whose poll returned at
+// once would wait a whole interval before it polled again): the poll still
+// waits, is woken by the next submit, and carries both.
 func TestLongPollHoldsThroughAFinishedCancel(t *testing.T) {
 	f := newWakeFixture(t)
 	ctx, svc, hub := f.ctx, f.svc, f.hub

@@ -2,12 +2,92 @@ package store_test
 
 import (
 	"bytes"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
+
+// The log cases of the conformance suite, run on every backend.
+func init() {
+	conformanceCases = append(conformanceCases, conformanceCase{"logs/put and read", testLogs})
+}
+
+// testLogs: shipped output reads back in seq order, text and bytes alike,
+// from any seq on, a page at a time; a re-shipped chunk is taken as stored;
+// attempts are apart; expired chunks are not served.
+func testLogs(t *testing.T, f *fixture) {
+	at := f.clock.Now()
+	chunks := []domain.LogChunk{
+		{Seq: 0, Stream: domain.LogStdout, Data: []byte("hello\n"), At: at},
+		{Seq: 1, Stream: domain.LogStderr, Data: []byte{0xff, 0x00, 'x'}, At: at},
+		{Seq: 2, Stream: domain.LogStdout, Data: []byte("tail\n"), At: at, Dropped: 12345},
+		{Seq: 3, Stream: domain.LogStdout, At: at, EOF: true},
+	}
+	if err := f.s.PutLogs(f.ctx, "inv_a", 1, chunks[:2]); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.s.PutLogs(f.ctx, "inv_a", 1, chunks[1:]); err != nil { // seq 1 again
+		t.Fatal(err)
+	}
+	if err := f.s.PutLogs(f.ctx, "inv_a", 2, []domain.LogChunk{{Seq: 0, Stream: domain.LogStdout, Data: []byte("other"), At: at}}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := f.s.Logs(f.ctx, "inv_a", 1, 0, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 4 {
+		t.Fatalf("read %d chunks, want 4: %+v", len(got), got)
+	}
+	for i, c := range got {
+		w := chunks[i]
+		if c.Seq != w.Seq || c.Stream != w.Stream || !bytes.Equal(c.Data, w.Data) || !c.At.Equal(w.At) || c.Dropped != w.Dropped || c.EOF != w.EOF {
+			t.Errorf("chunk %d = %+v, want %+v", i, c, w)
+		}
+	}
+	page, err := f.s.Logs(f.ctx, "inv_a", 1, 2, 1)
+	if err != nil || len(page) != 1 || page[0].Seq != 2 {
+		t.Fatalf("one chunk from seq 2: %+v, %v", page, err)
+	}
+	if other, err := f.s.Logs(f.ctx, "inv_a", 2, 0, 10); err != nil || len(other) != 1 || string(other[0].Data) != "other" {
+		t.Fatalf("attempt 2: %+v, %v", other, err)
+	}
+	// Seqs past 9 and 99 keep their order (a number, not text, order).
+	var many []domain.LogChunk
+	for i := range 120 {
+		many = append(many, domain.LogChunk{Seq: i, Stream: domain.LogStdout, Data: []byte(strconv.Itoa(i)), At: at})
+	}
+	if err := f.s.PutLogs(f.ctx, "inv_b", 1, many); err != nil {
+		t.Fatal(err)
+	}
+	next := 0
+	for range 30 {
+		page, err := f.s.Logs(f.ctx, "inv_b", 1, next, 7)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page) == 0 {
+			break
+		}
+		for _, c := range page {
+			if c.Seq != next || string(c.Data) != strconv.Itoa(next) {
+				t.Fatalf("read seq %d (%q) where %d was next", c.Seq, c.Data, next)
+			}
+			next++
+		}
+	}
+	if next != 120 {
+		t.Fatalf("paged through %d chunks, want 120", next)
+	}
+	f.clock.Advance(f.s.LogTTL + time.Minute)
+	if old, err := f.s.Logs(f.ctx, "inv_a", 1, 0, 10); err != nil || len(old) != 0 {
+		t.Fatalf("after the log retention: %d chunks, %v; want none", len(old), err)
+	}
+}
 
 // TestConformanceLogWrites runs the cases of how shipped output is
 // written on every backend, each on tables of its own: a chunk is a put

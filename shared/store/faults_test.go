@@ -203,7 +203,8 @@ func TestFaultTerminalAnswerLost(t *testing.T) {
 			inv := f.claimOne(w, f.submit(req))
 			hit := f.aim("TransactWriteItems", f.fault)
 			_, err := untilAnswered(f.t, "requeue", func() (domain.Invocation, error) {
-				return f.s.Requeue(f.ctx, inv.ID, w.ID, domain.Loss{Kind: domain.EndStale, Why: "worker lost"})
+				got, _, err := f.s.Requeue(f.ctx, inv.ID, w.ID, domain.Loss{Kind: domain.EndStale, Why: "worker lost"})
+				return got, err
 			})
 			hit()
 			return err
@@ -216,7 +217,8 @@ func TestFaultTerminalAnswerLost(t *testing.T) {
 			}
 			hit := f.aim("TransactWriteItems", f.fault)
 			_, err := untilAnswered(f.t, "requeue", func() (domain.Invocation, error) {
-				return f.s.Requeue(f.ctx, inv.ID, w.ID, domain.Loss{Kind: domain.EndStale, Why: "worker lost"})
+				got, _, err := f.s.Requeue(f.ctx, inv.ID, w.ID, domain.Loss{Kind: domain.EndStale, Why: "worker lost"})
+				return got, err
 			})
 			hit()
 			return err
@@ -286,7 +288,7 @@ func TestFaultClaimAnswerLost(t *testing.T) {
 			if len(res.Claimed) != 0 {
 				t.Fatalf("Claim answered %v although its answer was lost", invIDs(res.Claimed))
 			}
-			if _, err := f.s.Requeue(f.ctx, inv.ID, w.ID, domain.Loss{Kind: domain.EndStale, Why: "omitted from its worker's poll"}); err != nil {
+			if _, _, err := f.s.Requeue(f.ctx, inv.ID, w.ID, domain.Loss{Kind: domain.EndStale, Why: "omitted from its worker's poll"}); err != nil {
 				t.Fatalf("Requeue: %v", err)
 			}
 			if got := f.claimOne(w, inv); got.Attempt != 2 {

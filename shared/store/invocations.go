@@ -298,14 +298,14 @@ func (s *Store) readCandidates(ctx context.Context, part string, window int) ([]
 	return invs, len(out.Items) >= window || out.LastEvaluatedKey != nil, nil
 }
 
-// terminalWrite puts next (a terminal state) over the invocation stored at
-// version prev and counts it in its queue's done_count and per-state count,
-// in one transaction: the count moves if and only if this put wins. extra
-// items (e.g. a worker token check) join it.
-//
-// An outcome the retry policy retries (the invocation is queued again, not
-// terminal) is the same transaction without the counters.
-func (s *Store) terminalWrite(ctx context.Context, prev int64, next *domain.Invocation, extra ...types.TransactWriteItem) error {
+// putAndCount puts next over the invocation stored at version prev in one
+// transaction, with extra items (e.g. a worker token check), and when next
+// is terminal counts it in its queue's done_count and per-state count: the
+// count moves if and only if this put wins. Next may be any state: an ack
+// writes every outcome it records through here, a retried one (queued
+// again, not counted) included, and saveInvocation every terminal write
+// (a cancel, a requeue that ends the invocation).
+func (s *Store) putAndCount(ctx context.Context, prev int64, next *domain.Invocation, extra ...types.TransactWriteItem) error {
 	put, err := s.invocationPut(prev, next)
 	if err != nil {
 		return err
@@ -431,7 +431,7 @@ func (s *Store) Ack(ctx context.Context, id string, o domain.Outcome, auth Autho
 			res = AckResult{Recorded: false, State: inv.State}
 			return nil
 		}
-		switch err := s.terminalWrite(ctx, inv.Version, &next, s.tokenCheck(o.WorkerID, tokenHash)); {
+		switch err := s.putAndCount(ctx, inv.Version, &next, s.tokenCheck(o.WorkerID, tokenHash)); {
 		case errors.Is(err, errExtraCondition):
 			return ErrWorkerToken
 		case err != nil:
@@ -459,7 +459,7 @@ func (s *Store) ackClaimed(ctx context.Context, c claimedEntry, o domain.Outcome
 	if err != nil || !recorded {
 		return false, AckResult{}, nil
 	}
-	switch err := s.terminalWrite(ctx, c.inv.Version, &next, s.tokenCheck(o.WorkerID, tokenHash)); {
+	switch err := s.putAndCount(ctx, c.inv.Version, &next, s.tokenCheck(o.WorkerID, tokenHash)); {
 	case errors.Is(err, errVersion):
 		return false, AckResult{}, nil
 	case errors.Is(err, errExtraCondition):
@@ -506,11 +506,11 @@ func (s *Store) Cancel(ctx context.Context, id string) (domain.Invocation, error
 }
 
 // saveInvocation writes next over the invocation stored at version prev: a
-// terminal next with its counters (terminalWrite), any other as one
+// terminal next with its counters (putAndCount), any other as one
 // versioned put.
 func (s *Store) saveInvocation(ctx context.Context, op string, prev int64, next *domain.Invocation) error {
 	if domain.Terminal(next.State) {
-		return s.terminalWrite(ctx, prev, next)
+		return s.putAndCount(ctx, prev, next)
 	}
 	put, err := s.invocationPut(prev, next)
 	if err != nil {
@@ -527,14 +527,10 @@ func (s *Store) saveInvocation(ctx context.Context, op string, prev int64, next 
 // with attempt + 1 on the next claim, or failed with error type worker_lost
 // once max_attempts is spent, or cancelled if a cancel was pending. It is a
 // no-op when the invocation is no longer running that worker's attempt.
-func (s *Store) Requeue(ctx context.Context, id, workerID string, loss domain.Loss) (domain.Invocation, error) {
-	inv, _, err := s.RequeueChanged(ctx, id, workerID, loss)
-	return inv, err
-}
-
-// RequeueChanged is Requeue, also reporting whether this call handed the
-// attempt back (false: it was not running that worker's attempt any more).
-func (s *Store) RequeueChanged(ctx context.Context, id, workerID string, loss domain.Loss) (domain.Invocation, bool, error) {
+// It returns the invocation as it now stands and whether this call handed
+// the attempt back (false: it was not running that worker's attempt any
+// more).
+func (s *Store) Requeue(ctx context.Context, id, workerID string, loss domain.Loss) (domain.Invocation, bool, error) {
 	var result domain.Invocation
 	handed := false
 	err := retryVersion("requeue "+id, func() error {
@@ -802,7 +798,7 @@ func (s *Store) countLive(ctx context.Context, queue, state string) (int, error)
 
 // QueueCounters is a queue's counters row: how many invocations became
 // terminal (Done) and how many in each terminal state. Each moves only in
-// the transaction that records the outcome (terminalWrite), so they equal
+// the transaction that records the outcome (putAndCount), so they equal
 // the terminal invocations however often a write was retried.
 type QueueCounters struct {
 	Done      int `dynamodbav:"done_count"`

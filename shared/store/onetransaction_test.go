@@ -56,14 +56,14 @@ func TestOneOutcomeOneTransaction(t *testing.T) {
 	once := submitReq()
 	once.MaxAttempts = 1
 	spent := f.claimOne(w, f.submit(once))
-	if got, err := f.s.Requeue(f.ctx, spent.ID, w.ID, domain.Loss{Kind: domain.EndStale, Why: "worker lost"}); err != nil || got.State != wire.StateFailed {
+	if got, _, err := f.s.Requeue(f.ctx, spent.ID, w.ID, domain.Loss{Kind: domain.EndStale, Why: "worker lost"}); err != nil || got.State != wire.StateFailed {
 		t.Fatalf("Requeue with attempts spent = %s, %v", got.State, err)
 	}
 	pending := f.claimOne(w, f.submit(submitReq()))
 	if _, err := f.s.Cancel(f.ctx, pending.ID); err != nil {
 		t.Fatalf("Cancel: %v", err)
 	}
-	if got, err := f.s.Requeue(f.ctx, pending.ID, w.ID, domain.Loss{Kind: domain.EndStale, Why: "worker lost"}); err != nil || got.State != wire.StateCancelled {
+	if got, _, err := f.s.Requeue(f.ctx, pending.ID, w.ID, domain.Loss{Kind: domain.EndStale, Why: "worker lost"}); err != nil || got.State != wire.StateCancelled {
 		t.Fatalf("Requeue with a cancel pending = %s, %v", got.State, err)
 	}
 	stale := f.claimOne(w, f.submit(once))

@@ -276,7 +276,8 @@ func (f *faultModel) claim(rt *rapid.T) {
 		}
 		rt.Logf("  %s attempt %d claimed but never answered: handed back", inv.ID, inv.Attempt)
 		_, err := retry(rt, "requeue", func() (domain.Invocation, error) {
-			return f.s.Requeue(f.ctx, inv.ID, id, domain.Loss{Kind: domain.EndStale, Why: "omitted from its worker's poll"})
+			got, _, err := f.s.Requeue(f.ctx, inv.ID, id, domain.Loss{Kind: domain.EndStale, Why: "omitted from its worker's poll"})
+			return got, err
 		})
 		propWant(rt, "requeue", err, "")
 	}

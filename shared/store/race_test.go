@@ -347,7 +347,7 @@ func TestRaceReaperAndAck(t *testing.T) {
 				})
 				wg.Go(func() {
 					<-start
-					requeued[i], errs[2*i+1] = f.s.Requeue(f.ctx, inv.ID, w.ID, domain.Loss{Kind: domain.EndStale, Why: "stale"})
+					requeued[i], _, errs[2*i+1] = f.s.Requeue(f.ctx, inv.ID, w.ID, domain.Loss{Kind: domain.EndStale, Why: "stale"})
 				})
 			}
 			close(start)

@@ -20,6 +20,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/dreamlake/lakeshore/shared/control"
+	"github.com/dreamlake/lakeshore/shared/waittest"
 	"github.com/dreamlake/lakeshore/shared/wakelambda"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
@@ -144,7 +145,7 @@ func (h *harness) dial(t *testing.T, token, query string) (*websocket.Conn, *htt
 func (h *harness) connect(t *testing.T) (*websocket.Conn, string) {
 	t.Helper()
 	c, id := h.dialAccepted(t)
-	waitFor(t, "the server to hold the socket", func() bool { return h.holds(id) })
+	waittest.Until(t, wait, "the server to hold the socket", func() bool { return h.holds(id) })
 	return c, id
 }
 
@@ -225,18 +226,6 @@ func (r reader) fails(t *testing.T) error {
 	}
 }
 
-// waitFor polls cond until it holds, or fails the test after the bound.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(wait)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // do makes a management call with the server's secret.
 func do(t *testing.T, client *http.Client, method, u, body string) *http.Response {
 	t.Helper()
@@ -289,7 +278,7 @@ func TestRefusedConnect(t *testing.T) {
 
 	// The refusing request has been served entirely: anything it would
 	// run for the socket has run.
-	waitFor(t, "the refused request to be served", func() bool { return h.served.Load() >= 1 })
+	waittest.Until(t, wait, "the refused request to be served", func() bool { return h.served.Load() >= 1 })
 	all := h.rec.events("")
 	if len(all) != 1 {
 		t.Fatalf("routes run = %+v, want only the $connect", all)
@@ -317,7 +306,7 @@ func TestRefusedConnect(t *testing.T) {
 	if err := ac.Close(websocket.StatusNormalClosure, ""); err != nil {
 		t.Logf("close: %v", err)
 	}
-	waitFor(t, "$disconnect of the accepted socket", func() bool { return h.rec.disconnected(id) })
+	waittest.Until(t, wait, "$disconnect of the accepted socket", func() bool { return h.rec.disconnected(id) })
 	for _, d := range h.rec.events("$disconnect") {
 		if d.RequestContext.ConnectionID != id {
 			t.Errorf("$disconnect ran for %q, which was never accepted", d.RequestContext.ConnectionID)
@@ -334,7 +323,7 @@ func TestConnectRouteError(t *testing.T) {
 	if resp == nil || resp.StatusCode != http.StatusInternalServerError {
 		t.Fatalf("response = %+v, want 500", resp)
 	}
-	waitFor(t, "the refused request to be served", func() bool { return h.served.Load() >= 1 })
+	waittest.Until(t, wait, "the refused request to be served", func() bool { return h.served.Load() >= 1 })
 	if d := h.rec.events("$disconnect"); len(d) != 0 {
 		t.Errorf("$disconnect ran for a refused socket: %+v", d)
 	}
@@ -352,7 +341,7 @@ func TestAcceptedSocket(t *testing.T) {
 	}
 	ce := connects[0]
 	id := ce.RequestContext.ConnectionID
-	waitFor(t, "the server to hold the socket", func() bool { return h.holds(id) })
+	waittest.Until(t, wait, "the server to hold the socket", func() bool { return h.holds(id) })
 	if ce.Headers["Authorization"] != "Bearer good" || ce.QueryStringParameters["v"] != "1" {
 		t.Errorf("$connect headers %v query %v: want the upgrade request's", ce.Headers, ce.QueryStringParameters)
 	}
@@ -406,7 +395,7 @@ func TestAcceptedSocket(t *testing.T) {
 	if err := c.Close(websocket.StatusNormalClosure, ""); err != nil {
 		t.Logf("close: %v", err)
 	}
-	waitFor(t, "$disconnect", func() bool { return h.rec.disconnected(id) })
+	waittest.Until(t, wait, "$disconnect", func() bool { return h.rec.disconnected(id) })
 	if n := h.ws.Connections(); n != 0 {
 		t.Errorf("Connections() = %d after $disconnect, want 0", n)
 	}
@@ -507,7 +496,7 @@ func TestManagementAPI(t *testing.T) {
 	if err := r.fails(t); err == nil {
 		t.Fatal("the client's read did not fail after DELETE")
 	}
-	waitFor(t, "$disconnect after DELETE", func() bool { return h.rec.disconnected(id) })
+	waittest.Until(t, wait, "$disconnect after DELETE", func() bool { return h.rec.disconnected(id) })
 	if n := h.ws.Connections(); n != 0 {
 		t.Errorf("Connections() = %d after DELETE, want 0", n)
 	}
@@ -546,7 +535,7 @@ func TestCloseWaitsForDisconnect(t *testing.T) {
 		h.ws.Close()
 		close(closed)
 	}()
-	waitFor(t, "both $disconnect routes to start", func() bool { return started.Load() == 2 })
+	waittest.Until(t, wait, "both $disconnect routes to start", func() bool { return started.Load() == 2 })
 	select {
 	case <-closed:
 		t.Fatal("Close returned while its $disconnect routes were still running")
@@ -579,7 +568,7 @@ func TestCloseWaitsForDisconnect(t *testing.T) {
 		}
 	}
 	if len(h.rec.events("$connect")) > connects {
-		waitFor(t, "$disconnect of the socket after Close", func() bool { return started.Load() == disconnects+1 })
+		waittest.Until(t, wait, "$disconnect of the socket after Close", func() bool { return started.Load() == disconnects+1 })
 	}
 	if n := h.ws.Connections(); n != 0 {
 		t.Errorf("Connections() = %d after Close, want 0", n)
@@ -625,7 +614,7 @@ func TestManagementWithAWSSDK(t *testing.T) {
 	if err := m.CloseConnection(ctx, id); err != nil {
 		t.Fatalf("SDK close of a live socket: %v", err)
 	}
-	waitFor(t, "$disconnect", func() bool { return h.rec.disconnected(id) })
+	waittest.Until(t, wait, "$disconnect", func() bool { return h.rec.disconnected(id) })
 	if err := m.Post(ctx, id, []byte(msg)); !errors.Is(err, control.ErrConnectionGone) {
 		t.Errorf("SDK post to a closed socket = %v, want ErrConnectionGone", err)
 	}
@@ -655,7 +644,7 @@ func TestCloseConnectionWhileConnecting(t *testing.T) {
 			_, _, _ = c.Read(ctx) // ends when the server closes it
 		}
 	}()
-	waitFor(t, "$connect", func() bool { return len(h.rec.events("$connect")) == 1 })
+	waittest.Until(t, wait, "$connect", func() bool { return len(h.rec.events("$connect")) == 1 })
 	id := h.rec.events("$connect")[0].RequestContext.ConnectionID
 	// Through the management API, as the wake function closes it: the
 	// DELETE must not wait for the $connect (which may be closing the
@@ -664,7 +653,7 @@ func TestCloseConnectionWhileConnecting(t *testing.T) {
 		t.Fatalf("DELETE while connecting = %d, want 204", resp.StatusCode)
 	}
 	close(release)
-	waitFor(t, "$disconnect of the closed socket", func() bool { return h.rec.disconnected(id) })
+	waittest.Until(t, wait, "$disconnect of the closed socket", func() bool { return h.rec.disconnected(id) })
 	<-dialed
 	if n := h.ws.Connections(); n != 0 {
 		t.Fatalf("the server holds %d sockets; want the closed one refused", n)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dreamlake/lakeshore/shared/waittest"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
@@ -64,13 +65,10 @@ func ackerTestSlowAcker(t *testing.T) (*Acker, *ackerTestRecorder, context.Conte
 // ackerTestWaitFailed waits (bounded) until o has failed n tries.
 func ackerTestWaitFailed(t *testing.T, o *ackerTestOutage, n int32) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for o.failed.Load() < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d tries failed, want %d", o.failed.Load(), n)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waittest.UntilState(t, 20*time.Second, fmt.Sprintf("%d failed tries", n), func() (bool, string) {
+		failed := o.failed.Load()
+		return failed >= n, fmt.Sprintf("%d tries failed", failed)
+	})
 }
 
 // TestAckerRetryNowCutsTheBackoff: acks waiting out a long backoff after

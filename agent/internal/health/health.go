@@ -100,7 +100,7 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-// Health is the daemon's health record: the agent records what happens, and
+// Tracker is the daemon's health record: the agent records what happens, and
 // Snapshot projects ready and live from it as a pure function of the time.
 // It performs no I/O and holds its lock only briefly, so a probe served from
 // another goroutine answers even while the main loop is stuck. It is safe for

@@ -16,38 +16,27 @@ import (
 
 	"github.com/dreamlake/lakeshore/agent/internal/process/proctest"
 	"github.com/dreamlake/lakeshore/shared/syncbuf"
+	"github.com/dreamlake/lakeshore/shared/waittest"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
 // waitZombie waits until pid, not this process's child, is a zombie.
 func waitZombie(t *testing.T, pid int) {
 	t.Helper()
-	deadline := time.Now().Add(runnerTestWait)
-	for {
-		if state, _, err := procStat(pid); err == nil && state == 'Z' {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("pid %d not a zombie within %s", pid, runnerTestWait)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waittest.Until(t, runnerTestWait, fmt.Sprintf("pid %d a zombie", pid), func() bool {
+		state, _, err := procStat(pid)
+		return err == nil && state == 'Z'
+	})
 }
 
 // waitExec waits until process pid runs the program named comm (an exec
 // has happened).
 func waitExec(t *testing.T, pid int, comm string) {
 	t.Helper()
-	deadline := time.Now().Add(runnerTestWait)
-	for {
-		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); err == nil && strings.TrimSpace(string(b)) == comm {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("pid %d does not run %s within %s", pid, comm, runnerTestWait)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waittest.Until(t, runnerTestWait, fmt.Sprintf("pid %d runs %s", pid, comm), func() bool {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+		return err == nil && strings.TrimSpace(string(b)) == comm
+	})
 }
 
 // TestRunnerLiveGroupMembers: the check that confirms a group dead counts
@@ -97,13 +86,10 @@ func TestRunnerLiveGroupMembers(t *testing.T) {
 	}
 	_ = cmd.Wait()
 	// The child dies asynchronously; the zombie may stay for good.
-	deadline := time.Now().Add(runnerTestWait)
-	for got = liveGroupMembers(pgid); len(got) > 0; got = liveGroupMembers(pgid) {
-		if time.Now().After(deadline) {
-			t.Fatalf("live members of group %d after SIGKILL: %v", pgid, got)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waittest.UntilState(t, runnerTestWait, fmt.Sprintf("no live member of group %d after SIGKILL", pgid), func() (bool, string) {
+		got := liveGroupMembers(pgid)
+		return len(got) == 0, fmt.Sprintf("live members %v", got)
+	})
 }
 
 // TestRunStopAfterTheBodyExitedKeepsItsOutcome: a stop (here Kill, the

@@ -29,7 +29,7 @@ const (
 	ErrorTypeTimeout        = wire.ErrorTypeTimeout  // timeout_s passed
 	ErrorTypeExitCode       = wire.ErrorTypeExitCode // the body exited non-zero
 	ErrorTypeSignal         = wire.ErrorTypeSignal   // the body was killed by a signal nobody in the daemon sent
-	ErrorTypeCancelled      = "cancelled"            // an operator cancelled the run
+	ErrorTypeCancelled      = "cancelled"            // a cancel command stopped the run: an operator cancelled it, or its attempt was superseded
 	ErrorTypeAbandoned      = "abandoned"            // the daemon killed the run on its way out; never acked
 	ErrorTypeRunSetupFailed = "run_setup_failed"     // a run_setup command failed; the body never started
 	ErrorTypeBadWorkdir     = "bad_workdir"          // run_config.workdir (or the invocation id) escapes the run directory
@@ -268,9 +268,11 @@ func (r *Runner) Start(inv wire.RunInvocation, workerID string, env ...map[strin
 	return run
 }
 
-// Cancel is an operator's cancel: the process group is terminated (SIGTERM,
-// KillAfter, SIGKILL) and the outcome's state is cancelled, even if the body
-// then exits non-zero. It does nothing once the run's end was observed or
+// Cancel obeys a cancel command, whether an operator cancelled the
+// invocation or the control plane superseded this attempt (its cancelled ack
+// is then a no-op): the process group is terminated (SIGTERM, KillAfter,
+// SIGKILL) and the outcome's state is cancelled, even if the body then exits
+// non-zero. It does nothing once the run's end was observed or
 // another stop came first.
 func (r *Run) Cancel() { r.requestStop(stopCancel) }
 

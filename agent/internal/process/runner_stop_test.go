@@ -72,7 +72,7 @@ func TestRunIgnoringSIGTERMIsKilled(t *testing.T) {
 
 // TestRunZeroKillAfterKillsAtOnce: KillAfter 0 (nymph --kill-after 0s) is
 // SIGKILL right after SIGTERM, not a default grace: a body that ignores
-// SIGTERM ends at once (it used to get 10 s).
+// SIGTERM ends at once, with no 10 s grace.
 func TestRunZeroKillAfterKillsAtOnce(t *testing.T) {
 	t.Parallel()
 	r := runnerTestNew(t, func(c *Config) { c.KillAfter = 0 })

@@ -22,6 +22,7 @@ import (
 	"github.com/dreamlake/lakeshore/shared/auth"
 	"github.com/dreamlake/lakeshore/shared/clock"
 	"github.com/dreamlake/lakeshore/shared/domain"
+	"github.com/dreamlake/lakeshore/shared/waittest"
 	"github.com/dreamlake/lakeshore/shared/wakelambda"
 	"github.com/dreamlake/lakeshore/shared/wakesock"
 	"github.com/dreamlake/lakeshore/shared/wire"
@@ -216,18 +217,6 @@ func fired(ch <-chan struct{}) bool {
 	}
 }
 
-// waitFor polls cond until it holds, or fails the test after the bound.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(wait)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // holds reports whether the management API has socket id (GET 200).
 func (p *plane) holds(id string) bool {
 	p.t.Helper()
@@ -256,7 +245,7 @@ func up(t *testing.T, p *plane, o Options, tok string) (*Client, string) {
 		t.Fatal("Up() = false after the connect's Work")
 	}
 	id := p.lastConnect()
-	waitFor(t, "the server to hold the socket", func() bool { return p.holds(id) })
+	waittest.Until(t, wait, "the server to hold the socket", func() bool { return p.holds(id) })
 	return c, id
 }
 
@@ -282,7 +271,7 @@ func TestConnectsWithToken(t *testing.T) {
 	if fired(c.News()) {
 		t.Error("News fired on connect")
 	}
-	waitFor(t, "the server to hold the socket", func() bool { return p.cur.Load().Connections() == 1 })
+	waittest.Until(t, wait, "the server to hold the socket", func() bool { return p.cur.Load().Connections() == 1 })
 }
 
 func TestWakeMessages(t *testing.T) {
@@ -385,7 +374,7 @@ func TestReconnectsAfterServerClose(t *testing.T) {
 			if !fired(c.Work()) {
 				t.Error("Work did not fire when the socket went down")
 			}
-			waitFor(t, "$disconnect of the closed socket", func() bool { return p.disconnected(id) })
+			waittest.Until(t, wait, "$disconnect of the closed socket", func() bool { return p.disconnected(id) })
 
 			release <- struct{}{}
 			recv(t, c.Work(), "Work on reconnect")
@@ -412,7 +401,7 @@ func TestRefusedKeepsRetrying(t *testing.T) {
 	c.Use(p.url, "old")
 	run(t, c)
 
-	waitFor(t, "several refused $connects", func() bool {
+	waittest.Until(t, wait, "several refused $connects", func() bool {
 		if c.Up() {
 			t.Fatal("Up() = true though every $connect was refused")
 		}
@@ -451,7 +440,7 @@ func TestUseNewTokenReconnectsAtOnce(t *testing.T) {
 		c := p.client(slow)
 		c.Use(p.url, "old")
 		run(t, c)
-		waitFor(t, "the refused $connect", func() bool { return len(p.connects()) >= 1 })
+		waittest.Until(t, wait, "the refused $connect", func() bool { return len(p.connects()) >= 1 })
 
 		c.Use(p.url, "new")
 		recv(t, c.Work(), "Work on connect with the new token")
@@ -473,9 +462,9 @@ func TestUseNewTokenReconnectsAtOnce(t *testing.T) {
 
 		c.Use(p.url, "old") // the same target: nothing changes
 		c.Use(p.url, "new")
-		waitFor(t, "$disconnect of the old socket", func() bool { return p.disconnected(id) })
-		waitFor(t, "a $connect with the new token", func() bool { return len(p.connects()) >= 2 })
-		waitFor(t, "Up() with the new token", c.Up)
+		waittest.Until(t, wait, "$disconnect of the old socket", func() bool { return p.disconnected(id) })
+		waittest.Until(t, wait, "a $connect with the new token", func() bool { return len(p.connects()) >= 2 })
+		waittest.Until(t, wait, "Up() with the new token", c.Up)
 		connects := p.connects()
 		if len(connects) != 2 {
 			t.Fatalf("$connect routes = %d, want 2", len(connects))
@@ -496,7 +485,7 @@ func TestKeepAliveAnswered(t *testing.T) {
 	p := newPlane(t, accept("tok"))
 	c, id := up(t, p, o, "tok")
 
-	waitFor(t, "pings on the first socket", func() bool { return p.pings(id) >= pings })
+	waittest.Until(t, wait, "pings on the first socket", func() bool { return p.pings(id) >= pings })
 	for _, ev := range p.events("$default") {
 		if ev.Body != wire.WakePing {
 			t.Errorf("$default body = %q, want %q", ev.Body, wire.WakePing)
@@ -522,8 +511,8 @@ func TestKeepAliveUnanswered(t *testing.T) {
 	})
 	_, id := up(t, p, o, "tok")
 
-	waitFor(t, "a reconnect after the unanswered keep-alive", func() bool { return len(p.connects()) >= 2 })
-	waitFor(t, "$disconnect of the quiet socket", func() bool { return p.disconnected(id) })
+	waittest.Until(t, wait, "a reconnect after the unanswered keep-alive", func() bool { return len(p.connects()) >= 2 })
+	waittest.Until(t, wait, "$disconnect of the quiet socket", func() bool { return p.disconnected(id) })
 	if p.pings(id) == 0 {
 		t.Error("the dropped socket sent no ping")
 	}
@@ -546,8 +535,8 @@ func TestUseEmptyCloses(t *testing.T) {
 	c, id := up(t, p, fast(), "tok")
 
 	c.Use("", "ignored")
-	waitFor(t, "$disconnect", func() bool { return p.disconnected(id) })
-	waitFor(t, "Up() = false", func() bool { return !c.Up() })
+	waittest.Until(t, wait, "$disconnect", func() bool { return p.disconnected(id) })
+	waittest.Until(t, wait, "Up() = false", func() bool { return !c.Up() })
 	recv(t, c.Work(), "Work when the socket closed")
 
 	// With a 10 ms backoff a client still trying would have connected
@@ -606,7 +595,7 @@ func TestRunReturnsOnCancel(t *testing.T) {
 		if c.Up() {
 			t.Error("Up() = true after Run returned")
 		}
-		waitFor(t, "$disconnect of the socket", func() bool { return p.disconnected(id) })
+		waittest.Until(t, wait, "$disconnect of the socket", func() bool { return p.disconnected(id) })
 	})
 
 	t.Run("backing off", func(t *testing.T) {
@@ -614,7 +603,7 @@ func TestRunReturnsOnCancel(t *testing.T) {
 		c := p.client(Options{BackoffMin: time.Hour, BackoffMax: time.Hour})
 		c.Use(p.url, "tok")
 		cancel, done := run(t, c)
-		waitFor(t, "the refused $connect", func() bool { return len(p.connects()) >= 1 })
+		waittest.Until(t, wait, "the refused $connect", func() bool { return len(p.connects()) >= 1 })
 		cancel()
 		waitDone(t, done)
 	})
@@ -678,7 +667,7 @@ func TestWithRealHandler(t *testing.T) {
 
 	c.Use(p.url, "bad")
 	run(t, c)
-	waitFor(t, "refused $connects", func() bool { return len(p.connects()) >= 2 })
+	waittest.Until(t, wait, "refused $connects", func() bool { return len(p.connects()) >= 2 })
 	if c.Up() {
 		t.Error("Up() = true with a refused token")
 	}
@@ -686,7 +675,7 @@ func TestWithRealHandler(t *testing.T) {
 	c.Use(p.url, "good")
 	recv(t, c.Work(), "Work on connect")
 	id := p.lastConnect()
-	waitFor(t, "pings answered for longer than PongWait", func() bool { return p.pings(id) >= 75 })
+	waittest.Until(t, wait, "pings answered for longer than PongWait", func() bool { return p.pings(id) >= 75 })
 	if !c.Up() || p.disconnected(id) {
 		t.Errorf("the real handler's pongs did not keep the socket (Up %v, disconnected %v)", c.Up(), p.disconnected(id))
 	}
@@ -753,7 +742,7 @@ func TestDroppedAtOnceBacksOff(t *testing.T) {
 	c := New(Options{HTTP: ts.Client(), Logger: discard, BackoffMin: time.Hour, BackoffMax: time.Hour})
 	c.Use("ws"+strings.TrimPrefix(ts.URL, "http")+"/wake", "tok")
 	run(t, c)
-	waitFor(t, "the first socket", func() bool { return accepted.Load() >= 1 })
+	waittest.Until(t, wait, "the first socket", func() bool { return accepted.Load() >= 1 })
 	// With an hour's backoff no correct client connects more than a
 	// couple of times, however long this takes.
 	time.Sleep(500 * time.Millisecond)

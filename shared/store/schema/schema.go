@@ -74,6 +74,23 @@ func parseSpecs(template []byte) ([]tableSpec, error) {
 	return out, nil
 }
 
+// Suffixes reports the name suffix of every table of template.yaml
+// ("workers", "invocations", …), sorted: a table's name is the table prefix
+// followed by one of them. Whatever must cover every table (a test's
+// snapshot of the store) lists them from here, so a table added to the
+// template is covered without another list to update.
+func Suffixes() ([]string, error) {
+	all, err := specs()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, 0, len(all))
+	for _, s := range all {
+		out = append(out, s.suffix)
+	}
+	return out, nil
+}
+
 // TableDefinitions returns every table of template.yaml as a CreateTableInput
 // for the given table prefix: key schema, attribute definitions, billing mode
 // and secondary indexes with their projections. Time to live is not part of

@@ -64,6 +64,25 @@ func TestNamesFor(t *testing.T) {
 	}
 }
 
+// TestSuffixesAreTheStoresTables: the tables of template.yaml (Suffixes,
+// which the test snapshot of the store lists) are exactly the fields of
+// store.TableNames, so a table added on one side only fails here.
+func TestSuffixesAreTheStoresTables(t *testing.T) {
+	got, err := Suffixes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := reflect.ValueOf(store.NamesFor(""))
+	var want []string
+	for i := range names.NumField() {
+		want = append(want, names.Field(i).String())
+	}
+	sort.Strings(want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("Suffixes() = %v, want the fields of store.TableNames %v", got, want)
+	}
+}
+
 func TestTableDefinitionsMatchSchema(t *testing.T) {
 	const prefix = "test-"
 	defs, err := TableDefinitions(prefix)

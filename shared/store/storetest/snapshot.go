@@ -14,19 +14,29 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/dreamlake/lakeshore/shared/store"
+	"github.com/dreamlake/lakeshore/shared/store/schema"
 )
 
-// Snapshot is every item of every control-plane table under one prefix,
-// each item as one JSON line (map keys sorted), the lines of each table
-// sorted; tables are keyed by their suffix ("workers", "invocations", …).
-// Tests take one before and after a refused request: nothing may change.
+// Snapshot is every item of every control-plane table under one prefix
+// (Tables), each item as one JSON line (map keys sorted), the lines of each
+// table sorted; tables are keyed by their suffix ("workers", "invocations",
+// …). Tests take one before and after a refused request: nothing may
+// change.
 type Snapshot map[string][]string
 
-// Tables reports the names of the six control-plane tables of prefix.
-func Tables(prefix string) []string {
-	n := store.NamesFor(prefix)
-	return []string{n.Workers, n.Machines, n.Invocations, n.Commands, n.Queues, n.Idempotency}
+// Tables reports the names of every control-plane table of prefix, listed
+// from template.yaml (schema.Suffixes), the schema the tables are created
+// from: a table added there is snapshotted with no change here.
+func Tables(prefix string) ([]string, error) {
+	suffixes, err := schema.Suffixes()
+	if err != nil {
+		return nil, fmt.Errorf("list tables: %w", err)
+	}
+	out := make([]string, 0, len(suffixes))
+	for _, s := range suffixes {
+		out = append(out, prefix+s)
+	}
+	return out, nil
 }
 
 // ScanTable reads every item of table with consistent reads.
@@ -58,8 +68,12 @@ func ItemJSON(item map[string]types.AttributeValue) (string, error) {
 
 // ReadSnapshot scans every table of prefix.
 func ReadSnapshot(ctx context.Context, db *dynamodb.Client, prefix string) (Snapshot, error) {
+	tables, err := Tables(prefix)
+	if err != nil {
+		return nil, err
+	}
 	snap := Snapshot{}
-	for _, table := range Tables(prefix) {
+	for _, table := range tables {
 		items, err := ScanTable(ctx, db, table)
 		if err != nil {
 			return nil, err

@@ -72,8 +72,8 @@ lint:
 ## check: shared/ must never import agent/, functions/ or cli/; the Lambdas
 ## that serve no routes must not link the router; shared/domain imports
 ## nothing of this module but the hostkey leaf; nymph links no server
-## package; no binary links a test-support package; the store imports no
-## wire type, and only the mains build a control.Service
+## package; no binary links a test-support package; the store and the use
+## cases import no wire type, and only the mains build a control.Service
 ## (docs/design.md §1)
 check:
 	@bad=$$($(GO) list -deps ./shared/... | grep -E 'lakeshore/(agent|functions|cli)(/|$$)' || true); \
@@ -88,8 +88,10 @@ check:
 		if [ -n "$$bad" ]; then echo "shared/domain imports: $$bad (the rules import no adapter and no wire type)"; exit 1; fi
 	@bad=$$(grep -rl 'control\.New(' --include='*.go' shared agent | grep -v '_test\.go$$' | grep -vE '^shared/(lambdamain|api/apitest|store/storetest)/' || true); \
 		if [ -n "$$bad" ]; then echo "control.New outside a main: $$bad (one Service per process: its main builds it)"; exit 1; fi
-	@bad=$$($(GO) list -f '{{join .Imports "\n"}}' ./shared/store | grep -E 'lakeshore/shared/(wire|api|lambdahttp)$$' || true); \
-		if [ -n "$$bad" ]; then echo "shared/store imports: $$bad (the store speaks domain; the HTTP edge maps it to the wire)"; exit 1; fi
+	@for p in store control; do \
+		bad=$$($(GO) list -f '{{join .Imports "\n"}}' ./shared/$$p | grep -E 'lakeshore/shared/(wire|api|lambdahttp)$$' || true); \
+		if [ -n "$$bad" ]; then echo "shared/$$p imports: $$bad (the core speaks domain; the HTTP edge maps it to the wire)"; exit 1; fi; \
+	done
 	@bad=$$($(GO) list -deps ./agent/... | grep -E 'lakeshore/shared/(api|control|store|lambdahttp|lambdamain|provision|reaper|hoststatus|ui|wake|wakelambda|wakesock)(/|$$)' || true); \
 		if [ -n "$$bad" ]; then echo "nymph links a server package: $$bad (shared rules it needs go in a leaf such as shared/cadence)"; exit 1; fi
 	@bad=$$($(GO) list -deps ./cli/... ./agent/cmd/... ./functions/... | grep -E '^testing$$|lakeshore/.*test$$' || true); \

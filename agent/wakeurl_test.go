@@ -16,7 +16,7 @@ import (
 // nopPoster is a wake channel that delivers nothing.
 type nopPoster struct{}
 
-func (nopPoster) Post(context.Context, string, []byte) error    { return nil }
+func (nopPoster) Wake(context.Context, string, string) error    { return nil }
 func (nopPoster) CloseConnection(context.Context, string) error { return nil }
 
 // hostGuard fails every request to host, counting them, and hands the

@@ -27,7 +27,7 @@ func (s *Server) hello(r *http.Request) (int, any, error) {
 		return 0, nil, err
 	}
 	var token string
-	resp, err := s.svc.Hello(r.Context(), req, func(workerID string) (string, error) {
+	g, err := s.svc.Hello(r.Context(), req.Registration(), func(workerID string) (string, error) {
 		tok, hash, err := auth.NewWorkerToken(workerID)
 		token = tok
 		return hash, err
@@ -35,7 +35,11 @@ func (s *Server) hello(r *http.Request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	resp.Token = token
+	resp := wire.HelloResponse{WorkerID: g.Worker.ID, Token: token, StaleAfterS: g.StaleAfter.Seconds(),
+		PollIntervalS: g.PollInterval.Seconds(), WakeURL: g.WakeURL, WakePollIntervalS: g.WakeInterval.Seconds()}
+	if g.LongPoll {
+		resp.LongPollS = resp.PollIntervalS
+	}
 	return http.StatusOK, resp, nil
 }
 
@@ -45,9 +49,13 @@ func (s *Server) poll(r *http.Request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	resp, err := s.svc.Poll(r.Context(), req, authorize)
+	cmds, err := s.svc.Poll(r.Context(), req.Poll(), authorize)
 	if err != nil {
 		return 0, nil, err
+	}
+	resp := wire.PollResponse{Commands: make([]wire.Command, 0, len(cmds))}
+	for _, c := range cmds {
+		resp.Commands = append(resp.Commands, wire.CommandOf(c))
 	}
 	return http.StatusOK, resp, nil
 }
@@ -58,11 +66,11 @@ func (s *Server) ack(r *http.Request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	resp, err := s.svc.Ack(r.Context(), req, authorize, auth.Hash(tok))
+	res, err := s.svc.Ack(r.Context(), req.Outcome(), authorize, auth.Hash(tok))
 	if err != nil {
 		return 0, nil, err
 	}
-	return http.StatusOK, resp, nil
+	return http.StatusOK, wire.AckResponse{Recorded: res.Recorded, State: res.State}, nil
 }
 
 func (s *Server) logs(r *http.Request) (int, any, error) {
@@ -71,11 +79,11 @@ func (s *Server) logs(r *http.Request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	resp, err := s.svc.ShipLogs(r.Context(), req, authorize)
+	stored, err := s.svc.ShipLogs(r.Context(), req.WorkerID, req.Batches(), authorize)
 	if err != nil {
 		return 0, nil, err
 	}
-	return http.StatusOK, resp, nil
+	return http.StatusOK, wire.LogsAccepted{Stored: stored}, nil
 }
 
 func (s *Server) bye(r *http.Request) (int, any, error) {
@@ -84,7 +92,7 @@ func (s *Server) bye(r *http.Request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	if _, err := s.svc.Bye(r.Context(), req, authorize); err != nil {
+	if _, err := s.svc.Bye(r.Context(), req.Bye(), authorize); err != nil {
 		return 0, nil, fmt.Errorf("bye %s: %w", req.WorkerID, err)
 	}
 	return http.StatusNoContent, nil, nil

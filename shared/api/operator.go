@@ -20,7 +20,7 @@ func (s *Server) submit(r *http.Request) (int, any, error) {
 	if err := wire.Decode(r.Body, &req); err != nil {
 		return 0, nil, err
 	}
-	inv, created, err := s.svc.Submit(r.Context(), req)
+	inv, created, err := s.svc.Submit(r.Context(), req.Spec())
 	if err != nil {
 		return 0, nil, err
 	}
@@ -118,13 +118,13 @@ func (s *Server) invocationLogs(r *http.Request) (int, any, error) {
 		if err != nil {
 			return 0, nil, err
 		}
-		return http.StatusOK, page, nil
+		return http.StatusOK, wire.LogPageOf(page), nil
 	}
 	page, err := s.svc.ReadLogs(r.Context(), id, attempt, after, limit)
 	if err != nil {
 		return 0, nil, err
 	}
-	return http.StatusOK, page, nil
+	return http.StatusOK, wire.LogPageOf(page), nil
 }
 
 func (s *Server) cancel(r *http.Request) (int, any, error) {

@@ -3,14 +3,14 @@
 // answers it at hello and bounds held polls by it; nymph keeps it (its
 // backoff, its wake-socket interval, the check of a configured interval).
 // Both link this package, so the rule is written once; it imports nothing
-// of this module but wire.
+// of this module.
 package cadence
 
-import (
-	"time"
+import "time"
 
-	"github.com/dreamlake/lakeshore/shared/wire"
-)
+// MaxHold is the longest a poll is ever held waiting for work (the wire's
+// timeout_s is capped at it): under API Gateway's 30 s integration limit.
+const MaxHold = 20 * time.Second
 
 // Cadence is the polling a stale window allows.
 type Cadence struct {
@@ -25,7 +25,7 @@ type Cadence struct {
 	MaxGap time.Duration
 	// WakeInterval is hello's wake_poll_interval_s: how often an idle
 	// daemon whose wake socket is up polls, as often as a held poll would
-	// (MaxGap, at most the longest held poll, wire.MaxPollTimeoutS), never
+	// (MaxGap, at most the longest held poll, MaxHold), never
 	// more often than Interval.
 	WakeInterval time.Duration
 }
@@ -38,6 +38,6 @@ func Of(staleAfter time.Duration) Cadence {
 		return Cadence{}
 	}
 	c := Cadence{Interval: min(5*time.Second, staleAfter/6), MaxGap: staleAfter / 3}
-	c.WakeInterval = max(c.Interval, min(c.MaxGap, wire.MaxPollTimeoutS*time.Second))
+	c.WakeInterval = max(c.Interval, min(c.MaxGap, MaxHold))
 	return c
 }

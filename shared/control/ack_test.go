@@ -10,6 +10,7 @@ import (
 
 	"github.com/dreamlake/lakeshore/shared/control"
 	"github.com/dreamlake/lakeshore/shared/domain"
+	"github.com/dreamlake/lakeshore/shared/store"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
@@ -49,26 +50,26 @@ func TestAckRequeuedAndRetried(t *testing.T) {
 	svc := control.New(control.Config{Store: st, StaleAfter: time.Minute, Metrics: rec, Logger: slog.New(slog.DiscardHandler)})
 	issue := func(string) (string, error) { return "hash", nil }
 	hello, err := svc.Hello(ctx, wire.HelloRequest{MachineID: "m1", BootID: "b1", Lanes: []string{"q"},
-		Capabilities: wire.Capabilities{MaxConcurrency: ptr(1)}}, issue)
+		Capabilities: wire.Capabilities{MaxConcurrency: ptr(1)}}.Registration(), issue)
 	if err != nil {
 		t.Fatal(err)
 	}
-	claim := func(want string) wire.RunInvocation {
+	claim := func(want string) domain.Invocation {
 		t.Helper()
-		resp, err := svc.Poll(ctx, wire.PollRequest{WorkerID: hello.WorkerID, Queue: "q", Phase: wire.PhaseReady, Invocations: []string{},
-			UpdatedCapabilities: &wire.Capabilities{MaxConcurrency: ptr(1), CurrentInvocations: ptr(0)}}, nil)
-		if err != nil || len(resp.Commands) != 1 || resp.Commands[0].Invocation == nil || resp.Commands[0].Invocation.InvocationID != want {
+		resp, err := svc.Poll(ctx, wire.PollRequest{WorkerID: hello.Worker.ID, Queue: "q", Phase: wire.PhaseReady, Invocations: []string{},
+			UpdatedCapabilities: &wire.Capabilities{MaxConcurrency: ptr(1), CurrentInvocations: ptr(0)}}.Poll(), nil)
+		if err != nil || len(resp) != 1 || resp[0].Run == nil || resp[0].Run.ID != want {
 			t.Fatalf("poll: %+v %v, want a run of %s", resp, err, want)
 		}
-		return *resp.Commands[0].Invocation
+		return *resp[0].Run
 	}
-	ack := func(run wire.RunInvocation, state string, code int) wire.AckResponse {
+	ack := func(run domain.Invocation, state string, code int) store.AckResult {
 		t.Helper()
-		req := wire.AckRequest{WorkerID: hello.WorkerID, InvocationID: run.InvocationID, Attempt: run.Attempt, State: state, ExitCode: &code}
+		req := wire.AckRequest{WorkerID: hello.Worker.ID, InvocationID: run.ID, Attempt: run.Attempt, State: state, ExitCode: &code}
 		if state == wire.StateFailed {
 			req.Error = &wire.ErrorInfo{Type: wire.ErrorTypeExitCode, Message: "exited with status 3"}
 		}
-		res, err := svc.Ack(ctx, req, nil, "hash")
+		res, err := svc.Ack(ctx, req.Outcome(), nil, "hash")
 		if err != nil {
 			t.Fatalf("ack %s: %v", state, err)
 		}
@@ -83,7 +84,7 @@ func TestAckRequeuedAndRetried(t *testing.T) {
 		return s.DoneCount
 	}
 
-	inv, _, err := svc.Submit(ctx, wire.SubmitRequest{Queue: "q", Argv: []string{"train"}, MaxAttempts: 3})
+	inv, _, err := svc.Submit(ctx, wire.SubmitRequest{Queue: "q", Argv: []string{"train"}, MaxAttempts: 3}.Spec())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +115,7 @@ func TestAckRequeuedAndRetried(t *testing.T) {
 	}
 
 	retried, _, err := svc.Submit(ctx, wire.SubmitRequest{Queue: "q", Argv: []string{"flaky"}, MaxAttempts: 3,
-		Retry: &wire.RetryPolicy{ExitCodes: []int{3}, BackoffS: 1}})
+		Retry: &wire.RetryPolicy{ExitCodes: []int{3}, BackoffS: 1}}.Spec())
 	if err != nil {
 		t.Fatal(err)
 	}

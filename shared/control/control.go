@@ -14,12 +14,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dreamlake/lakeshore/shared/cadence"
 	"github.com/dreamlake/lakeshore/shared/clock"
 	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/metrics"
 	"github.com/dreamlake/lakeshore/shared/store"
 	"github.com/dreamlake/lakeshore/shared/wake"
-	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
 // Store is what the use cases ask of the store: loads, and saves that are
@@ -105,7 +105,7 @@ type Config struct {
 	// StaleAfter is how long a silent worker stays live (default 60 s); a
 	// long poll waits at most a third of it.
 	StaleAfter time.Duration
-	// MaxPollWait caps a long poll (default wire.MaxPollTimeoutS).
+	// MaxPollWait caps a long poll (default cadence.MaxHold).
 	MaxPollWait time.Duration
 	// Sleep waits between long-poll checks (default: a timer that ends
 	// early when ctx does); tests may replace it.
@@ -124,7 +124,7 @@ type Config struct {
 	// Off on Lambda, which bills a held poll for its whole wait.
 	LongPoll bool
 	// WakeURL is the wake channel's WebSocket URL that hello hands out
-	// (wire.HelloResponse.WakeURL; "": no wake channel), and Poster what
+	// (Greeting.WakeURL; "": no wake channel), and Poster what
 	// posts to its sockets. Both or neither.
 	WakeURL string
 	Poster  Poster
@@ -158,7 +158,7 @@ func New(c Config) *Service {
 		s.staleAfter = domain.DefaultStaleAfter
 	}
 	if s.maxWait <= 0 {
-		s.maxWait = wire.MaxPollTimeoutS * time.Second
+		s.maxWait = cadence.MaxHold
 	}
 	if s.sleep == nil {
 		s.sleep = clock.Sleep

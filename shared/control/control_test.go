@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dreamlake/lakeshore/shared/control"
+	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/store"
 	"github.com/dreamlake/lakeshore/shared/store/schema"
 	"github.com/dreamlake/lakeshore/shared/store/storetest"
@@ -37,23 +38,23 @@ func TestPollUseCase(t *testing.T) {
 	issue := func(string) (string, error) { return "hash", nil }
 
 	hello, err := svc.Hello(ctx, wire.HelloRequest{MachineID: "m1", BootID: "b1", Lanes: []string{"q"},
-		Capabilities: wire.Capabilities{MaxConcurrency: ptr(2)}}, issue)
-	if err != nil || hello.StaleAfterS != 3 || hello.PollIntervalS != 0.5 {
+		Capabilities: wire.Capabilities{MaxConcurrency: ptr(2)}}.Registration(), issue)
+	if err != nil || hello.StaleAfter.Seconds() != 3 || hello.PollInterval.Seconds() != 0.5 {
 		t.Fatalf("hello: %+v %v", hello, err)
 	}
 	for range 3 {
-		if _, _, err := svc.Submit(ctx, wire.SubmitRequest{Queue: "q", Argv: []string{"true"}, MaxAttempts: 3}); err != nil {
+		if _, _, err := svc.Submit(ctx, wire.SubmitRequest{Queue: "q", Argv: []string{"true"}, MaxAttempts: 3}.Spec()); err != nil {
 			t.Fatal(err)
 		}
 	}
-	poll := func(phase string, running []string) []wire.Command {
+	poll := func(phase string, running []string) []domain.Command {
 		t.Helper()
-		resp, err := svc.Poll(ctx, wire.PollRequest{WorkerID: hello.WorkerID, Queue: "q", Phase: phase, Invocations: running,
-			UpdatedCapabilities: &wire.Capabilities{MaxConcurrency: ptr(2), CurrentInvocations: ptr(len(running))}}, nil)
+		resp, err := svc.Poll(ctx, wire.PollRequest{WorkerID: hello.Worker.ID, Queue: "q", Phase: phase, Invocations: running,
+			UpdatedCapabilities: &wire.Capabilities{MaxConcurrency: ptr(2), CurrentInvocations: ptr(len(running))}}.Poll(), nil)
 		if err != nil {
 			t.Fatalf("poll (%s, running %v): %v", phase, running, err)
 		}
-		return resp.Commands
+		return resp
 	}
 	if cmds := poll(wire.PhaseSetup, []string{}); len(cmds) != 0 {
 		t.Fatalf("a worker in setup was handed %+v", cmds)
@@ -62,7 +63,7 @@ func TestPollUseCase(t *testing.T) {
 	if len(cmds) != 2 || cmds[0].Type != wire.CommandRun || cmds[1].Type != wire.CommandRun {
 		t.Fatalf("a ready worker with room for 2 got %+v", cmds)
 	}
-	first, second := cmds[0].Invocation.InvocationID, cmds[1].Invocation.InvocationID
+	first, second := cmds[0].Run.ID, cmds[1].Run.ID
 	// It says it runs only the first: the second's run command was lost,
 	// and it goes back to the queue; the poll has room for one more again.
 	cmds = poll(wire.PhaseReady, []string{first})

@@ -23,17 +23,17 @@ func TestHostStatus(t *testing.T) {
 	svc := storetest.Control(s)
 	issue := func(string) (string, error) { return "h", nil }
 	hello := func(m string) domain.Worker {
-		res, err := svc.Register(ctx, wire.HelloRequest{MachineID: m, BootID: "b"}, issue)
+		res, err := svc.Register(ctx, wire.HelloRequest{MachineID: m, BootID: "b"}.Registration(), issue)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return res.Worker
 	}
 	w, other, bye := hello("i-0123456789abcdef0"), hello("i-0fedcba9876543210"), hello("laptop")
-	if _, err := svc.Bye(ctx, wire.ByeRequest{WorkerID: bye.ID, Reason: "done"}, nil); err != nil {
+	if _, err := svc.Bye(ctx, wire.ByeRequest{WorkerID: bye.ID, Reason: "done"}.Bye(), nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := svc.Submit(ctx, wire.SubmitRequest{Queue: "q", Argv: []string{"x"}, MaxAttempts: 3}); err != nil {
+	if _, _, err := svc.Submit(ctx, wire.SubmitRequest{Queue: "q", Argv: []string{"x"}, MaxAttempts: 3}.Spec()); err != nil {
 		t.Fatal(err)
 	}
 	claim, err := s.Claim(ctx, w, "q", 1)

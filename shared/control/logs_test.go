@@ -34,30 +34,30 @@ func newLogsFixture(t *testing.T) *logsFixture {
 	st.Clock = c.Clock()
 	svc := control.New(control.Config{Store: st, Clock: c.Clock(), Logger: slog.New(slog.DiscardHandler)})
 	hello, err := svc.Hello(ctx, wire.HelloRequest{MachineID: "m1", BootID: "b1", Lanes: []string{"q"},
-		Capabilities: wire.Capabilities{MaxConcurrency: ptr(2)}}, func(string) (string, error) { return "hash", nil })
+		Capabilities: wire.Capabilities{MaxConcurrency: ptr(2)}}.Registration(), func(string) (string, error) { return "hash", nil })
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &logsFixture{ctx: ctx, st: st, svc: svc, clock: c, worker: hello.WorkerID}
+	f := &logsFixture{ctx: ctx, st: st, svc: svc, clock: c, worker: hello.Worker.ID}
 	for i := range f.inv {
-		inv, _, err := svc.Submit(ctx, wire.SubmitRequest{Queue: "q", Argv: []string{"true"}, MaxAttempts: 1})
+		inv, _, err := svc.Submit(ctx, wire.SubmitRequest{Queue: "q", Argv: []string{"true"}, MaxAttempts: 1}.Spec())
 		if err != nil {
 			t.Fatal(err)
 		}
 		f.inv[i] = inv.ID
 	}
 	resp, err := svc.Poll(ctx, wire.PollRequest{WorkerID: f.worker, Queue: "q", Phase: wire.PhaseReady, Invocations: []string{},
-		UpdatedCapabilities: &wire.Capabilities{MaxConcurrency: ptr(2), CurrentInvocations: ptr(0)}}, nil)
-	if err != nil || len(resp.Commands) != 2 {
-		t.Fatalf("claim both: %+v %v", resp.Commands, err)
+		UpdatedCapabilities: &wire.Capabilities{MaxConcurrency: ptr(2), CurrentInvocations: ptr(0)}}.Poll(), nil)
+	if err != nil || len(resp) != 2 {
+		t.Fatalf("claim both: %+v %v", resp, err)
 	}
 	return f
 }
 
 // ship sends chunks of attempt 1 of invocation id as the worker.
 func (f *logsFixture) ship(id string, chunks ...wire.LogChunk) error {
-	_, err := f.svc.ShipLogs(f.ctx, wire.LogsRequest{WorkerID: f.worker,
-		Logs: []wire.LogBatch{{InvocationID: id, Attempt: 1, Chunks: chunks}}}, func(domain.Worker) error { return nil })
+	req := wire.LogsRequest{WorkerID: f.worker, Logs: []wire.LogBatch{{InvocationID: id, Attempt: 1, Chunks: chunks}}}
+	_, err := f.svc.ShipLogs(f.ctx, req.WorkerID, req.Batches(), func(domain.Worker) error { return nil })
 	return err
 }
 
@@ -170,7 +170,7 @@ func TestShipLogsClosesAfterTheAttemptEnds(t *testing.T) {
 	if err := f.ship(id, wire.LogChunk{Seq: 0, Stream: domain.LogStdout, Data: []byte("running\n")}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.svc.Ack(f.ctx, wire.AckRequest{WorkerID: f.worker, InvocationID: id, Attempt: 1, State: wire.StateSucceeded}, nil, "hash"); err != nil {
+	if _, err := f.svc.Ack(f.ctx, wire.AckRequest{WorkerID: f.worker, InvocationID: id, Attempt: 1, State: wire.StateSucceeded}.Outcome(), nil, "hash"); err != nil {
 		t.Fatal(err)
 	}
 	f.clock.Advance(domain.LogGrace)

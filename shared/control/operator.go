@@ -2,29 +2,16 @@ package control
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 
 	"github.com/dreamlake/lakeshore/shared/domain"
-	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
-// Submit queues the invocation req asks for (domain.NewInvocation). With an
-// idempotency key, a replay of the same request answers the invocation the
-// first one made (created false); a different request under the same key
-// is a conflict.
-func (s *Service) Submit(ctx context.Context, req wire.SubmitRequest) (inv domain.Invocation, created bool, err error) {
-	spec := domain.Spec{
-		Queue: req.Queue, Argv: req.Argv, Env: req.Env, RunConfig: domain.RunConfig(req.RunConfig),
-		TimeoutS: req.TimeoutS, MaxAttempts: req.MaxAttempts, IdempotencyKey: req.IdempotencyKey,
-		Retry: retryPolicy(req.Retry),
-	}
-	hash := ""
-	if req.IdempotencyKey != "" {
-		hash = requestHash(req)
-	}
-	inv, created, err = s.store.Submit(ctx, spec, hash)
+// Submit queues the invocation spec asks for (domain.NewInvocation). With
+// an idempotency key, a replay of the same request (spec.RequestHash)
+// answers the invocation the first one made (created false); a different
+// request under the same key is a conflict.
+func (s *Service) Submit(ctx context.Context, spec domain.Spec) (inv domain.Invocation, created bool, err error) {
+	inv, created, err = s.store.Submit(ctx, spec, spec.RequestHash)
 	if err == nil && created {
 		s.log.Info("submitted", "invocation_id", inv.ID, "queue", inv.Queue)
 		s.claimable(ctx, inv)
@@ -37,16 +24,6 @@ func (s *Service) Submit(ctx context.Context, req wire.SubmitRequest) (inv domai
 		}
 	}
 	return inv, created, err
-}
-
-// requestHash is what an idempotency key remembers of the request that
-// first used it. It hashes the request as it came over the wire (maps
-// marshal in key order, so it is deterministic); keys recorded before an
-// upgrade keep matching their replays only while this stays the same.
-func requestHash(req wire.SubmitRequest) string {
-	b, _ := json.Marshal(req)
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:])
 }
 
 // Cancel cancels invocation id (domain.Invocation.Cancel): a queued one at
@@ -107,12 +84,4 @@ func (s *Service) AddSetup(ctx context.Context, id string, argv []string) (domai
 		s.workerNews(ctx, id)
 	}
 	return cmd, err
-}
-
-// retryPolicy is the domain's form of a submit's retry policy (nil: none).
-func retryPolicy(r *wire.RetryPolicy) *domain.RetryPolicy {
-	if r == nil {
-		return nil
-	}
-	return &domain.RetryPolicy{ExitCodes: r.ExitCodes, Timeout: r.Timeout, BackoffS: r.BackoffS}
 }

@@ -10,7 +10,6 @@ import (
 	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/store"
 	"github.com/dreamlake/lakeshore/shared/wake"
-	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
 // Poll is the heartbeat and the only way work reaches a daemon. In order:
@@ -25,58 +24,54 @@ import (
 // be said (news that an invocation it lists has finished rides with the
 // eventual answer). auth checks the worker's token on every read of its
 // row.
-func (s *Service) Poll(ctx context.Context, req wire.PollRequest, auth store.Authorize) (wire.PollResponse, error) {
+func (s *Service) Poll(ctx context.Context, p domain.Poll, auth store.Authorize) ([]domain.Command, error) {
 	st := s.store
-	w, err := s.Heartbeat(ctx, req, auth)
+	w, err := s.Heartbeat(ctx, p, auth)
 	if err != nil {
-		return wire.PollResponse{}, err
+		return nil, err
 	}
-	results := make([]domain.SetupResult, len(req.SetupResults))
-	for i, r := range req.SetupResults {
-		results[i] = domain.SetupResult(r)
-	}
-	if w, err = st.RecordSetupResults(ctx, w, results); err != nil {
-		return wire.PollResponse{}, err
+	if w, err = st.RecordSetupResults(ctx, w, p.SetupResults); err != nil {
+		return nil, err
 	}
 
-	cmds := []wire.Command{}
-	if w.OwesDrain(req.Phase) {
-		cmds = append(cmds, wire.Command{Type: wire.CommandDrain})
+	cmds := []domain.Command{}
+	if w.OwesDrain(p.Phase) {
+		cmds = append(cmds, domain.Command{Type: domain.CommandDrain})
 	}
 	if hk := w.Adopting(); hk != "" {
-		cmds = append(cmds, wire.Command{Type: wire.CommandAdopt, HostKey: hk, HostSetup: w.Adoption.HostSetup})
+		cmds = append(cmds, domain.Command{Type: domain.CommandAdopt, HostKey: hk, HostSetup: w.Adoption.HostSetup})
 	}
 	pending, err := st.SetupCommands(ctx, w.ID, true)
 	if err != nil {
-		return wire.PollResponse{}, err
+		return nil, err
 	}
 	// Unreported commands go out on every poll until reported: an answer
 	// lost on the way must not leave the FIFO stuck. The daemon dedupes by id.
 	for _, c := range pending {
-		cmds = append(cmds, wire.Command{Type: wire.CommandSetup, CommandID: c.CommandID, Argv: c.Argv})
+		cmds = append(cmds, domain.Command{Type: domain.CommandSetup, CommandID: c.CommandID, Argv: c.Argv})
 	}
-	cancels, finished, err := s.reconcile(ctx, w, req.Invocations)
+	cancels, finished, err := s.reconcile(ctx, w, p.Inflight)
 	if err != nil {
-		return wire.PollResponse{}, err
+		return nil, err
 	}
 	cmds = append(cmds, cancels...)
 
-	queue := req.Queue
+	queue := p.Queue
 	if queue == "" && len(w.Lanes) > 0 {
 		queue = w.Lanes[0]
 	}
 	ok, _ := domain.AcceptsWork(w, len(pending) > 0)
 	if !ok || queue == "" {
-		return wire.PollResponse{Commands: append(cmds, finished...)}, nil
+		return append(cmds, finished...), nil
 	}
 	// Cancels of invocations that already finished are news the daemon can
 	// hear when the poll answers: they do not cut a long poll short (a
 	// daemon lists such an invocation while its own ack is on the way).
-	runs, err := s.claim(ctx, w, queue, len(cmds) == 0, req.TimeoutS)
+	runs, err := s.claim(ctx, w, queue, len(cmds) == 0, p.Wait)
 	if err != nil {
-		return wire.PollResponse{}, err
+		return nil, err
 	}
-	return wire.PollResponse{Commands: append(append(cmds, finished...), runs...)}, nil
+	return append(append(cmds, finished...), runs...), nil
 }
 
 // reconcile compares what the daemon says it runs with what the control
@@ -88,7 +83,7 @@ func (s *Service) Poll(ctx context.Context, req wire.PollRequest, auth store.Aut
 // its run command was lost — and is handed out again. Cancels of
 // invocations that already finished come apart (finished): whatever the
 // daemon still does for them no longer counts.
-func (s *Service) reconcile(ctx context.Context, w domain.Worker, inflight []string) (cancels, finished []wire.Command, err error) {
+func (s *Service) reconcile(ctx context.Context, w domain.Worker, inflight []string) (cancels, finished []domain.Command, err error) {
 	if inflight == nil {
 		return nil, nil, nil // an old daemon that sends no list: nothing to compare
 	}
@@ -118,8 +113,8 @@ func (s *Service) reconcile(ctx context.Context, w domain.Worker, inflight []str
 			// The holder index is eventually consistent on AWS: confirm on
 			// the table before telling a worker to stop.
 			inv, err = st.GetInvocation(ctx, id)
-			if errors.Is(err, wire.ErrNotFound) {
-				finished = append(finished, wire.Command{Type: wire.CommandCancel, InvocationID: id, Reason: wire.CancelSuperseded})
+			if errors.Is(err, domain.ErrNotFound) {
+				finished = append(finished, domain.Command{Type: domain.CommandCancel, InvocationID: id, Reason: domain.CancelSuperseded})
 				continue
 			}
 			if err != nil {
@@ -130,9 +125,9 @@ func (s *Service) reconcile(ctx context.Context, w domain.Worker, inflight []str
 		switch {
 		case why == "":
 		case domain.Terminal(inv.State):
-			finished = append(finished, wire.Command{Type: wire.CommandCancel, InvocationID: id, Reason: why})
+			finished = append(finished, domain.Command{Type: domain.CommandCancel, InvocationID: id, Reason: why})
 		default:
-			cancels = append(cancels, wire.Command{Type: wire.CommandCancel, InvocationID: id, Reason: why})
+			cancels = append(cancels, domain.Command{Type: domain.CommandCancel, InvocationID: id, Reason: why})
 		}
 	}
 	return cancels, finished, nil
@@ -145,10 +140,10 @@ func (s *Service) reconcile(ctx context.Context, w domain.Worker, inflight []str
 // made elsewhere. Any change to the worker's row during the wait (a drain, a
 // setup command, a newer hello, a retirement) ends the wait without a
 // claim: the next poll sees it.
-func (s *Service) claim(ctx context.Context, w domain.Worker, queue string, wait bool, timeoutS float64) ([]wire.Command, error) {
+func (s *Service) claim(ctx context.Context, w domain.Worker, queue string, wait bool, timeout time.Duration) ([]domain.Command, error) {
 	st := s.store
 	free := w.MaxConcurrency - w.CurrentInvocations
-	waitFor := min(time.Duration(timeoutS*float64(time.Second)), s.maxWait, cadence.Of(s.staleAfter).MaxGap)
+	waitFor := min(timeout, s.maxWait, cadence.Of(s.staleAfter).MaxGap)
 	if !wait {
 		waitFor = 0
 	}
@@ -221,7 +216,7 @@ func (s *Service) waitWake(ctx context.Context, woken <-chan struct{}, d time.Du
 // handOut turns claimed invocations into run commands, unless the worker
 // was retired while they were claimed: then they go straight back to the
 // queue, since nobody will run them.
-func (s *Service) handOut(ctx context.Context, w domain.Worker, claimed []domain.Invocation) ([]wire.Command, error) {
+func (s *Service) handOut(ctx context.Context, w domain.Worker, claimed []domain.Invocation) ([]domain.Command, error) {
 	st := s.store
 	cur, err := st.GetWorker(ctx, w.ID)
 	if err != nil {
@@ -233,26 +228,14 @@ func (s *Service) handOut(ctx context.Context, w domain.Worker, claimed []domain
 				return nil, err
 			}
 		}
-		return nil, wire.Errorf(wire.CodeWorkerGone, "worker is gone; say hello again")
+		return nil, domain.Errorf(domain.KindGone, "worker is gone; say hello again")
 	}
-	out := make([]wire.Command, 0, len(claimed))
+	out := make([]domain.Command, 0, len(claimed))
 	for _, inv := range claimed {
 		s.log.Info("claimed", "worker_id", w.ID, "invocation_id", inv.ID, "attempt", inv.Attempt)
-		out = append(out, wire.Command{Type: wire.CommandRun, Invocation: runPayload(inv)})
+		out = append(out, domain.Command{Type: domain.CommandRun, Run: &inv})
 	}
 	return out, nil
-}
-
-func runPayload(inv domain.Invocation) *wire.RunInvocation {
-	return &wire.RunInvocation{
-		InvocationID: inv.ID,
-		Attempt:      inv.Attempt,
-		Argv:         inv.Argv,
-		Env:          inv.Env,
-		RunConfig:    wire.RunConfig(inv.RunConfig),
-		TimeoutS:     inv.TimeoutS,
-		HostKey:      inv.HostKey,
-	}
 }
 
 // claimed reports a claim's result to the metrics: how many it took, the

@@ -56,15 +56,15 @@ func TestWorkerOnAStoppedHostIsRetired(t *testing.T) {
 
 	// A run claimed as the host stopped is not handed out.
 	other, _ := f.worker(t, "i-0bbbbbbbbbbbbbbb0", "")
-	inv, _, err := f.svc.Submit(f.ctx, wire.SubmitRequest{Queue: "q", Argv: []string{"x"}, MaxAttempts: 3})
+	inv, _, err := f.svc.Submit(f.ctx, wire.SubmitRequest{Queue: "q", Argv: []string{"x"}, MaxAttempts: 3}.Spec())
 	if err != nil {
 		t.Fatal(err)
 	}
 	svc := control.New(control.Config{Store: stopsHostOnClaim{f.st, t}, Clock: f.st.Clock, Logger: slog.New(slog.DiscardHandler)})
-	res, err := svc.Poll(f.ctx, wire.PollRequest{WorkerID: other, Queue: "q", Phase: wire.PhaseReady}, nil)
-	for _, c := range res.Commands {
+	res, err := svc.Poll(f.ctx, wire.PollRequest{WorkerID: other, Queue: "q", Phase: wire.PhaseReady}.Poll(), nil)
+	for _, c := range res {
 		if c.Type == wire.CommandRun {
-			t.Fatalf("a worker whose host stopped as it claimed was handed %s", c.Invocation.InvocationID)
+			t.Fatalf("a worker whose host stopped as it claimed was handed %s", c.Run.ID)
 		}
 	}
 	if !errors.Is(err, wire.ErrWorkerGone) {

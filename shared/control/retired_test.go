@@ -19,17 +19,17 @@ func TestTerminatedHostIsRetired(t *testing.T) {
 	svc := storetest.Control(s)
 	issue := func(string) (string, error) { return "h", nil }
 	hello := wire.HelloRequest{MachineID: "i-0123456789abcdef0", BootID: "b"}
-	first, err := svc.Register(ctx, hello, issue)
+	first, err := svc.Register(ctx, hello.Registration(), issue)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := svc.SetHostStatus(ctx, first.Worker.ID, domain.HostTerminated); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := svc.Heartbeat(ctx, wire.PollRequest{WorkerID: first.Worker.ID, Phase: wire.PhaseReady}, nil); !errors.Is(err, wire.ErrWorkerGone) {
+	if _, err := svc.Heartbeat(ctx, wire.PollRequest{WorkerID: first.Worker.ID, Phase: wire.PhaseReady}.Poll(), nil); !errors.Is(err, wire.ErrWorkerGone) {
 		t.Fatalf("poll of a worker on a terminated host: %v, want 410", err)
 	}
-	again, err := svc.Register(ctx, hello, issue)
+	again, err := svc.Register(ctx, hello.Registration(), issue)
 	if err != nil || again.Worker.ID == first.Worker.ID {
 		t.Fatalf("hello after the host was terminated: %+v %v; want a new worker", again.Worker.ID, err)
 	}

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/dreamlake/lakeshore/shared/domain"
-	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
 // sweepGoneFor is how long after a worker went gone its holder index may
@@ -87,7 +86,7 @@ func (s *Service) Sweep(ctx context.Context) (SweepResult, error) {
 // one that failed halfway; it costs a query when nothing is held.
 func (s *Service) SetHostStatus(ctx context.Context, id, status string) (domain.Worker, error) {
 	if !domain.ValidHostStatus(status) {
-		return domain.Worker{}, wire.Errorf(wire.CodeInvalid, "host status %q is not one of pending, running, stopped, terminated", status)
+		return domain.Worker{}, domain.Errorf(domain.KindInvalid, "host status %q is not one of pending, running, stopped, terminated", status)
 	}
 	w, err := s.store.UpdateHostStatus(ctx, id, status)
 	if err != nil || w.State == domain.WorkerGone || !domain.HostGone(w.HostStatus) {

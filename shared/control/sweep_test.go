@@ -19,7 +19,7 @@ func TestSweep(t *testing.T) {
 	svc := storetest.Control(s)
 	issue := func(string) (string, error) { return "h", nil }
 	hello := func(m string) control.Registered {
-		res, err := svc.Register(ctx, wire.HelloRequest{MachineID: m, BootID: "b", Capabilities: wire.Capabilities{MaxConcurrency: ptr(4)}}, issue)
+		res, err := svc.Register(ctx, wire.HelloRequest{MachineID: m, BootID: "b", Capabilities: wire.Capabilities{MaxConcurrency: ptr(4)}}.Registration(), issue)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -27,7 +27,7 @@ func TestSweep(t *testing.T) {
 	}
 	dead, live := hello("dead").Worker, hello("live").Worker
 	for _, arg := range []string{"x", "y"} {
-		if _, _, err := svc.Submit(ctx, wire.SubmitRequest{Queue: "q", Argv: []string{arg}, MaxAttempts: 2}); err != nil {
+		if _, _, err := svc.Submit(ctx, wire.SubmitRequest{Queue: "q", Argv: []string{arg}, MaxAttempts: 2}.Spec()); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -43,7 +43,7 @@ func TestSweep(t *testing.T) {
 	a, b := ra.Claimed[0], rb.Claimed[0]
 
 	c.Advance(30 * time.Second)
-	if _, err := svc.Heartbeat(ctx, wire.PollRequest{WorkerID: live.ID}, nil); err != nil {
+	if _, err := svc.Heartbeat(ctx, wire.PollRequest{WorkerID: live.ID}.Poll(), nil); err != nil {
 		t.Fatal(err)
 	}
 	if res, err := svc.Sweep(ctx); err != nil || res.Requeued != 0 {
@@ -90,11 +90,11 @@ func TestSweepNeverStrandsWorkOnAGoneWorker(t *testing.T) {
 	ctx := context.Background()
 	s, c := storetest.Store(t)
 	svc := storetest.Control(s)
-	res, err := svc.Register(ctx, wire.HelloRequest{MachineID: "m", BootID: "b"}, func(string) (string, error) { return "h", nil })
+	res, err := svc.Register(ctx, wire.HelloRequest{MachineID: "m", BootID: "b"}.Registration(), func(string) (string, error) { return "h", nil })
 	if err != nil {
 		t.Fatal(err)
 	}
-	inv, _, _ := svc.Submit(ctx, wire.SubmitRequest{Queue: "q", Argv: []string{"x"}, MaxAttempts: 3})
+	inv, _, _ := svc.Submit(ctx, wire.SubmitRequest{Queue: "q", Argv: []string{"x"}, MaxAttempts: 3}.Spec())
 	if r, err := s.Claim(ctx, res.Worker, "q", 1); err != nil || len(r.Claimed) != 1 {
 		t.Fatalf("claim: %+v %v", r, err)
 	}

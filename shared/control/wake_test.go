@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dreamlake/lakeshore/shared/control"
+	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/store/storetest"
 	"github.com/dreamlake/lakeshore/shared/wake"
 	"github.com/dreamlake/lakeshore/shared/wire"
@@ -42,12 +43,12 @@ func newWakeFixture(t *testing.T) wakeFixture {
 
 func (f wakeFixture) hello(t *testing.T, machine string) string {
 	t.Helper()
-	resp, err := f.svc.Hello(f.ctx, wire.HelloRequest{MachineID: machine, BootID: "b", Lanes: []string{"q"}},
+	resp, err := f.svc.Hello(f.ctx, wire.HelloRequest{MachineID: machine, BootID: "b", Lanes: []string{"q"}}.Registration(),
 		func(string) (string, error) { return "hash", nil })
-	if err != nil || resp.LongPollS != resp.PollIntervalS {
+	if err != nil || !resp.LongPoll {
 		t.Fatalf("hello: %+v %v; want long polls offered for the poll interval", resp, err)
 	}
-	return resp.WorkerID
+	return resp.Worker.ID
 }
 
 // TestLongPollIsWoken: a long poll waiting for work is answered the moment
@@ -62,14 +63,14 @@ func TestLongPollIsWoken(t *testing.T) {
 	hello := func(m string) string { return f.hello(t, m) }
 	type answer struct {
 		worker string
-		cmds   []wire.Command
+		cmds   []domain.Command
 		err    error
 	}
 	answers := make(chan answer, 3)
 	longPoll := func(id string) {
 		resp, err := svc.Poll(ctx, wire.PollRequest{WorkerID: id, Queue: "q", Phase: wire.PhaseReady,
-			Invocations: []string{}, TimeoutS: 15}, nil)
-		answers <- answer{id, resp.Commands, err}
+			Invocations: []string{}, TimeoutS: 15}.Poll(), nil)
+		answers <- answer{id, resp, err}
 	}
 	waitFor := func(n int) {
 		t.Helper()
@@ -102,22 +103,22 @@ func TestLongPollIsWoken(t *testing.T) {
 		go longPoll(id)
 	}
 	waitFor(3)
-	inv, _, err := svc.Submit(ctx, wire.SubmitRequest{Queue: "q", Argv: []string{"true"}, MaxAttempts: 3})
+	inv, _, err := svc.Submit(ctx, wire.SubmitRequest{Queue: "q", Argv: []string{"true"}, MaxAttempts: 3}.Spec())
 	if err != nil {
 		t.Fatal(err)
 	}
 	first := next()
-	if len(first.cmds) != 1 || first.cmds[0].Invocation.InvocationID != inv.ID {
+	if len(first.cmds) != 1 || first.cmds[0].Run.ID != inv.ID {
 		t.Fatalf("the woken poll answered %+v, want a run of %s", first.cmds, inv.ID)
 	}
 	waitFor(2) // the others still wait: one invocation woke one poll
 
 	// Its worker says bye holding it: the hand-back wakes another.
-	if _, err := svc.Bye(ctx, wire.ByeRequest{WorkerID: first.worker, Reason: wire.ByeSignal}, nil); err != nil {
+	if _, err := svc.Bye(ctx, wire.ByeRequest{WorkerID: first.worker, Reason: wire.ByeSignal}.Bye(), nil); err != nil {
 		t.Fatal(err)
 	}
 	second := next()
-	if len(second.cmds) != 1 || second.cmds[0].Invocation.InvocationID != inv.ID || second.cmds[0].Invocation.Attempt != 2 {
+	if len(second.cmds) != 1 || second.cmds[0].Run.ID != inv.ID || second.cmds[0].Run.Attempt != 2 {
 		t.Fatalf("after the bye, the woken poll answered %+v, want attempt 2 of %s", second.cmds, inv.ID)
 	}
 	if second.worker == first.worker {
@@ -140,27 +141,27 @@ func TestLongPollHoldsThroughAFinishedCancel(t *testing.T) {
 	f := newWakeFixture(t)
 	ctx, svc, hub := f.ctx, f.svc, f.hub
 	worker := f.hello(t, "m")
-	first, _, err := svc.Submit(ctx, wire.SubmitRequest{Queue: "q", Argv: []string{"true"}, MaxAttempts: 3})
+	first, _, err := svc.Submit(ctx, wire.SubmitRequest{Queue: "q", Argv: []string{"true"}, MaxAttempts: 3}.Spec())
 	if err != nil {
 		t.Fatal(err)
 	}
-	poll := func(inflight []string, timeoutS float64) (wire.PollResponse, error) {
+	poll := func(inflight []string, timeoutS float64) ([]domain.Command, error) {
 		// As nymph does: it lists what it runs or still acks, and says
 		// how many bodies run.
 		return svc.Poll(ctx, wire.PollRequest{WorkerID: worker, Queue: "q", Phase: wire.PhaseReady,
 			Invocations: inflight, TimeoutS: timeoutS,
-			UpdatedCapabilities: &wire.Capabilities{MaxConcurrency: ptr(1), CurrentInvocations: ptr(0)}}, nil)
+			UpdatedCapabilities: &wire.Capabilities{MaxConcurrency: ptr(1), CurrentInvocations: ptr(0)}}.Poll(), nil)
 	}
-	if resp, err := poll([]string{}, 0); err != nil || len(resp.Commands) != 1 {
+	if resp, err := poll([]string{}, 0); err != nil || len(resp) != 1 {
 		t.Fatalf("claim: %+v %v", resp, err)
 	}
 	code := 0
 	if _, err := svc.Ack(ctx, wire.AckRequest{WorkerID: worker, InvocationID: first.ID, Attempt: 1,
-		State: wire.StateSucceeded, ExitCode: &code}, nil, "hash"); err != nil {
+		State: wire.StateSucceeded, ExitCode: &code}.Outcome(), nil, "hash"); err != nil {
 		t.Fatal(err)
 	}
 
-	answered := make(chan wire.PollResponse, 1)
+	answered := make(chan []domain.Command, 1)
 	go func() {
 		resp, err := poll([]string{first.ID}, 15) // its ack's answer not in yet
 		if err != nil {
@@ -171,24 +172,24 @@ func TestLongPollHoldsThroughAFinishedCancel(t *testing.T) {
 	for hub.Waiting(wake.Key("q", "")) != 1 {
 		select {
 		case resp := <-answered:
-			t.Fatalf("the long poll answered %+v at once instead of waiting", resp.Commands)
+			t.Fatalf("the long poll answered %+v at once instead of waiting", resp)
 		case <-ctx.Done():
 			t.Fatal("the long poll never waited")
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
-	next, _, err := svc.Submit(ctx, wire.SubmitRequest{Queue: "q", Argv: []string{"true"}, MaxAttempts: 3})
+	next, _, err := svc.Submit(ctx, wire.SubmitRequest{Queue: "q", Argv: []string{"true"}, MaxAttempts: 3}.Spec())
 	if err != nil {
 		t.Fatal(err)
 	}
 	resp := <-answered
 	var cancelled, run bool
-	for _, c := range resp.Commands {
+	for _, c := range resp {
 		cancelled = cancelled || (c.Type == wire.CommandCancel && c.InvocationID == first.ID && c.Reason == wire.CancelSuperseded)
-		run = run || (c.Type == wire.CommandRun && c.Invocation.InvocationID == next.ID)
+		run = run || (c.Type == wire.CommandRun && c.Run.ID == next.ID)
 	}
 	if !cancelled || !run {
-		t.Fatalf("the woken poll answered %+v; want the finished one's cancel and a run of %s", resp.Commands, next.ID)
+		t.Fatalf("the woken poll answered %+v; want the finished one's cancel and a run of %s", resp, next.ID)
 	}
 }
 
@@ -207,11 +208,11 @@ func TestLongPollEndsOnItsWorkersNews(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			id := f.hello(t, "m-"+tc.name)
-			poll := func(timeoutS float64) ([]wire.Command, error) {
+			poll := func(timeoutS float64) ([]domain.Command, error) {
 				resp, err := f.svc.Poll(f.ctx, wire.PollRequest{WorkerID: id, Queue: "q", Phase: wire.PhaseReady,
 					Invocations: []string{}, TimeoutS: timeoutS,
-					UpdatedCapabilities: &wire.Capabilities{MaxConcurrency: ptr(1), CurrentInvocations: ptr(0)}}, nil)
-				return resp.Commands, err
+					UpdatedCapabilities: &wire.Capabilities{MaxConcurrency: ptr(1), CurrentInvocations: ptr(0)}}.Poll(), nil)
+				return resp, err
 			}
 			answered := make(chan error, 1)
 			go func() { _, err := poll(15); answered <- err }()
@@ -236,7 +237,7 @@ func TestLongPollEndsOnItsWorkersNews(t *testing.T) {
 				t.Fatalf("the held poll did not end on the %s", tc.name)
 			}
 			cmds, err := poll(0)
-			if err != nil || !slices.ContainsFunc(cmds, func(c wire.Command) bool { return c.Type == tc.want }) {
+			if err != nil || !slices.ContainsFunc(cmds, func(c domain.Command) bool { return c.Type == tc.want }) {
 				t.Fatalf("the next poll answered %+v (%v); want a %s command", cmds, err, tc.want)
 			}
 		})

@@ -2,7 +2,6 @@ package control
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"maps"
 	"math/rand/v2"
@@ -14,7 +13,6 @@ import (
 	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/store"
 	"github.com/dreamlake/lakeshore/shared/wake"
-	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
 // The wake channel (docs/dispatch.md): daemons keep a WebSocket open, and
@@ -24,12 +22,14 @@ import (
 // lost, or sent to a worker that is busy by now, costs at most the poll
 // interval the daemon keeps anyway.
 
-// Poster delivers one message to one wake socket, and closes one: API
-// Gateway's management API on AWS (shared/wakelambda), the dev server's own
-// sockets in process (shared/wakesock). Both answer an error that wraps
-// ErrConnectionGone when the socket no longer exists.
+// Poster tells one wake socket that work for queue arrived ("": news of
+// its own worker), and closes one: API Gateway's management API on AWS
+// (shared/wakelambda), the dev server's own sockets in process
+// (shared/wakesock). Each encodes the message as the wire says. Both
+// answer an error that wraps ErrConnectionGone when the socket no longer
+// exists.
 type Poster interface {
-	Post(ctx context.Context, connectionID string, msg []byte) error
+	Wake(ctx context.Context, connectionID, queue string) error
 	CloseConnection(ctx context.Context, connectionID string) error
 }
 
@@ -81,10 +81,10 @@ func wakeKeys(w domain.Worker) []string {
 func (s *Service) Connect(ctx context.Context, connectionID, token, instance string) (domain.Worker, error) {
 	id, ok := auth.WorkerOf(token)
 	if !ok {
-		return domain.Worker{}, wire.Errorf(wire.CodeUnauthorized, "the wake channel needs Authorization: Bearer <worker token from hello>")
+		return domain.Worker{}, domain.Errorf(domain.KindUnauthorized, "the wake channel needs Authorization: Bearer <worker token from hello>")
 	}
 	w, err := s.store.GetWorker(ctx, id)
-	if errors.Is(err, wire.ErrNotFound) {
+	if errors.Is(err, domain.ErrNotFound) {
 		// An unknown id costs the same hash and compare and gets the same
 		// answer as a wrong secret: the channel tells no one which workers exist.
 		return domain.Worker{}, store.UnknownWorker(id, func(w domain.Worker) error {
@@ -99,10 +99,10 @@ func (s *Service) Connect(ctx context.Context, connectionID, token, instance str
 		return domain.Worker{}, store.ErrWorkerToken
 	}
 	if !auth.SameInstance(instance, w.MachineID) {
-		return domain.Worker{}, wire.Errorf(wire.CodeForbidden, "IAM mode: worker %s's machine_id %q is not the calling instance %s", w.ID, w.MachineID, instance)
+		return domain.Worker{}, domain.Errorf(domain.KindForbidden, "IAM mode: worker %s's machine_id %q is not the calling instance %s", w.ID, w.MachineID, instance)
 	}
 	if domain.Retired(w) {
-		return domain.Worker{}, wire.Errorf(wire.CodeWorkerGone, "worker is gone; say hello again")
+		return domain.Worker{}, domain.Errorf(domain.KindGone, "worker is gone; say hello again")
 	}
 	now := s.clock.Now()
 	c := store.Connection{ID: connectionID, WorkerID: w.ID, Keys: wakeKeys(w), ConnectedAt: now, ExpiresAt: now.Add(connectionTTL)}
@@ -204,7 +204,6 @@ func (s *Service) notify(ctx context.Context, key, queue string, n int) {
 		s.pushPausedUntil.Store(&until)
 		return
 	}
-	msg, _ := json.Marshal(wire.WakeMessage{Type: wire.WakeTypeWake, Queue: queue})
 	sent := 0
 	for _, sockets := range s.pickWorkers(conns) {
 		if sent == n {
@@ -212,7 +211,7 @@ func (s *Service) notify(ctx context.Context, key, queue string, n int) {
 		}
 		woke := false
 		for _, c := range sockets {
-			err := s.poster.Post(ctx, c.ID, msg)
+			err := s.poster.Wake(ctx, c.ID, queue)
 			switch {
 			case errors.Is(err, ErrConnectionGone):
 				if err := s.Disconnect(ctx, c.ID); err != nil {

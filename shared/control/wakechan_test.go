@@ -16,6 +16,7 @@ import (
 	"github.com/dreamlake/lakeshore/shared/auth"
 	"github.com/dreamlake/lakeshore/shared/clock"
 	"github.com/dreamlake/lakeshore/shared/control"
+	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/hostkey"
 	"github.com/dreamlake/lakeshore/shared/store"
 	"github.com/dreamlake/lakeshore/shared/store/storetest"
@@ -37,14 +38,14 @@ type post struct {
 	msg wire.WakeMessage
 }
 
-func (p *recordingPoster) Post(_ context.Context, id string, msg []byte) error {
+func (p *recordingPoster) Wake(_ context.Context, id, queue string) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if !p.open[id] {
 		return fmt.Errorf("post to %s: %w", id, control.ErrConnectionGone)
 	}
 	var m wire.WakeMessage
-	if err := json.Unmarshal(msg, &m); err != nil {
+	if err := json.Unmarshal(wire.WakeFor(queue), &m); err != nil {
 		return err
 	}
 	p.posts = append(p.posts, post{id, m})
@@ -106,7 +107,7 @@ func newWakeChannelFixtureWith(t *testing.T, p control.Poster) wakeChannelFixtur
 // id and token.
 func (f wakeChannelFixture) worker(t *testing.T, machine, hk string) (id, token string) {
 	t.Helper()
-	resp, err := f.svc.Hello(f.ctx, wire.HelloRequest{MachineID: machine, BootID: "b", Lanes: []string{"q"}, HostKey: hk},
+	resp, err := f.svc.Hello(f.ctx, wire.HelloRequest{MachineID: machine, BootID: "b", Lanes: []string{"q"}, HostKey: hk}.Registration(),
 		func(workerID string) (string, error) {
 			tok, hash, err := auth.NewWorkerToken(workerID)
 			token = tok
@@ -115,10 +116,10 @@ func (f wakeChannelFixture) worker(t *testing.T, machine, hk string) (id, token 
 	if err != nil {
 		t.Fatal(err)
 	}
-	if resp.WakeURL != "wss://wake.example/wake" || resp.LongPollS != 0 || resp.WakePollIntervalS != 20 {
+	if resp.WakeURL != "wss://wake.example/wake" || resp.LongPoll || resp.WakeInterval.Seconds() != 20 {
 		t.Fatalf("hello = %+v; want the wake channel with a 20 s idle poll and no long polls", resp)
 	}
-	return resp.WorkerID, token
+	return resp.Worker.ID, token
 }
 
 // connect opens socket id for token.
@@ -136,7 +137,7 @@ func (f wakeChannelFixture) connect(t *testing.T, id, token string) {
 
 func (f wakeChannelFixture) submit(t *testing.T, queue string) {
 	t.Helper()
-	if _, _, err := f.svc.Submit(f.ctx, wire.SubmitRequest{Queue: queue, Argv: []string{"true"}}); err != nil {
+	if _, _, err := f.svc.Submit(f.ctx, wire.SubmitRequest{Queue: queue, Argv: []string{"true"}}.Spec()); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -175,7 +176,7 @@ func TestConnectChecksTheWorkerToken(t *testing.T) {
 	if wrong == nil || unknown == nil || wrong.Error() != unknown.Error() || wrong.Error() != store.ErrWorkerToken.Error() {
 		t.Errorf("wrong secret = %v, unknown worker = %v; want both %v", wrong, unknown, store.ErrWorkerToken)
 	}
-	if _, err := f.svc.Bye(f.ctx, wire.ByeRequest{WorkerID: other, Reason: wire.ByeSignal}, nil); err != nil {
+	if _, err := f.svc.Bye(f.ctx, wire.ByeRequest{WorkerID: other, Reason: wire.ByeSignal}.Bye(), nil); err != nil {
 		t.Fatal(err)
 	}
 	if conns, err := f.st.Connections(f.ctx, wake.Key("q", "")); err != nil || len(conns) != 0 {
@@ -192,7 +193,7 @@ func TestConnectChecksTheWorkerToken(t *testing.T) {
 func TestConnectRefusesAGoneWorker(t *testing.T) {
 	f := newWakeChannelFixture(t)
 	id, token := f.worker(t, "m1", "")
-	if _, err := f.svc.Bye(f.ctx, wire.ByeRequest{WorkerID: id, Reason: wire.ByeSignal}, nil); err != nil {
+	if _, err := f.svc.Bye(f.ctx, wire.ByeRequest{WorkerID: id, Reason: wire.ByeSignal}.Bye(), nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := f.svc.Connect(f.ctx, "c1", token, ""); !errors.Is(err, wire.ErrWorkerGone) {
@@ -242,7 +243,7 @@ func TestKeyedWorkWakesOnlyItsKeysWorkers(t *testing.T) {
 	_, keyedTok := f.worker(t, "m-keyed", hostkey.Of(setup))
 	f.connect(t, "keyed", keyedTok)
 	for i := range 10 {
-		if _, _, err := f.svc.Submit(f.ctx, wire.SubmitRequest{Queue: "q", Argv: []string{"true"}, RunConfig: wire.RunConfig{HostSetup: setup}}); err != nil {
+		if _, _, err := f.svc.Submit(f.ctx, wire.SubmitRequest{Queue: "q", Argv: []string{"true"}, RunConfig: wire.RunConfig{HostSetup: setup}}.Spec()); err != nil {
 			t.Fatal(err)
 		}
 		want := []post{{"keyed", wire.WakeMessage{Type: wire.WakeTypeWake, Queue: "q"}}}
@@ -284,13 +285,13 @@ func TestHeldPollTakesTheWakeFirst(t *testing.T) {
 	id, _ := f.worker(t, "m1", "")
 	_, tok2 := f.worker(t, "m2", "")
 	f.connect(t, "c2", tok2)
-	done := make(chan []wire.Command, 1)
+	done := make(chan []domain.Command, 1)
 	go func() {
-		resp, err := f.svc.Poll(f.ctx, wire.PollRequest{WorkerID: id, Queue: "q", Phase: wire.PhaseReady, Invocations: []string{}, TimeoutS: 15}, nil)
+		resp, err := f.svc.Poll(f.ctx, wire.PollRequest{WorkerID: id, Queue: "q", Phase: wire.PhaseReady, Invocations: []string{}, TimeoutS: 15}.Poll(), nil)
 		if err != nil {
 			t.Error(err)
 		}
-		done <- resp.Commands
+		done <- resp
 	}()
 	for f.hub.Waiting(wake.Key("q", "")) == 0 {
 		select {
@@ -365,7 +366,7 @@ type failingPoster struct {
 	posts int
 }
 
-func (p *failingPoster) Post(context.Context, string, []byte) error {
+func (p *failingPoster) Wake(context.Context, string, string) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.posts++

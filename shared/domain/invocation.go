@@ -205,6 +205,10 @@ type Spec struct {
 	MaxAttempts    int
 	Retry          *RetryPolicy
 	IdempotencyKey string
+	// RequestHash is what the idempotency key remembers of the request
+	// that first used it ("" without a key): a replay under the key must
+	// carry the same.
+	RequestHash string
 }
 
 // NewInvocation reports the invocation spec makes at now, queued under id.
@@ -252,14 +256,15 @@ func (inv Invocation) Claim(w Worker, now time.Time) (Invocation, error) {
 
 // Outcome is what a worker reports for one attempt it ran.
 type Outcome struct {
-	WorkerID   string
-	Attempt    int
-	State      string // succeeded, failed or cancelled
-	ExitCode   *int
-	ResultBlob string // JSON, "" for none
-	Error      *ErrorInfo
-	StdoutTail string
-	StderrTail string
+	InvocationID string
+	WorkerID     string
+	Attempt      int
+	State        string // succeeded, failed or cancelled
+	ExitCode     *int
+	ResultBlob   string // JSON, "" for none
+	Error        *ErrorInfo
+	StdoutTail   string
+	StderrTail   string
 }
 
 // Record reports inv with outcome o recorded at now, and whether o counts

@@ -114,3 +114,21 @@ func (inv Invocation) TakesLogs(workerID string, n int, now time.Time) error {
 	}
 	return nil
 }
+
+// LogBatch is the new output of one attempt, as a worker ships it.
+type LogBatch struct {
+	InvocationID string
+	Attempt      int
+	Chunks       []LogChunk
+}
+
+// LogPage is a read of one attempt's output: its chunks after a seq, in
+// order. Next is the seq the following read starts after; EOF says the
+// attempt's last chunk is in.
+type LogPage struct {
+	InvocationID string
+	Attempt      int
+	Chunks       []LogChunk
+	Next         int
+	EOF          bool
+}

@@ -55,6 +55,29 @@ const (
 	PhaseTerminating = "terminating"
 )
 
+// The commands a poll answers a daemon with (Command.Type).
+const (
+	CommandRun    = "run"
+	CommandSetup  = "setup"
+	CommandCancel = "cancel"
+	CommandDrain  = "drain"
+	CommandAdopt  = "adopt"
+)
+
+// Command is one instruction a poll answers a daemon with: run an
+// invocation (Run), run a setup command (CommandID, Argv), stop an attempt
+// (InvocationID, Reason), drain, or adopt a host key (HostKey, HostSetup).
+type Command struct {
+	Type         string
+	Run          *Invocation
+	CommandID    string
+	Argv         []string
+	InvocationID string
+	Reason       string // a cancel's: CancelOperator or CancelSuperseded
+	HostKey      string
+	HostSetup    []string
+}
+
 // Why a worker is told to stop an attempt.
 const (
 	CancelOperator   = "operator"   // an operator cancelled the invocation

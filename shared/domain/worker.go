@@ -251,20 +251,36 @@ func AcceptsWork(w Worker, setupPending bool) (bool, string) {
 	}
 }
 
-// Poll is what a daemon's poll says about itself.
+// Bye is a daemon's goodbye: why it leaves, and how many runs it abandoned
+// (their outcomes unknown).
+type Bye struct {
+	WorkerID  string
+	Reason    string
+	Abandoned int
+}
+
+// Poll is what a daemon's poll says about itself, and how long it may wait
+// for work.
 type Poll struct {
-	Phase   string // "" from an old daemon that sends none
-	Queue   string // the queue it polls ("": any of its lanes)
-	HostKey string // "" leaves the worker's key as it is
+	WorkerID string
+	Phase    string // "" from an old daemon that sends none
+	Queue    string // the queue it polls ("": any of its lanes)
+	HostKey  string // "" leaves the worker's key as it is
 	// MaxConcurrency and CurrentInvocations are its updated capabilities;
 	// nil when it sent none.
 	MaxConcurrency, CurrentInvocations *int
 	// Capabilities reports whether it sent updated capabilities at all: an
 	// old daemon sends none, and what it lists is what it runs (Listed).
 	Capabilities bool
-	Listed       int
+	// Inflight lists the invocations it runs (nil: it sent no list).
+	Inflight []string
 	// AdoptFailed is the key whose adopted host setup failed ("": none).
 	AdoptFailed string
+	// SetupResults are the outcomes of its setup commands since its last
+	// poll.
+	SetupResults []SetupResult
+	// Wait is how long the poll may wait for work (0: answer at once).
+	Wait time.Duration
 }
 
 // Heartbeat reports w after a poll p at now: seen now, in the stored state
@@ -310,7 +326,7 @@ func (w Worker) Heartbeat(p Poll, now time.Time) (Worker, error) {
 	}
 	switch {
 	case !p.Capabilities:
-		next.CurrentInvocations = p.Listed
+		next.CurrentInvocations = len(p.Inflight)
 	default:
 		if p.MaxConcurrency != nil {
 			next.MaxConcurrency = *p.MaxConcurrency

@@ -123,7 +123,7 @@ func TestWorkerTransitionDetails(t *testing.T) {
 	if !hb.LastSeenAt.Equal(now) || hb.Phase != PhaseReady || hb.HostKey != "hk1_b" || hb.MaxConcurrency != 4 || hb.CurrentInvocations != 2 {
 		t.Errorf("heartbeat with capabilities: %+v", hb)
 	}
-	old, _ := w.Heartbeat(Poll{Listed: 1}, now)
+	old, _ := w.Heartbeat(Poll{Inflight: []string{"inv_1"}}, now)
 	if old.CurrentInvocations != 1 || old.HostKey != "hk1_a" || old.MaxConcurrency != 2 {
 		t.Errorf("heartbeat of an old daemon (no capabilities, one listed): %+v", old)
 	}

@@ -109,7 +109,7 @@ func (f *fixture) run(t *testing.T, n int) []string {
 
 func (f *fixture) hello(t *testing.T, machine string) domain.Worker {
 	t.Helper()
-	res, err := f.svc.Register(f.ctx, wire.HelloRequest{MachineID: machine, BootID: "b"}, func(string) (string, error) { return "h", nil })
+	res, err := f.svc.Register(f.ctx, wire.HelloRequest{MachineID: machine, BootID: "b"}.Registration(), func(string) (string, error) { return "h", nil })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +145,7 @@ func TestHostPoll(t *testing.T) {
 	ghost1, ghost2 := f.hello(t, "i-0000000000000dead"), f.hello(t, "i-00000000000000bee")
 	laptop := f.hello(t, "laptop")
 
-	if _, _, err := f.svc.Submit(f.ctx, wire.SubmitRequest{Queue: "q", Argv: []string{"x"}, MaxAttempts: 3}); err != nil {
+	if _, _, err := f.svc.Submit(f.ctx, wire.SubmitRequest{Queue: "q", Argv: []string{"x"}, MaxAttempts: 3}.Spec()); err != nil {
 		t.Fatal(err)
 	}
 	claim, err := f.store.Claim(f.ctx, b, "q", 1)
@@ -234,7 +234,7 @@ func TestHostEvent(t *testing.T) {
 	f := newFixture(t)
 	inst := f.run(t, 1)
 	w := f.hello(t, inst[0])
-	if _, _, err := f.svc.Submit(f.ctx, wire.SubmitRequest{Queue: "q", Argv: []string{"x"}, MaxAttempts: 3}); err != nil {
+	if _, _, err := f.svc.Submit(f.ctx, wire.SubmitRequest{Queue: "q", Argv: []string{"x"}, MaxAttempts: 3}.Spec()); err != nil {
 		t.Fatal(err)
 	}
 	claim, err := f.store.Claim(f.ctx, w, "q", 1)

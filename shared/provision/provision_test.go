@@ -96,7 +96,7 @@ func (w *world) submit(q string, n int, hostSetup ...string) {
 	svc := storetest.Control(w.st)
 	for range n {
 		if _, _, err := svc.Submit(w.ctx, wire.SubmitRequest{Queue: q, Argv: []string{"true"}, MaxAttempts: 3,
-			RunConfig: wire.RunConfig{HostSetup: hostSetup}}); err != nil {
+			RunConfig: wire.RunConfig{HostSetup: hostSetup}}.Spec()); err != nil {
 			w.t.Fatal(err)
 		}
 	}
@@ -361,7 +361,7 @@ func TestLateHelloOfALetGoHostIsANewWorker(t *testing.T) {
 		t.Fatalf("after the hello timeout: %+v %v; want the silent host let go", res, err)
 	}
 	reg, err := storetest.Control(w.st).Register(w.ctx, wire.HelloRequest{MachineID: host.InstanceID, BootID: "boot-late",
-		Lanes: []string{"gpu"}, HostKey: host.Key.HostKey}, func(string) (string, error) { return "hash", nil })
+		Lanes: []string{"gpu"}, HostKey: host.Key.HostKey}.Registration(), func(string) (string, error) { return "hash", nil })
 	if err != nil || reg.Worker.ID == pendingID || reg.Worker.State != domain.WorkerJoining {
 		t.Fatalf("late hello from the let-go host: %+v %v; want a new joining worker, not %s", reg.Worker, err, pendingID)
 	}
@@ -389,13 +389,13 @@ func TestHelloAdoptsTheLaunchedHost(t *testing.T) {
 	}
 	four := 4
 	reg, err := storetest.Control(w.st).Register(w.ctx, wire.HelloRequest{MachineID: host.InstanceID, BootID: "boot-1",
-		Lanes: []string{"gpu"}, HostKey: host.Key.HostKey, Capabilities: wire.Capabilities{MaxConcurrency: &four}},
+		Lanes: []string{"gpu"}, HostKey: host.Key.HostKey, Capabilities: wire.Capabilities{MaxConcurrency: &four}}.Registration(),
 		func(string) (string, error) { return "hash", nil })
 	if err != nil || reg.Worker.ID != pending[0].ID || reg.Worker.State != domain.WorkerJoining || reg.Retired != "" {
 		t.Fatalf("hello from the launched host: %+v %v; want worker %s adopted, nothing retired", reg, err, pending[0].ID)
 	}
 	w.clock.Advance(provision.DefaultHelloTimeout + time.Minute)
-	if _, err := storetest.Control(w.st).Heartbeat(w.ctx, wire.PollRequest{WorkerID: reg.Worker.ID, Phase: wire.PhaseReady}, nil); err != nil {
+	if _, err := storetest.Control(w.st).Heartbeat(w.ctx, wire.PollRequest{WorkerID: reg.Worker.ID, Phase: wire.PhaseReady}.Poll(), nil); err != nil {
 		t.Fatal(err)
 	}
 	if res, err := p.Pass(w.ctx); err != nil || res.Launched != 0 || res.Ended != 0 {
@@ -421,7 +421,7 @@ func TestHelloAdoptsTheLaunchedHost(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := svc.Bye(w.ctx, wire.ByeRequest{WorkerID: reg.Worker.ID, Reason: wire.ByeIdle}, nil); err != nil {
+	if _, err := svc.Bye(w.ctx, wire.ByeRequest{WorkerID: reg.Worker.ID, Reason: wire.ByeIdle}.Bye(), nil); err != nil {
 		t.Fatal(err)
 	}
 	res, err := p.Pass(w.ctx)
@@ -451,11 +451,11 @@ func TestIdleGenericWorkerIsAskedToAdopt(t *testing.T) {
 	four := 4
 	hello := func(boot string) string {
 		reg, err := svc.Register(w.ctx, wire.HelloRequest{MachineID: "m-" + boot, BootID: boot, Lanes: []string{"gpu"},
-			AdoptHostSetup: true, Capabilities: wire.Capabilities{MaxConcurrency: &four}}, func(string) (string, error) { return "hash", nil })
+			AdoptHostSetup: true, Capabilities: wire.Capabilities{MaxConcurrency: &four}}.Registration(), func(string) (string, error) { return "hash", nil })
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := svc.Heartbeat(w.ctx, wire.PollRequest{WorkerID: reg.Worker.ID, Phase: wire.PhaseReady}, nil); err != nil {
+		if _, err := svc.Heartbeat(w.ctx, wire.PollRequest{WorkerID: reg.Worker.ID, Phase: wire.PhaseReady}.Poll(), nil); err != nil {
 			t.Fatal(err)
 		}
 		return reg.Worker.ID
@@ -467,20 +467,20 @@ func TestIdleGenericWorkerIsAskedToAdopt(t *testing.T) {
 	if res, err := p.Pass(w.ctx); err != nil || res.Asked != 1 || res.Launched != 1 {
 		t.Fatalf("first pass: %+v %v; want one worker asked, one host for the other 2", res, err)
 	}
-	ans, err := svc.Poll(w.ctx, wire.PollRequest{WorkerID: generic, Phase: wire.PhaseReady, Invocations: []string{}}, nil)
-	if err != nil || len(ans.Commands) != 1 || ans.Commands[0].Type != wire.CommandAdopt || ans.Commands[0].HostKey != key.HostKey ||
-		!slices.Equal(ans.Commands[0].HostSetup, []string{"echo warm"}) {
-		t.Fatalf("the asked worker's poll: %+v %v; want one adopt command for %s and no work", ans.Commands, err, key.HostKey)
+	ans, err := svc.Poll(w.ctx, wire.PollRequest{WorkerID: generic, Phase: wire.PhaseReady, Invocations: []string{}}.Poll(), nil)
+	if err != nil || len(ans) != 1 || ans[0].Type != wire.CommandAdopt || ans[0].HostKey != key.HostKey ||
+		!slices.Equal(ans[0].HostSetup, []string{"echo warm"}) {
+		t.Fatalf("the asked worker's poll: %+v %v; want one adopt command for %s and no work", ans, err, key.HostKey)
 	}
 	if res, err := p.Pass(w.ctx); err != nil || res.Asked != 0 || res.Launched != 0 {
 		t.Fatalf("second pass: %+v %v; want nothing more", res, err)
 	}
 	// It advertises the key: the adoption is over and it claims that work.
-	ans, err = svc.Poll(w.ctx, wire.PollRequest{WorkerID: generic, Phase: wire.PhaseReady, HostKey: key.HostKey, Invocations: []string{}}, nil)
+	ans, err = svc.Poll(w.ctx, wire.PollRequest{WorkerID: generic, Phase: wire.PhaseReady, HostKey: key.HostKey, Invocations: []string{}}.Poll(), nil)
 	var runs []string
-	for _, c := range ans.Commands {
+	for _, c := range ans {
 		if c.Type == wire.CommandRun {
-			runs = append(runs, c.Invocation.InvocationID)
+			runs = append(runs, c.Run.ID)
 		} else {
 			t.Fatalf("after adopting: command %+v", c)
 		}
@@ -488,7 +488,7 @@ func TestIdleGenericWorkerIsAskedToAdopt(t *testing.T) {
 	if err != nil || len(runs) != 4 {
 		t.Fatalf("after adopting: %d runs, %v; want 4 of the key's work", len(runs), err)
 	}
-	if _, err := svc.Heartbeat(w.ctx, wire.PollRequest{WorkerID: generic, Phase: wire.PhaseReady, Invocations: runs}, nil); err != nil {
+	if _, err := svc.Heartbeat(w.ctx, wire.PollRequest{WorkerID: generic, Phase: wire.PhaseReady, Invocations: runs}.Poll(), nil); err != nil {
 		t.Fatal(err) // it runs them: no free slot
 	}
 	if got, _ := w.st.GetWorker(w.ctx, generic); got.Adoption != nil || got.HostKey != key.HostKey {
@@ -503,7 +503,7 @@ func TestIdleGenericWorkerIsAskedToAdopt(t *testing.T) {
 		t.Fatalf("pass with a second generic worker: %+v %v; want it asked, and a host for the 2 that leaves (10 queued, 4 pending slots)", res, err)
 	}
 	if _, err := svc.Poll(w.ctx, wire.PollRequest{WorkerID: second, Phase: wire.PhaseReady, AdoptFailed: key.HostKey,
-		SetupResults: []wire.SetupResult{{Command: "echo warm", Status: wire.SetupFailed, ExitCode: 1}}, Invocations: []string{}}, nil); err != nil {
+		SetupResults: []wire.SetupResult{{Command: "echo warm", Status: wire.SetupFailed, ExitCode: 1}}, Invocations: []string{}}.Poll(), nil); err != nil {
 		t.Fatal(err)
 	}
 	got, _ := w.st.GetWorker(w.ctx, second)
@@ -674,12 +674,12 @@ func (w *world) failSetup(played map[string]bool) int {
 		played[h.InstanceID] = true
 		n++
 		reg, err := svc.Register(w.ctx, wire.HelloRequest{MachineID: h.InstanceID, BootID: "boot-" + h.ID,
-			Lanes: []string{h.Key.Queue}, HostKey: h.Key.HostKey, Capabilities: wire.Capabilities{MaxConcurrency: &four}},
+			Lanes: []string{h.Key.Queue}, HostKey: h.Key.HostKey, Capabilities: wire.Capabilities{MaxConcurrency: &four}}.Registration(),
 			func(string) (string, error) { return "hash", nil })
 		if err != nil {
 			w.t.Fatal(err)
 		}
-		wk, err := svc.Heartbeat(w.ctx, wire.PollRequest{WorkerID: reg.Worker.ID, Phase: wire.PhaseSetup}, nil)
+		wk, err := svc.Heartbeat(w.ctx, wire.PollRequest{WorkerID: reg.Worker.ID, Phase: wire.PhaseSetup}.Poll(), nil)
 		if err != nil {
 			w.t.Fatal(err)
 		}
@@ -687,7 +687,7 @@ func (w *world) failSetup(played map[string]bool) int {
 			{Command: "echo trying; exit 1", Status: wire.SetupFailed, ExitCode: 1, OutputTail: "trying\n"}}); err != nil {
 			w.t.Fatal(err)
 		}
-		if _, err := svc.Bye(w.ctx, wire.ByeRequest{WorkerID: reg.Worker.ID, Reason: wire.ByeIdle}, nil); err != nil {
+		if _, err := svc.Bye(w.ctx, wire.ByeRequest{WorkerID: reg.Worker.ID, Reason: wire.ByeIdle}.Bye(), nil); err != nil {
 			w.t.Fatal(err)
 		}
 	}

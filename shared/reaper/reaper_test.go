@@ -22,11 +22,11 @@ func TestHandlerSweeps(t *testing.T) {
 	ctx := context.Background()
 	s, c := storetest.Store(t)
 	svc := storetest.Control(s)
-	res, err := svc.Register(ctx, wire.HelloRequest{MachineID: "m", BootID: "b"}, func(string) (string, error) { return "h", nil })
+	res, err := svc.Register(ctx, wire.HelloRequest{MachineID: "m", BootID: "b"}.Registration(), func(string) (string, error) { return "h", nil })
 	if err != nil {
 		t.Fatal(err)
 	}
-	inv, _, err := svc.Submit(ctx, wire.SubmitRequest{Queue: "q", Argv: []string{"x"}, MaxAttempts: 3})
+	inv, _, err := svc.Submit(ctx, wire.SubmitRequest{Queue: "q", Argv: []string{"x"}, MaxAttempts: 3}.Spec())
 	if err != nil {
 		t.Fatal(err)
 	}

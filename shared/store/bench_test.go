@@ -46,11 +46,11 @@ func benchWorker(b testing.TB, s *store.Store, machine, hostKey string) domain.W
 	req := helloReq(machine, "boot-1")
 	req.HostKey = hostKey
 	svc := storetest.Control(s)
-	res, err := svc.Register(ctx, req, benchIssue)
+	res, err := svc.Register(ctx, req.Registration(), benchIssue)
 	if err != nil {
 		b.Fatalf("Hello: %v", err)
 	}
-	w, err := svc.Heartbeat(ctx, wire.PollRequest{WorkerID: res.Worker.ID, Phase: wire.PhaseReady}, nil)
+	w, err := svc.Heartbeat(ctx, wire.PollRequest{WorkerID: res.Worker.ID, Phase: wire.PhaseReady}.Poll(), nil)
 	if err != nil {
 		b.Fatalf("Heartbeat: %v", err)
 	}
@@ -115,7 +115,7 @@ func benchClaim(b *testing.B, pollers int, knobs claimKnobs) {
 		procs = append(procs, p)
 	}
 	for i := range b.N + knobs.backlog {
-		if _, _, err := svc.Submit(ctx, submitReq("job", fmt.Sprint(i))); err != nil {
+		if _, _, err := svc.Submit(ctx, submitReq("job", fmt.Sprint(i)).Spec()); err != nil {
 			b.Fatalf("Submit: %v", err)
 		}
 	}
@@ -272,7 +272,7 @@ func BenchmarkLifecycle(b *testing.B) {
 				if c.idempotencyKey {
 					req.IdempotencyKey = fmt.Sprintf("key-%d", i)
 				}
-				inv, _, err := svc.Submit(ctx, req)
+				inv, _, err := svc.Submit(ctx, req.Spec())
 				if err != nil {
 					b.Fatalf("Submit: %v", err)
 				}
@@ -280,7 +280,7 @@ func BenchmarkLifecycle(b *testing.B) {
 				if err != nil || len(res.Claimed) != 1 || res.Claimed[0].ID != inv.ID {
 					b.Fatalf("Claim = %v, %v; want %s", invIDs(res.Claimed), err, inv.ID)
 				}
-				resp, err := svc.Ack(ctx, ackReq(w, inv, 1, wire.StateSucceeded), authorizeHash("bench-hash"), "bench-hash")
+				resp, err := svc.Ack(ctx, ackReq(w, inv, 1, wire.StateSucceeded).Outcome(), authorizeHash("bench-hash"), "bench-hash")
 				if err != nil || !resp.Recorded {
 					b.Fatalf("Ack = %+v, %v", resp, err)
 				}

@@ -55,7 +55,7 @@ func TestPooledClaimsNeverRace(t *testing.T) {
 	svc := storetest.Control(s)
 	const n = 40
 	for i := range n {
-		if _, _, err := svc.Submit(ctx, submitReq("job", fmt.Sprint(i))); err != nil {
+		if _, _, err := svc.Submit(ctx, submitReq("job", fmt.Sprint(i)).Spec()); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -112,13 +112,13 @@ func TestAckOfOwnClaimNeedsNoRead(t *testing.T) {
 	s := ss[0]
 	ctx := context.Background()
 	svc := storetest.Control(s)
-	if _, _, err := svc.Submit(ctx, submitReq("job")); err != nil {
+	if _, _, err := svc.Submit(ctx, submitReq("job").Spec()); err != nil {
 		t.Fatal(err)
 	}
 	w := benchWorker(t, s, "m1", "")
 	inv := claimOne(t, s, w)
 	counter.Reset()
-	resp, err := svc.Ack(ctx, ackReq(w, inv, inv.Attempt, wire.StateSucceeded), authorizeHash("bench-hash"), "bench-hash")
+	resp, err := svc.Ack(ctx, ackReq(w, inv, inv.Attempt, wire.StateSucceeded).Outcome(), authorizeHash("bench-hash"), "bench-hash")
 	if err != nil || !resp.Recorded || resp.State != wire.StateSucceeded {
 		t.Fatalf("ack = %+v, %v", resp, err)
 	}
@@ -140,7 +140,7 @@ func TestAckAfterAChangeReadsAgain(t *testing.T) {
 	ctx := context.Background()
 	svc := storetest.Control(s)
 	for i := range 3 {
-		if _, _, err := svc.Submit(ctx, submitReq("job", fmt.Sprint(i))); err != nil {
+		if _, _, err := svc.Submit(ctx, submitReq("job", fmt.Sprint(i)).Spec()); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -152,14 +152,14 @@ func TestAckAfterAChangeReadsAgain(t *testing.T) {
 	if _, err := svc.Cancel(ctx, a.ID); err != nil {
 		t.Fatal(err)
 	}
-	resp, err := svc.Ack(ctx, ackReq(w, a, a.Attempt, wire.StateCancelled), authorizeHash("bench-hash"), "bench-hash")
+	resp, err := svc.Ack(ctx, ackReq(w, a, a.Attempt, wire.StateCancelled).Outcome(), authorizeHash("bench-hash"), "bench-hash")
 	if err != nil || !resp.Recorded || resp.State != wire.StateCancelled {
 		t.Fatalf("ack after an operator cancel = %+v, %v; want recorded cancelled", resp, err)
 	}
 
 	// A token the worker row no longer carries is refused, cached or not.
 	b := claimOne(t, s, w)
-	if _, err := svc.Ack(ctx, ackReq(w, b, b.Attempt, wire.StateSucceeded), authorizeHash("bench-hash"), "another-hash"); !errors.Is(err, wire.ErrUnauthorized) {
+	if _, err := svc.Ack(ctx, ackReq(w, b, b.Attempt, wire.StateSucceeded).Outcome(), authorizeHash("bench-hash"), "another-hash"); !errors.Is(err, wire.ErrUnauthorized) {
 		t.Fatalf("ack with a revoked token = %v, want 401", err)
 	}
 	if got, _ := s.GetInvocation(ctx, b.ID); got.State != wire.StateRunning {
@@ -168,12 +168,12 @@ func TestAckAfterAChangeReadsAgain(t *testing.T) {
 
 	// Through another store: the read path.
 	c := claimOne(t, s, w)
-	resp, err = storetest.Control(other).Ack(ctx, ackReq(w, c, c.Attempt, wire.StateFailed), authorizeHash("bench-hash"), "bench-hash")
+	resp, err = storetest.Control(other).Ack(ctx, ackReq(w, c, c.Attempt, wire.StateFailed).Outcome(), authorizeHash("bench-hash"), "bench-hash")
 	if err != nil || !resp.Recorded || resp.State != wire.StateFailed {
 		t.Fatalf("ack through another store = %+v, %v", resp, err)
 	}
 	// And the cached entry of c, now stale, is not used to record twice.
-	resp, err = svc.Ack(ctx, ackReq(w, c, c.Attempt, wire.StateSucceeded), authorizeHash("bench-hash"), "bench-hash")
+	resp, err = svc.Ack(ctx, ackReq(w, c, c.Attempt, wire.StateSucceeded).Outcome(), authorizeHash("bench-hash"), "bench-hash")
 	if err != nil || resp.Recorded || resp.State != wire.StateFailed {
 		t.Fatalf("a second ack of c = %+v, %v; want a no-op answering failed", resp, err)
 	}
@@ -190,7 +190,7 @@ func TestShardedClaims(t *testing.T) {
 	svc := storetest.Control(s)
 	const n = 24
 	for i := range n {
-		if _, _, err := svc.Submit(ctx, submitReq("job", fmt.Sprint(i))); err != nil {
+		if _, _, err := svc.Submit(ctx, submitReq("job", fmt.Sprint(i)).Spec()); err != nil {
 			t.Fatal(err)
 		}
 	}

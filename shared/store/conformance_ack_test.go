@@ -96,12 +96,12 @@ func testAckUnauthorized(t *testing.T, f *fixture) {
 	// And so does the store's own check inside the recording transaction,
 	// for a token revoked after the row was read (here: a check that let
 	// anything through).
-	_, err = f.svc.Ack(f.ctx, req, func(domain.Worker) error { return nil }, "not-the-hash")
+	_, err = f.svc.Ack(f.ctx, req.Outcome(), func(domain.Worker) error { return nil }, "not-the-hash")
 	wantCode(t, err, wire.ErrUnauthorized)
 	// A worker that does not exist is unauthorized too, not "not found".
 	ghost := req
 	ghost.WorkerID = "wrk_01M8KJT9G0Q60N2201P8JY3JT0"
-	_, err = f.svc.Ack(f.ctx, ghost, func(domain.Worker) error { return nil }, "h")
+	_, err = f.svc.Ack(f.ctx, ghost.Outcome(), func(domain.Worker) error { return nil }, "h")
 	wantCode(t, err, wire.ErrUnauthorized)
 	if got := f.get(inv.ID); got.State != wire.StateRunning {
 		t.Fatalf("an unauthorized ack changed the invocation: %+v", got)
@@ -125,7 +125,7 @@ func testAckLateAfterRedelivery(t *testing.T, f *fixture) {
 	b := f.worker("m-b", "")
 	f.claimOne(a, inv)
 	// a is lost (here: it said bye); its attempt is redelivered to b.
-	n, err := f.svc.Bye(f.ctx, wire.ByeRequest{WorkerID: a.ID, Reason: wire.ByeSignal}, nil)
+	n, err := f.svc.Bye(f.ctx, wire.ByeRequest{WorkerID: a.ID, Reason: wire.ByeSignal}.Bye(), nil)
 	if err != nil || n != 1 {
 		t.Fatalf("Bye = %d, %v; want 1 requeued", n, err)
 	}

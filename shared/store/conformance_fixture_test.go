@@ -87,7 +87,7 @@ func submitReq(argv ...string) wire.SubmitRequest {
 
 func (f *fixture) submit(req wire.SubmitRequest) domain.Invocation {
 	f.t.Helper()
-	inv, created, err := f.svc.Submit(f.ctx, req)
+	inv, created, err := f.svc.Submit(f.ctx, req.Spec())
 	if err != nil {
 		f.t.Fatalf("Submit: %v", err)
 	}
@@ -118,7 +118,7 @@ func helloReq(machine, boot string) wire.HelloRequest {
 
 func (f *fixture) hello(req wire.HelloRequest) control.Registered {
 	f.t.Helper()
-	res, err := f.svc.Register(f.ctx, req, f.issue)
+	res, err := f.svc.Register(f.ctx, req.Registration(), f.issue)
 	if err != nil {
 		f.t.Fatalf("Hello(%s, %s): %v", req.MachineID, req.BootID, err)
 	}
@@ -132,7 +132,7 @@ func (f *fixture) worker(machine string, hostKey string) domain.Worker {
 	req := helloReq(machine, "boot-1")
 	req.HostKey = hostKey
 	w := f.hello(req).Worker
-	w, err := f.svc.Heartbeat(f.ctx, wire.PollRequest{WorkerID: w.ID, Phase: wire.PhaseReady}, nil)
+	w, err := f.svc.Heartbeat(f.ctx, wire.PollRequest{WorkerID: w.ID, Phase: wire.PhaseReady}.Poll(), nil)
 	if err != nil {
 		f.t.Fatalf("Heartbeat: %v", err)
 	}
@@ -184,7 +184,7 @@ func (f *fixture) getWorker(id string) domain.Worker {
 	return w
 }
 
-func (f *fixture) ack(w domain.Worker, inv domain.Invocation, attempt int, state string) (wire.AckResponse, error) {
+func (f *fixture) ack(w domain.Worker, inv domain.Invocation, attempt int, state string) (store.AckResult, error) {
 	return f.ackAs(f.hash(w.ID), ackReq(w, inv, attempt, state))
 }
 
@@ -200,8 +200,8 @@ func authorizeHash(hash string) store.Authorize {
 }
 
 // ackAs acks req presenting a token whose hash is hash.
-func (f *fixture) ackAs(hash string, req wire.AckRequest) (wire.AckResponse, error) {
-	return f.svc.Ack(f.ctx, req, authorizeHash(hash), hash)
+func (f *fixture) ackAs(hash string, req wire.AckRequest) (store.AckResult, error) {
+	return f.svc.Ack(f.ctx, req.Outcome(), authorizeHash(hash), hash)
 }
 
 func ackReq(w domain.Worker, inv domain.Invocation, attempt int, state string) wire.AckRequest {
@@ -212,7 +212,7 @@ func ackReq(w domain.Worker, inv domain.Invocation, attempt int, state string) w
 	return wire.AckRequest{WorkerID: w.ID, InvocationID: inv.ID, Attempt: attempt, State: state, ExitCode: &code}
 }
 
-func (f *fixture) mustAck(w domain.Worker, inv domain.Invocation, attempt int, state string, recorded bool) wire.AckResponse {
+func (f *fixture) mustAck(w domain.Worker, inv domain.Invocation, attempt int, state string, recorded bool) store.AckResult {
 	f.t.Helper()
 	resp, err := f.ack(w, inv, attempt, state)
 	if err != nil {

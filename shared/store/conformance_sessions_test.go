@@ -116,7 +116,7 @@ func testUISessionNotARecord(t *testing.T, f *fixture) {
 	if _, ok := f.uiSession(id); ok {
 		t.Fatal("an idempotency record reads as a session after a touch")
 	}
-	if again, created, err := f.svc.Submit(f.ctx, req); err != nil || created || again.ID != inv.ID {
+	if again, created, err := f.svc.Submit(f.ctx, req.Spec()); err != nil || created || again.ID != inv.ID {
 		t.Fatalf("the idempotency record went: a replay made %s (created %v, %v), want %s", again.ID, created, err, inv.ID)
 	}
 }

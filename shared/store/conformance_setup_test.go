@@ -111,7 +111,7 @@ func testSetupFIFO(t *testing.T, f *fixture) {
 	if _, err := f.s.AddSetup(f.ctx, "wrk_missing", []string{"x"}); !errors.Is(err, wire.ErrNotFound) {
 		t.Fatalf("AddSetup to an unknown worker: %v", err)
 	}
-	if _, err := f.svc.Bye(f.ctx, wire.ByeRequest{WorkerID: w.ID, Reason: wire.ByeIdle}, nil); err != nil {
+	if _, err := f.svc.Bye(f.ctx, wire.ByeRequest{WorkerID: w.ID, Reason: wire.ByeIdle}.Bye(), nil); err != nil {
 		t.Fatalf("Bye: %v", err)
 	}
 	_, err = f.s.AddSetup(f.ctx, w.ID, []string{"x"})
@@ -178,7 +178,7 @@ func TestSetupFIFOOrderWithinOneMillisecond(t *testing.T) {
 		t.Fatalf("EnsureTables: %v", err)
 	}
 	s := store.New(db, prefix)
-	w, err := storetest.Control(s).Register(ctx, helloReq("m1", "boot-1"), func(string) (string, error) { return "h", nil })
+	w, err := storetest.Control(s).Register(ctx, helloReq("m1", "boot-1").Registration(), func(string) (string, error) { return "h", nil })
 	if err != nil {
 		t.Fatalf("Hello: %v", err)
 	}

@@ -27,7 +27,7 @@ func testSubmitNew(t *testing.T, f *fixture) {
 	req := submitReq("echo", "hi")
 	req.Env = map[string]string{"A": "1"}
 	req.TimeoutS = 30
-	inv, created, err := f.svc.Submit(f.ctx, req)
+	inv, created, err := f.svc.Submit(f.ctx, req.Spec())
 	if err != nil || !created {
 		t.Fatalf("Submit = created %v, err %v; want created", created, err)
 	}
@@ -54,7 +54,7 @@ func testSubmitReplay(t *testing.T, f *fixture) {
 	req.IdempotencyKey = "key-1"
 	first := f.submit(req)
 	f.clock.Advance(time.Minute)
-	replay, created, err := f.svc.Submit(f.ctx, req)
+	replay, created, err := f.svc.Submit(f.ctx, req.Spec())
 	if err != nil {
 		t.Fatalf("replay: %v", err)
 	}
@@ -65,7 +65,7 @@ func testSubmitReplay(t *testing.T, f *fixture) {
 	// The replay answers the invocation as it is now, not as submitted.
 	w := f.worker("m1", "")
 	f.claimOne(w, first)
-	replay, _, err = f.svc.Submit(f.ctx, req)
+	replay, _, err = f.svc.Submit(f.ctx, req.Spec())
 	if err != nil || replay.State != wire.StateRunning {
 		t.Fatalf("replay after claim = %s, %v; want running", replay.State, err)
 	}
@@ -78,7 +78,7 @@ func testSubmitKeyConflict(t *testing.T, f *fixture) {
 	first := f.submit(req)
 	other := submitReq("b")
 	other.IdempotencyKey = "key-1"
-	_, _, err := f.svc.Submit(f.ctx, other)
+	_, _, err := f.svc.Submit(f.ctx, other.Spec())
 	wantCode(t, err, wire.ErrConflict)
 	if !strings.Contains(err.Error(), first.ID) {
 		t.Errorf("conflict %q does not name the invocation the key made (%s)", err, first.ID)

@@ -57,7 +57,7 @@ func testHelloNeverPolledExpires(t *testing.T, f *fixture) {
 	if exp, ok := expiresAt(w.ID); !ok || exp != f.clock.Now().Add(domain.DefaultNeverPolledRetention).Unix() {
 		t.Fatalf("a worker that only said hello: expires_at %d (%v), want an hour on", exp, ok)
 	}
-	if _, err := f.svc.Heartbeat(f.ctx, wire.PollRequest{WorkerID: w.ID, Phase: wire.PhaseSetup}, nil); err != nil {
+	if _, err := f.svc.Heartbeat(f.ctx, wire.PollRequest{WorkerID: w.ID, Phase: wire.PhaseSetup}.Poll(), nil); err != nil {
 		t.Fatal(err)
 	}
 	if exp, ok := expiresAt(w.ID); ok {
@@ -112,7 +112,7 @@ func testHelloNewBoot(t *testing.T, f *fixture) {
 	two := 2
 	req.Capabilities.MaxConcurrency = &two
 	old := f.hello(req).Worker
-	if _, err := f.svc.Heartbeat(f.ctx, wire.PollRequest{WorkerID: old.ID, Phase: wire.PhaseReady}, nil); err != nil {
+	if _, err := f.svc.Heartbeat(f.ctx, wire.PollRequest{WorkerID: old.ID, Phase: wire.PhaseReady}.Poll(), nil); err != nil {
 		t.Fatalf("Heartbeat: %v", err)
 	}
 	subs := f.submitN("q", 2)
@@ -138,7 +138,7 @@ func testHelloNewBoot(t *testing.T, f *fixture) {
 		t.Fatalf("Held(old) = %v", h)
 	}
 	// The old process's poll is refused; the new worker gets the work back.
-	_, err := f.svc.Heartbeat(f.ctx, wire.PollRequest{WorkerID: old.ID}, nil)
+	_, err := f.svc.Heartbeat(f.ctx, wire.PollRequest{WorkerID: old.ID}.Poll(), nil)
 	wantCode(t, err, wire.ErrWorkerGone)
 	again := f.claim(res.Worker, "q", 2)
 	if len(again.Claimed) != 2 || again.Claimed[0].Attempt != 2 || again.Claimed[1].Attempt != 2 {
@@ -148,7 +148,7 @@ func testHelloNewBoot(t *testing.T, f *fixture) {
 
 func testHelloAfterGone(t *testing.T, f *fixture) {
 	w := f.hello(helloReq("m1", "boot-1")).Worker
-	if _, err := f.svc.Bye(f.ctx, wire.ByeRequest{WorkerID: w.ID, Reason: wire.ByeIdle}, nil); err != nil {
+	if _, err := f.svc.Bye(f.ctx, wire.ByeRequest{WorkerID: w.ID, Reason: wire.ByeIdle}.Bye(), nil); err != nil {
 		t.Fatalf("Bye: %v", err)
 	}
 	res := f.hello(helloReq("m1", "boot-1"))
@@ -158,7 +158,7 @@ func testHelloAfterGone(t *testing.T, f *fixture) {
 	if g := f.getWorker(w.ID); g.State != domain.WorkerGone {
 		t.Fatalf("old worker state %s, want gone", g.State)
 	}
-	if _, err := f.svc.Heartbeat(f.ctx, wire.PollRequest{WorkerID: res.Worker.ID}, nil); err != nil {
+	if _, err := f.svc.Heartbeat(f.ctx, wire.PollRequest{WorkerID: res.Worker.ID}.Poll(), nil); err != nil {
 		t.Fatalf("Heartbeat of the new worker: %v", err)
 	}
 	// And the machine now maps to the new worker: a retried hello finds it.
@@ -170,7 +170,7 @@ func testHelloAfterGone(t *testing.T, f *fixture) {
 func testHeartbeatProjection(t *testing.T, f *fixture) {
 	w := f.hello(helloReq("m1", "boot-1")).Worker
 	// A phase the daemon never sends is refused (before any write).
-	_, err := f.svc.Heartbeat(f.ctx, wire.PollRequest{WorkerID: w.ID, Phase: wire.PhaseBooting}, nil)
+	_, err := f.svc.Heartbeat(f.ctx, wire.PollRequest{WorkerID: w.ID, Phase: wire.PhaseBooting}.Poll(), nil)
 	wantCode(t, err, wire.ErrInvalid)
 	if got := f.getWorker(w.ID); got.Version != w.Version {
 		t.Fatalf("a refused poll wrote the worker")
@@ -188,7 +188,7 @@ func testHeartbeatProjection(t *testing.T, f *fixture) {
 	}
 	for i, s := range steps {
 		f.clock.Advance(time.Second)
-		got, err := f.svc.Heartbeat(f.ctx, wire.PollRequest{WorkerID: w.ID, Phase: s.phase, Invocations: []string{"inv_a", "inv_b"}}, nil)
+		got, err := f.svc.Heartbeat(f.ctx, wire.PollRequest{WorkerID: w.ID, Phase: s.phase, Invocations: []string{"inv_a", "inv_b"}}.Poll(), nil)
 		if err != nil {
 			t.Fatalf("step %d: Heartbeat(phase %q): %v", i, s.phase, err)
 		}
@@ -206,7 +206,7 @@ func testHeartbeatProjection(t *testing.T, f *fixture) {
 	_, err = f.svc.Heartbeat(f.ctx, wire.PollRequest{
 		WorkerID: w.ID, HostKey: "hk1_x",
 		UpdatedCapabilities: &wire.Capabilities{MaxConcurrency: &four, CurrentInvocations: &one},
-	}, nil)
+	}.Poll(), nil)
 	if err != nil {
 		t.Fatalf("Heartbeat: %v", err)
 	}
@@ -215,29 +215,29 @@ func testHeartbeatProjection(t *testing.T, f *fixture) {
 		t.Fatalf("after heartbeat with capabilities: %+v", stored)
 	}
 	// A poll for a queue outside the lanes of the worker's hello is refused.
-	_, err = f.svc.Heartbeat(f.ctx, wire.PollRequest{WorkerID: w.ID, Queue: "not-a-lane"}, nil)
+	_, err = f.svc.Heartbeat(f.ctx, wire.PollRequest{WorkerID: w.ID, Queue: "not-a-lane"}.Poll(), nil)
 	wantCode(t, err, wire.ErrInvalid)
 	if after := f.getWorker(w.ID); after.Version != stored.Version {
 		t.Fatal("a refused poll wrote the worker")
 	}
-	if _, err := f.svc.Heartbeat(f.ctx, wire.PollRequest{WorkerID: w.ID, Queue: "q"}, nil); err != nil {
+	if _, err := f.svc.Heartbeat(f.ctx, wire.PollRequest{WorkerID: w.ID, Queue: "q"}.Poll(), nil); err != nil {
 		t.Fatalf("poll for its lane: %v", err)
 	}
 }
 
 func testHeartbeatGone(t *testing.T, f *fixture) {
 	w := f.worker("m1", "")
-	if _, err := f.svc.Bye(f.ctx, wire.ByeRequest{WorkerID: w.ID, Reason: wire.ByeSignal}, nil); err != nil {
+	if _, err := f.svc.Bye(f.ctx, wire.ByeRequest{WorkerID: w.ID, Reason: wire.ByeSignal}.Bye(), nil); err != nil {
 		t.Fatalf("Bye: %v", err)
 	}
 	for _, phase := range []string{"", wire.PhaseReady, wire.PhaseSetup} {
-		_, err := f.svc.Heartbeat(f.ctx, wire.PollRequest{WorkerID: w.ID, Phase: phase}, nil)
+		_, err := f.svc.Heartbeat(f.ctx, wire.PollRequest{WorkerID: w.ID, Phase: phase}.Poll(), nil)
 		wantCode(t, err, wire.ErrWorkerGone)
 	}
 	if g := f.getWorker(w.ID); g.State != domain.WorkerGone {
 		t.Fatalf("a poll revived the worker: %s", g.State)
 	}
-	_, err := f.svc.Heartbeat(f.ctx, wire.PollRequest{WorkerID: "wrk_missing"}, nil)
+	_, err := f.svc.Heartbeat(f.ctx, wire.PollRequest{WorkerID: "wrk_missing"}.Poll(), nil)
 	wantCode(t, err, wire.ErrNotFound)
 }
 
@@ -249,12 +249,12 @@ func testHeartbeatAuthorize(t *testing.T, f *fixture) {
 		saw = w
 		return wire.Errorf(wire.CodeUnauthorized, "bad token")
 	}
-	_, err := f.svc.Heartbeat(f.ctx, wire.PollRequest{WorkerID: w.ID, Phase: wire.PhaseDraining}, deny)
+	_, err := f.svc.Heartbeat(f.ctx, wire.PollRequest{WorkerID: w.ID, Phase: wire.PhaseDraining}.Poll(), deny)
 	wantCode(t, err, wire.ErrUnauthorized)
 	if saw.ID != w.ID || saw.TokenHash != f.hash(w.ID) {
 		t.Fatalf("Authorize saw %+v", saw)
 	}
-	_, err = f.svc.Bye(f.ctx, wire.ByeRequest{WorkerID: w.ID, Reason: wire.ByeIdle}, deny)
+	_, err = f.svc.Bye(f.ctx, wire.ByeRequest{WorkerID: w.ID, Reason: wire.ByeIdle}.Bye(), deny)
 	wantCode(t, err, wire.ErrUnauthorized)
 	if after := f.getWorker(w.ID); after.Version != before.Version || after.State != domain.WorkerActive {
 		t.Fatalf("a refused poll or bye wrote the worker: version %d → %d, state %s", before.Version, after.Version, after.State)
@@ -271,7 +271,7 @@ func testBye(t *testing.T, f *fixture) {
 		t.Fatalf("claimed %d, want 2", len(res.Claimed))
 	}
 	f.clock.Advance(time.Second)
-	n, err := f.svc.Bye(f.ctx, wire.ByeRequest{WorkerID: w.ID, Reason: wire.ByeDrain, InflightAbandoned: 2}, nil)
+	n, err := f.svc.Bye(f.ctx, wire.ByeRequest{WorkerID: w.ID, Reason: wire.ByeDrain, InflightAbandoned: 2}.Bye(), nil)
 	if err != nil || n != 2 {
 		t.Fatalf("Bye = %d, %v; want 2 requeued", n, err)
 	}
@@ -290,7 +290,7 @@ func testBye(t *testing.T, f *fixture) {
 	}
 	f.wantStats("q", map[string]int{wire.StateQueued: 2}, 0)
 	// A repeated bye changes nothing.
-	if n, err := f.svc.Bye(f.ctx, wire.ByeRequest{WorkerID: w.ID, Reason: wire.ByeIdle}, nil); err != nil || n != 0 {
+	if n, err := f.svc.Bye(f.ctx, wire.ByeRequest{WorkerID: w.ID, Reason: wire.ByeIdle}.Bye(), nil); err != nil || n != 0 {
 		t.Fatalf("second Bye = %d, %v", n, err)
 	}
 	if g := f.getWorker(w.ID); !strings.Contains(g.ByeReason, wire.ByeDrain) {
@@ -306,13 +306,13 @@ func testDrain(t *testing.T, f *fixture) {
 			t.Fatalf("RequestDrain = %s, %v", got.State, err)
 		}
 	}
-	if got, err := f.svc.Heartbeat(f.ctx, wire.PollRequest{WorkerID: w.ID, Phase: wire.PhaseReady}, nil); err != nil || got.State != domain.WorkerDraining {
+	if got, err := f.svc.Heartbeat(f.ctx, wire.PollRequest{WorkerID: w.ID, Phase: wire.PhaseReady}.Poll(), nil); err != nil || got.State != domain.WorkerDraining {
 		t.Fatalf("a ready poll after drain = %s, %v; want draining", got.State, err)
 	}
 	if ok, _ := domain.AcceptsWork(f.getWorker(w.ID), false); ok {
 		t.Fatal("a draining worker accepts work")
 	}
-	if _, err := f.svc.Bye(f.ctx, wire.ByeRequest{WorkerID: w.ID, Reason: wire.ByeDrain}, nil); err != nil {
+	if _, err := f.svc.Bye(f.ctx, wire.ByeRequest{WorkerID: w.ID, Reason: wire.ByeDrain}.Bye(), nil); err != nil {
 		t.Fatalf("Bye: %v", err)
 	}
 	_, err := f.s.RequestDrain(f.ctx, w.ID)

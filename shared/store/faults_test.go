@@ -8,6 +8,7 @@ import (
 
 	"github.com/dreamlake/lakeshore/shared/control"
 	"github.com/dreamlake/lakeshore/shared/domain"
+	"github.com/dreamlake/lakeshore/shared/store"
 	"github.com/dreamlake/lakeshore/shared/store/storetest"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
@@ -88,7 +89,7 @@ func TestFaultHelloNewBootAnswerLost(t *testing.T) {
 
 			hit := f.aim("TransactWriteItems", fault)
 			res, err := untilAnswered(t, "hello", func() (control.Registered, error) {
-				return f.svc.Register(f.ctx, helloReq("m1", "boot-2"), f.issue)
+				return f.svc.Register(f.ctx, helloReq("m1", "boot-2").Registration(), f.issue)
 			})
 			hit()
 			if err != nil {
@@ -116,7 +117,7 @@ func TestFaultHelloNewBootLambdaDied(t *testing.T) {
 		recorded = c.Op == "TransactWriteItems"
 		return storetest.NoFault
 	})
-	if _, err := f.svc.Register(f.ctx, helloReq("m1", "boot-2"), f.issue); err == nil {
+	if _, err := f.svc.Register(f.ctx, helloReq("m1", "boot-2").Registration(), f.issue); err == nil {
 		t.Fatal("Hello succeeded although every request after its transaction failed")
 	}
 	f.faulty.Transport.SetSchedule(storetest.Never())
@@ -173,7 +174,7 @@ func TestFaultTerminalAnswerLost(t *testing.T) {
 			w := f.worker("m1", "")
 			inv := f.claimOne(w, f.submit(submitReq()))
 			hit := f.aim("TransactWriteItems", f.fault)
-			resp, err := untilAnswered(f.t, "ack", func() (wire.AckResponse, error) {
+			resp, err := untilAnswered(f.t, "ack", func() (store.AckResult, error) {
 				return f.ack(w, inv, 1, wire.StateSucceeded)
 			})
 			hit()
@@ -248,7 +249,7 @@ func TestFaultSubmitAnswerLost(t *testing.T) {
 			req.IdempotencyKey = "k1"
 			hit := f.aim("TransactWriteItems", fault)
 			inv, err := untilAnswered(t, "submit", func() (domain.Invocation, error) {
-				inv, _, err := f.svc.Submit(f.ctx, req)
+				inv, _, err := f.svc.Submit(f.ctx, req.Spec())
 				return inv, err
 			})
 			hit()

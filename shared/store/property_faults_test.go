@@ -196,7 +196,7 @@ func (f *faultModel) hello(rt *rapid.T) {
 	}
 	req := wire.HelloRequest{MachineID: name, BootID: fmt.Sprintf("boot-%d", boot), Label: name, Lanes: []string{propQueue}}
 	rt.Logf("hello %s %s", name, req.BootID)
-	res, err := retry(rt, "hello", func() (control.Registered, error) { return f.svc.Register(f.ctx, req, f.issue) })
+	res, err := retry(rt, "hello", func() (control.Registered, error) { return f.svc.Register(f.ctx, req.Registration(), f.issue) })
 	propWant(rt, "hello", err, "")
 	if res.Worker.State == domain.WorkerGone {
 		rt.Fatalf("hello answered gone worker %s", res.Worker.ID)
@@ -218,7 +218,7 @@ func (f *faultModel) heartbeat(rt *rapid.T) {
 	w := f.workers[id]
 	rt.Logf("heartbeat %s", id)
 	_, err := retry(rt, "heartbeat", func() (domain.Worker, error) {
-		return f.svc.Heartbeat(f.ctx, wire.PollRequest{WorkerID: id, Queue: propQueue, Phase: wire.PhaseReady, Invocations: f.believed(w)}, nil)
+		return f.svc.Heartbeat(f.ctx, wire.PollRequest{WorkerID: id, Queue: propQueue, Phase: wire.PhaseReady, Invocations: f.believed(w)}.Poll(), nil)
 	})
 	if w.gone {
 		propWant(rt, "heartbeat of gone "+id, err, wire.CodeWorkerGone)
@@ -303,8 +303,8 @@ func (f *faultModel) ackAs(rt *rapid.T, inv *mInv, workerID string, n int, state
 	w := f.workers[workerID]
 	rt.Logf("ack %s attempt %d by %s as %s [model: %s attempt %d]", inv.id, n, workerID, state, inv.state, inv.attempt)
 	exit := 0
-	resp, err := retry(rt, "ack", func() (wire.AckResponse, error) {
-		return f.svc.Ack(f.ctx, wire.AckRequest{WorkerID: workerID, InvocationID: inv.id, Attempt: n, State: state, ExitCode: &exit}, nil, w.hash)
+	resp, err := retry(rt, "ack", func() (store.AckResult, error) {
+		return f.svc.Ack(f.ctx, wire.AckRequest{WorkerID: workerID, InvocationID: inv.id, Attempt: n, State: state, ExitCode: &exit}.Outcome(), nil, w.hash)
 	})
 	delete(w.runs, inv.id)
 	if wire.CodeOf(err) == wire.CodeUnauthorized {
@@ -331,7 +331,7 @@ func (f *faultModel) bye(rt *rapid.T) {
 	rt.Logf("bye %s", id)
 	// One attempt, as the daemon sends it: a bye lost to a fault is what the
 	// sweep is for.
-	if _, err := f.svc.Bye(f.ctx, wire.ByeRequest{WorkerID: id, Reason: "property test"}, nil); err != nil && !unanswered(err) {
+	if _, err := f.svc.Bye(f.ctx, wire.ByeRequest{WorkerID: id, Reason: "property test"}.Bye(), nil); err != nil && !unanswered(err) {
 		rt.Fatalf("bye: %v", err)
 	}
 }
@@ -376,7 +376,7 @@ func (f *faultModel) submit(rt *rapid.T) {
 	f.keys++
 	req := wire.SubmitRequest{Queue: propQueue, Argv: []string{"job"}, MaxAttempts: maxAttempts, IdempotencyKey: fmt.Sprintf("k%d", f.keys)}
 	inv, err := retry(rt, "submit", func() (domain.Invocation, error) {
-		inv, _, err := f.svc.Submit(f.ctx, req)
+		inv, _, err := f.svc.Submit(f.ctx, req.Spec())
 		return inv, err
 	})
 	propWant(rt, "submit", err, "")
@@ -415,7 +415,7 @@ func (f *faultModel) returnFromStale(rt *rapid.T) {
 	believed := f.believed(w)
 	rt.Logf("return %s believing it runs %v", id, believed)
 	_, err := retry(rt, "heartbeat", func() (domain.Worker, error) {
-		return f.svc.Heartbeat(f.ctx, wire.PollRequest{WorkerID: id, Queue: propQueue, Phase: wire.PhaseReady, Invocations: believed}, nil)
+		return f.svc.Heartbeat(f.ctx, wire.PollRequest{WorkerID: id, Queue: propQueue, Phase: wire.PhaseReady, Invocations: believed}.Poll(), nil)
 	})
 	if err != nil {
 		return // retired meanwhile (410): its daemon says hello again
@@ -503,7 +503,7 @@ func invTransition(want *mInv, got domain.Invocation) string {
 // invocation must be reachable by a claim.
 func (f *faultModel) drainQueue(rt *rapid.T) {
 	req := wire.HelloRequest{MachineID: "drainer", BootID: "boot-1", Lanes: []string{propQueue}}
-	res, err := storetest.Control(f.truth).Register(f.ctx, req, f.issue)
+	res, err := storetest.Control(f.truth).Register(f.ctx, req.Registration(), f.issue)
 	propWant(rt, "hello drainer", err, "")
 	for range len(f.iOrder) + 1 {
 		got, err := f.truth.Claim(f.ctx, res.Worker, propQueue, 3)

@@ -265,7 +265,7 @@ func (m *propModel) hello(rt *rapid.T) {
 	}
 	req := wire.HelloRequest{MachineID: name, BootID: fmt.Sprintf("boot-%d", boot), Label: name, Lanes: []string{propQueue}}
 	rt.Logf("hello %s %s", name, req.BootID)
-	res, err := m.svc.Register(m.ctx, req, m.issue)
+	res, err := m.svc.Register(m.ctx, req.Registration(), m.issue)
 	propWant(rt, "hello", err, "")
 
 	now := m.clock.Now()
@@ -308,7 +308,7 @@ func (m *propModel) heartbeat(rt *rapid.T) {
 	for _, inv := range m.heldBy(id) {
 		held = append(held, inv.id)
 	}
-	_, err := m.svc.Heartbeat(m.ctx, wire.PollRequest{WorkerID: id, Queue: propQueue, Phase: phase, Invocations: held}, nil)
+	_, err := m.svc.Heartbeat(m.ctx, wire.PollRequest{WorkerID: id, Queue: propQueue, Phase: phase, Invocations: held}.Poll(), nil)
 	if w.gone {
 		propWant(rt, "heartbeat of gone "+id, err, wire.CodeWorkerGone)
 		return
@@ -385,13 +385,13 @@ func (m *propModel) ack(rt *rapid.T) {
 	rt.Logf("ack %s attempt %d by %s (%s) as %s revokedToken=%v [model: %s attempt %d holder %s]",
 		inv.id, attempt, workerID, mode, state, revoked, inv.state, inv.attempt, inv.holder)
 	exit := 0
-	resp, err := m.svc.Ack(m.ctx, wire.AckRequest{WorkerID: workerID, InvocationID: inv.id, Attempt: attempt, State: state, ExitCode: &exit}, nil, hash)
+	resp, err := m.svc.Ack(m.ctx, wire.AckRequest{WorkerID: workerID, InvocationID: inv.id, Attempt: attempt, State: state, ExitCode: &exit}.Outcome(), nil, hash)
 
 	m.expectAck(rt, inv, workerID, attempt, state, revoked, resp, err)
 }
 
 // expectAck checks an ack's answer against the model and applies it.
-func (m *propModel) expectAck(rt *rapid.T, inv *mInv, workerID string, attempt int, state string, revoked bool, resp wire.AckResponse, err error) {
+func (m *propModel) expectAck(rt *rapid.T, inv *mInv, workerID string, attempt int, state string, revoked bool, resp store.AckResult, err error) {
 	rt.Helper()
 	ran := attempt >= 1 && attempt <= len(inv.attempts) && inv.attempts[attempt-1].worker == workerID
 	// A cancelled outcome confirms an operator's cancel of the attempt that
@@ -434,7 +434,7 @@ func (m *propModel) bye(rt *rapid.T) {
 	}
 	id := rapid.SampledFrom(m.wOrder).Draw(rt, "worker")
 	rt.Logf("bye %s (gone=%v)", id, m.workers[id].gone)
-	n, err := m.svc.Bye(m.ctx, wire.ByeRequest{WorkerID: id, Reason: "property test"}, nil)
+	n, err := m.svc.Bye(m.ctx, wire.ByeRequest{WorkerID: id, Reason: "property test"}.Bye(), nil)
 	propWant(rt, "bye", err, "")
 	m.retire(m.workers[id])
 	if want := m.requeueHeld(id); n != want {
@@ -499,7 +499,7 @@ func (m *propModel) advance(rt *rapid.T) {
 
 func (m *propModel) submit(rt *rapid.T) {
 	maxAttempts := rapid.IntRange(1, 3).Draw(rt, "maxAttempts")
-	inv, created, err := m.svc.Submit(m.ctx, wire.SubmitRequest{Queue: propQueue, Argv: []string{"job"}, MaxAttempts: maxAttempts})
+	inv, created, err := m.svc.Submit(m.ctx, wire.SubmitRequest{Queue: propQueue, Argv: []string{"job"}, MaxAttempts: maxAttempts}.Spec())
 	propWant(rt, "submit", err, "")
 	if !created {
 		rt.Fatalf("submit: created false without an idempotency key")
@@ -550,7 +550,7 @@ func (m *propModel) returnFromStale(rt *rapid.T) {
 	w := m.workers[id]
 	believed := slices.Sorted(maps.Keys(w.runs))
 	rt.Logf("return %s (silent %s) believing it runs %v", id, m.clock.Now().Sub(w.lastSeen), believed)
-	_, err := m.svc.Heartbeat(m.ctx, wire.PollRequest{WorkerID: id, Queue: propQueue, Phase: wire.PhaseReady, Invocations: believed}, nil)
+	_, err := m.svc.Heartbeat(m.ctx, wire.PollRequest{WorkerID: id, Queue: propQueue, Phase: wire.PhaseReady, Invocations: believed}.Poll(), nil)
 	propWant(rt, "heartbeat of a returning worker", err, "")
 	w.lastSeen = m.clock.Now()
 	for _, invID := range believed {
@@ -559,7 +559,7 @@ func (m *propModel) returnFromStale(rt *rapid.T) {
 			continue // still its own: it runs on
 		}
 		exit := 137
-		resp, err := m.svc.Ack(m.ctx, wire.AckRequest{WorkerID: id, InvocationID: invID, Attempt: n, State: wire.StateCancelled, ExitCode: &exit}, nil, w.hash)
+		resp, err := m.svc.Ack(m.ctx, wire.AckRequest{WorkerID: id, InvocationID: invID, Attempt: n, State: wire.StateCancelled, ExitCode: &exit}.Outcome(), nil, w.hash)
 		rt.Logf("  %s attempt %d acks cancelled [model: %s attempt %d holder %s]", invID, n, inv.state, inv.attempt, inv.holder)
 		m.expectAck(rt, inv, id, n, wire.StateCancelled, false, resp, err)
 	}

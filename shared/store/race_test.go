@@ -97,9 +97,9 @@ func startPollersOn(t *testing.T, f *fixture, stores []*store.Store, n int, maxF
 		done.Go(func() {
 			req := helloReq(fmt.Sprintf("machine-%02d", i), "boot-1")
 			req.Capabilities.MaxConcurrency = &p.max
-			res, err := f.svc.Register(f.ctx, req, f.issue)
+			res, err := f.svc.Register(f.ctx, req.Registration(), f.issue)
 			if err == nil {
-				p.w, err = f.svc.Heartbeat(f.ctx, wire.PollRequest{WorkerID: res.Worker.ID, Phase: wire.PhaseReady}, nil)
+				p.w, err = f.svc.Heartbeat(f.ctx, wire.PollRequest{WorkerID: res.Worker.ID, Phase: wire.PhaseReady}.Poll(), nil)
 			}
 			hellos.Done()
 			if err != nil {
@@ -234,7 +234,7 @@ func TestRaceRetriedHellosOneWorker(t *testing.T) {
 			for i := range n {
 				wg.Go(func() {
 					<-start
-					res, err := f.svc.Register(f.ctx, helloReq("m1", "boot-1"), f.issue)
+					res, err := f.svc.Register(f.ctx, helloReq("m1", "boot-1").Registration(), f.issue)
 					got[i], errs[i] = res.Worker.ID, err
 				})
 			}
@@ -277,7 +277,7 @@ func TestRaceLateAndCurrentAcks(t *testing.T) {
 			}
 
 			type outcome struct {
-				resp wire.AckResponse
+				resp store.AckResult
 				err  error
 			}
 			results := make([][2]outcome, n)
@@ -335,7 +335,7 @@ func TestRaceReaperAndAck(t *testing.T) {
 			if res := f.claim(w, "q", n); len(res.Claimed) != n {
 				t.Fatalf("claimed %d, want %d", len(res.Claimed), n)
 			}
-			acks := make([]wire.AckResponse, n)
+			acks := make([]store.AckResult, n)
 			requeued := make([]domain.Invocation, n)
 			errs := make([]error, 2*n)
 			start := make(chan struct{})

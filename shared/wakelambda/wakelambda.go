@@ -149,6 +149,11 @@ func (m Management) Post(ctx context.Context, id string, msg []byte) error {
 	return managementErr("post to "+id, err)
 }
 
+// Wake tells socket id that work for queue arrived (wire.WakeFor).
+func (m Management) Wake(ctx context.Context, id, queue string) error {
+	return m.Post(ctx, id, wire.WakeFor(queue))
+}
+
 // CloseConnection closes socket id (DeleteConnection); a socket API
 // Gateway no longer has answers control.ErrConnectionGone.
 func (m Management) CloseConnection(ctx context.Context, id string) error {

@@ -93,7 +93,7 @@ func TestConnectIsBoundToTheInstanceInIAMMode(t *testing.T) {
 	svc := storetest.Control(st)
 	const instance = "i-0123456789abcdef0"
 	var token string
-	hello, err := svc.Hello(ctx, wire.HelloRequest{MachineID: instance, BootID: "b", Lanes: []string{"q"}}, func(id string) (string, error) {
+	hello, err := svc.Hello(ctx, wire.HelloRequest{MachineID: instance, BootID: "b", Lanes: []string{"q"}}.Registration(), func(id string) (string, error) {
 		tok, hash, err := auth.NewWorkerToken(id)
 		token = tok
 		return hash, err
@@ -123,7 +123,7 @@ func TestConnectIsBoundToTheInstanceInIAMMode(t *testing.T) {
 		}
 	}
 	conns, err := st.Connections(ctx, "q#")
-	if err != nil || len(conns) != 1 || conns[0].ID != "c-the worker's instance" || conns[0].WorkerID != hello.WorkerID {
+	if err != nil || len(conns) != 1 || conns[0].ID != "c-the worker's instance" || conns[0].WorkerID != hello.Worker.ID {
 		t.Fatalf("recorded sockets %+v %v; want only the one from the worker's instance", conns, err)
 	}
 }

@@ -224,6 +224,11 @@ func (s *Server) lookup(ctx context.Context, id string) (*websocket.Conn, bool) 
 	return conn, ok
 }
 
+// Wake tells socket id that work for queue arrived (wire.WakeFor).
+func (s *Server) Wake(ctx context.Context, id, queue string) error {
+	return s.Post(ctx, id, wire.WakeFor(queue))
+}
+
 // Post sends msg to socket id as a text message; a socket this server does
 // not hold answers control.ErrConnectionGone.
 func (s *Server) Post(ctx context.Context, id string, msg []byte) error {

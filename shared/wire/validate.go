@@ -14,6 +14,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/dreamlake/lakeshore/shared/cadence"
 	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/ids"
 )
@@ -48,7 +49,7 @@ const (
 	MaxConcurrency    = 1024
 	MaxMessageBytes   = 4 << 10 // error message in an ack
 	MaxSetupTextBytes = 4 << 10 // a setup result's command: a --host-setup command's shell text
-	MaxPollTimeoutS   = 20
+	MaxPollTimeoutS   = int(cadence.MaxHold / time.Second)
 )
 
 // ValidQueue reports whether q is a well-formed queue name

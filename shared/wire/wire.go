@@ -60,14 +60,14 @@ const (
 
 // Command types in a poll answer.
 const (
-	CommandRun    = "run"
-	CommandSetup  = "setup"
-	CommandCancel = "cancel"
-	CommandDrain  = "drain"
+	CommandRun    = domain.CommandRun
+	CommandSetup  = domain.CommandSetup
+	CommandCancel = domain.CommandCancel
+	CommandDrain  = domain.CommandDrain
 	// CommandAdopt asks an idle generic worker that said hello with
 	// adopt_host_setup to run host_setup and advertise host_key from then
 	// on (docs/provision.md, "Adopting a host key").
-	CommandAdopt = "adopt"
+	CommandAdopt = domain.CommandAdopt
 )
 
 // Why a cancel command was sent. Only an operator's cancel can make an
@@ -152,6 +152,13 @@ type HelloResponse struct {
 type WakeMessage struct {
 	Type  string `json:"type"`
 	Queue string `json:"queue,omitempty"`
+}
+
+// WakeFor is the wake message telling a daemon that work for queue arrived
+// ("": news of its own worker): poll now.
+func WakeFor(queue string) []byte {
+	b, _ := json.Marshal(WakeMessage{Type: WakeTypeWake, Queue: queue})
+	return b
 }
 
 // Wake message types, and the keep-alive a daemon sends on its wake socket

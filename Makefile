@@ -69,31 +69,32 @@ lint:
 	elif [ "$${CI:-}" = "true" ]; then echo "cfn-lint is missing (pip install cfn-lint)"; exit 1; \
 	else echo "cfn-lint not installed; skipping template check"; fi
 
-## check: shared/ must never import agent/, functions/ or cli/; the Lambdas
-## that serve no routes must not link the router; shared/domain imports
-## nothing of this module but the hostkey leaf; nymph links no server
-## package; no binary links a test-support package; the store and the use
-## cases import no wire type, and only the mains build a control.Service
-## (docs/design.md §1)
+## check: the layering of docs/design.md §1. shared/ (what the server and
+## nymph both link) imports neither server/, agent/, functions/ nor cli/;
+## nymph links no server/ package; the Lambdas that serve no routes do not
+## link the router, and none links the Prometheus client; shared/domain
+## imports nothing of this module but the hostkey leaf; the store and the
+## use cases import no wire type; only the mains build a control.Service;
+## no binary links a test-support package
 check:
-	@bad=$$($(GO) list -deps ./shared/... | grep -E 'lakeshore/(agent|functions|cli)(/|$$)' || true); \
-		if [ -n "$$bad" ]; then echo "shared/ imports: $$bad"; exit 1; fi
+	@bad=$$($(GO) list -deps ./shared/... | grep -E 'lakeshore/(server|agent|functions|cli)(/|$$)' || true); \
+		if [ -n "$$bad" ]; then echo "shared/ imports: $$bad (shared/ is what the server and nymph both link)"; exit 1; fi
+	@bad=$$($(GO) list -deps ./agent/... | grep -E 'lakeshore/server/' || true); \
+		if [ -n "$$bad" ]; then echo "nymph links a server package: $$bad (a rule both keep goes in a shared/ leaf such as shared/cadence)"; exit 1; fi
 	@for f in reaper hoststatus provisioner; do \
-		bad=$$($(GO) list -deps ./functions/$$f | grep -E 'lakeshore/shared/(api|lambdahttp)(/|$$)' || true); \
+		bad=$$($(GO) list -deps ./functions/$$f | grep -E 'lakeshore/server/(api|lambdahttp)(/|$$)' || true); \
 		if [ -n "$$bad" ]; then echo "functions/$$f links the router: $$bad"; exit 1; fi; \
 	done
-	@bad=$$($(GO) list -deps ./functions/... | grep -E 'prometheus|lakeshore/shared/metrics/prom$$' || true); \
+	@bad=$$($(GO) list -deps ./functions/... | grep -E 'prometheus|lakeshore/server/metrics/prom$$' || true); \
 		if [ -n "$$bad" ]; then echo "a Lambda links the Prometheus client (they write EMF lines): $$bad"; exit 1; fi
 	@bad=$$($(GO) list -deps ./shared/domain | grep 'dreamlake/lakeshore/' | grep -vE 'lakeshore/shared/(domain|hostkey)$$' || true); \
 		if [ -n "$$bad" ]; then echo "shared/domain imports: $$bad (the rules import no adapter and no wire type)"; exit 1; fi
-	@bad=$$(grep -rl 'control\.New(' --include='*.go' shared agent | grep -v '_test\.go$$' | grep -vE '^shared/(lambdamain|api/apitest|store/storetest)/' || true); \
-		if [ -n "$$bad" ]; then echo "control.New outside a main: $$bad (one Service per process: its main builds it)"; exit 1; fi
 	@for p in store control; do \
-		bad=$$($(GO) list -f '{{join .Imports "\n"}}' ./shared/$$p | grep -E 'lakeshore/shared/(wire|api|lambdahttp)$$' || true); \
-		if [ -n "$$bad" ]; then echo "shared/$$p imports: $$bad (the core speaks domain; the HTTP edge maps it to the wire)"; exit 1; fi; \
+		bad=$$($(GO) list -f '{{join .Imports "\n"}}' ./server/$$p | grep -E 'lakeshore/(shared/wire|server/api|server/lambdahttp)$$' || true); \
+		if [ -n "$$bad" ]; then echo "server/$$p imports: $$bad (the core speaks domain; the HTTP edge maps it to the wire)"; exit 1; fi; \
 	done
-	@bad=$$($(GO) list -deps ./agent/... | grep -E 'lakeshore/shared/(api|control|store|lambdahttp|lambdamain|provision|reaper|hoststatus|ui|wake|wakelambda|wakesock)(/|$$)' || true); \
-		if [ -n "$$bad" ]; then echo "nymph links a server package: $$bad (shared rules it needs go in a leaf such as shared/cadence)"; exit 1; fi
+	@bad=$$(grep -rl 'control\.New(' --include='*.go' shared server agent | grep -v '_test\.go$$' | grep -vE '^server/(lambdamain|api/apitest|store/storetest)/' || true); \
+		if [ -n "$$bad" ]; then echo "control.New outside a main: $$bad (one Service per process: its main builds it)"; exit 1; fi
 	@bad=$$($(GO) list -deps ./cli/... ./agent/cmd/... ./functions/... | grep -E '^testing$$|lakeshore/.*test$$' || true); \
 		if [ -n "$$bad" ]; then echo "a binary links test support (storetest, waittest, ...): $$bad"; exit 1; fi
 	@echo "layering: ok"
@@ -102,7 +103,7 @@ check:
 ## Lambda's cold start under the emulator and size, how soon a body hears a drain,
 ## and the daemon's footprint
 bench: build tools lambdas
-	$(GO) test -run '^$$' -bench . -benchtime 200x ./shared/store/
+	$(GO) test -run '^$$' -bench . -benchtime 200x ./server/store/
 	$(GO) test -run '^$$' -bench LambdaColdStart -benchtime 5x ./tests/
 	$(GO) test -run '^$$' -bench Dispatch -benchtime 1x -timeout 30m ./tests/
 	$(GO) test -run '^$$' -bench DrainNotice -benchtime 3x ./tests/
@@ -123,7 +124,7 @@ localstack-test:
 		exit 1; \
 	fi
 	LAKESHORE_TEST_AWS_ENDPOINT=$(LOCALSTACK_URL) AWS_ENDPOINT_URL=$(LOCALSTACK_URL) \
-		$(GO) test -count=1 -timeout 15m ./tests/ ./shared/store/...
+		$(GO) test -count=1 -timeout 15m ./tests/ ./server/store/...
 
 ## fuzz: every native fuzz target for FUZZTIME each (default 5m), one after
 ## another; a failing input is saved under the package's testdata/fuzz/.
@@ -132,9 +133,9 @@ localstack-test:
 FUZZTIME     ?= 5m
 FUZZPARALLEL ?= 2
 FUZZMINIMIZE ?= 5s
-FUZZ_TARGETS := shared/wire:FuzzDecode shared/api:FuzzHello shared/api:FuzzPoll shared/api:FuzzAck \
-	shared/api:FuzzBye shared/api:FuzzLogs shared/api:FuzzOperatorPost shared/api:FuzzOperatorGet \
-	shared/ui:FuzzUIForms agent/internal/runview:FuzzLifecycleView
+FUZZ_TARGETS := shared/wire:FuzzDecode server/api:FuzzHello server/api:FuzzPoll server/api:FuzzAck \
+	server/api:FuzzBye server/api:FuzzLogs server/api:FuzzOperatorPost server/api:FuzzOperatorGet \
+	server/ui:FuzzUIForms agent/internal/runview:FuzzLifecycleView
 .PHONY: fuzz
 fuzz:
 	@for t in $(FUZZ_TARGETS); do \

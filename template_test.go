@@ -11,8 +11,8 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/dreamlake/lakeshore"
-	"github.com/dreamlake/lakeshore/shared/api"
-	"github.com/dreamlake/lakeshore/shared/provision"
+	"github.com/dreamlake/lakeshore/server/api"
+	"github.com/dreamlake/lakeshore/server/provision"
 )
 
 // TestTemplateMatchesTheCode: template.yaml, functions/, the Makefile's
@@ -75,7 +75,7 @@ func TestTemplateMatchesTheCode(t *testing.T) {
 }
 
 // TestWakeChannelRoutes: the WebSocket API routes exactly what
-// shared/wakelambda serves, each to the integration that invokes
+// server/wake/wakelambda serves, each to the integration that invokes
 // WakeFunction, and the keep-alive route sends its answer back. (It reads
 // the YAML itself: goformation resolves !Sub away.)
 func TestWakeChannelRoutes(t *testing.T) {

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dreamlake/lakeshore/shared/api/apitest"
+	"github.com/dreamlake/lakeshore/server/api/apitest"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 

@@ -16,8 +16,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/dreamlake/lakeshore/shared/api/apitest"
-	"github.com/dreamlake/lakeshore/shared/store"
+	"github.com/dreamlake/lakeshore/server/api/apitest"
+	"github.com/dreamlake/lakeshore/server/store"
 	"github.com/dreamlake/lakeshore/shared/waittest"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )

@@ -16,7 +16,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/dreamlake/lakeshore/shared/api/apitest"
+	"github.com/dreamlake/lakeshore/server/api/apitest"
 	"github.com/dreamlake/lakeshore/shared/client"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )

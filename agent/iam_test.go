@@ -18,10 +18,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 
-	"github.com/dreamlake/lakeshore/shared/api/apitest"
-	"github.com/dreamlake/lakeshore/shared/auth"
+	"github.com/dreamlake/lakeshore/server/api/apitest"
+	"github.com/dreamlake/lakeshore/server/auth"
+	"github.com/dreamlake/lakeshore/server/lambdahttp"
 	"github.com/dreamlake/lakeshore/shared/client"
-	"github.com/dreamlake/lakeshore/shared/lambdahttp"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 

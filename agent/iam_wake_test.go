@@ -13,8 +13,8 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/dreamlake/lakeshore/agent/internal/wakeclient"
+	"github.com/dreamlake/lakeshore/server/wake/wakesock"
 	"github.com/dreamlake/lakeshore/shared/waittest"
-	"github.com/dreamlake/lakeshore/shared/wakesock"
 )
 
 // TestIAMSignsTheWakeSocket: in IAM mode nymph signs its wake socket's

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dreamlake/lakeshore/shared/api/apitest"
+	"github.com/dreamlake/lakeshore/server/api/apitest"
+	"github.com/dreamlake/lakeshore/server/wake"
 	"github.com/dreamlake/lakeshore/shared/waittest"
-	"github.com/dreamlake/lakeshore/shared/wake"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 

@@ -14,7 +14,7 @@ import (
 
 	"github.com/dreamlake/lakeshore/agent/internal/notify"
 	"github.com/dreamlake/lakeshore/agent/internal/notify/notifytest"
-	"github.com/dreamlake/lakeshore/shared/api/apitest"
+	"github.com/dreamlake/lakeshore/server/api/apitest"
 	"github.com/dreamlake/lakeshore/shared/syncbuf"
 )
 

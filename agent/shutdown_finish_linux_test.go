@@ -21,7 +21,7 @@ import (
 	"github.com/dreamlake/lakeshore/agent/internal/health"
 	"github.com/dreamlake/lakeshore/agent/internal/process"
 	"github.com/dreamlake/lakeshore/agent/internal/process/proctest"
-	"github.com/dreamlake/lakeshore/shared/api/apitest"
+	"github.com/dreamlake/lakeshore/server/api/apitest"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 

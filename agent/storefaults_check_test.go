@@ -16,11 +16,11 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
 
-	"github.com/dreamlake/lakeshore/shared/control"
+	"github.com/dreamlake/lakeshore/server/control"
+	"github.com/dreamlake/lakeshore/server/hoststatus"
+	"github.com/dreamlake/lakeshore/server/reaper"
+	"github.com/dreamlake/lakeshore/server/store"
 	"github.com/dreamlake/lakeshore/shared/domain"
-	"github.com/dreamlake/lakeshore/shared/hoststatus"
-	"github.com/dreamlake/lakeshore/shared/reaper"
-	"github.com/dreamlake/lakeshore/shared/store"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 

@@ -11,11 +11,11 @@ import (
 
 	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
 
+	"github.com/dreamlake/lakeshore/server/reaper"
+	"github.com/dreamlake/lakeshore/server/store"
+	"github.com/dreamlake/lakeshore/server/store/storetest"
 	"github.com/dreamlake/lakeshore/shared/clock"
 	"github.com/dreamlake/lakeshore/shared/domain"
-	"github.com/dreamlake/lakeshore/shared/reaper"
-	"github.com/dreamlake/lakeshore/shared/store"
-	"github.com/dreamlake/lakeshore/shared/store/storetest"
 	"github.com/dreamlake/lakeshore/shared/waittest"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )

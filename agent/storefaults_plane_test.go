@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dreamlake/lakeshore/shared/api/apitest"
+	"github.com/dreamlake/lakeshore/server/api/apitest"
+	"github.com/dreamlake/lakeshore/server/store/storetest"
 	"github.com/dreamlake/lakeshore/shared/client"
-	"github.com/dreamlake/lakeshore/shared/store/storetest"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 

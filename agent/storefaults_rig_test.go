@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dreamlake/lakeshore/server/store/storetest"
 	"github.com/dreamlake/lakeshore/shared/domain"
-	"github.com/dreamlake/lakeshore/shared/store/storetest"
 	"github.com/dreamlake/lakeshore/shared/waittest"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )

@@ -25,8 +25,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
 
+	"github.com/dreamlake/lakeshore/server/store/storetest"
 	"github.com/dreamlake/lakeshore/shared/client"
-	"github.com/dreamlake/lakeshore/shared/store/storetest"
 	"github.com/dreamlake/lakeshore/shared/waittest"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )

@@ -18,8 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dreamlake/lakeshore/server/store/storetest"
 	"github.com/dreamlake/lakeshore/shared/client"
-	"github.com/dreamlake/lakeshore/shared/store/storetest"
 )
 
 var binDir string

@@ -26,8 +26,8 @@ import (
 	"github.com/awslabs/goformation/v7/intrinsics"
 
 	"github.com/dreamlake/lakeshore/agent"
+	"github.com/dreamlake/lakeshore/server/provision"
 	"github.com/dreamlake/lakeshore/shared/domain"
-	"github.com/dreamlake/lakeshore/shared/provision"
 	"github.com/dreamlake/lakeshore/shared/waittest"
 )
 

@@ -15,9 +15,9 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
-	"github.com/dreamlake/lakeshore/shared/rie"
-	"github.com/dreamlake/lakeshore/shared/store/schema"
-	"github.com/dreamlake/lakeshore/shared/store/storetest"
+	"github.com/dreamlake/lakeshore/server/rie"
+	"github.com/dreamlake/lakeshore/server/store/schema"
+	"github.com/dreamlake/lakeshore/server/store/storetest"
 	"github.com/dreamlake/lakeshore/shared/syncbuf"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )

@@ -23,8 +23,8 @@ import (
 	ssmtypes "github.com/aws/aws-sdk-go-v2/service/ssm/types"
 	"github.com/awslabs/goformation/v7/intrinsics"
 
-	"github.com/dreamlake/lakeshore/shared/store/schema"
-	"github.com/dreamlake/lakeshore/shared/store/storetest"
+	"github.com/dreamlake/lakeshore/server/store/schema"
+	"github.com/dreamlake/lakeshore/server/store/storetest"
 )
 
 // The localstack/ directory, relative to this package.

@@ -10,7 +10,7 @@ every DynamoDB call is atomic, as on real DynamoDB.
 
 Usage: python3 tests/moto_single.py [-H HOST] [-p PORT]
 Exit status 3 means moto (or werkzeug) is not installed.
-Used by shared/store/storetest.MotoSingleThreaded.
+Used by server/store/storetest.MotoSingleThreaded.
 """
 
 import argparse

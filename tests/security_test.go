@@ -12,8 +12,8 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
+	"github.com/dreamlake/lakeshore/server/store/storetest"
 	"github.com/dreamlake/lakeshore/shared/client"
-	"github.com/dreamlake/lakeshore/shared/store/storetest"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 

@@ -8,9 +8,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dreamlake/lakeshore/server/store/storetest"
+	"github.com/dreamlake/lakeshore/server/ui/uitest"
 	"github.com/dreamlake/lakeshore/shared/client"
-	"github.com/dreamlake/lakeshore/shared/store/storetest"
-	"github.com/dreamlake/lakeshore/shared/ui/uitest"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 

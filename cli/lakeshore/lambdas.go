@@ -26,11 +26,11 @@ import (
 	"github.com/awslabs/goformation/v7/cloudformation/serverless"
 
 	"github.com/dreamlake/lakeshore"
+	lsconfig "github.com/dreamlake/lakeshore/server/config"
+	"github.com/dreamlake/lakeshore/server/lambdahttp"
+	"github.com/dreamlake/lakeshore/server/rie"
+	"github.com/dreamlake/lakeshore/server/store"
 	"github.com/dreamlake/lakeshore/shared/clock"
-	lsconfig "github.com/dreamlake/lakeshore/shared/config"
-	"github.com/dreamlake/lakeshore/shared/lambdahttp"
-	"github.com/dreamlake/lakeshore/shared/rie"
-	"github.com/dreamlake/lakeshore/shared/store"
 )
 
 // lambdaGateway is what `sam local start-api` is: the HttpApi of

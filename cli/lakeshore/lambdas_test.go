@@ -18,7 +18,7 @@ import (
 func fakeDist(t *testing.T, goarch string, functions ...string) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "fn")
-	build := exec.Command("go", "build", "-o", bin, "../../shared/rie/testdata/fn")
+	build := exec.Command("go", "build", "-o", bin, "../../server/rie/testdata/fn")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+goarch)
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)

@@ -13,7 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/spf13/cobra"
 
-	"github.com/dreamlake/lakeshore/shared/store/schema"
+	"github.com/dreamlake/lakeshore/server/store/schema"
 )
 
 // Table states `lakeshore tables` prints next to each table name.

@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dreamlake/lakeshore/shared/store/schema"
-	"github.com/dreamlake/lakeshore/shared/store/storetest"
+	"github.com/dreamlake/lakeshore/server/store/schema"
+	"github.com/dreamlake/lakeshore/server/store/storetest"
 )
 
 // setAWSEnv points the SDK's default configuration at endpoint with dummy

@@ -10,7 +10,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/dreamlake/lakeshore"
-	"github.com/dreamlake/lakeshore/shared/api"
+	"github.com/dreamlake/lakeshore/server/api"
 )
 
 func newTemplateCmd() *cobra.Command {

@@ -3,6 +3,6 @@
 // under `lakeshore dev` and in tests.
 package main
 
-import "github.com/dreamlake/lakeshore/shared/api/apilambda"
+import "github.com/dreamlake/lakeshore/server/api/apilambda"
 
 func main() { apilambda.Main("ack") }

@@ -8,11 +8,11 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/lambda"
 
-	"github.com/dreamlake/lakeshore/shared/api/apilambda"
-	"github.com/dreamlake/lakeshore/shared/config"
-	"github.com/dreamlake/lakeshore/shared/control"
-	"github.com/dreamlake/lakeshore/shared/lambdamain"
-	"github.com/dreamlake/lakeshore/shared/nudge"
+	"github.com/dreamlake/lakeshore/server/api/apilambda"
+	"github.com/dreamlake/lakeshore/server/config"
+	"github.com/dreamlake/lakeshore/server/control"
+	"github.com/dreamlake/lakeshore/server/lambdamain"
+	"github.com/dreamlake/lakeshore/server/nudge"
 )
 
 func main() { apilambda.Main("api", nudgeProvisioner) }

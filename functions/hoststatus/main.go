@@ -1,15 +1,15 @@
 // Command hoststatus is the Lambda that keeps workers' host_status in step
 // with EC2: the one-minute schedule runs a DescribeInstances poll, and
 // EventBridge "EC2 Instance State-change Notification" events are applied
-// as they come. It only wires; the rules live in shared/hoststatus.
+// as they come. It only wires; the rules live in server/hoststatus.
 package main
 
 import (
 	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 
-	"github.com/dreamlake/lakeshore/shared/hoststatus"
-	"github.com/dreamlake/lakeshore/shared/lambdamain"
+	"github.com/dreamlake/lakeshore/server/hoststatus"
+	"github.com/dreamlake/lakeshore/server/lambdamain"
 )
 
 func main() {

@@ -1,6 +1,6 @@
 // Command provisioner launches EC2 hosts for queued work no live worker can
 // take (docs/provision.md), on a schedule. It only wires: the pass lives in
-// shared/provision.
+// server/provision.
 package main
 
 import (
@@ -9,11 +9,11 @@ import (
 	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 
-	"github.com/dreamlake/lakeshore/shared/config"
+	"github.com/dreamlake/lakeshore/server/config"
+	"github.com/dreamlake/lakeshore/server/lambdamain"
+	"github.com/dreamlake/lakeshore/server/metrics"
+	"github.com/dreamlake/lakeshore/server/provision"
 	"github.com/dreamlake/lakeshore/shared/domain"
-	"github.com/dreamlake/lakeshore/shared/lambdamain"
-	"github.com/dreamlake/lakeshore/shared/metrics"
-	"github.com/dreamlake/lakeshore/shared/provision"
 )
 
 func main() {

@@ -1,12 +1,12 @@
 // Command reaper is the scheduled redelivery sweep. It only wires: the
-// sweep lives in shared/control, the handler in shared/reaper.
+// sweep lives in server/control, the handler in server/reaper.
 package main
 
 import (
 	"github.com/aws/aws-lambda-go/lambda"
 
-	"github.com/dreamlake/lakeshore/shared/lambdamain"
-	"github.com/dreamlake/lakeshore/shared/reaper"
+	"github.com/dreamlake/lakeshore/server/lambdamain"
+	"github.com/dreamlake/lakeshore/server/reaper"
 )
 
 func main() {

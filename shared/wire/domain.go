@@ -10,7 +10,7 @@ import (
 )
 
 // The requests' domain forms: the HTTP edge decodes and validates a
-// request, then hands the use cases (shared/control) what it says in the
+// request, then hands the use cases (server/control) what it says in the
 // domain's words. The use cases never see the wire.
 
 // Spec is the invocation r asks for. Its RequestHash is what an

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/dreamlake/lakeshore/agent/internal/process"
-	"github.com/dreamlake/lakeshore/shared/api/apitest"
+	"github.com/dreamlake/lakeshore/server/api/apitest"
 	"github.com/dreamlake/lakeshore/shared/client"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )

@@ -19,12 +19,12 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/coder/websocket"
 
-	"github.com/dreamlake/lakeshore/shared/auth"
+	"github.com/dreamlake/lakeshore/server/auth"
+	"github.com/dreamlake/lakeshore/server/wake/wakelambda"
+	"github.com/dreamlake/lakeshore/server/wake/wakesock"
 	"github.com/dreamlake/lakeshore/shared/clock"
 	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/waittest"
-	"github.com/dreamlake/lakeshore/shared/wakelambda"
-	"github.com/dreamlake/lakeshore/shared/wakesock"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 

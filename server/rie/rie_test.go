@@ -1,0 +1,151 @@
+package rie_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dreamlake/lakeshore/server/rie"
+	"github.com/dreamlake/lakeshore/shared/syncbuf"
+)
+
+// testPool builds testdata/fn as a static bootstrap and returns a pool of it
+// under the real emulator (skipped without it, failed under CI=true).
+func testPool(t *testing.T, max int) (*rie.Pool, *syncbuf.Buffer) {
+	t.Helper()
+	emulator, err := rie.Find()
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal(err)
+		}
+		t.Skip(err)
+	}
+	bootstrap := filepath.Join(t.TempDir(), "bootstrap")
+	build := exec.Command("go", "build", "-tags", "lambda.norpc", "-o", bootstrap, "./testdata/fn")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	logs := &syncbuf.Buffer{}
+	p, err := rie.NewPool(rie.Function{Name: "fn", Bootstrap: bootstrap, Emulator: emulator,
+		Env: []string{"RIE_TEST_VALUE=configured"}, Timeout: 5 * time.Second, MaxConcurrency: max, Logs: logs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return p, logs
+}
+
+type answer struct {
+	PID   int             `json:"pid"`
+	Event json.RawMessage `json:"event"`
+	Env   string          `json:"env"`
+}
+
+func invoke(t *testing.T, p *rie.Pool, event string) (answer, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := p.Invoke(ctx, []byte(event))
+	var a answer
+	if err == nil {
+		if err := json.Unmarshal(out, &a); err != nil {
+			t.Fatalf("answer %q: %v", out, err)
+		}
+	}
+	return a, err
+}
+
+// TestPoolInvokesAndReusesWarmInstances: an answer comes back with the
+// configured environment; sequential invocations reuse one warm emulator,
+// whose INIT the pool recorded once.
+func TestPoolInvokesAndReusesWarmInstances(t *testing.T) {
+	p, _ := testPool(t, 4)
+	first, err := invoke(t, p, `{"n":1}`)
+	if err != nil || string(first.Event) != `{"n":1}` || first.Env != "configured" {
+		t.Fatalf("first: %+v %v", first, err)
+	}
+	second, err := invoke(t, p, `{"n":2}`)
+	if err != nil || second.PID != first.PID {
+		t.Fatalf("second ran in pid %d, first in %d (%v): want the warm instance", second.PID, first.PID, err)
+	}
+	s := p.Stats()
+	if s.Instances != 1 || s.Invocations != 2 || len(s.InitMS) != 1 || s.InitMS[0] <= 0 {
+		t.Fatalf("stats %+v: want one instance, two invocations, one INIT", s)
+	}
+}
+
+// TestPoolScalesOutUpToItsLimit: concurrent invocations run on separate
+// emulators, never more than MaxConcurrency; the rest wait their turn. The
+// bodies block on a file until both emulators are up, so no timing decides
+// how many start.
+func TestPoolScalesOutUpToItsLimit(t *testing.T) {
+	p, _ := testPool(t, 2)
+	release := filepath.Join(t.TempDir(), "release")
+	event := fmt.Sprintf(`{"wait_file":%q}`, release)
+	var wg sync.WaitGroup
+	pids := make([]int, 5)
+	errs := make([]error, 5)
+	for i := range 5 {
+		wg.Go(func() {
+			var a answer
+			a, errs[i] = invoke(t, p, event)
+			pids[i] = a.PID
+		})
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for p.Stats().Instances < 2 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := os.WriteFile(release, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	distinct := map[int]bool{}
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("invocation %d: %v", i, err)
+		}
+		distinct[pids[i]] = true
+	}
+	if s := p.Stats(); s.Instances != 2 || len(distinct) != 2 || s.Invocations != 5 {
+		t.Fatalf("stats %+v, %d distinct pids: want 2 instances for 5 concurrent invocations", s, len(distinct))
+	}
+}
+
+// TestPoolFunctionErrorAndCrash: a handler error is a *FunctionError and
+// the instance stays; a crashed bootstrap is replaced by a fresh one.
+func TestPoolFunctionErrorAndCrash(t *testing.T) {
+	p, _ := testPool(t, 1)
+	_, err := invoke(t, p, `{"fail":"no such thing"}`)
+	var fe *rie.FunctionError
+	if !errors.As(err, &fe) || fe.Function != "fn" || !strings.Contains(fe.Message, "no such thing") {
+		t.Fatalf("handler error: %v", err)
+	}
+	if _, err := invoke(t, p, `{"exit":true}`); err == nil {
+		t.Fatal("a bootstrap that exits mid-invoke answered without error")
+	}
+	if a, err := invoke(t, p, `{"n":3}`); err != nil || string(a.Event) != `{"n":3}` {
+		t.Fatalf("after the crash: %+v %v", a, err)
+	}
+}
+
+// TestPoolClose: after Close an invocation fails at once.
+func TestPoolClose(t *testing.T) {
+	p, _ := testPool(t, 1)
+	if _, err := invoke(t, p, `{}`); err != nil {
+		t.Fatal(err)
+	}
+	p.Close()
+	if _, err := invoke(t, p, `{}`); err == nil || !strings.Contains(err.Error(), "closed") {
+		t.Fatalf("after Close: %v", err)
+	}
+}

@@ -1,0 +1,407 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/dreamlake/lakeshore/shared/domain"
+	"github.com/dreamlake/lakeshore/shared/ids"
+)
+
+// invocationItem renders inv as a whole item, adding the attributes its
+// indexes are keyed on. claim_key and holder are sparse: present only while
+// the invocation is queued, respectively running.
+func (s *Store) invocationItem(inv domain.Invocation) (map[string]types.AttributeValue, error) {
+	item, err := attributevalue.MarshalMap(toInvocationRecord(inv))
+	if err != nil {
+		return nil, fmt.Errorf("encode invocation %s: %w", inv.ID, err)
+	}
+	item["queue_state"] = str(inv.Queue + "#" + inv.State)
+	switch {
+	case inv.State == domain.StateQueued && !inv.RetryAt.IsZero():
+		// Waiting out a retry backoff: out of its queue's claim partition,
+		// in the one the sweep reads to release it (ReleaseRetries).
+		item["claim_key"] = str(claimKeyRetrying)
+	case inv.State == domain.StateQueued:
+		item["claim_key"] = str(s.claimKey(inv.Queue, inv.HostKey, shardOf(inv.ID, s.ClaimShards)))
+	case inv.State == domain.StateRunning:
+		item["holder"] = str(inv.WorkerID)
+	case domain.Terminal(inv.State) && s.TerminalTTL > 0:
+		item["expires_at"] = num(inv.FinishedAt.Add(s.TerminalTTL).Unix())
+	}
+	return item, nil
+}
+
+// invocationPut is the versioned put that replaces the invocation stored at
+// version prev (0: none yet) with next, at version prev + 1, which it sets:
+// callers compute the next state (domain transitions) and never the version.
+func (s *Store) invocationPut(prev int64, next *domain.Invocation) (*types.Put, error) {
+	next.Version = prev + 1
+	item, err := s.invocationItem(*next)
+	if err != nil {
+		return nil, err
+	}
+	return versionedPut(s.tables.Invocations, "invocation_id", item, prev), nil
+}
+
+// GetInvocation reads one invocation (strongly consistent).
+func (s *Store) GetInvocation(ctx context.Context, id string) (domain.Invocation, error) {
+	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName:      aws.String(s.tables.Invocations),
+		Key:            key("invocation_id", id),
+		ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return domain.Invocation{}, storeErr("get invocation "+id, err)
+	}
+	if out.Item == nil {
+		return domain.Invocation{}, domain.Errorf(domain.KindNotFound, "invocation %s not found", id)
+	}
+	return decodeInvocation(out.Item)
+}
+
+// idempotencyRecord remembers which invocation a submit key made, and a
+// hash of the request, so a replay with a different body is refused.
+type idempotencyRecord struct {
+	Key          string `dynamodbav:"idempotency_key"`
+	InvocationID string `dynamodbav:"invocation_id"`
+	RequestHash  string `dynamodbav:"request_hash"`
+	ExpiresAt    int64  `dynamodbav:"expires_at"`
+}
+
+// Submit queues the invocation spec makes. With an idempotency key, the
+// key is recorded with requestHash (what the caller hashes the request to)
+// in the same transaction; a replay with the same hash answers the
+// invocation the first one made (created false), and a different hash
+// under the same key is a conflict.
+func (s *Store) Submit(ctx context.Context, spec domain.Spec, requestHash string) (inv domain.Invocation, created bool, err error) {
+	now := s.now()
+	inv = domain.NewInvocation(s.IDs.New(ids.Invocation), spec, now)
+	put, err := s.invocationPut(0, &inv)
+	if err != nil {
+		return domain.Invocation{}, false, err
+	}
+	if spec.IdempotencyKey == "" {
+		if err := s.put(ctx, put); err != nil {
+			return domain.Invocation{}, false, storeErr("submit", err)
+		}
+		return inv, true, nil
+	}
+
+	rec, err := attributevalue.MarshalMap(idempotencyRecord{
+		Key: spec.IdempotencyKey, InvocationID: inv.ID, RequestHash: requestHash,
+		ExpiresAt: now.Add(s.TerminalTTL).Unix(),
+	})
+	if err != nil {
+		return domain.Invocation{}, false, fmt.Errorf("encode idempotency record: %w", err)
+	}
+	_, err = s.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
+		{Put: versionedPut(s.tables.Idempotency, "idempotency_key", rec, 0)},
+		{Put: put},
+	}})
+	if err == nil {
+		return inv, true, nil
+	}
+	if failed, ok := cancelledBy(err); !ok || len(failed) == 0 || failed[0] != 0 {
+		return domain.Invocation{}, false, storeErr("submit", err)
+	}
+	// The key was used before: answer what it made.
+	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName: aws.String(s.tables.Idempotency), Key: key("idempotency_key", spec.IdempotencyKey),
+		ConsistentRead: aws.Bool(true),
+	})
+	if err != nil || out.Item == nil {
+		return domain.Invocation{}, false, storeErr("submit: read idempotency key", errors.Join(err, errors.New("key vanished")))
+	}
+	var prev idempotencyRecord
+	if err := unmarshal(out.Item, &prev); err != nil {
+		return domain.Invocation{}, false, err
+	}
+	if prev.RequestHash != requestHash {
+		return domain.Invocation{}, false, domain.Errorf(domain.KindConflict,
+			"idempotency_key %q was used for a different request (invocation %s)", spec.IdempotencyKey, prev.InvocationID)
+	}
+	inv, err = s.GetInvocation(ctx, prev.InvocationID)
+	return inv, false, err
+}
+
+// putAndCount puts next over the invocation stored at version prev in one
+// transaction, with extra items (e.g. a worker token check), and when next
+// is terminal counts it in its queue's done_count and per-state count: the
+// count moves if and only if this put wins. Next may be any state: an ack
+// writes every outcome it records through here, a retried one (queued
+// again, not counted) included, and saveInvocation every terminal write
+// (a cancel, a requeue that ends the invocation).
+func (s *Store) putAndCount(ctx context.Context, prev int64, next *domain.Invocation, extra ...types.TransactWriteItem) error {
+	put, err := s.invocationPut(prev, next)
+	if err != nil {
+		return err
+	}
+	items := []types.TransactWriteItem{{Put: put}}
+	if domain.Terminal(next.State) {
+		items = append(items, types.TransactWriteItem{Update: &types.Update{
+			TableName:                 aws.String(s.tables.Queues),
+			Key:                       key("queue", next.Queue),
+			UpdateExpression:          aws.String("ADD done_count :one, #s :one"),
+			ExpressionAttributeNames:  map[string]string{"#s": next.State + "_count"},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":one": num(1)},
+		}})
+	}
+	firstExtra := len(items)
+	items = append(items, extra...)
+	_, err = s.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items})
+	if failed, ok := cancelledBy(err); ok {
+		for _, i := range failed {
+			if i == 0 {
+				return errVersion
+			}
+			if i >= firstExtra {
+				return errExtraCondition
+			}
+		}
+	}
+	if err != nil {
+		return storeErr("record "+next.ID, err)
+	}
+	return nil
+}
+
+// errExtraCondition reports that a transaction's caller-supplied condition
+// (not the invocation's version) failed.
+var errExtraCondition = errors.New("transaction condition failed")
+
+// readForAck reads an invocation and the acking worker's row in one
+// strongly consistent request, so the token is checked before anything about
+// the invocation is revealed, without a second round trip.
+func (s *Store) readForAck(ctx context.Context, invocationID, workerID string) (*domain.Invocation, *domain.Worker, error) {
+	out, err := s.db.TransactGetItems(ctx, &dynamodb.TransactGetItemsInput{TransactItems: []types.TransactGetItem{
+		{Get: &types.Get{TableName: aws.String(s.tables.Invocations), Key: key("invocation_id", invocationID)}},
+		{Get: &types.Get{TableName: aws.String(s.tables.Workers), Key: key("worker_id", workerID)}},
+	}})
+	if err != nil {
+		return nil, nil, storeErr("ack: read "+invocationID, err)
+	}
+	if len(out.Responses) != 2 {
+		return nil, nil, storeErr("ack: read "+invocationID, fmt.Errorf("%d responses to 2 gets", len(out.Responses)))
+	}
+	var inv *domain.Invocation
+	var w *domain.Worker
+	if item := out.Responses[0].Item; len(item) > 0 {
+		got, err := decodeInvocation(item)
+		if err != nil {
+			return nil, nil, err
+		}
+		inv = &got
+	}
+	if item := out.Responses[1].Item; len(item) > 0 {
+		got, err := decodeWorker(item)
+		if err != nil {
+			return nil, nil, err
+		}
+		w = &got
+	}
+	return inv, w, nil
+}
+
+// AckResult is what an ack did: whether its outcome counts (Recorded), and
+// the invocation's state after it.
+type AckResult struct {
+	Recorded bool
+	// HandedBack: what was recorded is a hand-back (the body asked to be
+	// queued again as its worker drained), not an outcome: the invocation
+	// is queued again, or ended once max_attempts is spent.
+	HandedBack bool
+	State      string
+	Queue      string // the invocation's queue, when it was recorded
+	HostKey    string // and its host key (a requeued one wakes a poll for it)
+}
+
+// Ack records outcome o of one attempt of invocation id. The first
+// succeeded or failed outcome of any attempt wins; a later one is a no-op
+// (recorded false), and so is a cancelled outcome unless an operator
+// cancelled the attempt running now (domain.Invocation.Record). The worker's
+// token is checked first (auth, against the row read with the invocation),
+// and again inside the recording transaction (its hash must still be
+// tokenHash) so a token revoked meanwhile cannot record. Only the worker that
+// ran that attempt may ack it.
+func (s *Store) Ack(ctx context.Context, id string, o domain.Outcome, auth Authorize, tokenHash string) (AckResult, error) {
+	if c, ok := s.claimed.take(id); ok && c.inv.Attempt == o.Attempt && c.inv.WorkerID == o.WorkerID {
+		if done, res, err := s.ackClaimed(ctx, c, o, auth, tokenHash); done {
+			return res, err
+		}
+	}
+	var res AckResult
+	err := retryVersion("ack "+id, func() error {
+		found, w, err := s.readForAck(ctx, id, o.WorkerID)
+		if err != nil {
+			return err
+		}
+		if w == nil {
+			return UnknownWorker(o.WorkerID, auth)
+		}
+		if auth != nil {
+			if err := auth(*w); err != nil {
+				return err
+			}
+		}
+		if found == nil {
+			return domain.Errorf(domain.KindNotFound, "invocation %s not found", id)
+		}
+		inv := *found
+		next, recorded, err := inv.Record(o, s.now())
+		if err != nil {
+			return err
+		}
+		if !recorded {
+			// An outcome already won, or a cancelled attempt nobody cancelled
+			// (it was superseded): a recorded no-op.
+			res = AckResult{Recorded: false, State: inv.State}
+			return nil
+		}
+		switch err := s.putAndCount(ctx, inv.Version, &next, s.tokenCheck(o.WorkerID, tokenHash)); {
+		case errors.Is(err, errExtraCondition):
+			return ErrWorkerToken
+		case err != nil:
+			return err
+		}
+		res = AckResult{Recorded: true, HandedBack: o.State == domain.AckRequeued, State: next.State, Queue: next.Queue, HostKey: next.HostKey}
+		return nil
+	})
+	return res, err
+}
+
+// ackClaimed records o over the invocation as this store claimed it, in
+// the one transaction the ack writes anyway, without reading it first: the
+// write is conditional on the version claimed, and the worker token check
+// is the transaction's condition on the worker row. done is false when
+// that is not enough to decide (the invocation changed since, the outcome
+// would not count, or the cached worker row does not pass auth): the caller
+// then reads and decides as usual, so the rules are domain.Invocation.Record
+// either way.
+func (s *Store) ackClaimed(ctx context.Context, c claimedEntry, o domain.Outcome, auth Authorize, tokenHash string) (done bool, res AckResult, err error) {
+	if auth != nil && auth(c.worker) != nil {
+		return false, AckResult{}, nil
+	}
+	next, recorded, err := c.inv.Record(o, s.now())
+	if err != nil || !recorded {
+		return false, AckResult{}, nil
+	}
+	switch err := s.putAndCount(ctx, c.inv.Version, &next, s.tokenCheck(o.WorkerID, tokenHash)); {
+	case errors.Is(err, errVersion):
+		return false, AckResult{}, nil
+	case errors.Is(err, errExtraCondition):
+		return true, AckResult{}, ErrWorkerToken
+	case err != nil:
+		return true, AckResult{}, err
+	}
+	return true, AckResult{Recorded: true, HandedBack: o.State == domain.AckRequeued, State: next.State, Queue: next.Queue, HostKey: next.HostKey}, nil
+}
+
+// tokenCheck is the transaction item that holds only while worker id's
+// row carries token hash h: a token revoked meanwhile fails the write.
+func (s *Store) tokenCheck(id, h string) types.TransactWriteItem {
+	return types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{
+		TableName:                 aws.String(s.tables.Workers),
+		Key:                       key("worker_id", id),
+		ConditionExpression:       aws.String("token_hash = :h"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":h": str(h)},
+	}}
+}
+
+// Cancel cancels an invocation (domain.Invocation.Cancel): a queued one at
+// once (terminal, counted), a running one by flagging it so its worker's
+// next poll carries a cancel command. A finished one is a conflict.
+func (s *Store) Cancel(ctx context.Context, id string) (domain.Invocation, error) {
+	var result domain.Invocation
+	err := retryVersion("cancel "+id, func() error {
+		inv, err := s.GetInvocation(ctx, id)
+		if err != nil {
+			return err
+		}
+		next, changed, err := inv.Cancel(s.now())
+		if err != nil || !changed {
+			result = inv
+			return err
+		}
+		if err := s.saveInvocation(ctx, "cancel", inv.Version, &next); err != nil {
+			return err
+		}
+		result = next
+		return nil
+	})
+	return result, err
+}
+
+// saveInvocation writes next over the invocation stored at version prev: a
+// terminal next with its counters (putAndCount), any other as one
+// versioned put.
+func (s *Store) saveInvocation(ctx context.Context, op string, prev int64, next *domain.Invocation) error {
+	if domain.Terminal(next.State) {
+		return s.putAndCount(ctx, prev, next)
+	}
+	put, err := s.invocationPut(prev, next)
+	if err != nil {
+		return err
+	}
+	if err := s.put(ctx, put); err != nil {
+		return storeErr(op+" "+next.ID, err)
+	}
+	return nil
+}
+
+// Requeue hands back the running attempt of invocation id held by worker
+// (its worker was lost, for loss; domain.Invocation.Requeue): queued again
+// with attempt + 1 on the next claim, or failed with error type worker_lost
+// once max_attempts is spent, or cancelled if a cancel was pending. It is a
+// no-op when the invocation is no longer running that worker's attempt.
+// It returns the invocation as it now stands and whether this call handed
+// the attempt back (false: it was not running that worker's attempt any
+// more).
+func (s *Store) Requeue(ctx context.Context, id, workerID string, loss domain.Loss) (domain.Invocation, bool, error) {
+	var result domain.Invocation
+	handed := false
+	err := retryVersion("requeue "+id, func() error {
+		inv, err := s.GetInvocation(ctx, id)
+		if err != nil {
+			return err
+		}
+		result = inv
+		next, changed := inv.Requeue(workerID, loss, s.now())
+		if !changed {
+			return nil
+		}
+		if err := s.saveInvocation(ctx, "requeue", inv.Version, &next); err != nil {
+			return err
+		}
+		result, handed = next, true
+		return nil
+	})
+	return result, handed, err
+}
+
+// Held lists the invocations running on worker, from the sparse holder index.
+func (s *Store) Held(ctx context.Context, workerID string) ([]domain.Invocation, error) {
+	var out []domain.Invocation
+	err := s.queryEach(ctx, "held by "+workerID, &dynamodb.QueryInput{
+		TableName:                 aws.String(s.tables.Invocations),
+		IndexName:                 aws.String(indexHolder),
+		KeyConditionExpression:    aws.String("holder = :w"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":w": str(workerID)},
+	}, func(item map[string]types.AttributeValue) error {
+		inv, err := decodeInvocation(item)
+		if err == nil && inv.Running(workerID) {
+			out = append(out, inv)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}

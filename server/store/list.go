@@ -1,0 +1,187 @@
+package store
+
+import (
+	"context"
+	"slices"
+	"strings"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/dreamlake/lakeshore/shared/domain"
+	"github.com/dreamlake/lakeshore/shared/ids"
+)
+
+// ListInvocations pages through invocations, optionally of one queue and
+// one state, oldest first (ListQuery).
+func (s *Store) ListInvocations(ctx context.Context, queue, state string, limit int, cursor string) ([]domain.Invocation, string, error) {
+	return s.List(ctx, ListQuery{Queue: queue, State: state, Limit: limit, Cursor: cursor})
+}
+
+// Listing orders (ListQuery.Order): by id, which is by creation time (ids
+// are ULIDs). They are the API's order= values.
+const (
+	OrderOldest = "oldest"
+	OrderNewest = "newest"
+)
+
+// ListQuery selects a page of invocations: of one queue or every queue,
+// optionally in one state, in an order.
+type ListQuery struct {
+	Queue, State string
+	// Order is OrderOldest or OrderNewest (by id: by creation
+	// time), or "" for oldest first where an index orders the listing and
+	// no particular order for the whole table.
+	Order  string
+	Limit  int
+	Cursor string
+}
+
+// List answers one page of q and the cursor of the next ("": none).
+//
+// Of one queue it reads the queue (or queue_state) index, in id order.
+// Without a queue but with a state or an order it reads each queue's
+// partition of that index, as many as the page holds from each, and merges
+// them by id: its cost follows the page and the number of queues, not the
+// table, and live work (queued, running) is found however long the
+// history. Queues are those the queues table names (NoteQueue). Without a
+// queue, a state or an order it scans the table (no particular order).
+func (s *Store) List(ctx context.Context, q ListQuery) ([]domain.Invocation, string, error) {
+	if q.Queue == "" && (q.State != "" || q.Order != "") {
+		return s.listAcross(ctx, q)
+	}
+	var start map[string]types.AttributeValue
+	var err error
+	switch {
+	case q.Queue != "" && q.State != "":
+		start, err = decodeCursor(q.Cursor, map[string]string{"queue_state": q.Queue + "#" + q.State}, "queue_state", "invocation_id")
+	case q.Queue != "":
+		start, err = decodeCursor(q.Cursor, map[string]string{"queue": q.Queue}, "queue", "invocation_id")
+	default:
+		start, err = decodeCursor(q.Cursor, nil, "invocation_id")
+	}
+	if err != nil {
+		return nil, "", err
+	}
+	var items []map[string]types.AttributeValue
+	var last map[string]types.AttributeValue
+	if q.Queue != "" {
+		in := s.queueQuery(q.Queue, q.State, q.Order, q.Limit)
+		in.ExclusiveStartKey = start
+		out, err := s.db.Query(ctx, in)
+		if err != nil {
+			return nil, "", storeErr("list invocations", err)
+		}
+		items, last = out.Items, out.LastEvaluatedKey
+	} else {
+		out, err := s.db.Scan(ctx, &dynamodb.ScanInput{
+			TableName:         aws.String(s.tables.Invocations),
+			Limit:             aws.Int32(int32(q.Limit)),
+			ExclusiveStartKey: start,
+		})
+		if err != nil {
+			return nil, "", storeErr("list invocations", err)
+		}
+		items, last = out.Items, out.LastEvaluatedKey
+	}
+	invs, err := decodeInvocations(items)
+	if err != nil {
+		return nil, "", err
+	}
+	return invs, encodeCursor(last), nil
+}
+
+// queueQuery reads up to limit invocations of queue (in state, if set)
+// from the queue or queue_state index, in order.
+func (s *Store) queueQuery(queue, state, order string, limit int) *dynamodb.QueryInput {
+	in := &dynamodb.QueryInput{
+		TableName:                 aws.String(s.tables.Invocations),
+		IndexName:                 aws.String(indexQueue),
+		KeyConditionExpression:    aws.String("#q = :q"),
+		ExpressionAttributeNames:  map[string]string{"#q": "queue"},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":q": str(queue)},
+		Limit:                     aws.Int32(int32(limit)),
+		ScanIndexForward:          aws.Bool(order != OrderNewest),
+	}
+	if state != "" {
+		in.IndexName = aws.String(indexQueueState)
+		in.ExpressionAttributeNames["#q"] = "queue_state"
+		in.ExpressionAttributeValues[":q"] = str(queue + "#" + state)
+	}
+	return in
+}
+
+// listCursorKey is the one attribute of a cursor of a listing across
+// queues: the id the page ended at (ids order the merge, so the next page
+// starts past it in every queue).
+const listCursorKey = "listed_to"
+
+// listAcross answers a page of q (no queue) merged from every queue's
+// partition of the queue or queue_state index.
+func (s *Store) listAcross(ctx context.Context, q ListQuery) ([]domain.Invocation, string, error) {
+	start, err := decodeCursor(q.Cursor, nil, listCursorKey)
+	if err != nil {
+		return nil, "", err
+	}
+	newest := q.Order == OrderNewest
+	bound := ""
+	if start != nil {
+		bound = start[listCursorKey].(*types.AttributeValueMemberS).Value
+		if !ids.Valid(ids.Invocation, bound) {
+			return nil, "", domain.Errorf(domain.KindInvalid, "cursor is not one this listing returned")
+		}
+	}
+	queues, err := s.Queues(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	var invs []domain.Invocation
+	more := false
+	for _, queue := range queues {
+		in := s.queueQuery(queue, q.State, q.Order, q.Limit)
+		if bound != "" {
+			op := ">"
+			if newest {
+				op = "<"
+			}
+			*in.KeyConditionExpression += " AND invocation_id " + op + " :b"
+			in.ExpressionAttributeValues[":b"] = str(bound)
+		}
+		out, err := s.db.Query(ctx, in)
+		if err != nil {
+			return nil, "", storeErr("list invocations of "+queue, err)
+		}
+		page, err := decodeInvocations(out.Items)
+		if err != nil {
+			return nil, "", err
+		}
+		invs = append(invs, page...)
+		more = more || out.LastEvaluatedKey != nil
+	}
+	slices.SortFunc(invs, func(a, b domain.Invocation) int {
+		if newest {
+			return strings.Compare(b.ID, a.ID)
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+	if len(invs) > q.Limit {
+		invs, more = invs[:q.Limit], true
+	}
+	if !more || len(invs) == 0 {
+		return invs, "", nil
+	}
+	return invs, encodeCursor(map[string]types.AttributeValue{listCursorKey: str(invs[len(invs)-1].ID)}), nil
+}
+
+func decodeInvocations(items []map[string]types.AttributeValue) ([]domain.Invocation, error) {
+	invs := make([]domain.Invocation, 0, len(items))
+	for _, item := range items {
+		inv, err := decodeInvocation(item)
+		if err != nil {
+			return nil, err
+		}
+		invs = append(invs, inv)
+	}
+	return invs, nil
+}

@@ -245,17 +245,38 @@ type instance struct {
 	url  string
 	cmd  *exec.Cmd
 	done chan struct{}
+	// release gives its ports back to the process (ports).
+	release func()
 }
 
 var initReport = regexp.MustCompile(`INIT REPORT\(durationMs: ([0-9.]+)\)`)
 
+// startTries bounds the emulators one start launches: one that exits at
+// start-up (a port of its taken by another process meanwhile) is replaced
+// by one on other ports.
+const startTries = 3
+
 func (p *Pool) start() (*instance, error) {
+	var err error
+	for range startTries {
+		var in *instance
+		if in, err = p.startOne(); err == nil || !errors.Is(err, errExitedAtStart) {
+			return in, err
+		}
+	}
+	return nil, err
+}
+
+// errExitedAtStart: the emulator exited before it listened.
+var errExitedAtStart = errors.New("aws-lambda-rie exited at start-up (see its log lines)")
+
+func (p *Pool) startOne() (*instance, error) {
 	p.mu.Lock()
 	p.started++
 	n := p.started
 	p.mu.Unlock()
 
-	addrs, err := freeAddrs(2)
+	addrs, release, err := ports.take(2)
 	if err != nil {
 		return nil, fmt.Errorf("lambda %s: %w", p.fn.Name, err)
 	}
@@ -281,9 +302,10 @@ func (p *Pool) start() (*instance, error) {
 	// with its parent, so no emulator outlives `lakeshore dev` or a test.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
+		release()
 		return nil, fmt.Errorf("lambda %s: start aws-lambda-rie: %w", p.fn.Name, err)
 	}
-	in := &instance{url: "http://" + addr + invokePath, cmd: cmd, done: make(chan struct{})}
+	in := &instance{url: "http://" + addr + invokePath, cmd: cmd, done: make(chan struct{}), release: release}
 	go func() { _ = cmd.Wait(); out.flush(); close(in.done) }()
 	if err := in.waitListening(addr); err != nil {
 		in.kill()
@@ -309,11 +331,23 @@ func (in *instance) waitListening(addr string) error {
 		c, err := net.DialTimeout("tcp", addr, time.Second)
 		if err == nil {
 			c.Close()
-			return nil
+			// What answered must be this emulator, not another process
+			// on a port this one failed to bind: it must still run.
+			select {
+			case <-in.done:
+				return errExitedAtStart
+			case <-time.After(50 * time.Millisecond):
+			}
+			select {
+			case <-in.done:
+				return errExitedAtStart
+			default:
+				return nil
+			}
 		}
 		select {
 		case <-in.done:
-			return fmt.Errorf("aws-lambda-rie exited at start-up (see its log lines)")
+			return errExitedAtStart
 		case <-time.After(delay):
 		}
 		if time.Now().After(deadline) {
@@ -366,24 +400,67 @@ func (in *instance) kill() {
 		_ = syscall.Kill(-in.cmd.Process.Pid, syscall.SIGKILL)
 	}
 	<-in.done
+	if in.release != nil {
+		in.release()
+	}
 }
 
-// freeAddr returns a loopback address with a port that was free a moment ago.
-// freeAddrs returns n distinct free loopback addresses. The listeners are
-// held until all n are picked: two picked one after the other could be the
-// same port (the first one closed before the second was asked for), and
-// then an emulator's runtime API cannot bind the port it serves invokes on.
-func freeAddrs(n int) ([]string, error) {
-	addrs := make([]string, 0, n)
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("find a free port: %w", err)
+// portSet hands out loopback ports to the emulators of this process: each
+// was free a moment ago, and none is handed out twice while an emulator
+// holds it. An emulator binds its ports only after it starts, so a port
+// picked and let go could otherwise be picked again by another start in
+// that gap (32 emulators starting at once in a flood): two emulators on one
+// port, one of them invoked by two pools' calls at once.
+type portSet struct {
+	mu   sync.Mutex
+	held map[string]bool
+	// listen picks a free port (net.Listen; tests replace it).
+	listen func() (net.Listener, error)
+}
+
+var ports = &portSet{held: map[string]bool{}, listen: func() (net.Listener, error) { return net.Listen("tcp", "127.0.0.1:0") }}
+
+// portTries bounds the picks of one take.
+const portTries = 100
+
+// take returns n loopback addresses no emulator of this process holds, and
+// the func that gives them back.
+func (s *portSet) take(n int) ([]string, func(), error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var addrs []string
+	for try := 0; len(addrs) < n; try++ {
+		if try == portTries {
+			for _, a := range addrs {
+				delete(s.held, a)
+			}
+			return nil, nil, fmt.Errorf("find %d free ports: only %d in %d tries", n, len(addrs), portTries)
 		}
-		defer ln.Close()
-		addrs = append(addrs, ln.Addr().String())
+		ln, err := s.listen()
+		if err != nil {
+			for _, a := range addrs {
+				delete(s.held, a)
+			}
+			return nil, nil, fmt.Errorf("find a free port: %w", err)
+		}
+		a := ln.Addr().String()
+		ln.Close()
+		if s.held[a] {
+			continue
+		}
+		s.held[a] = true
+		addrs = append(addrs, a)
 	}
-	return addrs, nil
+	var once sync.Once
+	return addrs, func() {
+		once.Do(func() {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			for _, a := range addrs {
+				delete(s.held, a)
+			}
+		})
+	}, nil
 }
 
 // lineWriter prefixes each line written to w and reports it to line.

@@ -18,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/dreamlake/lakeshore/server/api/apitest"
 	"github.com/dreamlake/lakeshore/server/store"
+	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/waittest"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
@@ -195,7 +196,7 @@ func letGo(t *testing.T, p *apitest.Plane, id string) {
 	t.Helper()
 	db := dynamodb.NewFromConfig(aws.Config{Region: store.EmbeddedRegion, Credentials: credentials.NewStaticCredentialsProvider("local", "local", "")},
 		func(o *dynamodb.Options) { o.BaseEndpoint, o.HTTPClient = aws.String(p.Endpoint), noKeepAlive() })
-	if _, _, err := store.New(db, p.Prefix).MarkGone(context.Background(), id, nil, "let go by the test"); err != nil {
+	if _, _, err := store.New(db, p.Prefix).MarkGone(context.Background(), id, nil, domain.EndGone, "let go by the test"); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -131,7 +131,7 @@ func (s *Service) Ack(ctx context.Context, o domain.Outcome, auth store.Authoriz
 // reports how many invocations went back.
 func (s *Service) Bye(ctx context.Context, b domain.Bye, auth store.Authorize) (int, error) {
 	why := "bye: " + b.Reason
-	if _, _, err := s.store.MarkGone(ctx, b.WorkerID, auth, why); err != nil {
+	if _, _, err := s.store.MarkGone(ctx, b.WorkerID, auth, domain.EndBye, why); err != nil {
 		return 0, err
 	}
 	n, err := s.HandBack(ctx, b.WorkerID, domain.Loss{Kind: domain.EndBye, Why: why})

@@ -55,7 +55,7 @@ func (s *Service) Sweep(ctx context.Context) (SweepResult, error) {
 			// Silent for so long its process is surely dead: retire it,
 			// so it leaves the list after the worker retention.
 			reason := fmt.Sprintf("retired after %s of silence", now.Sub(w.LastSeenAt).Round(time.Minute))
-			if _, _, err := s.store.MarkGone(ctx, w.ID, nil, reason); err != nil {
+			if _, _, err := s.store.MarkGone(ctx, w.ID, nil, domain.EndGone, reason); err != nil {
 				return err
 			}
 			s.log.Info("retired a silent worker", "worker_id", w.ID, "last_seen_at", w.LastSeenAt, "why", reason)

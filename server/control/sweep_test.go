@@ -7,6 +7,7 @@ import (
 
 	"github.com/dreamlake/lakeshore/server/control"
 	"github.com/dreamlake/lakeshore/server/store/storetest"
+	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
@@ -98,7 +99,7 @@ func TestSweepNeverStrandsWorkOnAGoneWorker(t *testing.T) {
 	if r, err := s.Claim(ctx, res.Worker, "q", 1); err != nil || len(r.Claimed) != 1 {
 		t.Fatalf("claim: %+v %v", r, err)
 	}
-	if _, _, err := s.MarkGone(ctx, res.Worker.ID, nil, "lost without a requeue"); err != nil {
+	if _, _, err := s.MarkGone(ctx, res.Worker.ID, nil, domain.EndGone, "lost without a requeue"); err != nil {
 		t.Fatal(err)
 	}
 	c.Advance(time.Hour)

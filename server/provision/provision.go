@@ -73,7 +73,7 @@ type Store interface {
 	EachWorker(ctx context.Context, op string, fn func(domain.Worker) error) error
 	PutPendingWorker(ctx context.Context, w domain.Worker) (bool, error)
 	AskToAdopt(ctx context.Context, id string, a domain.Adoption, staleAfter time.Duration) (domain.Worker, error)
-	MarkGone(ctx context.Context, id string, auth store.Authorize, why string) (domain.Worker, bool, error)
+	MarkGone(ctx context.Context, id string, auth store.Authorize, kind, why string) (domain.Worker, bool, error)
 }
 
 var _ Store = (*store.Store)(nil)
@@ -785,7 +785,7 @@ func (p *Provisioner) settle(ctx context.Context, hs holds, hosts []domain.Host,
 			continue
 		}
 		if id, ok := pending[h.InstanceID]; ok {
-			if _, _, err := p.cfg.Store.MarkGone(ctx, id, nil, "launched host "+h.ID+": "+why); err != nil {
+			if _, _, err := p.cfg.Store.MarkGone(ctx, id, nil, domain.EndGone, "launched host "+h.ID+": "+why); err != nil {
 				return ended, err
 			}
 		}

@@ -344,7 +344,7 @@ func (f *faultModel) markGone(rt *rapid.T) {
 	id := rapid.SampledFrom(live).Draw(rt, "worker")
 	rt.Logf("markGone %s", id)
 	_, err := retry(rt, "mark gone", func() (domain.Worker, error) {
-		w, _, err := f.s.MarkGone(f.ctx, id, nil, "host terminated")
+		w, _, err := f.s.MarkGone(f.ctx, id, nil, domain.EndGone, "host terminated")
 		return w, err
 	})
 	propWant(rt, "mark gone", err, "")

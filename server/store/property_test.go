@@ -451,7 +451,7 @@ func (m *propModel) markGoneAction(rt *rapid.T) {
 	}
 	id := rapid.SampledFrom(live).Draw(rt, "worker")
 	rt.Logf("markGone %s (holding %d)", id, len(m.heldBy(id)))
-	_, _, err := m.s.MarkGone(m.ctx, id, nil, "host terminated")
+	_, _, err := m.s.MarkGone(m.ctx, id, nil, domain.EndGone, "host terminated")
 	propWant(rt, "mark gone", err, "")
 	m.retire(m.workers[id])
 }

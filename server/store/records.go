@@ -29,6 +29,7 @@ type workerRecord struct {
 	HostStatus         string             `dynamodbav:"host_status,omitempty"`
 	TokenHash          string             `dynamodbav:"token_hash"`
 	ByeReason          string             `dynamodbav:"bye_reason,omitempty"`
+	GoneKind           string             `dynamodbav:"gone_kind,omitempty"`
 	LastSetupResult    *setupResultRecord `dynamodbav:"last_setup_result,omitempty"`
 	CreatedAt          time.Time          `dynamodbav:"created_at"`
 	LastSeenAt         time.Time          `dynamodbav:"last_seen_at"`
@@ -192,6 +193,7 @@ func toWorkerRecord(v domain.Worker) workerRecord {
 		HostStatus:         v.HostStatus,
 		TokenHash:          v.TokenHash,
 		ByeReason:          v.ByeReason,
+		GoneKind:           v.GoneKind,
 		LastSetupResult:    ptrMap(v.LastSetupResult, toSetupResultRecord),
 		CreatedAt:          v.CreatedAt,
 		LastSeenAt:         v.LastSeenAt,
@@ -222,6 +224,7 @@ func (r workerRecord) domain() domain.Worker {
 		HostStatus:         r.HostStatus,
 		TokenHash:          r.TokenHash,
 		ByeReason:          r.ByeReason,
+		GoneKind:           r.GoneKind,
 		LastSetupResult:    ptrMap(r.LastSetupResult, setupResultRecord.domain),
 		CreatedAt:          r.CreatedAt,
 		LastSeenAt:         r.LastSeenAt,

@@ -48,7 +48,7 @@ func (s *Store) AddSetup(ctx context.Context, id string, argv []string) (domain.
 	if failed, ok := cancelledBy(err); ok && slices.Contains(failed, 1) {
 		// It went gone since it was read: refused as AddSetup refuses a
 		// gone worker.
-		gone, _ := w.Retire("", cmd.CreatedAt)
+		gone, _ := w.Retire(domain.EndGone, "", cmd.CreatedAt)
 		_, err := gone.AddSetup(cmd.CommandID, argv, cmd.CreatedAt)
 		return domain.SetupCommand{}, err
 	}

@@ -277,15 +277,17 @@ func (s *Store) Heartbeat(ctx context.Context, id string, p domain.Poll, auth Au
 // own bye when auth is its token (domain.Worker.Leave), else a retirement
 // that keeps its last_seen_at (domain.Worker.Retire). It reports whether this call made it gone (false:
 // it already was). It does not requeue; callers follow with control.Service.HandBack.
-func (s *Store) MarkGone(ctx context.Context, id string, auth Authorize, why string) (domain.Worker, bool, error) {
+func (s *Store) MarkGone(ctx context.Context, id string, auth Authorize, kind, why string) (domain.Worker, bool, error) {
 	now := s.now()
 	left := false
 	w, err := s.updateWorker(ctx, "mark gone", id, auth, noError(func(w domain.Worker) (domain.Worker, bool) {
-		leave := domain.Worker.Retire // a new boot retired it: it said nothing
-		if auth != nil {
-			leave = domain.Worker.Leave // its own bye
+		var next domain.Worker
+		var changed bool
+		if kind == domain.EndBye {
+			next, changed = w.Leave(why, now) // its own bye: heard from now
+		} else {
+			next, changed = w.Retire(kind, why, now)
 		}
-		next, changed := leave(w, why, now)
 		// A retry after a write whose answer was lost finds the worker gone
 		// already: the first try's write still counts as this call's.
 		left = left || changed

@@ -3,7 +3,6 @@ package domain
 import (
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 )
 
@@ -23,11 +22,17 @@ type Worker struct {
 	Phase              string
 	HostStatus         string
 	TokenHash          string
-	ByeReason          string
-	LastSetupResult    *SetupResult
-	CreatedAt          time.Time
-	LastSeenAt         time.Time
-	GoneAt             time.Time
+	// ByeReason says why it was retired, in words: its bye, the new boot
+	// that replaced it, its host, the provisioner or the sweep.
+	ByeReason string
+	// GoneKind is how it was retired (Retire): EndBye when it said bye,
+	// EndGone otherwise (a new boot replaced it, its host went, it was let
+	// go or retired silent). Its held work is handed back as that kind.
+	GoneKind        string
+	LastSetupResult *SetupResult
+	CreatedAt       time.Time
+	LastSeenAt      time.Time
+	GoneAt          time.Time
 	// ReplacedBy is the boot id whose hello retired this worker (a new
 	// boot of its machine), "" if none did.
 	ReplacedBy string
@@ -342,7 +347,7 @@ func (w Worker) Heartbeat(p Poll, now time.Time) (Worker, error) {
 // changes it: the bye is its last sign of life. Retire is the same for a
 // worker that said nothing.
 func (w Worker) Leave(why string, now time.Time) (Worker, bool) {
-	next, changed := w.Retire(why, now)
+	next, changed := w.Retire(EndBye, why, now)
 	if changed {
 		next.LastSeenAt = now
 	}
@@ -352,7 +357,7 @@ func (w Worker) Leave(why string, now time.Time) (Worker, bool) {
 // Replace reports w retired at now because a hello from boot, another boot
 // of its machine, replaced it (Retire), and whether that changes it.
 func (w Worker) Replace(boot, why string, now time.Time) (Worker, bool) {
-	next, changed := w.Retire(why, now)
+	next, changed := w.Retire(EndGone, why, now)
 	if changed {
 		next.ReplacedBy = boot
 	}
@@ -374,19 +379,20 @@ func (w Worker) ReplacedAlive() (Worker, bool) {
 	return next, true
 }
 
-// Retire reports w gone at now for why (a new boot of its machine said
-// hello), and whether that changes it: a gone worker stays as it went. Its
+// Retire reports w gone at now for why, retired as kind (EndBye: its own
+// bye; EndGone: anything else), and whether that changes it: a gone worker
+// stays as it went. Its
 // last_seen_at stays when it was last heard from; GoneAt is when it was
 // retired. What it held is handed back by the caller
 // (Invocation.Requeue), so its count is zero from now.
-func (w Worker) Retire(why string, now time.Time) (Worker, bool) {
+func (w Worker) Retire(kind, why string, now time.Time) (Worker, bool) {
 	if w.State == WorkerGone {
 		return w, false
 	}
 	next := w
 	next.State = WorkerGone
 	next.CurrentInvocations = 0
-	next.ByeReason = why
+	next.ByeReason, next.GoneKind = why, kind
 	next.GoneAt = now
 	return next, true
 }
@@ -462,7 +468,7 @@ func (w Worker) LostWhy(now time.Time, staleAfter time.Duration) (Loss, bool) {
 		if HostGone(w.HostStatus) {
 			return Loss{EndGone, "worker gone: host " + w.HostStatus}, true
 		}
-		if strings.HasPrefix(w.ByeReason, "bye") {
+		if w.GoneKind == EndBye {
 			return Loss{EndBye, "worker gone: " + w.ByeReason}, true
 		}
 		if w.ByeReason != "" {

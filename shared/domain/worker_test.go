@@ -145,7 +145,7 @@ func TestWorkerTransitionDetails(t *testing.T) {
 		t.Error("a stopped host came back to running")
 	}
 
-	reboot, _ := w.Retire("a new boot", now.Add(time.Minute))
+	reboot, _ := w.Retire(EndGone, "a new boot", now.Add(time.Minute))
 	if reboot.State != WorkerGone || !reboot.LastSeenAt.Equal(w.LastSeenAt) || !reboot.GoneAt.Equal(now.Add(time.Minute)) {
 		t.Errorf("retire: %+v; want gone, last seen when it was last heard, retired now", reboot)
 	}
@@ -282,5 +282,22 @@ func TestReplacedWorker(t *testing.T) {
 	left, _ := w.Leave("bye: idle", now)
 	if _, err := left.Heartbeat(Poll{}, now); err == nil || err.Error() != "worker is gone (bye: idle); say hello again" {
 		t.Errorf("heartbeat of a worker that left: %v", err)
+	}
+}
+
+// TestLostWhyByRetirementKind: a retired worker's work is handed back as
+// the kind it was retired as, whatever its reason says: a bye whose reason
+// does not start with "bye" is a bye, and another retirement whose reason
+// does is not.
+func TestLostWhyByRetirementKind(t *testing.T) {
+	now := time.Date(2026, 12, 3, 9, 0, 0, 0, time.UTC)
+	w := Worker{ID: "w", State: WorkerActive, LastSeenAt: now, MaxConcurrency: 1}
+	left, _ := w.Leave("signal", now)
+	if loss, ok := left.LostWhy(now, time.Minute); !ok || loss.Kind != EndBye {
+		t.Errorf("a bye with reason %q: %+v %v; want bye", left.ByeReason, loss, ok)
+	}
+	retired, _ := w.Retire(EndGone, "bye-bye: the provisioner let its host go", now)
+	if loss, ok := retired.LostWhy(now, time.Minute); !ok || loss.Kind != EndGone {
+		t.Errorf("a retirement whose reason starts with bye: %+v %v; want gone", loss, ok)
 	}
 }

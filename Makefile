@@ -135,7 +135,7 @@ FUZZPARALLEL ?= 2
 FUZZMINIMIZE ?= 5s
 FUZZ_TARGETS := shared/wire:FuzzDecode server/api:FuzzHello server/api:FuzzPoll server/api:FuzzAck \
 	server/api:FuzzBye server/api:FuzzLogs server/api:FuzzOperatorPost server/api:FuzzOperatorGet \
-	server/ui:FuzzUIForms agent/internal/runview:FuzzLifecycleView
+	server/ui:FuzzUIForms agent/internal/lifecycle:FuzzLifecycleView
 .PHONY: fuzz
 fuzz:
 	@for t in $(FUZZ_TARGETS); do \

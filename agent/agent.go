@@ -12,10 +12,10 @@ import (
 
 	"github.com/dreamlake/lakeshore/agent/internal/acks"
 	"github.com/dreamlake/lakeshore/agent/internal/health"
+	"github.com/dreamlake/lakeshore/agent/internal/lifecycle"
 	"github.com/dreamlake/lakeshore/agent/internal/logship"
 	"github.com/dreamlake/lakeshore/agent/internal/notify"
 	"github.com/dreamlake/lakeshore/agent/internal/process"
-	"github.com/dreamlake/lakeshore/agent/internal/runview"
 	"github.com/dreamlake/lakeshore/agent/internal/wakeclient"
 	"github.com/dreamlake/lakeshore/shared/client"
 	"github.com/dreamlake/lakeshore/shared/hostkey"
@@ -43,7 +43,7 @@ type Agent struct {
 
 	// views is the lifecycle endpoint bodies read (lifecycle.go); nil
 	// when it could not listen.
-	views *runview.Server
+	views *lifecycle.Server
 
 	notify *notify.Service // READY/STOPPING/STATUS to a service manager
 	runAs  *process.RunAs  // --run-as, resolved at New; nil: the daemon's account
@@ -179,7 +179,7 @@ type running struct {
 	// view is the run's lifecycle view (nil: none); drainSignal is its
 	// run_config.drain_signal ("": none), signalled once sent;
 	// requeueExitCodes are its run_config.requeue_exit_codes.
-	view             *runview.Handle
+	view             *lifecycle.Handle
 	drainSignal      string
 	signalled        bool
 	requeueExitCodes []int

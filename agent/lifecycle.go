@@ -7,8 +7,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dreamlake/lakeshore/agent/internal/lifecycle"
 	"github.com/dreamlake/lakeshore/agent/internal/process"
-	"github.com/dreamlake/lakeshore/agent/internal/runview"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
@@ -28,7 +28,7 @@ func (a *Agent) startViews() (stop func()) {
 	if a.cfg.LifecycleAddr == "" || a.cfg.LifecycleAddr == "off" {
 		return func() {}
 	}
-	s, err := runview.Listen(a.cfg.LifecycleAddr, runview.Config{Logger: a.log, Members: process.GroupMembers})
+	s, err := lifecycle.Listen(a.cfg.LifecycleAddr, lifecycle.Config{Logger: a.log, Members: process.GroupMembers})
 	if err != nil {
 		a.log.Warn("no lifecycle endpoint: bodies get no NYMPH_LIFECYCLE_URL", "error", err.Error())
 		return func() {}
@@ -43,11 +43,11 @@ func (a *Agent) startViews() (stop func()) {
 
 // openView registers run inv's view and reports the variables that name
 // it to the body (none without an endpoint).
-func (a *Agent) openView(st *state, inv wire.RunInvocation) (*runview.Handle, map[string]string) {
+func (a *Agent) openView(st *state, inv wire.RunInvocation) (*lifecycle.Handle, map[string]string) {
 	if a.views == nil {
 		return nil, nil
 	}
-	h, err := a.views.Add(runview.Run{HostKey: st.hostKey, WorkerID: st.sess.workerID, InvocationID: inv.InvocationID, Attempt: inv.Attempt})
+	h, err := a.views.Add(lifecycle.Run{HostKey: st.hostKey, WorkerID: st.sess.workerID, InvocationID: inv.InvocationID, Attempt: inv.Attempt})
 	if err != nil {
 		a.log.Warn("no lifecycle view for this run", "invocation_id", inv.InvocationID, "attempt", inv.Attempt, "error", err.Error())
 		return nil, nil

@@ -1,4 +1,4 @@
-package runview
+package lifecycle
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-// Package runview serves each run's lifecycle view to its body: a
+// Package lifecycle serves each run's lifecycle view to its body: a
 // loopback HTTP endpoint whose per-run URL nymph puts in the body's
 // environment as NYMPH_LIFECYCLE_URL (docs/lifecycle.md).
 //
@@ -12,7 +12,7 @@
 // invocation, another uid — reads it even when it learns the URL. It
 // exposes no token, nothing of other runs, and nothing writable but the
 // requeue.
-package runview
+package lifecycle
 
 import (
 	"context"

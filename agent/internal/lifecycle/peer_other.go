@@ -1,6 +1,6 @@
 //go:build !linux
 
-package runview
+package lifecycle
 
 import "net/netip"
 

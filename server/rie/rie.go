@@ -429,18 +429,19 @@ func (s *portSet) take(n int) ([]string, func(), error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var addrs []string
+	giveBack := func() {
+		for _, a := range addrs {
+			delete(s.held, a)
+		}
+	}
 	for try := 0; len(addrs) < n; try++ {
 		if try == portTries {
-			for _, a := range addrs {
-				delete(s.held, a)
-			}
+			giveBack()
 			return nil, nil, fmt.Errorf("find %d free ports: only %d in %d tries", n, len(addrs), portTries)
 		}
 		ln, err := s.listen()
 		if err != nil {
-			for _, a := range addrs {
-				delete(s.held, a)
-			}
+			giveBack()
 			return nil, nil, fmt.Errorf("find a free port: %w", err)
 		}
 		a := ln.Addr().String()
@@ -456,9 +457,7 @@ func (s *portSet) take(n int) ([]string, func(), error) {
 		once.Do(func() {
 			s.mu.Lock()
 			defer s.mu.Unlock()
-			for _, a := range addrs {
-				delete(s.held, a)
-			}
+			giveBack()
 		})
 	}, nil
 }

@@ -129,6 +129,23 @@ func testHostsAlive(t *testing.T, f *fixture) {
 	if err := f.s.EndHost(f.ctx, 1, &a[1], &domain.KeyHold{Key: hostKey}); !errorsIsConflict(err) {
 		t.Fatalf("ending a host at a stale version: %v; want a conflict", err)
 	}
+	// An end goes only through EndHost, which keeps the index and the hold
+	// in step: SaveHost refuses one, and EndHost refuses a host still alive
+	// or another key's hold.
+	ended, _ := a[2].Ended(domain.LaunchEnded, "test", f.clock.Now())
+	if err := f.s.SaveHost(f.ctx, a[2].Version, &ended); err == nil {
+		t.Fatal("SaveHost wrote a host that ended")
+	}
+	alive := a[2]
+	if err := f.s.EndHost(f.ctx, a[2].Version, &alive, &domain.KeyHold{Key: hostKey}); err == nil {
+		t.Fatal("EndHost ended a host still alive")
+	}
+	if err := f.s.EndHost(f.ctx, a[2].Version, &ended, &domain.KeyHold{Key: domain.ProvisionKey{Queue: "other"}}); err == nil {
+		t.Fatal("EndHost took another key's hold")
+	}
+	if _, ids := f.aliveIDs(); !slices.Contains(ids, a[2].ID) {
+		t.Fatalf("a refused end changed the fleet: %v", ids)
+	}
 	all, err := f.s.Hosts(f.ctx)
 	if err != nil {
 		t.Fatalf("Hosts: %v", err)

@@ -191,19 +191,29 @@ func (s *Store) getHosts(ctx context.Context, ids []string) (map[string]domain.H
 				return nil, storeErr("read the hosts alive", err)
 			}
 			for _, item := range page.Responses[s.tables.Hosts] {
-				var r hostRecord
-				if err := attributevalue.UnmarshalMap(item, &r); err != nil {
-					return nil, fmt.Errorf("decode a host: %w", err)
+				h, live, err := decodeHost(item, now)
+				if err != nil {
+					return nil, err
 				}
-				if r.ExpiresAt != 0 && r.ExpiresAt <= now {
-					continue
+				if live {
+					out[h.ID] = h
 				}
-				out[r.ID] = r.domain()
 			}
 			req = page.UnprocessedKeys
 		}
 	}
 	return out, nil
+}
+
+// decodeHost decodes a host item, and reports whether it has not expired
+// at now (Unix seconds): DynamoDB deletes an expired item within days, not
+// at once, so a read skips it itself.
+func decodeHost(item map[string]types.AttributeValue, now int64) (domain.Host, bool, error) {
+	var r hostRecord
+	if err := attributevalue.UnmarshalMap(item, &r); err != nil {
+		return domain.Host{}, false, fmt.Errorf("decode a host: %w", err)
+	}
+	return r.domain(), r.ExpiresAt == 0 || r.ExpiresAt > now, nil
 }
 
 // Hosts reads the hosts table whole (an operator's listing, off the
@@ -223,14 +233,13 @@ func (s *Store) Hosts(ctx context.Context) ([]domain.Host, error) {
 			if v, ok := item["host_id"].(*types.AttributeValueMemberS); ok && strings.HasPrefix(v.Value, "!") {
 				continue // the ledger, a key's hold: not hosts
 			}
-			var r hostRecord
-			if err := attributevalue.UnmarshalMap(item, &r); err != nil {
-				return nil, fmt.Errorf("decode a host: %w", err)
+			h, live, err := decodeHost(item, now)
+			if err != nil {
+				return nil, err
 			}
-			if r.ExpiresAt != 0 && r.ExpiresAt <= now {
-				continue // expired: DynamoDB deletes it within days, not at once
+			if live {
+				hosts = append(hosts, h)
 			}
-			hosts = append(hosts, r.domain())
 		}
 		if page.LastEvaluatedKey == nil {
 			return hosts, nil

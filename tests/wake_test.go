@@ -85,6 +85,19 @@ func (p *nymphProc) waitConnected(t *testing.T) {
 	})
 }
 
+// waitIdleAfterRun waits until nymph has answered the poll that a run's
+// end triggers (its slot is free): that poll can claim work submitted while
+// it is in flight, without a wake, so a submit that must be brought by a
+// wake waits for it. Before any run it returns at once.
+func (p *nymphProc) waitIdleAfterRun(t *testing.T) {
+	t.Helper()
+	waittest.Until(t, 30*time.Second, "a poll after nymph's last run", func() bool {
+		logs := p.logs.String()
+		i := strings.LastIndex(logs, `"msg":"finished"`)
+		return i < 0 || strings.Contains(logs[i:], `"msg":"poll"`)
+	})
+}
+
 // TestWakeChannelStartsIdleWork: an idle nymph with its wake socket up is
 // told "poll now" by a submit, and the body starts within seconds although
 // its next idle poll is up to 20 s away; each start follows a wake.
@@ -92,6 +105,7 @@ func TestWakeChannelStartsIdleWork(t *testing.T) {
 	forEachWakePlane(t, "woken", func(t *testing.T, d *devServer, n *nymphProc) {
 		op := d.Operator()
 		for i := range 3 {
+			n.waitIdleAfterRun(t)
 			woken := len(n.logLines(t, "woken: work may be waiting"))
 			if took := startedWithin(t, op, n); took > 5*time.Second {
 				t.Fatalf("submit %d: the body started %s after its submit; a wake should have brought it in well under the 20 s idle poll", i, took)

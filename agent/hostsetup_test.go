@@ -113,7 +113,7 @@ func TestHostSetupFailedLeavesOnFakeTime(t *testing.T) {
 		t.Errorf("fake time until exit %s; want just over the 10 min keep-alive", took)
 	}
 	w := workerOf(t, p, "broken")
-	if w.State != "gone" || w.ByeReason != "bye: idle" || w.LastSetupResult == nil || w.LastSetupResult.Status != wire.SetupFailed {
+	if w.State != "gone" || w.RetiredWhy != "bye: idle" || w.LastSetupResult == nil || w.LastSetupResult.Status != wire.SetupFailed {
 		t.Errorf("worker after keep-alive: %+v", w)
 	}
 	if got, err := op.GetInvocation(ctx, inv.InvocationID); err != nil || got.State != wire.StateQueued || got.Attempt != 0 {
@@ -177,7 +177,7 @@ func TestHostSetupRepairedOnFakeTime(t *testing.T) {
 	if lr := w.LastSetupResult; lr == nil || lr.Command != hostSetup[1] || lr.Status != wire.SetupSucceeded {
 		t.Errorf("last_setup_result %+v; want the host setup's successful rerun", lr)
 	}
-	if w.State != "gone" || w.ByeReason != "bye: idle" {
+	if w.State != "gone" || w.RetiredWhy != "bye: idle" {
 		t.Errorf("worker: %+v", w)
 	}
 	r, err := op.SetupResults(ctx, w.WorkerID)
@@ -222,7 +222,7 @@ func TestHostSetupFailedStopsOnFakeTime(t *testing.T) {
 			if runErr != nil || stopErr != nil {
 				t.Fatalf("Run = %v (%v); want a clean exit", runErr, stopErr)
 			}
-			if w := workerOf(t, p, "stuck"); w.State != "gone" || w.ByeReason != "bye: "+how {
+			if w := workerOf(t, p, "stuck"); w.State != "gone" || w.RetiredWhy != "bye: "+how {
 				t.Errorf("worker: %+v", w)
 			}
 		})
@@ -293,7 +293,7 @@ func TestHostSetupKilledOnStop(t *testing.T) {
 				_ = syscall.Kill(pid, syscall.SIGKILL)
 				t.Fatalf("the host setup command (pid %d) outlived Run: kill(0) = %v", pid, err)
 			}
-			if w := workerOf(t, p, "hung"); w.State != "gone" || w.ByeReason != "bye: "+how {
+			if w := workerOf(t, p, "hung"); w.State != "gone" || w.RetiredWhy != "bye: "+how {
 				t.Errorf("worker: %+v", w)
 			}
 		})
@@ -331,7 +331,7 @@ func TestHostSetupFailureFollowsRehelloOnFakeTime(t *testing.T) {
 	}
 	w, err := operator(p).GetWorker(ctx, second)
 	if err != nil || w.LastSetupResult == nil || w.LastSetupResult.Command != "exit 3" || w.LastSetupResult.Status != wire.SetupFailed ||
-		w.ByeReason != "bye: idle" {
+		w.RetiredWhy != "bye: idle" {
 		t.Fatalf("the new worker: %+v %v; want the host setup's failure shown, gone by keep-alive", w, err)
 	}
 }
@@ -402,7 +402,7 @@ func TestHostSetupHungLeavesByKeepAlive(t *testing.T) {
 	if took < keepAlive {
 		t.Errorf("left after %s; want no sooner than the %s keep-alive", took, keepAlive)
 	}
-	if w := workerOf(t, p, "hung-setup"); w.State != "gone" || w.ByeReason != "bye: idle" {
+	if w := workerOf(t, p, "hung-setup"); w.State != "gone" || w.RetiredWhy != "bye: idle" {
 		t.Errorf("worker after keep-alive: %+v", w)
 	}
 	if a.Health().Snapshot().Phase == wire.PhaseReady {
@@ -455,7 +455,7 @@ func TestWorkdirNotWritableLeavesOnFakeTime(t *testing.T) {
 	if slices.Contains(phases, wire.PhaseReady) {
 		t.Errorf("phases polled %v; want never ready", phases)
 	}
-	if w := workerOf(t, p, "readonly"); w.State != "gone" || w.ByeReason != "bye: idle" {
+	if w := workerOf(t, p, "readonly"); w.State != "gone" || w.RetiredWhy != "bye: idle" {
 		t.Errorf("worker after keep-alive: %+v", w)
 	}
 	if got, err := op.GetInvocation(ctx, inv.InvocationID); err != nil || got.State != wire.StateQueued || got.Attempt != 0 {

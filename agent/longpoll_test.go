@@ -157,7 +157,7 @@ func TestStopCutsAHeldPoll(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the stop waited for the held poll")
 	}
-	if w := workerOf(t, p, "cut"); w.State != "gone" || w.ByeReason != "bye: signal" {
+	if w := workerOf(t, p, "cut"); w.State != "gone" || w.RetiredWhy != "bye: signal" {
 		t.Fatalf("worker after the stop: %+v", w)
 	}
 	if r := a.Health().Snapshot().Roles["poll"]; r.LastResult != "ok" {

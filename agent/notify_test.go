@@ -108,7 +108,7 @@ func TestAgentBrokenNotifySocket(t *testing.T) {
 	if err := a.Run(ctx); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	if w := workerOf(t, p, "unheard"); w.State != "gone" || w.ByeReason != "bye: idle" {
+	if w := workerOf(t, p, "unheard"); w.State != "gone" || w.RetiredWhy != "bye: idle" {
 		t.Fatalf("worker: %+v", w)
 	}
 	if got := strings.Count(logs.String(), "could not notify the service manager"); got != 1 {

@@ -82,7 +82,7 @@ func TestPhasesKeepAliveOnFakeTime(t *testing.T) {
 	if took < time.Hour || took > time.Hour+time.Minute {
 		t.Fatalf("fake time until exit %s; want just over the 1 h keep-alive", took)
 	}
-	if w := workerOf(t, p, "idle"); w.State != "gone" || w.ByeReason != "bye: idle" {
+	if w := workerOf(t, p, "idle"); w.State != "gone" || w.RetiredWhy != "bye: idle" {
 		t.Fatalf("worker after keep-alive: %+v", w)
 	}
 }
@@ -111,7 +111,7 @@ func TestPhasesDrainWaitsForWorkOnFakeTime(t *testing.T) {
 	if err != nil || got.State != wire.StateSucceeded {
 		t.Fatalf("invocation after a drain within the grace: %+v %v", got, err)
 	}
-	if w := workerOf(t, p, "graceful"); w.State != "gone" || w.ByeReason != "bye: signal" {
+	if w := workerOf(t, p, "graceful"); w.State != "gone" || w.RetiredWhy != "bye: signal" {
 		t.Fatalf("worker: %+v", w)
 	}
 }
@@ -179,7 +179,7 @@ func TestPhasesGoneSaysHelloAgainOnFakeTime(t *testing.T) {
 	ws, _ := operator(p).ListWorkers(ctx, 10, "")
 	states := map[string]string{}
 	for _, w := range ws.Workers {
-		states[w.WorkerID] = w.State + "/" + w.ByeReason
+		states[w.WorkerID] = w.State + "/" + w.RetiredWhy
 	}
 	if states[first] != "gone/let go by the test" || states[second] != "gone/bye: idle" || len(states) != 2 {
 		t.Fatalf("workers: %v", states)

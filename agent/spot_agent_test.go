@@ -48,7 +48,7 @@ func newSpotRig(t *testing.T, argv ...string) spotRig {
 // invocation in state.
 func (r spotRig) wantEnd(t *testing.T, machine, bye, state string) {
 	t.Helper()
-	if w := workerOf(t, r.p, machine); w.State != "gone" || w.ByeReason != "bye: "+bye {
+	if w := workerOf(t, r.p, machine); w.State != "gone" || w.RetiredWhy != "bye: "+bye {
 		t.Fatalf("worker %s at the end: %+v; want gone by bye %s", machine, w, bye)
 	}
 	got, err := operator(r.p).GetInvocation(context.Background(), r.inv.InvocationID)
@@ -181,7 +181,7 @@ func TestSpotAgentRebalanceLogs(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("Run did not return after the signal")
 	}
-	if w := workerOf(t, p, "spot-rebalance-log"); w.State != "gone" || w.ByeReason != "bye: signal" {
+	if w := workerOf(t, p, "spot-rebalance-log"); w.State != "gone" || w.RetiredWhy != "bye: signal" {
 		t.Fatalf("worker: %+v; want bye signal (the recommendation alone must not drain)", w)
 	}
 }

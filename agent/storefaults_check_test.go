@@ -136,7 +136,7 @@ func sfTerminal(ctx context.Context, p *sfPlane) (int, string) {
 	}
 	n := 0
 	for s, c := range st.Counts {
-		if wire.Terminal(s) {
+		if s.Terminal() {
 			n += c
 		}
 	}
@@ -200,17 +200,17 @@ func sfCheckCounts(t *testing.T, out sfTruth, submitted []string) {
 	for _, id := range submitted {
 		want[id] = true
 	}
-	byState := map[string]int{}
+	byState := map[domain.InvocationState]int{}
 	for _, inv := range out.invs {
 		byState[inv.State]++
 		switch {
 		case !want[inv.ID]:
 			t.Errorf("invocation %s was never answered to a submit (a retried submit made a second one?)", inv.ID)
-		case !wire.Terminal(inv.State):
+		case !inv.State.Terminal():
 			t.Errorf("invocation %s is %s (attempt %d, worker %s): lost", inv.ID, inv.State, inv.Attempt, inv.WorkerID)
-		case inv.State == wire.StateCancelled:
+		case inv.State == domain.StateCancelled:
 			t.Errorf("invocation %s was cancelled, and no operator cancelled anything: %+v", inv.ID, inv.Error)
-		case inv.State == wire.StateFailed && (inv.Error == nil || inv.Error.Type != wire.ErrorTypeWorkerLost):
+		case inv.State == domain.StateFailed && (inv.Error == nil || inv.Error.Type != wire.ErrorTypeWorkerLost):
 			t.Errorf("invocation %s failed: %+v", inv.ID, inv.Error)
 		}
 		delete(want, inv.ID)
@@ -218,24 +218,24 @@ func sfCheckCounts(t *testing.T, out sfTruth, submitted []string) {
 	for id := range want {
 		t.Errorf("submitted invocation %s is missing", id)
 	}
-	terminal := byState[wire.StateSucceeded] + byState[wire.StateFailed] + byState[wire.StateCancelled]
+	terminal := byState[domain.StateSucceeded] + byState[domain.StateFailed] + byState[domain.StateCancelled]
 	c := out.counters
 	if c.Done != terminal || terminal != len(submitted) {
 		t.Errorf("done_count %d, terminal invocations %d, submitted %d: they must be equal (states %v)", c.Done, terminal, len(submitted), byState)
 	}
-	if c.Succeeded != byState[wire.StateSucceeded] || c.Failed != byState[wire.StateFailed] || c.Cancelled != byState[wire.StateCancelled] {
+	if c.Succeeded != byState[domain.StateSucceeded] || c.Failed != byState[domain.StateFailed] || c.Cancelled != byState[domain.StateCancelled] {
 		t.Errorf("per-state counts %+v; the invocations say %v", c, byState)
 	}
 	if out.stats.DoneCount != c.Done {
 		t.Errorf("queue stats done_count %d, the queue row %d", out.stats.DoneCount, c.Done)
 	}
-	for _, s := range wire.InvocationStates {
+	for _, s := range domain.InvocationStates {
 		if out.stats.Counts[s] != byState[s] {
 			t.Errorf("queue stats count %d %s (the index), the table %d", out.stats.Counts[s], s, byState[s])
 		}
 	}
-	if byState[wire.StateFailed] > 0 {
-		t.Logf("%d invocations failed as worker_lost (max_attempts spent on lost claims): allowed", byState[wire.StateFailed])
+	if byState[domain.StateFailed] > 0 {
+		t.Logf("%d invocations failed as worker_lost (max_attempts spent on lost claims): allowed", byState[domain.StateFailed])
 	}
 }
 
@@ -258,7 +258,7 @@ func sfCheckRan(t *testing.T, ran string, out sfTruth) {
 	}
 	twice := 0
 	for _, inv := range out.invs {
-		if inv.State == wire.StateSucceeded && runs[inv.ID] == 0 {
+		if inv.State == domain.StateSucceeded && runs[inv.ID] == 0 {
 			t.Errorf("invocation %s succeeded but its body never ran", inv.ID)
 		}
 		if runs[inv.ID] > 1 {

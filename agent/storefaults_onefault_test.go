@@ -65,7 +65,7 @@ func TestStoreFaultsOneFault(t *testing.T) {
 		if n := len(ag.log.find(sfMsg("hello failed; retrying"))); n != 0 {
 			t.Errorf("the daemon retried hello %d times; the SDK's retry should have answered", n)
 		}
-		if got := r.invocation(t, inv); got.Attempt != 1 || got.State != wire.StateSucceeded {
+		if got := r.invocation(t, inv); got.Attempt != 1 || got.State != domain.StateSucceeded {
 			t.Errorf("invocation: %s attempt %d, want succeeded on attempt 1", got.State, got.Attempt)
 		}
 	})
@@ -111,7 +111,7 @@ func TestStoreFaultsOneFault(t *testing.T) {
 		r.stopAndCheck(t, ag, []string{id}, []storetest.Fault{drop})
 		got := r.invocation(t, id)
 		w := ag.a.Health().Snapshot().WorkerID
-		if got.State != wire.StateSucceeded || got.Attempt != 2 || len(got.Attempts) != 2 ||
+		if got.State != domain.StateSucceeded || got.Attempt != 2 || len(got.Attempts) != 2 ||
 			got.Attempts[0].WorkerID != w || got.Attempts[1].WorkerID != w {
 			t.Errorf("invocation: %s attempt %d attempts %+v; want succeeded on attempt 2, both attempts by %s", got.State, got.Attempt, got.Attempts, w)
 		}
@@ -132,7 +132,7 @@ func TestStoreFaultsOneFault(t *testing.T) {
 	t.Run("ack answer lost", func(t *testing.T) {
 		t.Parallel()
 		ans := sfAckFault(t, "ack-lost", fa)
-		if ans.Attrs["recorded"] != false || ans.Attrs["state"] != wire.StateSucceeded || ans.Attrs["tries"] != int64(1) {
+		if ans.Attrs["recorded"] != false || ans.Attrs["state"] != domain.StateSucceeded || ans.Attrs["tries"] != int64(1) {
 			t.Errorf("ack answer %s; want recorded=false state=succeeded after 1 try", ans)
 		}
 	})
@@ -143,7 +143,7 @@ func TestStoreFaultsOneFault(t *testing.T) {
 	t.Run("ack lost on every try", func(t *testing.T) {
 		t.Parallel()
 		ans := sfAckFault(t, "ack-lost-thrice", fa, drop, fb)
-		if ans.Attrs["recorded"] != false || ans.Attrs["state"] != wire.StateSucceeded || ans.Attrs["tries"] != int64(2) {
+		if ans.Attrs["recorded"] != false || ans.Attrs["state"] != domain.StateSucceeded || ans.Attrs["tries"] != int64(2) {
 			t.Errorf("ack answer %s; want recorded=false state=succeeded on the daemon's 2nd try", ans)
 		}
 	})
@@ -155,7 +155,7 @@ func TestStoreFaultsOneFault(t *testing.T) {
 	t.Run("ack delayed", func(t *testing.T) {
 		t.Parallel()
 		ans := sfAckFault(t, "ack-delayed", delay, fb, fb)
-		if ans.Attrs["state"] != wire.StateSucceeded || ans.Attrs["tries"] != int64(2) {
+		if ans.Attrs["state"] != domain.StateSucceeded || ans.Attrs["tries"] != int64(2) {
 			t.Errorf("ack answer %s; want state=succeeded on the daemon's 2nd try", ans)
 		}
 		t.Logf("the daemon's second try answered recorded=%v (true: it landed before the held write)", ans.Attrs["recorded"])
@@ -177,7 +177,7 @@ func TestStoreFaultsOneFault(t *testing.T) {
 		if n := len(ag.log.find(sfMsg("bye failed"))); n != 0 {
 			t.Errorf("bye failed %d times", n)
 		}
-		if w := r.worker(t, ag); w.ByeReason != "bye: signal" {
+		if w := r.worker(t, ag); w.GoneWhy != "bye: signal" {
 			t.Errorf("worker %+v; want bye reason signal", w)
 		}
 	})
@@ -237,13 +237,13 @@ func TestStoreFaultsOneFault(t *testing.T) {
 		if err != nil || res.Lost != 1 || res.Requeued != 1 {
 			t.Fatalf("sweep: %+v %v; want one lost worker, one invocation handed back", res, err)
 		}
-		if got := r.invocation(t, inv); got.State != wire.StateQueued || got.Attempt != 1 {
+		if got := r.invocation(t, inv); got.State != domain.StateQueued || got.Attempt != 1 {
 			t.Fatalf("after the sweep: %s attempt %d, want queued after attempt 1", got.State, got.Attempt)
 		}
 		ag := startSFAgent(t, r.p, "sweep-runner", 1, nil)
 		r.waitDone(t, inv)
 		r.stopAndCheck(t, ag, []string{inv}, []storetest.Fault{drop})
-		if got := r.invocation(t, inv); got.Attempt != 2 || got.State != wire.StateSucceeded {
+		if got := r.invocation(t, inv); got.Attempt != 2 || got.State != domain.StateSucceeded {
 			t.Errorf("invocation: %s attempt %d, want succeeded on attempt 2", got.State, got.Attempt)
 		}
 	})
@@ -273,7 +273,7 @@ func TestStoreFaultsOneFault(t *testing.T) {
 		if err != nil || w.HostStatus != domain.HostStopped || domain.Project(w, time.Now(), sfStaleAfter) != domain.WorkerGone {
 			t.Fatalf("worker after the stop event: %+v %v", w, err)
 		}
-		if got := r.invocation(t, inv); got.State != wire.StateQueued {
+		if got := r.invocation(t, inv); got.State != domain.StateQueued {
 			t.Fatalf("its claim after the stop event: %s, want queued", got.State)
 		}
 		ag := startSFAgent(t, r.p, "host-runner", 1, nil)

@@ -55,7 +55,7 @@ func (r *sfRig) waitDone(t *testing.T, id string) {
 		if err != nil {
 			return false, err.Error()
 		}
-		return wire.Terminal(inv.State), fmt.Sprintf("%s attempt %d", inv.State, inv.Attempt)
+		return inv.State.Terminal(), fmt.Sprintf("%s attempt %d", inv.State, inv.Attempt)
 	})
 }
 

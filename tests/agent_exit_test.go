@@ -49,7 +49,7 @@ func TestAgentDrainCommand(t *testing.T) {
 	if got, _ := op.GetInvocation(ctx, inv.InvocationID); got.State != wire.StateSucceeded {
 		t.Fatalf("in-flight work during drain: %s, want succeeded (it finishes inside the grace)", got.State)
 	}
-	if w, _ := workerNamed(ctx, op, "drained"); w.State != "gone" || w.ByeReason != "bye: drain" {
+	if w, _ := workerNamed(ctx, op, "drained"); w.State != "gone" || w.RetiredWhy != "bye: drain" {
 		t.Fatalf("after drain: %+v", w)
 	}
 }

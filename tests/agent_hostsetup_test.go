@@ -65,7 +65,7 @@ func TestAgentHostSetupFailure(t *testing.T) {
 			t.Errorf("exit code %d, want 4 (host setup failed and was not repaired)", code)
 		}
 		w, _ = workerNamed(ctx, op, "broken")
-		if w.State != "gone" || w.ByeReason != "bye: idle" || !hostSetupFailed(w, "exit 3") {
+		if w.State != "gone" || w.RetiredWhy != "bye: idle" || !hostSetupFailed(w, "exit 3") {
 			t.Errorf("after keep-alive: %+v", w)
 		}
 		if got, err := op.GetInvocation(ctx, inv.InvocationID); err != nil || got.State != wire.StateQueued || got.Attempt != 0 {

@@ -212,7 +212,7 @@ func TestAgentExits(t *testing.T) {
 		if code := idle.wait(t, 30*time.Second); code != 0 {
 			t.Fatalf("keep-alive exit code %d", code)
 		}
-		if w, ok := workerNamed(ctx, op, "idle"); !ok || w.State != "gone" || w.ByeReason != "bye: idle" {
+		if w, ok := workerNamed(ctx, op, "idle"); !ok || w.State != "gone" || w.RetiredWhy != "bye: idle" {
 			t.Fatalf("after keep-alive: %+v", w)
 		}
 
@@ -234,8 +234,8 @@ func TestAgentExits(t *testing.T) {
 			t.Fatalf("SIGTERM exit code %d", code)
 		}
 		w, _ := workerNamed(ctx, op, "busy")
-		if w.State != "gone" || w.ByeReason != "bye: signal" {
-			t.Fatalf("after SIGTERM: state %q bye %q, want gone at once (60 s stale window not waited)", w.State, w.ByeReason)
+		if w.State != "gone" || w.RetiredWhy != "bye: signal" {
+			t.Fatalf("after SIGTERM: state %q bye %q, want gone at once (60 s stale window not waited)", w.State, w.RetiredWhy)
 		}
 		if got, _ := op.GetInvocation(ctx, inv.InvocationID); got.State != wire.StateQueued || got.Attempt != 1 {
 			t.Fatalf("abandoned invocation: %s attempt %d, want queued again", got.State, got.Attempt)

@@ -752,7 +752,7 @@ func TestFaultSpotNotice(t *testing.T) {
 			if code != 0 {
 				t.Fatalf("spot-drained agent exit code %d", code)
 			}
-			if w, _ := workerNamed(context.Background(), e.op, "f0"); w.State != "gone" || w.ByeReason != "bye: spot_interruption" {
+			if w, _ := workerNamed(context.Background(), e.op, "f0"); w.State != "gone" || w.RetiredWhy != "bye: spot_interruption" {
 				t.Fatalf("spot-drained worker: %+v", w)
 			}
 			return at, nil

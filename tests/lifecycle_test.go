@@ -162,7 +162,7 @@ func TestBodiesSeeTheLifecycle(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if back.State != wire.StateQueued || len(back.Attempts) != 1 || back.Attempts[0].Outcome != domain.EndRequeued || back.Attempts[0].Recorded {
+			if back.State != wire.StateQueued || len(back.Attempts) != 1 || back.Attempts[0].Outcome != string(domain.EndRequeued) || back.Attempts[0].Recorded {
 				t.Fatalf("after the hand-back: %s, attempts %+v; want queued, attempt 1 ended requeued", back.State, back.Attempts)
 			}
 			if stats, err := op.QueueStats(ctx, queue); err != nil || stats.DoneCount != 0 {
@@ -184,7 +184,7 @@ func TestBodiesSeeTheLifecycle(t *testing.T) {
 			} else if !strings.Contains(final.StdoutTail, "resumed") {
 				t.Fatalf("attempt 2's output: %q", final.StdoutTail)
 			}
-			if final.Attempts[0].Outcome != domain.EndRequeued || !final.Attempts[1].Recorded || final.Attempts[0].WorkerID == final.Attempts[1].WorkerID {
+			if final.Attempts[0].Outcome != string(domain.EndRequeued) || !final.Attempts[1].Recorded || final.Attempts[0].WorkerID == final.Attempts[1].WorkerID {
 				t.Fatalf("history: %+v; want attempt 1 requeued on one worker, attempt 2 recorded on another", final.Attempts)
 			}
 			stats, err := op.QueueStats(ctx, queue)

@@ -70,7 +70,7 @@ func (s *Server) ack(r *http.Request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	return http.StatusOK, wire.AckResponse{Recorded: res.Recorded, State: res.State}, nil
+	return http.StatusOK, wire.AckResponse{Recorded: res.Recorded, State: string(res.State)}, nil
 }
 
 func (s *Server) logs(r *http.Request) (int, any, error) {

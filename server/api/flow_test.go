@@ -113,7 +113,7 @@ func TestHappyPath(t *testing.T) {
 	h.bye(w, wire.ByeIdle)
 	h.pollResp(w, wire.PollRequest{}).wantError(t, 410, wire.CodeWorkerGone)
 	gw := h.worker(w.id)
-	if gw.State != "gone" || gw.StoredState != "gone" || !strings.Contains(gw.ByeReason, "idle") {
+	if gw.State != "gone" || gw.StoredState != "gone" || !strings.Contains(gw.RetiredWhy, "idle") {
 		t.Errorf("after bye the worker reads %+v, want gone with reason idle", gw)
 	}
 	// A second bye is harmless.

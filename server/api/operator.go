@@ -48,7 +48,7 @@ func (s *Server) getInvocation(r *http.Request) (int, any, error) {
 		return 0, nil, err
 	}
 	v := invocationView(inv)
-	if inv.State == wire.StateQueued {
+	if inv.State == domain.StateQueued {
 		hold, ok, err := s.svc.Hold(r.Context(), domain.ProvisionKey{Queue: inv.Queue, HostKey: inv.HostKey})
 		if err != nil {
 			return 0, nil, err
@@ -136,7 +136,7 @@ func (s *Server) cancel(r *http.Request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	if inv.State == wire.StateRunning {
+	if inv.State == domain.StateRunning {
 		return http.StatusAccepted, invocationView(inv), nil
 	}
 	return http.StatusOK, invocationView(inv), nil
@@ -172,7 +172,7 @@ func (s *Server) listInvocations(r *http.Request) (int, any, error) {
 	if order != "" && order != wire.OrderOldest && order != wire.OrderNewest {
 		return 0, nil, wire.Errorf(wire.CodeInvalid, "order must be %s or %s, got %q", wire.OrderOldest, wire.OrderNewest, order)
 	}
-	invs, next, err := s.svc.Invocations(r.Context(), store.ListQuery{Queue: queue, State: state, Order: order, Limit: limit, Cursor: cursor})
+	invs, next, err := s.svc.Invocations(r.Context(), store.ListQuery{Queue: queue, State: domain.InvocationState(state), Order: order, Limit: limit, Cursor: cursor})
 	if err != nil {
 		return 0, nil, err
 	}
@@ -236,7 +236,7 @@ func (s *Server) drain(r *http.Request) (int, any, error) {
 		note = fmt.Sprintf("it is stale (silent for %s): it claims nothing, its work was handed back; "+
 			"if it polls again it is told to drain", now.Sub(w.LastSeenAt).Round(time.Second))
 	}
-	return http.StatusAccepted, wire.DrainAccepted{WorkerID: w.ID, State: state, Note: note}, nil
+	return http.StatusAccepted, wire.DrainAccepted{WorkerID: w.ID, State: string(state), Note: note}, nil
 }
 
 func (s *Server) addSetup(r *http.Request) (int, any, error) {
@@ -306,7 +306,7 @@ func (s *Server) listHosts(r *http.Request) (int, any, error) {
 	slices.SortFunc(hosts, func(a, b domain.Host) int { return b.CreatedAt.Compare(a.CreatedAt) })
 	out := wire.HostList{Hosts: make([]wire.Host, 0, len(hosts))}
 	for _, h := range hosts {
-		out.Hosts = append(out.Hosts, wire.Host{HostID: h.ID, Queue: h.Key.Queue, HostKey: h.Key.HostKey, State: h.State,
+		out.Hosts = append(out.Hosts, wire.Host{HostID: h.ID, Queue: h.Key.Queue, HostKey: h.Key.HostKey, State: string(h.State),
 			InstanceID: h.InstanceID, Market: h.Market, Reason: h.Reason, CreatedAt: h.CreatedAt,
 			LaunchedAt: timePtr(h.LaunchedAt), EndedAt: timePtr(h.EndedAt)})
 	}
@@ -322,7 +322,7 @@ func (s *Server) queueStats(r *http.Request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	return http.StatusOK, wire.QueueStats{Queue: st.Queue, Counts: st.Counts, DoneCount: st.DoneCount}, nil
+	return http.StatusOK, wire.QueueStatsOf(st), nil
 }
 
 func timePtr(t time.Time) *time.Time {
@@ -340,7 +340,7 @@ func invocationView(inv domain.Invocation) wire.Invocation {
 	rc := wire.RunConfig(inv.RunConfig)
 	rc.Env = redacted(rc.Env)
 	v := wire.Invocation{
-		InvocationID: inv.ID, Queue: inv.Queue, State: inv.State, Attempt: inv.Attempt,
+		InvocationID: inv.ID, Queue: inv.Queue, State: string(inv.State), Attempt: inv.Attempt,
 		MaxAttempts: inv.MaxAttempts, WorkerID: inv.WorkerID, Argv: inv.Argv, Env: redacted(inv.Env),
 		RunConfig: rc, TimeoutS: inv.TimeoutS, ExitCode: inv.ExitCode, Error: (*wire.ErrorInfo)(inv.Error),
 		StdoutTail: inv.StdoutTail, StderrTail: inv.StderrTail, HostKey: inv.HostKey,
@@ -361,7 +361,7 @@ func invocationView(inv domain.Invocation) wire.Invocation {
 	}
 	v.RetryAt = timePtr(inv.RetryAt)
 	// A finished invocation names the worker whose outcome won.
-	if v.WorkerID == "" && len(inv.Attempts) > 0 && wire.Terminal(inv.State) {
+	if v.WorkerID == "" && len(inv.Attempts) > 0 && inv.State.Terminal() {
 		v.WorkerID = inv.Attempts[len(inv.Attempts)-1].WorkerID
 	}
 	return v
@@ -388,10 +388,10 @@ func (s *Server) workerView(w domain.Worker, now time.Time) wire.Worker {
 	return wire.Worker{
 		RetiredAt: timePtr(w.GoneAt), StateSince: timePtr(since), StateWhy: why,
 		WorkerID: w.ID, MachineID: w.MachineID, Label: w.Label,
-		State: state, StoredState: w.State,
-		HostStatus: w.HostStatus, Phase: w.Phase, HostKey: w.HostKey, Tags: w.Tags, Lanes: w.Lanes,
+		State: string(state), StoredState: string(w.State),
+		HostStatus: string(w.HostStatus), Phase: string(w.Phase), HostKey: w.HostKey, Tags: w.Tags, Lanes: w.Lanes,
 		MaxConcurrency: w.MaxConcurrency, CurrentInvocations: w.CurrentInvocations,
-		LastSeenAt: timePtr(w.LastSeenAt), CreatedAt: w.CreatedAt, ByeReason: w.ByeReason,
+		LastSeenAt: timePtr(w.LastSeenAt), CreatedAt: w.CreatedAt, RetiredWhy: w.GoneWhy,
 		LastSetupResult: (*wire.SetupResult)(w.LastSetupResult),
 		AdoptHostSetup:  w.AdoptHostSetup,
 		Adoption:        adoptionView(w.Adoption),

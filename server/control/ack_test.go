@@ -27,8 +27,12 @@ func (r *recorder) add(e string) {
 }
 
 func (r *recorder) Claimed(string, int, int, []time.Duration) {}
-func (r *recorder) HandedBack(q, ended string)                { r.add("handed_back " + q + " " + ended) }
-func (r *recorder) Finished(q, state string)                  { r.add("finished " + q + " " + state) }
+func (r *recorder) HandedBack(q string, ended domain.EndKind) {
+	r.add("handed_back " + q + " " + string(ended))
+}
+func (r *recorder) Finished(q string, state domain.InvocationState) {
+	r.add("finished " + q + " " + string(state))
+}
 
 func (r *recorder) take() []string {
 	r.mu.Lock()
@@ -63,10 +67,10 @@ func TestAckRequeuedAndRetried(t *testing.T) {
 		}
 		return *resp[0].Run
 	}
-	ack := func(run domain.Invocation, state string, code int) store.AckResult {
+	ack := func(run domain.Invocation, state domain.InvocationState, code int) store.AckResult {
 		t.Helper()
-		req := wire.AckRequest{WorkerID: hello.Worker.ID, InvocationID: run.ID, Attempt: run.Attempt, State: state, ExitCode: &code}
-		if state == wire.StateFailed {
+		req := wire.AckRequest{WorkerID: hello.Worker.ID, InvocationID: run.ID, Attempt: run.Attempt, State: string(state), ExitCode: &code}
+		if state == domain.StateFailed {
 			req.Error = &wire.ErrorInfo{Type: wire.ErrorTypeExitCode, Message: "exited with status 3"}
 		}
 		res, err := svc.Ack(ctx, req.Outcome(), nil, "hash")
@@ -90,10 +94,10 @@ func TestAckRequeuedAndRetried(t *testing.T) {
 	}
 	first := claim(inv.ID)
 	rec.take()
-	if res := ack(first, wire.AckRequeued, 75); !res.Recorded || res.State != wire.StateQueued {
+	if res := ack(first, domain.AckRequeued, 75); !res.Recorded || res.State != domain.StateQueued {
 		t.Fatalf("requeued ack: %+v", res)
 	}
-	if got := rec.take(); !slices.Equal(got, []string{"handed_back q " + domain.EndRequeued}) {
+	if got := rec.take(); !slices.Equal(got, []string{"handed_back q " + string(domain.EndRequeued)}) {
 		t.Errorf("a requeued ack's metric events: %v", got)
 	}
 	if n := done(); n != 0 {
@@ -103,14 +107,14 @@ func TestAckRequeuedAndRetried(t *testing.T) {
 	if second.Attempt != 2 {
 		t.Fatalf("after the requeue the claim is attempt %d", second.Attempt)
 	}
-	if res := ack(second, wire.StateSucceeded, 0); !res.Recorded || res.State != wire.StateSucceeded {
+	if res := ack(second, domain.StateSucceeded, 0); !res.Recorded || res.State != domain.StateSucceeded {
 		t.Fatalf("success: %+v", res)
 	}
 	if n := done(); n != 1 {
 		t.Errorf("done_count %d after the success, want 1", n)
 	}
 	got, err := st.GetInvocation(ctx, inv.ID)
-	if err != nil || len(got.Attempts) != 2 || got.Attempts[0].Outcome != domain.EndRequeued || !got.Attempts[1].Recorded {
+	if err != nil || len(got.Attempts) != 2 || got.Attempts[0].Outcome != string(domain.EndRequeued) || !got.Attempts[1].Recorded {
 		t.Errorf("history after requeue and success: %+v %v", got.Attempts, err)
 	}
 
@@ -121,7 +125,7 @@ func TestAckRequeuedAndRetried(t *testing.T) {
 	}
 	run := claim(retried.ID)
 	rec.take()
-	if res := ack(run, wire.StateFailed, 3); !res.Recorded || res.State != wire.StateQueued {
+	if res := ack(run, domain.StateFailed, 3); !res.Recorded || res.State != domain.StateQueued {
 		t.Fatalf("retried failure: %+v", res)
 	}
 	if got := rec.take(); len(got) != 0 {

@@ -32,12 +32,12 @@ type Store interface {
 	AddSetup(ctx context.Context, workerID string, argv []string) (domain.SetupCommand, error)
 	GetWorker(ctx context.Context, id string) (domain.Worker, error)
 	EachWorker(ctx context.Context, op string, fn func(domain.Worker) error) error
-	MarkGone(ctx context.Context, id string, auth store.Authorize, kind, why string) (domain.Worker, bool, error)
+	MarkGone(ctx context.Context, id string, auth store.Authorize, kind domain.EndKind, why string) (domain.Worker, bool, error)
 	MarkReaped(ctx context.Context, id string) error
 	MarkReplaced(ctx context.Context, id, boot, why string) (bool, error)
 	MarkMachineConflict(ctx context.Context, id string) (domain.Worker, error)
 	RequestDrain(ctx context.Context, id string) (domain.Worker, error)
-	UpdateHostStatus(ctx context.Context, id, status string) (domain.Worker, error)
+	UpdateHostStatus(ctx context.Context, id string, status domain.HostStatus) (domain.Worker, error)
 	Submit(ctx context.Context, spec domain.Spec, requestHash string) (domain.Invocation, bool, error)
 	GetInvocation(ctx context.Context, id string) (domain.Invocation, error)
 	Held(ctx context.Context, workerID string) ([]domain.Invocation, error)

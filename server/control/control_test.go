@@ -76,7 +76,7 @@ func TestPollUseCase(t *testing.T) {
 	}
 	// Handed back as attempt 1, it is queued, or claimed again by this very
 	// poll as attempt 2.
-	if handedBack := got.State == wire.StateQueued || (got.State == wire.StateRunning && got.Attempt == 2); !handedBack {
+	if handedBack := got.State == domain.StateQueued || (got.State == domain.StateRunning && got.Attempt == 2); !handedBack {
 		t.Fatalf("the omitted invocation is %s attempt %d on %s, want handed back", got.State, got.Attempt, got.WorkerID)
 	}
 	// An id the worker says it runs but never held is superseded.

@@ -116,11 +116,11 @@ func (s *Service) Ack(ctx context.Context, o domain.Outcome, auth store.Authoriz
 		// Its body asked to be handed back as its worker drained: queued
 		// again (or ended, once max_attempts is spent).
 		s.metrics.HandedBack(res.Queue, domain.EndRequeued)
-		if domain.Terminal(res.State) {
+		if res.State.Terminal() {
 			s.metrics.Finished(res.Queue, res.State)
 		}
 		s.claimable(ctx, domain.Invocation{State: res.State, Queue: res.Queue, HostKey: res.HostKey})
-	case domain.Terminal(res.State): // not a retry, which is queued again
+	case res.State.Terminal(): // not a retry, which is queued again
 		s.metrics.Finished(res.Queue, res.State)
 	}
 	return res, nil

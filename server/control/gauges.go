@@ -16,7 +16,7 @@ import (
 // the request path.
 func (s *Service) Gauges(ctx context.Context, retention time.Duration) (metrics.Gauges, error) {
 	now := s.clock.Now().UTC()
-	g := metrics.Gauges{Workers: map[string]int{}}
+	g := metrics.Gauges{Workers: map[domain.WorkerState]int{}}
 	queues, err := s.store.Queues(ctx)
 	if err != nil {
 		return g, err

@@ -31,7 +31,7 @@ func TestByeIsStoredAsABye(t *testing.T) {
 	if _, _, err := st.MarkGone(ctx, other, nil, domain.EndGone, "bye-bye: let go"); err != nil {
 		t.Fatal(err)
 	}
-	for id, want := range map[string]string{bye: domain.EndBye, other: domain.EndGone} {
+	for id, want := range map[string]domain.EndKind{bye: domain.EndBye, other: domain.EndGone} {
 		w, err := st.GetWorker(ctx, id)
 		if err != nil {
 			t.Fatal(err)

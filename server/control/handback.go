@@ -38,7 +38,7 @@ func (s *Service) requeue(ctx context.Context, id, workerID string, loss domain.
 		s.log.Info("handed back", "invocation_id", id, "worker_id", workerID, "attempt", inv.Attempt,
 			"ended", loss.Kind, "why", loss.Why, "state", inv.State)
 		s.metrics.HandedBack(inv.Queue, loss.Kind)
-		if domain.Terminal(inv.State) {
+		if inv.State.Terminal() {
 			s.metrics.Finished(inv.Queue, inv.State)
 		}
 	}

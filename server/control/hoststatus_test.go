@@ -66,7 +66,7 @@ func TestHostStatus(t *testing.T) {
 	if again, err := svc.SetHostStatus(ctx, w.ID, domain.HostRunning); err != nil || again.Version != got.Version {
 		t.Fatalf("running again wrote: version %d → %d, %v", got.Version, again.Version, err)
 	}
-	if i, _ := s.GetInvocation(ctx, inv.ID); i.State != wire.StateRunning {
+	if i, _ := s.GetInvocation(ctx, inv.ID); i.State != domain.StateRunning {
 		t.Fatalf("invocation on a running host: %s", i.State)
 	}
 
@@ -78,7 +78,7 @@ func TestHostStatus(t *testing.T) {
 	if p := domain.Project(got, c.Now(), time.Minute); p != domain.WorkerGone {
 		t.Fatalf("worker on a stopped host reads %s, want gone", p)
 	}
-	if i, _ := s.GetInvocation(ctx, inv.ID); i.State != wire.StateQueued {
+	if i, _ := s.GetInvocation(ctx, inv.ID); i.State != domain.StateQueued {
 		t.Fatalf("invocation of a stopped host's worker: %s, want queued at once", i.State)
 	}
 	if back, err := svc.SetHostStatus(ctx, w.ID, domain.HostRunning); err != nil || back.HostStatus != domain.HostStopped || back.Version != got.Version {

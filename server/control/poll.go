@@ -124,7 +124,7 @@ func (s *Service) reconcile(ctx context.Context, w domain.Worker, inflight []str
 		why := inv.CancelReason(w.ID)
 		switch {
 		case why == "":
-		case domain.Terminal(inv.State):
+		case inv.State.Terminal():
 			finished = append(finished, domain.Command{Type: domain.CommandCancel, InvocationID: id, Reason: why})
 		default:
 			cancels = append(cancels, domain.Command{Type: domain.CommandCancel, InvocationID: id, Reason: why})

@@ -70,7 +70,7 @@ func TestWorkerOnAStoppedHostIsRetired(t *testing.T) {
 	if !errors.Is(err, wire.ErrWorkerGone) {
 		t.Errorf("poll as the host stopped: %v; want worker_gone", err)
 	}
-	if got, err := f.st.GetInvocation(f.ctx, inv.ID); err != nil || got.State != wire.StateQueued {
+	if got, err := f.st.GetInvocation(f.ctx, inv.ID); err != nil || got.State != domain.StateQueued {
 		t.Fatalf("the claimed run: %+v %v; want queued again", got, err)
 	}
 }

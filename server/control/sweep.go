@@ -84,7 +84,7 @@ func (s *Service) Sweep(ctx context.Context) (SweepResult, error) {
 // seconds instead of after the stale window. The hand-back is repeated on
 // every call that finds the host stopped or terminated, so a retry finishes
 // one that failed halfway; it costs a query when nothing is held.
-func (s *Service) SetHostStatus(ctx context.Context, id, status string) (domain.Worker, error) {
+func (s *Service) SetHostStatus(ctx context.Context, id string, status domain.HostStatus) (domain.Worker, error) {
 	if !domain.ValidHostStatus(status) {
 		return domain.Worker{}, domain.Errorf(domain.KindInvalid, "host status %q is not one of pending, running, stopped, terminated", status)
 	}
@@ -93,7 +93,7 @@ func (s *Service) SetHostStatus(ctx context.Context, id, status string) (domain.
 		return w, err
 	}
 	s.workerNews(ctx, id)
-	if _, err := s.HandBack(ctx, id, domain.Loss{Kind: domain.EndGone, Why: "host " + w.HostStatus}); err != nil {
+	if _, err := s.HandBack(ctx, id, domain.Loss{Kind: domain.EndGone, Why: "host " + string(w.HostStatus)}); err != nil {
 		return w, err
 	}
 	return w, nil

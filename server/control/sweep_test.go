@@ -55,10 +55,10 @@ func TestSweep(t *testing.T) {
 	if err != nil || res.Lost != 1 || res.Requeued != 1 {
 		t.Fatalf("sweep: %+v %v; want one lost worker, one invocation handed back", res, err)
 	}
-	if got, _ := s.GetInvocation(ctx, a.ID); got.State != wire.StateQueued || got.Attempt != 1 {
+	if got, _ := s.GetInvocation(ctx, a.ID); got.State != domain.StateQueued || got.Attempt != 1 {
 		t.Fatalf("a after sweep: %s attempt %d", got.State, got.Attempt)
 	}
-	if got, _ := s.GetInvocation(ctx, b.ID); got.State != wire.StateRunning || got.WorkerID != live.ID {
+	if got, _ := s.GetInvocation(ctx, b.ID); got.State != domain.StateRunning || got.WorkerID != live.ID {
 		t.Fatalf("b (live worker's) after sweep: %+v", got)
 	}
 	// Attempt 2 is lost too: max_attempts 2 is spent → failed, worker_lost.
@@ -70,7 +70,7 @@ func TestSweep(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, _ := s.GetInvocation(ctx, a.ID)
-	if got.State != wire.StateFailed || got.Error == nil || got.Error.Type != wire.ErrorTypeWorkerLost {
+	if got.State != domain.StateFailed || got.Error == nil || got.Error.Type != wire.ErrorTypeWorkerLost {
 		t.Fatalf("a after its second worker was lost: %+v", got)
 	}
 	if _, err := svc.Sweep(ctx); err != nil {
@@ -78,7 +78,7 @@ func TestSweep(t *testing.T) {
 	}
 	// b's worker went silent too, on b's first of two attempts: queued again.
 	st, _ := s.QueueStats(ctx, "q")
-	if st.DoneCount != 1 || st.Counts[wire.StateFailed] != 1 || st.Counts[wire.StateQueued] != 1 {
+	if st.DoneCount != 1 || st.Counts[domain.StateFailed] != 1 || st.Counts[domain.StateQueued] != 1 {
 		t.Fatalf("stats %+v; want a failed (counted once) and b queued again", st)
 	}
 }
@@ -106,7 +106,7 @@ func TestSweepNeverStrandsWorkOnAGoneWorker(t *testing.T) {
 	if got, err := svc.Sweep(ctx); err != nil || got.Requeued != 1 {
 		t.Fatalf("sweep an hour later: %+v %v; want the stranded invocation handed back", got, err)
 	}
-	if got, _ := s.GetInvocation(ctx, inv.ID); got.State != wire.StateQueued {
+	if got, _ := s.GetInvocation(ctx, inv.ID); got.State != domain.StateQueued {
 		t.Fatalf("invocation: %s", got.State)
 	}
 	if got, err := svc.Sweep(ctx); err != nil || got.Lost != 1 || got.Requeued != 0 {

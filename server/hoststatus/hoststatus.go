@@ -52,7 +52,7 @@ func IsInstanceID(machineID string) bool { return instanceID.MatchString(machine
 
 // HostStatusOf reports the host status an EC2 instance state name means,
 // and false for a state name it does not know (the caller writes nothing).
-func HostStatusOf(state string) (string, bool) {
+func HostStatusOf(state string) (domain.HostStatus, bool) {
 	switch state {
 	case "pending":
 		return domain.HostPending, true
@@ -78,7 +78,7 @@ var _ Store = (*store.Store)(nil)
 // HostStatusSetter records a host status and hands back the work of a host
 // that stopped; *control.Service implements it.
 type HostStatusSetter interface {
-	SetHostStatus(ctx context.Context, id, status string) (domain.Worker, error)
+	SetHostStatus(ctx context.Context, id string, status domain.HostStatus) (domain.Worker, error)
 }
 
 var _ HostStatusSetter = (*control.Service)(nil)
@@ -124,7 +124,7 @@ func (p *Poller) Poll(ctx context.Context) (Result, error) {
 	}
 	slices.Sort(ids)
 	res.Instances = len(ids)
-	statuses := map[string]string{}
+	statuses := map[string]domain.HostStatus{}
 	for batch := range slices.Chunk(ids, BatchSize) {
 		if err := p.describe(ctx, batch, statuses); err != nil {
 			return res, err
@@ -149,7 +149,7 @@ func (p *Poller) Poll(ctx context.Context) (Result, error) {
 // split in halves until the unknown ids stand alone: EC2 names the unknown
 // ids in its message, but moto names only the first, and the message is no
 // contract.
-func (p *Poller) describe(ctx context.Context, ids []string, out map[string]string) error {
+func (p *Poller) describe(ctx context.Context, ids []string, out map[string]domain.HostStatus) error {
 	seen := map[string]bool{}
 	pages := ec2.NewDescribeInstancesPaginator(p.EC2, &ec2.DescribeInstancesInput{InstanceIds: ids})
 	for pages.HasMorePages() {
@@ -198,7 +198,7 @@ func isNotFound(err error) bool {
 
 // apply records status on each of workers whose host status would move,
 // reporting how many workers it looked at and how many it wrote.
-func (p *Poller) apply(ctx context.Context, instance string, workers []domain.Worker, status string) (n, changed int, err error) {
+func (p *Poller) apply(ctx context.Context, instance string, workers []domain.Worker, status domain.HostStatus) (n, changed int, err error) {
 	var errs []error
 	for _, w := range workers {
 		n++

@@ -25,8 +25,9 @@ func TestMain(m *testing.M) { storetest.Main(m) }
 
 func TestHostStatusOf(t *testing.T) {
 	for _, tc := range []struct {
-		state, want string
-		ok          bool
+		state string
+		want  domain.HostStatus
+		ok    bool
 	}{
 		{"pending", domain.HostPending, true},
 		{"running", domain.HostRunning, true},
@@ -193,7 +194,7 @@ func TestHostPoll(t *testing.T) {
 	if wb.HostStatus != domain.HostStopped || domain.Project(wb, time.Now(), time.Minute) != domain.WorkerGone {
 		t.Fatalf("worker on the stopped instance: host %q, reads %s", wb.HostStatus, domain.Project(wb, time.Now(), time.Minute))
 	}
-	if got, _ := f.store.GetInvocation(f.ctx, held.ID); got.State != wire.StateQueued {
+	if got, _ := f.store.GetInvocation(f.ctx, held.ID); got.State != domain.StateQueued {
 		t.Fatalf("its claimed invocation: %s, want queued again", got.State)
 	}
 
@@ -259,7 +260,7 @@ func TestHostEvent(t *testing.T) {
 	if got := f.hostStatus(t, w.ID).HostStatus; got != domain.HostTerminated {
 		t.Fatalf("after the event: host %q, want terminated", got)
 	}
-	if got, _ := f.store.GetInvocation(f.ctx, claim.Claimed[0].ID); got.State != wire.StateQueued {
+	if got, _ := f.store.GetInvocation(f.ctx, claim.Claimed[0].ID); got.State != domain.StateQueued {
 		t.Fatalf("claimed invocation after the event: %s, want queued", got.State)
 	}
 	// A repeat is a no-op; so is an instance no worker runs on.

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/dreamlake/lakeshore/shared/clock"
-	"github.com/dreamlake/lakeshore/shared/wire"
+	"github.com/dreamlake/lakeshore/shared/domain"
 )
 
 // Namespace is the CloudWatch namespace of every metric.
@@ -63,14 +63,14 @@ func (e *EMF) Claimed(queue string, n, conflicts int, waited []time.Duration) {
 	e.emit([][]string{{"Queue"}}, defs, values)
 }
 
-func (e *EMF) HandedBack(queue, ended string) {
+func (e *EMF) HandedBack(queue string, ended domain.EndKind) {
 	e.emit([][]string{{"Queue"}, {"Queue", "Ended"}}, []emfMetric{{"Redeliveries", "Count"}},
-		map[string]any{"Queue": queue, "Ended": ended, "Redeliveries": 1})
+		map[string]any{"Queue": queue, "Ended": string(ended), "Redeliveries": 1})
 }
 
-func (e *EMF) Finished(queue, state string) {
+func (e *EMF) Finished(queue string, state domain.InvocationState) {
 	e.emit([][]string{{"Queue", "State"}}, []emfMetric{{"Outcomes", "Count"}},
-		map[string]any{"Queue": queue, "State": state, "Outcomes": 1})
+		map[string]any{"Queue": queue, "State": string(state), "Outcomes": 1})
 }
 
 // Gauges writes g: per queue its depth (queued), running count and oldest
@@ -80,12 +80,12 @@ func (e *EMF) Gauges(g Gauges) {
 	for _, q := range g.Queues {
 		e.emit([][]string{{"Queue"}},
 			[]emfMetric{{"QueueDepth", "Count"}, {"Running", "Count"}, {"OldestQueuedAge", "Seconds"}},
-			map[string]any{"Queue": q.Queue, "QueueDepth": q.Counts[wire.StateQueued],
-				"Running": q.Counts[wire.StateRunning], "OldestQueuedAge": q.OldestQueuedAge.Seconds()})
+			map[string]any{"Queue": q.Queue, "QueueDepth": q.Counts[domain.StateQueued],
+				"Running": q.Counts[domain.StateRunning], "OldestQueuedAge": q.OldestQueuedAge.Seconds()})
 	}
-	for _, state := range wire.WorkerStates {
+	for _, state := range domain.WorkerStates {
 		e.emit([][]string{{"State"}}, []emfMetric{{"Workers", "Count"}},
-			map[string]any{"State": state, "Workers": g.Workers[state]})
+			map[string]any{"State": string(state), "Workers": g.Workers[state]})
 	}
 }
 

@@ -9,6 +9,8 @@ package metrics
 
 import (
 	"time"
+
+	"github.com/dreamlake/lakeshore/shared/domain"
 )
 
 // Recorder receives the control plane's events. Its methods must be safe
@@ -21,31 +23,31 @@ type Recorder interface {
 	// HandedBack: an attempt on queue was taken back from its worker,
 	// ended as one of the domain's End* kinds (a redelivery, or the end of
 	// an invocation that spent max_attempts).
-	HandedBack(queue, ended string)
+	HandedBack(queue string, ended domain.EndKind)
 	// Finished: an invocation of queue reached a terminal state.
-	Finished(queue, state string)
+	Finished(queue string, state domain.InvocationState)
 }
 
 // Discard records nothing.
 type Discard struct{}
 
 func (Discard) Claimed(string, int, int, []time.Duration) {}
-func (Discard) HandedBack(string, string)                 {}
-func (Discard) Finished(string, string)                   {}
+func (Discard) HandedBack(string, domain.EndKind)         {}
+func (Discard) Finished(string, domain.InvocationState)   {}
 
 // Gauges is the state of the control plane at one moment.
 type Gauges struct {
 	Queues []QueueGauge
 	// Workers counts workers by the state they read (stale computed), gone
 	// ones still listed included.
-	Workers map[string]int
+	Workers map[domain.WorkerState]int
 }
 
 // QueueGauge is one queue's state.
 type QueueGauge struct {
 	Queue string
 	// Counts by invocation state: queued is the depth.
-	Counts map[string]int
+	Counts map[domain.InvocationState]int
 	// OldestQueuedAge is how long the oldest queued invocation has waited
 	// (0 when none waits).
 	OldestQueuedAge time.Duration

@@ -73,7 +73,7 @@ type Store interface {
 	EachWorker(ctx context.Context, op string, fn func(domain.Worker) error) error
 	PutPendingWorker(ctx context.Context, w domain.Worker) (bool, error)
 	AskToAdopt(ctx context.Context, id string, a domain.Adoption, staleAfter time.Duration) (domain.Worker, error)
-	MarkGone(ctx context.Context, id string, auth store.Authorize, kind, why string) (domain.Worker, bool, error)
+	MarkGone(ctx context.Context, id string, auth store.Authorize, kind domain.EndKind, why string) (domain.Worker, bool, error)
 }
 
 var _ Store = (*store.Store)(nil)
@@ -766,7 +766,7 @@ func (p *Provisioner) settle(ctx context.Context, hs holds, hosts []domain.Host,
 			// It powers itself off after its bye (instance-initiated
 			// shutdown: terminate); the terminate makes sure, so a host
 			// whose power-off failed costs nothing more either.
-			why = "its worker left: " + w.ByeReason
+			why = "its worker left: " + w.GoneWhy
 		case now.Sub(h.LaunchedAt) > p.cfg.HelloTimeout:
 			why, failure = fmt.Sprintf("it never said hello within %s", p.cfg.HelloTimeout), domain.NoHello
 		default:
@@ -817,7 +817,7 @@ func setupFailure(w domain.Worker) string {
 		tail = "…" + strings.ToValidUTF8(tail[len(tail)-maxShownTail:], "")
 	}
 	return fmt.Sprintf("its host setup failed: %q exited %d; output: %s; its worker left: %s",
-		r.Command, r.ExitCode, tail, w.ByeReason)
+		r.Command, r.ExitCode, tail, w.GoneWhy)
 }
 
 // Handler returns the provisioner Lambda's handler: any event (its

@@ -331,8 +331,8 @@ func TestHostThatNeverSaysHelloIsTerminated(t *testing.T) {
 		}
 	}
 	if err := w.st.EachWorker(w.ctx, "test", func(wk domain.Worker) error {
-		if wk.MachineID == first.InstanceID && (wk.State != domain.WorkerGone || !strings.Contains(wk.ByeReason, "never said hello")) {
-			t.Errorf("the silent host's pending worker: %s %q; want gone, saying why", wk.State, wk.ByeReason)
+		if wk.MachineID == first.InstanceID && (wk.State != domain.WorkerGone || !strings.Contains(wk.GoneWhy, "never said hello")) {
+			t.Errorf("the silent host's pending worker: %s %q; want gone, saying why", wk.State, wk.GoneWhy)
 		}
 		return nil
 	}); err != nil {
@@ -412,7 +412,7 @@ func TestHelloAdoptsTheLaunchedHost(t *testing.T) {
 	// The queue drains, the worker leaves by its keep-alive: the host is
 	// let go, nothing is launched, and the fleet is empty.
 	svc := storetest.Control(w.st)
-	invs, _, err := w.st.ListInvocations(w.ctx, "gpu", wire.StateQueued, 100, "")
+	invs, _, err := w.st.ListInvocations(w.ctx, "gpu", domain.StateQueued, 100, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -519,7 +519,7 @@ func TestIdleGenericWorkerIsAskedToAdopt(t *testing.T) {
 // hostKeyOf is the host key of the world's queued work.
 func hostKeyOf(t *testing.T, w *world) string {
 	t.Helper()
-	invs, _, err := w.st.ListInvocations(w.ctx, "gpu", wire.StateQueued, 1, "")
+	invs, _, err := w.st.ListInvocations(w.ctx, "gpu", domain.StateQueued, 1, "")
 	if err != nil || len(invs) == 0 {
 		t.Fatalf("queued work: %v", err)
 	}
@@ -735,7 +735,7 @@ func TestFailedHostSetupBacksOffAndStops(t *testing.T) {
 		!strings.Contains(hold.Last.Reason, "host setup failed") || !strings.Contains(hold.Last.Reason, "trying") {
 		t.Fatalf("the key's hold: %+v %v %v; want it stopped, saying its host setup failed with its output", hold, ok, err)
 	}
-	invs, _, err := w.st.ListInvocations(w.ctx, "gpu", wire.StateQueued, 100, "")
+	invs, _, err := w.st.ListInvocations(w.ctx, "gpu", domain.StateQueued, 100, "")
 	if err != nil || len(invs) != 3 {
 		t.Fatalf("queued work: %d %v; want the 3 still queued", len(invs), err)
 	}

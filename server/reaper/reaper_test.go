@@ -13,6 +13,7 @@ import (
 	"github.com/dreamlake/lakeshore/server/metrics"
 	"github.com/dreamlake/lakeshore/server/reaper"
 	"github.com/dreamlake/lakeshore/server/store/storetest"
+	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
@@ -45,7 +46,7 @@ func TestHandlerSweeps(t *testing.T) {
 	if err != nil || got.Lost != 1 || got.Requeued != 1 {
 		t.Fatalf("sweep past the window: %+v %v", got, err)
 	}
-	if after, _ := s.GetInvocation(ctx, inv.ID); after.State != wire.StateQueued {
+	if after, _ := s.GetInvocation(ctx, inv.ID); after.State != domain.StateQueued {
 		t.Fatalf("invocation after the sweep: %s, want queued", after.State)
 	}
 	if !strings.Contains(logs.String(), `"requeued":1`) {

@@ -280,7 +280,7 @@ func BenchmarkLifecycle(b *testing.B) {
 				if err != nil || len(res.Claimed) != 1 || res.Claimed[0].ID != inv.ID {
 					b.Fatalf("Claim = %v, %v; want %s", invIDs(res.Claimed), err, inv.ID)
 				}
-				resp, err := svc.Ack(ctx, ackReq(w, inv, 1, wire.StateSucceeded).Outcome(), authorizeHash("bench-hash"), "bench-hash")
+				resp, err := svc.Ack(ctx, ackReq(w, inv, 1, domain.StateSucceeded).Outcome(), authorizeHash("bench-hash"), "bench-hash")
 				if err != nil || !resp.Recorded {
 					b.Fatalf("Ack = %+v, %v", resp, err)
 				}

@@ -118,8 +118,8 @@ func TestAckOfOwnClaimNeedsNoRead(t *testing.T) {
 	w := benchWorker(t, s, "m1", "")
 	inv := claimOne(t, s, w)
 	counter.Reset()
-	resp, err := svc.Ack(ctx, ackReq(w, inv, inv.Attempt, wire.StateSucceeded).Outcome(), authorizeHash("bench-hash"), "bench-hash")
-	if err != nil || !resp.Recorded || resp.State != wire.StateSucceeded {
+	resp, err := svc.Ack(ctx, ackReq(w, inv, inv.Attempt, domain.StateSucceeded).Outcome(), authorizeHash("bench-hash"), "bench-hash")
+	if err != nil || !resp.Recorded || resp.State != domain.StateSucceeded {
 		t.Fatalf("ack = %+v, %v", resp, err)
 	}
 	if got := counter.Snapshot(); counter.Total() != 1 || got["TransactWriteItems"] != 1 {
@@ -152,29 +152,29 @@ func TestAckAfterAChangeReadsAgain(t *testing.T) {
 	if _, err := svc.Cancel(ctx, a.ID); err != nil {
 		t.Fatal(err)
 	}
-	resp, err := svc.Ack(ctx, ackReq(w, a, a.Attempt, wire.StateCancelled).Outcome(), authorizeHash("bench-hash"), "bench-hash")
-	if err != nil || !resp.Recorded || resp.State != wire.StateCancelled {
+	resp, err := svc.Ack(ctx, ackReq(w, a, a.Attempt, domain.StateCancelled).Outcome(), authorizeHash("bench-hash"), "bench-hash")
+	if err != nil || !resp.Recorded || resp.State != domain.StateCancelled {
 		t.Fatalf("ack after an operator cancel = %+v, %v; want recorded cancelled", resp, err)
 	}
 
 	// A token the worker row no longer carries is refused, cached or not.
 	b := claimOne(t, s, w)
-	if _, err := svc.Ack(ctx, ackReq(w, b, b.Attempt, wire.StateSucceeded).Outcome(), authorizeHash("bench-hash"), "another-hash"); !errors.Is(err, wire.ErrUnauthorized) {
+	if _, err := svc.Ack(ctx, ackReq(w, b, b.Attempt, domain.StateSucceeded).Outcome(), authorizeHash("bench-hash"), "another-hash"); !errors.Is(err, wire.ErrUnauthorized) {
 		t.Fatalf("ack with a revoked token = %v, want 401", err)
 	}
-	if got, _ := s.GetInvocation(ctx, b.ID); got.State != wire.StateRunning {
+	if got, _ := s.GetInvocation(ctx, b.ID); got.State != domain.StateRunning {
 		t.Fatalf("a refused ack changed the invocation: %+v", got)
 	}
 
 	// Through another store: the read path.
 	c := claimOne(t, s, w)
-	resp, err = storetest.Control(other).Ack(ctx, ackReq(w, c, c.Attempt, wire.StateFailed).Outcome(), authorizeHash("bench-hash"), "bench-hash")
-	if err != nil || !resp.Recorded || resp.State != wire.StateFailed {
+	resp, err = storetest.Control(other).Ack(ctx, ackReq(w, c, c.Attempt, domain.StateFailed).Outcome(), authorizeHash("bench-hash"), "bench-hash")
+	if err != nil || !resp.Recorded || resp.State != domain.StateFailed {
 		t.Fatalf("ack through another store = %+v, %v", resp, err)
 	}
 	// And the cached entry of c, now stale, is not used to record twice.
-	resp, err = svc.Ack(ctx, ackReq(w, c, c.Attempt, wire.StateSucceeded).Outcome(), authorizeHash("bench-hash"), "bench-hash")
-	if err != nil || resp.Recorded || resp.State != wire.StateFailed {
+	resp, err = svc.Ack(ctx, ackReq(w, c, c.Attempt, domain.StateSucceeded).Outcome(), authorizeHash("bench-hash"), "bench-hash")
+	if err != nil || resp.Recorded || resp.State != domain.StateFailed {
 		t.Fatalf("a second ack of c = %+v, %v; want a no-op answering failed", resp, err)
 	}
 }

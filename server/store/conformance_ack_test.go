@@ -31,32 +31,32 @@ func testAckFirstWins(t *testing.T, f *fixture) {
 	f.clock.Advance(time.Second)
 	finished := f.clock.Now()
 
-	req := ackReq(w, inv, 1, wire.StateSucceeded)
+	req := ackReq(w, inv, 1, domain.StateSucceeded)
 	req.ResultBlob = []byte(`{"rows":3}`)
 	req.StdoutTail = "done\n"
 	resp, err := f.ackAs(f.hash(w.ID), req)
-	if err != nil || !resp.Recorded || resp.State != wire.StateSucceeded {
+	if err != nil || !resp.Recorded || resp.State != domain.StateSucceeded {
 		t.Fatalf("first Ack = %+v, %v; want recorded succeeded", resp, err)
 	}
 	got := f.get(inv.ID)
-	if got.State != wire.StateSucceeded || got.ExitCode == nil || *got.ExitCode != 0 || got.ResultBlob != `{"rows":3}` ||
+	if got.State != domain.StateSucceeded || got.ExitCode == nil || *got.ExitCode != 0 || got.ResultBlob != `{"rows":3}` ||
 		got.StdoutTail != "done\n" || !got.FinishedAt.Equal(finished) || got.WorkerID != w.ID {
 		t.Fatalf("after ack: %+v", got)
 	}
-	f.wantStats("q", map[string]int{wire.StateSucceeded: 1}, 1)
+	f.wantStats("q", map[domain.InvocationState]int{domain.StateSucceeded: 1}, 1)
 	if h := f.held(w.ID); len(h) != 0 {
 		t.Fatalf("Held after ack = %v", h)
 	}
 
 	// A second outcome is a no-op: state, exit code and done_count stand.
-	resp = f.mustAck(w, inv, 1, wire.StateFailed, false)
-	if resp.State != wire.StateSucceeded {
+	resp = f.mustAck(w, inv, 1, domain.StateFailed, false)
+	if resp.State != domain.StateSucceeded {
 		t.Fatalf("second Ack state = %s, want succeeded", resp.State)
 	}
-	if got := f.get(inv.ID); got.State != wire.StateSucceeded || *got.ExitCode != 0 {
+	if got := f.get(inv.ID); got.State != domain.StateSucceeded || *got.ExitCode != 0 {
 		t.Fatalf("second ack changed the invocation: %+v", got)
 	}
-	f.wantStats("q", map[string]int{wire.StateSucceeded: 1}, 1)
+	f.wantStats("q", map[domain.InvocationState]int{domain.StateSucceeded: 1}, 1)
 }
 
 func testAckForbidden(t *testing.T, f *fixture) {
@@ -68,27 +68,27 @@ func testAckForbidden(t *testing.T, f *fixture) {
 	b := f.worker("m-b", "")
 	f.claimOne(a, inv)
 
-	_, err := f.ack(b, inv, 1, wire.StateSucceeded)
+	_, err := f.ack(b, inv, 1, domain.StateSucceeded)
 	wantCode(t, err, wire.ErrForbidden)
-	_, err = f.ack(a, inv, 2, wire.StateSucceeded) // an attempt that never ran
+	_, err = f.ack(a, inv, 2, domain.StateSucceeded) // an attempt that never ran
 	wantCode(t, err, wire.ErrForbidden)
-	_, err = f.ack(a, never, 1, wire.StateSucceeded)
+	_, err = f.ack(a, never, 1, domain.StateSucceeded)
 	wantCode(t, err, wire.ErrForbidden)
 	_, err = f.ackAs(f.hash(a.ID), wire.AckRequest{WorkerID: a.ID, InvocationID: "inv_missing", Attempt: 1, State: wire.StateSucceeded})
 	wantCode(t, err, wire.ErrNotFound)
 
-	if got := f.get(inv.ID); got.State != wire.StateRunning || got.WorkerID != a.ID {
+	if got := f.get(inv.ID); got.State != domain.StateRunning || got.WorkerID != a.ID {
 		t.Fatalf("a refused ack changed the invocation: %+v", got)
 	}
-	f.wantStats("q", map[string]int{wire.StateRunning: 1}, 0)
-	f.wantStats("other", map[string]int{wire.StateQueued: 1}, 0)
+	f.wantStats("q", map[domain.InvocationState]int{domain.StateRunning: 1}, 0)
+	f.wantStats("other", map[domain.InvocationState]int{domain.StateQueued: 1}, 0)
 }
 
 func testAckUnauthorized(t *testing.T, f *fixture) {
 	inv := f.submit(submitReq())
 	w := f.worker("m1", "")
 	f.claimOne(w, inv)
-	req := ackReq(w, inv, 1, wire.StateSucceeded)
+	req := ackReq(w, inv, 1, domain.StateSucceeded)
 
 	// The route's check of the row refuses a wrong token.
 	_, err := f.ackAs("not-the-hash", req)
@@ -103,10 +103,10 @@ func testAckUnauthorized(t *testing.T, f *fixture) {
 	ghost.WorkerID = "wrk_01M8KJT9G0Q60N2201P8JY3JT0"
 	_, err = f.svc.Ack(f.ctx, ghost.Outcome(), func(domain.Worker) error { return nil }, "h")
 	wantCode(t, err, wire.ErrUnauthorized)
-	if got := f.get(inv.ID); got.State != wire.StateRunning {
+	if got := f.get(inv.ID); got.State != domain.StateRunning {
 		t.Fatalf("an unauthorized ack changed the invocation: %+v", got)
 	}
-	f.wantStats("q", map[string]int{wire.StateRunning: 1}, 0)
+	f.wantStats("q", map[domain.InvocationState]int{domain.StateRunning: 1}, 0)
 
 	// A retried hello (same boot) issues a new token: the old one is revoked.
 	old := f.hash(w.ID)
@@ -115,8 +115,8 @@ func testAckUnauthorized(t *testing.T, f *fixture) {
 	}
 	_, err = f.ackAs(old, req)
 	wantCode(t, err, wire.ErrUnauthorized)
-	f.mustAck(w, inv, 1, wire.StateSucceeded, true)
-	f.wantStats("q", map[string]int{wire.StateSucceeded: 1}, 1)
+	f.mustAck(w, inv, 1, domain.StateSucceeded, true)
+	f.wantStats("q", map[domain.InvocationState]int{domain.StateSucceeded: 1}, 1)
 }
 
 func testAckLateAfterRedelivery(t *testing.T, f *fixture) {
@@ -135,12 +135,12 @@ func testAckLateAfterRedelivery(t *testing.T, f *fixture) {
 	}
 
 	// a's ack of attempt 1 arrives first: the work was done, so it counts.
-	resp := f.mustAck(a, inv, 1, wire.StateSucceeded, true)
-	if resp.State != wire.StateSucceeded {
+	resp := f.mustAck(a, inv, 1, domain.StateSucceeded, true)
+	if resp.State != domain.StateSucceeded {
 		t.Fatalf("late ack state %s", resp.State)
 	}
 	got := f.get(inv.ID)
-	if got.State != wire.StateSucceeded || got.WorkerID != a.ID || got.Attempt != 2 {
+	if got.State != domain.StateSucceeded || got.WorkerID != a.ID || got.Attempt != 2 {
 		t.Fatalf("after late ack: state %s worker %s attempt %d", got.State, got.WorkerID, got.Attempt)
 	}
 	// b no longer holds it (its next poll gets a cancel), and its own
@@ -148,14 +148,14 @@ func testAckLateAfterRedelivery(t *testing.T, f *fixture) {
 	if h := f.held(b.ID); len(h) != 0 {
 		t.Fatalf("Held(b) = %v after attempt 1 won", h)
 	}
-	f.mustAck(b, inv, 2, wire.StateSucceeded, false)
-	f.wantStats("q", map[string]int{wire.StateSucceeded: 1}, 1)
+	f.mustAck(b, inv, 2, domain.StateSucceeded, false)
+	f.wantStats("q", map[domain.InvocationState]int{domain.StateSucceeded: 1}, 1)
 
 	// The history round-trips through the table: a's attempt ended bye,
 	// then its late outcome was recorded; b's was superseded.
 	hist := f.get(inv.ID).Attempts
-	if len(hist) != 2 || hist[0].Outcome != wire.StateSucceeded || !hist[0].Recorded || hist[0].EndedAt.IsZero() ||
-		!strings.Contains(hist[0].Reason, "taken back (bye)") || hist[1].Outcome != domain.EndSuperseded || hist[1].Recorded {
+	if len(hist) != 2 || hist[0].Outcome != string(domain.StateSucceeded) || !hist[0].Recorded || hist[0].EndedAt.IsZero() ||
+		!strings.Contains(hist[0].Reason, "taken back (bye)") || hist[1].Outcome != string(domain.EndSuperseded) || hist[1].Recorded {
 		t.Fatalf("history %+v; want attempt 1 succeeded late (taken back by bye) and recorded, attempt 2 superseded", hist)
 	}
 }
@@ -171,13 +171,13 @@ func testRetry(t *testing.T, f *fixture) {
 	inv := f.submit(req)
 	w := f.worker("m-a", "")
 	f.claimOne(w, inv)
-	failed := ackReq(w, inv, 1, wire.StateFailed)
+	failed := ackReq(w, inv, 1, domain.StateFailed)
 	failed.Error = &wire.ErrorInfo{Type: "exit_code", Message: "exited with status 1"}
 	resp, err := f.ackAs(f.hash(w.ID), failed)
-	if err != nil || !resp.Recorded || resp.State != wire.StateQueued {
+	if err != nil || !resp.Recorded || resp.State != domain.StateQueued {
 		t.Fatalf("the retried failure answered %+v, %v; want recorded, queued", resp, err)
 	}
-	f.wantStats("q", map[string]int{wire.StateQueued: 1}, 0)
+	f.wantStats("q", map[domain.InvocationState]int{domain.StateQueued: 1}, 0)
 	f.claimNone(w, "q")
 	if rel, err := f.s.ReleaseRetries(f.ctx); err != nil || len(rel) != 0 {
 		t.Fatalf("released %d before the backoff passed (%v)", len(rel), err)
@@ -191,10 +191,10 @@ func testRetry(t *testing.T, f *fixture) {
 		t.Fatalf("claim after the release: attempt %d, history %+v", second.Attempt, second.Attempts)
 	}
 	failed.Attempt = 2
-	if resp, err := f.ackAs(f.hash(w.ID), failed); err != nil || resp.State != wire.StateFailed {
+	if resp, err := f.ackAs(f.hash(w.ID), failed); err != nil || resp.State != domain.StateFailed {
 		t.Fatalf("the last attempt's failure answered %+v, %v; want failed", resp, err)
 	}
-	f.wantStats("q", map[string]int{wire.StateFailed: 1}, 1)
+	f.wantStats("q", map[domain.InvocationState]int{domain.StateFailed: 1}, 1)
 	if got := f.get(inv.ID); !got.Attempts[1].Recorded || got.Retry == nil || got.Retry.BackoffS != 30 {
 		t.Fatalf("after the last failure: %+v", got)
 	}
@@ -204,15 +204,15 @@ func testAckLateWhileRequeued(t *testing.T, f *fixture) {
 	inv := f.submit(submitReq())
 	a := f.worker("m-a", "")
 	f.claimOne(a, inv)
-	if got, _, err := f.s.Requeue(f.ctx, inv.ID, a.ID, domain.Loss{Kind: domain.EndStale, Why: "stale"}); err != nil || got.State != wire.StateQueued {
+	if got, _, err := f.s.Requeue(f.ctx, inv.ID, a.ID, domain.Loss{Kind: domain.EndStale, Why: "stale"}); err != nil || got.State != domain.StateQueued {
 		t.Fatalf("Requeue = %s, %v", got.State, err)
 	}
-	f.mustAck(a, inv, 1, wire.StateFailed, true)
-	if got := f.get(inv.ID); got.State != wire.StateFailed {
+	f.mustAck(a, inv, 1, domain.StateFailed, true)
+	if got := f.get(inv.ID); got.State != domain.StateFailed {
 		t.Fatalf("state %s, want failed", got.State)
 	}
 	f.claimNone(f.worker("m-b", ""), "q")
-	f.wantStats("q", map[string]int{wire.StateFailed: 1}, 1)
+	f.wantStats("q", map[domain.InvocationState]int{domain.StateFailed: 1}, 1)
 }
 
 // testAckSupersededCancelled is the worker that comes back from stale: its
@@ -225,27 +225,27 @@ func testAckSupersededCancelled(t *testing.T, f *fixture) {
 	a := f.worker("m-a", "")
 	b := f.worker("m-b", "")
 	f.claimOne(a, inv)
-	if got, _, err := f.s.Requeue(f.ctx, inv.ID, a.ID, domain.Loss{Kind: domain.EndStale, Why: "stale"}); err != nil || got.State != wire.StateQueued {
+	if got, _, err := f.s.Requeue(f.ctx, inv.ID, a.ID, domain.Loss{Kind: domain.EndStale, Why: "stale"}); err != nil || got.State != domain.StateQueued {
 		t.Fatalf("Requeue = %s, %v", got.State, err)
 	}
 	f.claimOne(b, inv)
-	resp := f.mustAck(a, inv, 1, wire.StateCancelled, false)
-	if resp.State != wire.StateRunning {
+	resp := f.mustAck(a, inv, 1, domain.StateCancelled, false)
+	if resp.State != domain.StateRunning {
 		t.Fatalf("superseded cancelled ack answered state %s, want running", resp.State)
 	}
-	if got := f.get(inv.ID); got.State != wire.StateRunning || got.WorkerID != b.ID || got.Attempt != 2 {
+	if got := f.get(inv.ID); got.State != domain.StateRunning || got.WorkerID != b.ID || got.Attempt != 2 {
 		t.Fatalf("after the superseded cancelled ack: state %s worker %s attempt %d; want running by b, attempt 2",
 			got.State, got.WorkerID, got.Attempt)
 	}
-	f.wantStats("q", map[string]int{wire.StateRunning: 1}, 0)
+	f.wantStats("q", map[domain.InvocationState]int{domain.StateRunning: 1}, 0)
 	// Even once an operator cancels, attempt 1's cancelled stays a no-op:
 	// only the attempt running now can confirm the cancel.
 	if _, err := f.s.Cancel(f.ctx, inv.ID); err != nil {
 		t.Fatalf("Cancel: %v", err)
 	}
-	f.mustAck(a, inv, 1, wire.StateCancelled, false)
-	f.mustAck(b, inv, 2, wire.StateCancelled, true)
-	f.wantStats("q", map[string]int{wire.StateCancelled: 1}, 1)
+	f.mustAck(a, inv, 1, domain.StateCancelled, false)
+	f.mustAck(b, inv, 2, domain.StateCancelled, true)
+	f.wantStats("q", map[domain.InvocationState]int{domain.StateCancelled: 1}, 1)
 }
 
 // testAckCancelledUnasked: the attempt running now acks cancelled although
@@ -256,10 +256,10 @@ func testAckCancelledUnasked(t *testing.T, f *fixture) {
 	inv := f.submit(submitReq())
 	a := f.worker("m-a", "")
 	f.claimOne(a, inv)
-	f.mustAck(a, inv, 1, wire.StateCancelled, false)
-	if got := f.get(inv.ID); got.State != wire.StateRunning {
+	f.mustAck(a, inv, 1, domain.StateCancelled, false)
+	if got := f.get(inv.ID); got.State != domain.StateRunning {
 		t.Fatalf("state %s after an unasked cancelled ack, want running", got.State)
 	}
-	f.mustAck(a, inv, 1, wire.StateSucceeded, true)
-	f.wantStats("q", map[string]int{wire.StateSucceeded: 1}, 1)
+	f.mustAck(a, inv, 1, domain.StateSucceeded, true)
+	f.wantStats("q", map[domain.InvocationState]int{domain.StateSucceeded: 1}, 1)
 }

@@ -28,11 +28,11 @@ func testCancelQueued(t *testing.T, f *fixture) {
 	}
 	stored := f.get(inv.ID)
 	for _, g := range []domain.Invocation{got, stored} {
-		if g.State != wire.StateCancelled || !g.FinishedAt.Equal(f.clock.Now()) || g.Error == nil {
+		if g.State != domain.StateCancelled || !g.FinishedAt.Equal(f.clock.Now()) || g.Error == nil {
 			t.Fatalf("cancelled queued: %+v", g)
 		}
 	}
-	f.wantStats("q", map[string]int{wire.StateCancelled: 1}, 1)
+	f.wantStats("q", map[domain.InvocationState]int{domain.StateCancelled: 1}, 1)
 	f.claimNone(f.worker("m1", ""), "q")
 }
 
@@ -42,7 +42,7 @@ func testCancelRunning(t *testing.T, f *fixture) {
 	f.claimOne(w, inv)
 	for range 2 { // a second cancel of the same running attempt is a no-op
 		got, err := f.s.Cancel(f.ctx, inv.ID)
-		if err != nil || got.State != wire.StateRunning || !got.CancelRequested {
+		if err != nil || got.State != domain.StateRunning || !got.CancelRequested {
 			t.Fatalf("Cancel of running = %s cancel_requested %v, %v", got.State, got.CancelRequested, err)
 		}
 	}
@@ -53,16 +53,16 @@ func testCancelRunning(t *testing.T, f *fixture) {
 	if h := f.held(w.ID); !slices.Equal(h, []string{inv.ID}) {
 		t.Fatalf("Held = %v", h)
 	}
-	f.wantStats("q", map[string]int{wire.StateRunning: 1}, 0)
-	f.mustAck(w, inv, 1, wire.StateCancelled, true)
-	f.wantStats("q", map[string]int{wire.StateCancelled: 1}, 1)
+	f.wantStats("q", map[domain.InvocationState]int{domain.StateRunning: 1}, 0)
+	f.mustAck(w, inv, 1, domain.StateCancelled, true)
+	f.wantStats("q", map[domain.InvocationState]int{domain.StateCancelled: 1}, 1)
 }
 
 func testCancelTerminal(t *testing.T, f *fixture) {
 	done := f.submit(submitReq())
 	w := f.worker("m1", "")
 	f.claimOne(w, done)
-	f.mustAck(w, done, 1, wire.StateSucceeded, true)
+	f.mustAck(w, done, 1, domain.StateSucceeded, true)
 	_, err := f.s.Cancel(f.ctx, done.ID)
 	wantCode(t, err, wire.ErrConflict)
 
@@ -74,5 +74,5 @@ func testCancelTerminal(t *testing.T, f *fixture) {
 	wantCode(t, err, wire.ErrConflict)
 	_, err = f.s.Cancel(f.ctx, "inv_missing")
 	wantCode(t, err, wire.ErrNotFound)
-	f.wantStats("q", map[string]int{wire.StateSucceeded: 1, wire.StateCancelled: 1}, 2)
+	f.wantStats("q", map[domain.InvocationState]int{domain.StateSucceeded: 1, domain.StateCancelled: 1}, 2)
 }

@@ -7,7 +7,6 @@ import (
 
 	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/hostkey"
-	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
 // The conformance cases of claims: queued to running, up to max, host keys
@@ -30,7 +29,7 @@ func testClaimQueuedToRunning(t *testing.T, f *fixture) {
 		t.Fatalf("Claim = %d claimed, %d conflicts; want 1, 0", len(res.Claimed), res.Conflicts)
 	}
 	for _, got := range []domain.Invocation{res.Claimed[0], f.get(inv.ID)} {
-		if got.ID != inv.ID || got.State != wire.StateRunning || got.Attempt != 1 || got.WorkerID != w.ID ||
+		if got.ID != inv.ID || got.State != domain.StateRunning || got.Attempt != 1 || got.WorkerID != w.ID ||
 			!got.StartedAt.Equal(now) || got.Version != 2 {
 			t.Fatalf("claimed %+v", got)
 		}
@@ -47,7 +46,7 @@ func testClaimQueuedToRunning(t *testing.T, f *fixture) {
 	// nobody can claim it again.
 	f.claimNone(w, "q")
 	f.claimNone(f.worker("m2", ""), "q")
-	f.wantStats("q", map[string]int{wire.StateRunning: 1}, 0)
+	f.wantStats("q", map[domain.InvocationState]int{domain.StateRunning: 1}, 0)
 }
 
 func testClaimUpToMax(t *testing.T, f *fixture) {

@@ -184,7 +184,7 @@ func (f *fixture) getWorker(id string) domain.Worker {
 	return w
 }
 
-func (f *fixture) ack(w domain.Worker, inv domain.Invocation, attempt int, state string) (store.AckResult, error) {
+func (f *fixture) ack(w domain.Worker, inv domain.Invocation, attempt int, state domain.InvocationState) (store.AckResult, error) {
 	return f.ackAs(f.hash(w.ID), ackReq(w, inv, attempt, state))
 }
 
@@ -204,15 +204,15 @@ func (f *fixture) ackAs(hash string, req wire.AckRequest) (store.AckResult, erro
 	return f.svc.Ack(f.ctx, req.Outcome(), authorizeHash(hash), hash)
 }
 
-func ackReq(w domain.Worker, inv domain.Invocation, attempt int, state string) wire.AckRequest {
+func ackReq(w domain.Worker, inv domain.Invocation, attempt int, state domain.InvocationState) wire.AckRequest {
 	code := 0
-	if state != wire.StateSucceeded {
+	if state != domain.StateSucceeded {
 		code = 1
 	}
-	return wire.AckRequest{WorkerID: w.ID, InvocationID: inv.ID, Attempt: attempt, State: state, ExitCode: &code}
+	return wire.AckRequest{WorkerID: w.ID, InvocationID: inv.ID, Attempt: attempt, State: string(state), ExitCode: &code}
 }
 
-func (f *fixture) mustAck(w domain.Worker, inv domain.Invocation, attempt int, state string, recorded bool) store.AckResult {
+func (f *fixture) mustAck(w domain.Worker, inv domain.Invocation, attempt int, state domain.InvocationState, recorded bool) store.AckResult {
 	f.t.Helper()
 	resp, err := f.ack(w, inv, attempt, state)
 	if err != nil {
@@ -235,10 +235,10 @@ func (f *fixture) stats(queue string) domain.QueueStats {
 
 // wantStats requires the queue's non-zero state counts to be exactly counts
 // and its done_count to be done.
-func (f *fixture) wantStats(queue string, counts map[string]int, done int) {
+func (f *fixture) wantStats(queue string, counts map[domain.InvocationState]int, done int) {
 	f.t.Helper()
 	st := f.stats(queue)
-	got := map[string]int{}
+	got := map[domain.InvocationState]int{}
 	for k, v := range st.Counts {
 		if v != 0 {
 			got[k] = v

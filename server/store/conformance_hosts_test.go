@@ -203,11 +203,11 @@ func testHostsIndexOldLedger(t *testing.T, f *fixture) {
 		}
 	}
 	type oldHost struct {
-		ID      string    `dynamodbav:"host_id"`
-		Queue   string    `dynamodbav:"queue"`
-		State   string    `dynamodbav:"state"`
-		Created time.Time `dynamodbav:"created_at"`
-		Version int64     `dynamodbav:"version"`
+		ID      string             `dynamodbav:"host_id"`
+		Queue   string             `dynamodbav:"queue"`
+		State   domain.LaunchState `dynamodbav:"state"`
+		Created time.Time          `dynamodbav:"created_at"`
+		Version int64              `dynamodbav:"version"`
 	}
 	put(struct {
 		ID      string `dynamodbav:"host_id"`

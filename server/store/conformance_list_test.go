@@ -42,8 +42,8 @@ func testGauges(t *testing.T, f *fixture) {
 		t.Fatalf("queues %+v, want other and q", g.Queues)
 	}
 	q := g.Queues[1]
-	if q.Counts[wire.StateQueued] != 2 || q.OldestQueuedAge != f.clock.Now().Sub(first.CreatedAt) {
-		t.Fatalf("q: %d queued, oldest %s; want 2, %s", q.Counts[wire.StateQueued], q.OldestQueuedAge, f.clock.Now().Sub(first.CreatedAt))
+	if q.Counts[domain.StateQueued] != 2 || q.OldestQueuedAge != f.clock.Now().Sub(first.CreatedAt) {
+		t.Fatalf("q: %d queued, oldest %s; want 2, %s", q.Counts[domain.StateQueued], q.OldestQueuedAge, f.clock.Now().Sub(first.CreatedAt))
 	}
 	if g.Workers["active"]+g.Workers["joining"]+g.Workers["pending"] != 1 {
 		t.Fatalf("workers by state %v, want the one", g.Workers)
@@ -56,7 +56,7 @@ func testGauges(t *testing.T, f *fixture) {
 
 // listAll pages through ListInvocations with limit and returns every id,
 // in the order the pages gave them, and the number of pages.
-func (f *fixture) listAll(queue, state string, limit int) (got []string, pages int) {
+func (f *fixture) listAll(queue string, state domain.InvocationState, limit int) (got []string, pages int) {
 	f.t.Helper()
 	cursor := ""
 	for pages = 1; pages <= 50; pages++ {
@@ -114,9 +114,13 @@ func testListByQueue(t *testing.T, f *fixture) {
 	if err != nil || scanCursor == "" {
 		t.Fatalf("first scan page: cursor %q, %v", scanCursor, err)
 	}
-	for _, c := range []struct{ queue, state, cursor string }{
+	for _, c := range []struct {
+		queue  string
+		state  domain.InvocationState
+		cursor string
+	}{
 		{"b", "", queueCursor},
-		{"a", wire.StateQueued, queueCursor},
+		{"a", domain.StateQueued, queueCursor},
 		{"", "", queueCursor},
 		{"a", "", scanCursor},
 	} {
@@ -142,13 +146,13 @@ func testListByQueueState(t *testing.T, f *fixture) {
 			queued = append(queued, inv.ID)
 		}
 	}
-	if got, _ := f.listAll("a", wire.StateRunning, 1); !slices.Equal(got, running) {
+	if got, _ := f.listAll("a", domain.StateRunning, 1); !slices.Equal(got, running) {
 		t.Fatalf("a/running = %v, want %v", got, running)
 	}
-	if got, _ := f.listAll("a", wire.StateQueued, 2); !slices.Equal(got, queued) {
+	if got, _ := f.listAll("a", domain.StateQueued, 2); !slices.Equal(got, queued) {
 		t.Fatalf("a/queued = %v, want %v", got, queued)
 	}
-	if got, _ := f.listAll("a", wire.StateSucceeded, 2); len(got) != 0 {
+	if got, _ := f.listAll("a", domain.StateSucceeded, 2); len(got) != 0 {
 		t.Fatalf("a/succeeded = %v", got)
 	}
 }
@@ -163,7 +167,7 @@ func testListAll(t *testing.T, f *fixture) {
 		t.Fatalf("all invocations = %v, want %v", got, sortedIDs(subs))
 	}
 	// A state filter without a queue scans: pages may be short or empty.
-	running, _ := f.listAll("", wire.StateRunning, 3)
+	running, _ := f.listAll("", domain.StateRunning, 3)
 	slices.Sort(running)
 	if !slices.Equal(running, sortedIDs(res.Claimed)) {
 		t.Fatalf("running = %v, want %v", running, sortedIDs(res.Claimed))
@@ -213,8 +217,8 @@ func testQueueStats(t *testing.T, f *fixture) {
 	if len(res.Claimed) != 3 {
 		t.Fatalf("claimed %d, want 3", len(res.Claimed))
 	}
-	f.mustAck(w, res.Claimed[0], 1, wire.StateSucceeded, true)
-	f.mustAck(w, res.Claimed[1], 1, wire.StateFailed, true)
+	f.mustAck(w, res.Claimed[0], 1, domain.StateSucceeded, true)
+	f.mustAck(w, res.Claimed[1], 1, domain.StateFailed, true)
 	for _, inv := range subs {
 		if !slices.Contains(invIDs(res.Claimed), inv.ID) {
 			if _, err := f.s.Cancel(f.ctx, inv.ID); err != nil {
@@ -223,10 +227,10 @@ func testQueueStats(t *testing.T, f *fixture) {
 			break
 		}
 	}
-	f.wantStats("q", map[string]int{
-		wire.StateQueued: 1, wire.StateRunning: 1, wire.StateSucceeded: 1, wire.StateFailed: 1, wire.StateCancelled: 1,
+	f.wantStats("q", map[domain.InvocationState]int{
+		domain.StateQueued: 1, domain.StateRunning: 1, domain.StateSucceeded: 1, domain.StateFailed: 1, domain.StateCancelled: 1,
 	}, 3)
-	f.wantStats("other", map[string]int{wire.StateQueued: 1}, 0)
+	f.wantStats("other", map[domain.InvocationState]int{domain.StateQueued: 1}, 0)
 	st := f.stats("never-used")
 	if st.Queue != "never-used" || st.DoneCount != 0 || len(st.Counts) != len(wire.InvocationStates) {
 		t.Fatalf("stats of an unused queue: %+v, want every state at 0", st)

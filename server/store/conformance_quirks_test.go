@@ -9,6 +9,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
@@ -44,7 +45,7 @@ func testEmptyMapsRoundTrip(t *testing.T, f *fixture) {
 	if len(claimed.Env) != 0 || len(claimed.RunConfig.Env) != 0 {
 		t.Fatalf("claimed %+v", claimed)
 	}
-	ackr := ackReq(w, inv, 1, wire.StateSucceeded)
+	ackr := ackReq(w, inv, 1, domain.StateSucceeded)
 	ackr.ResultBlob = []byte(`{}`)
 	if resp, err := f.ackAs(f.hash(w.ID), ackr); err != nil || !resp.Recorded {
 		t.Fatalf("Ack = %+v, %v", resp, err)

@@ -64,8 +64,8 @@ func testQueueStatsCost(t *testing.T, f *fixture) {
 		if err != nil {
 			t.Fatalf("QueueStats: %v", err)
 		}
-		want := map[string]int{wire.StateQueued: 2, wire.StateRunning: 1, wire.StateSucceeded: 0, wire.StateFailed: 0,
-			wire.StateCancelled: finished}
+		want := map[domain.InvocationState]int{domain.StateQueued: 2, domain.StateRunning: 1, domain.StateSucceeded: 0, domain.StateFailed: 0,
+			domain.StateCancelled: finished}
 		for state, n := range want {
 			if st.Counts[state] != n {
 				t.Fatalf("with %d finished: counts %v, want %v", finished, st.Counts, want)
@@ -148,7 +148,7 @@ func testListAcrossQueues(t *testing.T, f *fixture) {
 		t.Fatalf("queue a newest first: %v, want %v", got, a)
 	}
 	// A cursor of one listing is refused by another (400, not a 5xx).
-	_, across, err := f.s.List(f.ctx, store.ListQuery{State: wire.StateQueued, Limit: 1})
+	_, across, err := f.s.List(f.ctx, store.ListQuery{State: domain.StateQueued, Limit: 1})
 	if err != nil || across == "" {
 		t.Fatalf("first page across queues: cursor %q, %v", across, err)
 	}
@@ -157,7 +157,7 @@ func testListAcrossQueues(t *testing.T, f *fixture) {
 		t.Fatalf("first scan page: cursor %q, %v", scan, err)
 	}
 	for _, q := range []store.ListQuery{
-		{State: wire.StateQueued, Limit: 1, Cursor: scan},
+		{State: domain.StateQueued, Limit: 1, Cursor: scan},
 		{Limit: 1, Cursor: across},
 		{Queue: "a", Limit: 1, Cursor: across},
 		{Order: wire.OrderNewest, Limit: 1, Cursor: "not a cursor!"},
@@ -177,9 +177,9 @@ func testListLivePastHistory(t *testing.T, f *fixture) {
 	f.claimOne(f.worker("m1", ""), running)
 	last := f.submitN("q", 1)[0]
 	f.finishN("q", 30)
-	for state, want := range map[string][]string{
-		wire.StateQueued:  {first.ID, last.ID},
-		wire.StateRunning: {running.ID},
+	for state, want := range map[domain.InvocationState][]string{
+		domain.StateQueued:  {first.ID, last.ID},
+		domain.StateRunning: {running.ID},
 	} {
 		invs, next, err := f.s.ListInvocations(f.ctx, "", state, 5, "")
 		if err != nil || next != "" || !slices.Equal(invIDs(invs), want) {

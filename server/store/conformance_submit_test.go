@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/hostkey"
 	"github.com/dreamlake/lakeshore/shared/ids"
 	"github.com/dreamlake/lakeshore/shared/wire"
@@ -31,12 +32,12 @@ func testSubmitNew(t *testing.T, f *fixture) {
 	if err != nil || !created {
 		t.Fatalf("Submit = created %v, err %v; want created", created, err)
 	}
-	if !ids.Valid(ids.Invocation, inv.ID) || inv.State != wire.StateQueued || inv.Attempt != 0 ||
+	if !ids.Valid(ids.Invocation, inv.ID) || inv.State != domain.StateQueued || inv.Attempt != 0 ||
 		inv.Version != 1 || inv.HostKey != "" || !inv.CreatedAt.Equal(t0) {
 		t.Fatalf("Submit answered %+v", inv)
 	}
 	got := f.get(inv.ID)
-	if got.Queue != "q" || got.State != wire.StateQueued || !slices.Equal(got.Argv, req.Argv) ||
+	if got.Queue != "q" || got.State != domain.StateQueued || !slices.Equal(got.Argv, req.Argv) ||
 		!maps.Equal(got.Env, req.Env) || got.TimeoutS != 30 || got.MaxAttempts != wire.DefaultMaxAttempts ||
 		got.WorkerID != "" || len(got.Attempts) != 0 || !got.CreatedAt.Equal(t0) || got.Version != 1 {
 		t.Fatalf("stored %+v", got)
@@ -46,7 +47,7 @@ func testSubmitNew(t *testing.T, f *fixture) {
 	if again.ID == inv.ID {
 		t.Fatalf("two submits without a key share id %s", inv.ID)
 	}
-	f.wantStats("q", map[string]int{wire.StateQueued: 2}, 0)
+	f.wantStats("q", map[domain.InvocationState]int{domain.StateQueued: 2}, 0)
 }
 
 func testSubmitReplay(t *testing.T, f *fixture) {
@@ -66,10 +67,10 @@ func testSubmitReplay(t *testing.T, f *fixture) {
 	w := f.worker("m1", "")
 	f.claimOne(w, first)
 	replay, _, err = f.svc.Submit(f.ctx, req.Spec())
-	if err != nil || replay.State != wire.StateRunning {
+	if err != nil || replay.State != domain.StateRunning {
 		t.Fatalf("replay after claim = %s, %v; want running", replay.State, err)
 	}
-	f.wantStats("q", map[string]int{wire.StateRunning: 1}, 0)
+	f.wantStats("q", map[domain.InvocationState]int{domain.StateRunning: 1}, 0)
 }
 
 func testSubmitKeyConflict(t *testing.T, f *fixture) {
@@ -88,7 +89,7 @@ func testSubmitKeyConflict(t *testing.T, f *fixture) {
 	if second := f.submit(req); second.ID == first.ID {
 		t.Fatal("a new key replayed the old key's invocation")
 	}
-	f.wantStats("q", map[string]int{wire.StateQueued: 2}, 0)
+	f.wantStats("q", map[domain.InvocationState]int{domain.StateQueued: 2}, 0)
 }
 
 func testSubmitHostKey(t *testing.T, f *fixture) {

@@ -130,7 +130,7 @@ func testHelloNewBoot(t *testing.T, f *fixture) {
 		t.Fatalf("old worker: state %s gone_at %v", g.State, g.GoneAt)
 	}
 	for _, inv := range subs {
-		if got := f.get(inv.ID); got.State != wire.StateQueued || got.WorkerID != "" {
+		if got := f.get(inv.ID); got.State != domain.StateQueued || got.WorkerID != "" {
 			t.Fatalf("%s after new boot: %s by %q", inv.ID, got.State, got.WorkerID)
 		}
 	}
@@ -176,7 +176,8 @@ func testHeartbeatProjection(t *testing.T, f *fixture) {
 		t.Fatalf("a refused poll wrote the worker")
 	}
 	steps := []struct {
-		phase, want string
+		phase string
+		want  domain.WorkerState
 	}{
 		{"", domain.WorkerActive}, // an old daemon: joining → active
 		{wire.PhaseSetup, domain.WorkerSettingUp},
@@ -193,7 +194,7 @@ func testHeartbeatProjection(t *testing.T, f *fixture) {
 			t.Fatalf("step %d: Heartbeat(phase %q): %v", i, s.phase, err)
 		}
 		stored := f.getWorker(w.ID)
-		if got.State != s.want || stored.State != s.want || stored.Phase != s.phase || !stored.LastSeenAt.Equal(f.clock.Now()) {
+		if got.State != s.want || stored.State != s.want || stored.Phase != domain.Phase(s.phase) || !stored.LastSeenAt.Equal(f.clock.Now()) {
 			t.Fatalf("step %d: phase %q → state %s (stored %s, phase %q, last seen %v), want %s",
 				i, s.phase, got.State, stored.State, stored.Phase, stored.LastSeenAt, s.want)
 		}
@@ -276,25 +277,25 @@ func testBye(t *testing.T, f *fixture) {
 		t.Fatalf("Bye = %d, %v; want 2 requeued", n, err)
 	}
 	g := f.getWorker(w.ID)
-	if g.State != domain.WorkerGone || !g.GoneAt.Equal(f.clock.Now()) || !strings.Contains(g.ByeReason, wire.ByeDrain) ||
+	if g.State != domain.WorkerGone || !g.GoneAt.Equal(f.clock.Now()) || !strings.Contains(g.GoneWhy, wire.ByeDrain) ||
 		g.CurrentInvocations != 0 {
-		t.Fatalf("after bye: state %s gone_at %v reason %q current_invocations %d", g.State, g.GoneAt, g.ByeReason, g.CurrentInvocations)
+		t.Fatalf("after bye: state %s gone_at %v reason %q current_invocations %d", g.State, g.GoneAt, g.GoneWhy, g.CurrentInvocations)
 	}
 	if h := f.held(w.ID); len(h) != 0 {
 		t.Fatalf("Held after bye = %v", h)
 	}
 	for _, inv := range subs {
-		if got := f.get(inv.ID); got.State != wire.StateQueued {
+		if got := f.get(inv.ID); got.State != domain.StateQueued {
 			t.Fatalf("%s after bye: %s", inv.ID, got.State)
 		}
 	}
-	f.wantStats("q", map[string]int{wire.StateQueued: 2}, 0)
+	f.wantStats("q", map[domain.InvocationState]int{domain.StateQueued: 2}, 0)
 	// A repeated bye changes nothing.
 	if n, err := f.svc.Bye(f.ctx, wire.ByeRequest{WorkerID: w.ID, Reason: wire.ByeIdle}.Bye(), nil); err != nil || n != 0 {
 		t.Fatalf("second Bye = %d, %v", n, err)
 	}
-	if g := f.getWorker(w.ID); !strings.Contains(g.ByeReason, wire.ByeDrain) {
-		t.Fatalf("second bye rewrote the reason: %q", g.ByeReason)
+	if g := f.getWorker(w.ID); !strings.Contains(g.GoneWhy, wire.ByeDrain) {
+		t.Fatalf("second bye rewrote the reason: %q", g.GoneWhy)
 	}
 }
 

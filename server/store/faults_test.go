@@ -148,7 +148,7 @@ func (f *faultFixture) wantRetired(old, cur, inv string) {
 	if g := f.getWorker(old); g.State != domain.WorkerGone {
 		f.t.Fatalf("the old boot's worker %s is %s, want gone", old, g.State)
 	}
-	if g := f.get(inv); g.State != wire.StateQueued || g.WorkerID != "" || g.Attempt != 1 {
+	if g := f.get(inv); g.State != domain.StateQueued || g.WorkerID != "" || g.Attempt != 1 {
 		f.t.Fatalf("the old worker's invocation is %s on %q attempt %d, want queued again after attempt 1", g.State, g.WorkerID, g.Attempt)
 	}
 	if id, ok, err := f.s.MachineWorker(f.ctx, "m1"); err != nil || !ok || id != cur {
@@ -167,27 +167,27 @@ func (f *faultFixture) wantRetired(old, cur, inv string) {
 func TestFaultTerminalAnswerLost(t *testing.T) {
 	cases := []struct {
 		name  string
-		state string
+		state domain.InvocationState
 		run   func(f *faultFixture) error
 	}{
-		{"ack", wire.StateSucceeded, func(f *faultFixture) error {
+		{"ack", domain.StateSucceeded, func(f *faultFixture) error {
 			w := f.worker("m1", "")
 			inv := f.claimOne(w, f.submit(submitReq()))
 			hit := f.aim("TransactWriteItems", f.fault)
 			resp, err := untilAnswered(f.t, "ack", func() (store.AckResult, error) {
-				return f.ack(w, inv, 1, wire.StateSucceeded)
+				return f.ack(w, inv, 1, domain.StateSucceeded)
 			})
 			hit()
-			if err == nil && resp.State != wire.StateSucceeded {
+			if err == nil && resp.State != domain.StateSucceeded {
 				return fmt.Errorf("ack answered %+v", resp)
 			}
 			// The daemon's spool may resend it once more after a restart.
-			if _, err := f.ack(w, inv, 1, wire.StateSucceeded); err != nil {
+			if _, err := f.ack(w, inv, 1, domain.StateSucceeded); err != nil {
 				return fmt.Errorf("late duplicate ack: %w", err)
 			}
 			return err
 		}},
-		{"cancel queued", wire.StateCancelled, func(f *faultFixture) error {
+		{"cancel queued", domain.StateCancelled, func(f *faultFixture) error {
 			inv := f.submit(submitReq())
 			hit := f.aim("TransactWriteItems", f.fault)
 			_, err := untilAnswered(f.t, "cancel", func() (domain.Invocation, error) { return f.s.Cancel(f.ctx, inv.ID) })
@@ -197,7 +197,7 @@ func TestFaultTerminalAnswerLost(t *testing.T) {
 			}
 			return err
 		}},
-		{"requeue with attempts spent", wire.StateFailed, func(f *faultFixture) error {
+		{"requeue with attempts spent", domain.StateFailed, func(f *faultFixture) error {
 			w := f.worker("m1", "")
 			req := submitReq()
 			req.MaxAttempts = 1
@@ -210,7 +210,7 @@ func TestFaultTerminalAnswerLost(t *testing.T) {
 			hit()
 			return err
 		}},
-		{"requeue with a cancel pending", wire.StateCancelled, func(f *faultFixture) error {
+		{"requeue with a cancel pending", domain.StateCancelled, func(f *faultFixture) error {
 			w := f.worker("m1", "")
 			inv := f.claimOne(w, f.submit(submitReq()))
 			if _, err := f.s.Cancel(f.ctx, inv.ID); err != nil {
@@ -233,7 +233,7 @@ func TestFaultTerminalAnswerLost(t *testing.T) {
 				if err := c.run(f); err != nil {
 					t.Fatal(err)
 				}
-				f.wantStats("q", map[string]int{c.state: 1}, 1)
+				f.wantStats("q", map[domain.InvocationState]int{c.state: 1}, 1)
 			})
 		}
 	}
@@ -295,7 +295,7 @@ func TestFaultClaimAnswerLost(t *testing.T) {
 			if got := f.claimOne(w, inv); got.Attempt != 2 {
 				t.Fatalf("claimed again as attempt %d, want 2", got.Attempt)
 			}
-			f.wantStats("q", map[string]int{wire.StateRunning: 1}, 0)
+			f.wantStats("q", map[domain.InvocationState]int{domain.StateRunning: 1}, 0)
 		})
 	}
 }

@@ -381,7 +381,7 @@ func (s *Store) QueuedByHostKey(ctx context.Context, queue string, limit int) (c
 		TableName:                 aws.String(s.tables.Invocations),
 		IndexName:                 aws.String(indexQueueState),
 		KeyConditionExpression:    aws.String("queue_state = :q"),
-		ExpressionAttributeValues: map[string]types.AttributeValue{":q": str(queue + "#" + domain.StateQueued)},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":q": str(queueState(queue, domain.StateQueued))},
 		ProjectionExpression:      aws.String("host_key, retry_at"),
 	}, func(item map[string]types.AttributeValue) error {
 		var r struct {

@@ -12,7 +12,7 @@ import (
 // follow the stored one (domain.HostStatusMoves) write nothing: the row is
 // returned unchanged. Handing back the work of a host that stopped is the
 // caller's (control.Service.SetHostStatus).
-func (s *Store) UpdateHostStatus(ctx context.Context, id, status string) (domain.Worker, error) {
+func (s *Store) UpdateHostStatus(ctx context.Context, id string, status domain.HostStatus) (domain.Worker, error) {
 	now := s.now()
 	return s.updateWorker(ctx, "set host status", id, nil, noError(func(w domain.Worker) (domain.Worker, bool) {
 		return w.SetHostStatus(status, now)

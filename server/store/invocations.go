@@ -22,7 +22,7 @@ func (s *Store) invocationItem(inv domain.Invocation) (map[string]types.Attribut
 	if err != nil {
 		return nil, fmt.Errorf("encode invocation %s: %w", inv.ID, err)
 	}
-	item["queue_state"] = str(inv.Queue + "#" + inv.State)
+	item["queue_state"] = str(queueState(inv.Queue, inv.State))
 	switch {
 	case inv.State == domain.StateQueued && !inv.RetryAt.IsZero():
 		// Waiting out a retry backoff: out of its queue's claim partition,
@@ -32,7 +32,7 @@ func (s *Store) invocationItem(inv domain.Invocation) (map[string]types.Attribut
 		item["claim_key"] = str(s.claimKey(inv.Queue, inv.HostKey, shardOf(inv.ID, s.ClaimShards)))
 	case inv.State == domain.StateRunning:
 		item["holder"] = str(inv.WorkerID)
-	case domain.Terminal(inv.State) && s.TerminalTTL > 0:
+	case inv.State.Terminal() && s.TerminalTTL > 0:
 		item["expires_at"] = num(inv.FinishedAt.Add(s.TerminalTTL).Unix())
 	}
 	return item, nil
@@ -144,12 +144,12 @@ func (s *Store) putAndCount(ctx context.Context, prev int64, next *domain.Invoca
 		return err
 	}
 	items := []types.TransactWriteItem{{Put: put}}
-	if domain.Terminal(next.State) {
+	if next.State.Terminal() {
 		items = append(items, types.TransactWriteItem{Update: &types.Update{
 			TableName:                 aws.String(s.tables.Queues),
 			Key:                       key("queue", next.Queue),
 			UpdateExpression:          aws.String("ADD done_count :one, #s :one"),
-			ExpressionAttributeNames:  map[string]string{"#s": next.State + "_count"},
+			ExpressionAttributeNames:  map[string]string{"#s": string(next.State) + "_count"},
 			ExpressionAttributeValues: map[string]types.AttributeValue{":one": num(1)},
 		}})
 	}
@@ -217,7 +217,7 @@ type AckResult struct {
 	// queued again as its worker drained), not an outcome: the invocation
 	// is queued again, or ended once max_attempts is spent.
 	HandedBack bool
-	State      string
+	State      domain.InvocationState
 	Queue      string // the invocation's queue, when it was recorded
 	HostKey    string // and its host key (a requeued one wakes a poll for it)
 }
@@ -342,7 +342,7 @@ func (s *Store) Cancel(ctx context.Context, id string) (domain.Invocation, error
 // terminal next with its counters (putAndCount), any other as one
 // versioned put.
 func (s *Store) saveInvocation(ctx context.Context, op string, prev int64, next *domain.Invocation) error {
-	if domain.Terminal(next.State) {
+	if next.State.Terminal() {
 		return s.putAndCount(ctx, prev, next)
 	}
 	put, err := s.invocationPut(prev, next)

@@ -15,7 +15,7 @@ import (
 
 // ListInvocations pages through invocations, optionally of one queue and
 // one state, oldest first (ListQuery).
-func (s *Store) ListInvocations(ctx context.Context, queue, state string, limit int, cursor string) ([]domain.Invocation, string, error) {
+func (s *Store) ListInvocations(ctx context.Context, queue string, state domain.InvocationState, limit int, cursor string) ([]domain.Invocation, string, error) {
 	return s.List(ctx, ListQuery{Queue: queue, State: state, Limit: limit, Cursor: cursor})
 }
 
@@ -29,7 +29,8 @@ const (
 // ListQuery selects a page of invocations: of one queue or every queue,
 // optionally in one state, in an order.
 type ListQuery struct {
-	Queue, State string
+	Queue string
+	State domain.InvocationState
 	// Order is OrderOldest or OrderNewest (by id: by creation
 	// time), or "" for oldest first where an index orders the listing and
 	// no particular order for the whole table.
@@ -55,7 +56,7 @@ func (s *Store) List(ctx context.Context, q ListQuery) ([]domain.Invocation, str
 	var err error
 	switch {
 	case q.Queue != "" && q.State != "":
-		start, err = decodeCursor(q.Cursor, map[string]string{"queue_state": q.Queue + "#" + q.State}, "queue_state", "invocation_id")
+		start, err = decodeCursor(q.Cursor, map[string]string{"queue_state": queueState(q.Queue, q.State)}, "queue_state", "invocation_id")
 	case q.Queue != "":
 		start, err = decodeCursor(q.Cursor, map[string]string{"queue": q.Queue}, "queue", "invocation_id")
 	default:
@@ -94,7 +95,7 @@ func (s *Store) List(ctx context.Context, q ListQuery) ([]domain.Invocation, str
 
 // queueQuery reads up to limit invocations of queue (in state, if set)
 // from the queue or queue_state index, in order.
-func (s *Store) queueQuery(queue, state, order string, limit int) *dynamodb.QueryInput {
+func (s *Store) queueQuery(queue string, state domain.InvocationState, order string, limit int) *dynamodb.QueryInput {
 	in := &dynamodb.QueryInput{
 		TableName:                 aws.String(s.tables.Invocations),
 		IndexName:                 aws.String(indexQueue),
@@ -107,7 +108,7 @@ func (s *Store) queueQuery(queue, state, order string, limit int) *dynamodb.Quer
 	if state != "" {
 		in.IndexName = aws.String(indexQueueState)
 		in.ExpressionAttributeNames["#q"] = "queue_state"
-		in.ExpressionAttributeValues[":q"] = str(queue + "#" + state)
+		in.ExpressionAttributeValues[":q"] = str(queueState(queue, state))
 	}
 	return in
 }

@@ -15,7 +15,6 @@ import (
 	"github.com/dreamlake/lakeshore/server/store"
 	"github.com/dreamlake/lakeshore/server/store/storetest"
 	"github.com/dreamlake/lakeshore/shared/domain"
-	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
 // TestOneOutcomeOneTransaction pins the rule that keeps done_count honest
@@ -41,7 +40,7 @@ func TestOneOutcomeOneTransaction(t *testing.T) {
 	tables := s.Tables()
 
 	w := f.worker("m1", "")
-	for _, state := range []string{wire.StateSucceeded, wire.StateFailed} {
+	for _, state := range []domain.InvocationState{domain.StateSucceeded, domain.StateFailed} {
 		inv := f.claimOne(w, f.submit(submitReq()))
 		f.mustAck(w, inv, 1, state, true)
 	}
@@ -49,21 +48,21 @@ func TestOneOutcomeOneTransaction(t *testing.T) {
 	if _, err := f.s.Cancel(f.ctx, running.ID); err != nil {
 		t.Fatalf("Cancel running: %v", err)
 	}
-	f.mustAck(w, running, 1, wire.StateCancelled, true)
+	f.mustAck(w, running, 1, domain.StateCancelled, true)
 	if _, err := f.s.Cancel(f.ctx, f.submit(submitReq()).ID); err != nil {
 		t.Fatalf("Cancel queued: %v", err)
 	}
 	once := submitReq()
 	once.MaxAttempts = 1
 	spent := f.claimOne(w, f.submit(once))
-	if got, _, err := f.s.Requeue(f.ctx, spent.ID, w.ID, domain.Loss{Kind: domain.EndStale, Why: "worker lost"}); err != nil || got.State != wire.StateFailed {
+	if got, _, err := f.s.Requeue(f.ctx, spent.ID, w.ID, domain.Loss{Kind: domain.EndStale, Why: "worker lost"}); err != nil || got.State != domain.StateFailed {
 		t.Fatalf("Requeue with attempts spent = %s, %v", got.State, err)
 	}
 	pending := f.claimOne(w, f.submit(submitReq()))
 	if _, err := f.s.Cancel(f.ctx, pending.ID); err != nil {
 		t.Fatalf("Cancel: %v", err)
 	}
-	if got, _, err := f.s.Requeue(f.ctx, pending.ID, w.ID, domain.Loss{Kind: domain.EndStale, Why: "worker lost"}); err != nil || got.State != wire.StateCancelled {
+	if got, _, err := f.s.Requeue(f.ctx, pending.ID, w.ID, domain.Loss{Kind: domain.EndStale, Why: "worker lost"}); err != nil || got.State != domain.StateCancelled {
 		t.Fatalf("Requeue with a cancel pending = %s, %v", got.State, err)
 	}
 	stale := f.claimOne(w, f.submit(once))
@@ -71,12 +70,12 @@ func TestOneOutcomeOneTransaction(t *testing.T) {
 	if _, err := f.svc.Sweep(f.ctx); err != nil {
 		t.Fatalf("Sweep: %v", err)
 	}
-	if got := f.get(stale.ID); got.State != wire.StateFailed {
+	if got := f.get(stale.ID); got.State != domain.StateFailed {
 		t.Fatalf("the swept invocation is %s, want failed", got.State)
 	}
 
-	want := map[string]int{wire.StateSucceeded: 1, wire.StateFailed: 3, wire.StateCancelled: 3}
-	got := map[string]int{}
+	want := map[domain.InvocationState]int{domain.StateSucceeded: 1, domain.StateFailed: 3, domain.StateCancelled: 3}
+	got := map[domain.InvocationState]int{}
 	for _, wr := range rec.writes() {
 		terminal, counted, err := checkWrite(wr, tables)
 		if err != nil {
@@ -98,7 +97,7 @@ func TestOneOutcomeOneTransaction(t *testing.T) {
 // checkWrite checks one recorded write against the rule. It reports the
 // terminal state an invocation put in it has ("" if none) and whether the
 // write also counted it.
-func checkWrite(wr any, tables store.TableNames) (terminal string, counted bool, err error) {
+func checkWrite(wr any, tables store.TableNames) (terminal domain.InvocationState, counted bool, err error) {
 	switch in := wr.(type) {
 	case *dynamodb.PutItemInput:
 		if aws.ToString(in.TableName) == tables.Queues {
@@ -120,7 +119,7 @@ func checkWrite(wr any, tables store.TableNames) (terminal string, counted bool,
 		}
 	case *dynamodb.TransactWriteItemsInput:
 		var counters []*types.Update
-		var states []string
+		var states []domain.InvocationState
 		for _, item := range in.TransactItems {
 			if p := item.Put; p != nil {
 				if st := terminalState(p.TableName, p.Item, tables); st != "" {
@@ -142,7 +141,7 @@ func checkWrite(wr any, tables store.TableNames) (terminal string, counted bool,
 		}
 		u := counters[0]
 		expr := aws.ToString(u.UpdateExpression)
-		if expr != "ADD done_count :one, #s :one" || u.ExpressionAttributeNames["#s"] != states[0]+"_count" {
+		if expr != "ADD done_count :one, #s :one" || u.ExpressionAttributeNames["#s"] != string(states[0])+"_count" {
 			return states[0], false, fmt.Errorf("the counter update %q (#s = %s) does not add one to done_count and %s_count", expr, u.ExpressionAttributeNames["#s"], states[0])
 		}
 		if n, ok := u.ExpressionAttributeValues[":one"].(*types.AttributeValueMemberN); !ok || n.Value != "1" {
@@ -155,12 +154,12 @@ func checkWrite(wr any, tables store.TableNames) (terminal string, counted bool,
 
 // terminalState is the terminal state of an invocation row put into table,
 // or "".
-func terminalState(table *string, item map[string]types.AttributeValue, tables store.TableNames) string {
+func terminalState(table *string, item map[string]types.AttributeValue, tables store.TableNames) domain.InvocationState {
 	if aws.ToString(table) != tables.Invocations {
 		return ""
 	}
-	if s, ok := item["state"].(*types.AttributeValueMemberS); ok && wire.Terminal(s.Value) {
-		return s.Value
+	if s, ok := item["state"].(*types.AttributeValueMemberS); ok && domain.InvocationState(s.Value).Terminal() {
+		return domain.InvocationState(s.Value)
 	}
 	return ""
 }

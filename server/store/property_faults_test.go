@@ -88,7 +88,7 @@ func TestStorePropertyUnderFaults(t *testing.T) {
 			m := &propModel{
 				ctx: ctx, s: s, svc: storetest.Control(s), clock: c, read: truth,
 				machines: map[string]*mMachine{}, workers: map[string]*mWorker{}, invs: map[string]*mInv{},
-				seenAttempt: map[string]int{}, seenTerminal: map[string]string{},
+				seenAttempt: map[string]int{}, seenTerminal: map[string]domain.InvocationState{},
 			}
 			f := &faultModel{propModel: m, tr: tr, truth: truth, steps: &steps}
 			f.run(rt)
@@ -258,7 +258,7 @@ func (f *faultModel) claim(rt *rapid.T) {
 		rt.Fatalf("claim: %v", err)
 	}
 	for _, c := range res.Claimed {
-		if c.State != wire.StateRunning || c.WorkerID != id {
+		if c.State != domain.StateRunning || c.WorkerID != id {
 			rt.Fatalf("claim answered %s in state %s on %s", c.ID, c.State, c.WorkerID)
 		}
 		f.workers[id].runs[c.ID] = c.Attempt
@@ -292,19 +292,19 @@ func (f *faultModel) ack(rt *rapid.T) {
 		rt.Skip("never claimed")
 	}
 	a := rapid.SampledFrom(inv.attempts).Draw(rt, "attempt")
-	state := rapid.SampledFrom([]string{wire.StateSucceeded, wire.StateFailed, wire.StateCancelled}).Draw(rt, "state")
+	state := rapid.SampledFrom([]domain.InvocationState{domain.StateSucceeded, domain.StateFailed, domain.StateCancelled}).Draw(rt, "state")
 	f.ackAs(rt, inv, a.worker, a.n, state)
 }
 
 // ackAs sends worker's ack of attempt n until it is answered, and checks the
 // answer against what the store then holds.
-func (f *faultModel) ackAs(rt *rapid.T, inv *mInv, workerID string, n int, state string) {
+func (f *faultModel) ackAs(rt *rapid.T, inv *mInv, workerID string, n int, state domain.InvocationState) {
 	rt.Helper()
 	w := f.workers[workerID]
 	rt.Logf("ack %s attempt %d by %s as %s [model: %s attempt %d]", inv.id, n, workerID, state, inv.state, inv.attempt)
 	exit := 0
 	resp, err := retry(rt, "ack", func() (store.AckResult, error) {
-		return f.svc.Ack(f.ctx, wire.AckRequest{WorkerID: workerID, InvocationID: inv.id, Attempt: n, State: state, ExitCode: &exit}.Outcome(), nil, w.hash)
+		return f.svc.Ack(f.ctx, wire.AckRequest{WorkerID: workerID, InvocationID: inv.id, Attempt: n, State: string(state), ExitCode: &exit}.Outcome(), nil, w.hash)
 	})
 	delete(w.runs, inv.id)
 	if wire.CodeOf(err) == wire.CodeUnauthorized {
@@ -316,9 +316,9 @@ func (f *faultModel) ackAs(rt *rapid.T, inv *mInv, workerID string, n int, state
 	switch {
 	case resp.Recorded && (got.State != state || resp.State != state):
 		rt.Fatalf("ack of %s answered recorded %s, but the store has %s", inv.id, resp.State, got.State)
-	case !resp.Recorded && wire.Terminal(resp.State) && got.State != resp.State:
+	case !resp.Recorded && resp.State.Terminal() && got.State != resp.State:
 		rt.Fatalf("ack of %s answered not recorded, state %s, but the store has %s", inv.id, resp.State, got.State)
-	case state == wire.StateCancelled && got.State == wire.StateCancelled && !inv.cancelRequested && !got.CancelRequested:
+	case state == domain.StateCancelled && got.State == domain.StateCancelled && !inv.cancelRequested && !got.CancelRequested:
 		rt.Fatalf("ack cancelled %s although nobody cancelled it", inv.id)
 	}
 }
@@ -384,7 +384,7 @@ func (f *faultModel) submit(rt *rapid.T) {
 	if _, dup := f.invs[inv.ID]; dup {
 		rt.Fatalf("submit with a new key answered an old invocation %s", inv.ID)
 	}
-	f.invs[inv.ID] = &mInv{id: inv.ID, state: wire.StateQueued, maxAttempts: maxAttempts}
+	f.invs[inv.ID] = &mInv{id: inv.ID, state: domain.StateQueued, maxAttempts: maxAttempts}
 	f.iOrder = append(f.iOrder, inv.ID)
 	f.clock.Advance(time.Millisecond)
 }
@@ -402,7 +402,7 @@ func (f *faultModel) cancel(rt *rapid.T) {
 	// A conflict is right for a finished invocation, and for a queued one
 	// whose first try cancelled it (the retry finds it finished): either
 	// way it is now finished. The resync checks the rest.
-	inv.cancelRequested = inv.cancelRequested || err == nil || !wire.Terminal(inv.state)
+	inv.cancelRequested = inv.cancelRequested || err == nil || !inv.state.Terminal()
 }
 
 func (f *faultModel) returnFromStale(rt *rapid.T) {
@@ -422,10 +422,10 @@ func (f *faultModel) returnFromStale(rt *rapid.T) {
 	}
 	for _, invID := range believed {
 		inv, n := f.invs[invID], w.runs[invID]
-		if inv.state == wire.StateRunning && inv.holder == id && inv.attempt == n && !inv.cancelRequested {
+		if inv.state == domain.StateRunning && inv.holder == id && inv.attempt == n && !inv.cancelRequested {
 			continue
 		}
-		f.ackAs(rt, inv, id, n, wire.StateCancelled)
+		f.ackAs(rt, inv, id, n, domain.StateCancelled)
 	}
 }
 
@@ -447,7 +447,7 @@ func (f *faultModel) resync(rt *rapid.T) {
 			want.attempts = append(want.attempts, mAttempt{n: a.Attempt, worker: a.WorkerID})
 		}
 		want.holder = ""
-		if got.State == wire.StateRunning {
+		if got.State == domain.StateRunning {
 			want.holder = got.WorkerID
 		}
 	}
@@ -476,7 +476,7 @@ func (f *faultModel) resync(rt *rapid.T) {
 // One step moves it by at most one claim.
 func invTransition(want *mInv, got domain.Invocation) string {
 	switch {
-	case wire.Terminal(want.state) && got.State != want.state:
+	case want.state.Terminal() && got.State != want.state:
 		return "a terminal state changed"
 	case got.Attempt < want.attempt:
 		return "the attempt went back"
@@ -486,9 +486,9 @@ func invTransition(want *mInv, got domain.Invocation) string {
 		return "attempts were lost"
 	case want.cancelRequested && !got.CancelRequested:
 		return "an operator's cancel was forgotten"
-	case got.State == wire.StateCancelled && !got.CancelRequested:
+	case got.State == domain.StateCancelled && !got.CancelRequested:
 		return "cancelled, but nobody cancelled it"
-	case got.State == wire.StateRunning && got.Attempt != want.attempt+1 && want.state != wire.StateRunning:
+	case got.State == domain.StateRunning && got.Attempt != want.attempt+1 && want.state != domain.StateRunning:
 		return "running without a claim"
 	}
 	for i, a := range want.attempts {
@@ -514,7 +514,7 @@ func (f *faultModel) drainQueue(rt *rapid.T) {
 	}
 	st, err := f.truth.QueueStats(f.ctx, propQueue)
 	propWant(rt, "queue stats", err, "")
-	if n := st.Counts[wire.StateQueued]; n != 0 {
+	if n := st.Counts[domain.StateQueued]; n != 0 {
 		rt.Fatalf("%d queued invocations no claim reaches", n)
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"sort"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -114,7 +113,7 @@ type mAttempt struct {
 // mInv is the model of one invocation.
 type mInv struct {
 	id              string
-	state           string
+	state           domain.InvocationState
 	attempt         int
 	maxAttempts     int
 	holder          string // worker of the current attempt while running
@@ -140,7 +139,7 @@ type propModel struct {
 
 	// what the last check read, for the monotonic properties
 	seenAttempt  map[string]int
-	seenTerminal map[string]string
+	seenTerminal map[string]domain.InvocationState
 }
 
 func newPropModel(rt *rapid.T, db *dynamodb.Client, prefix string) *propModel {
@@ -160,7 +159,7 @@ func newPropModel(rt *rapid.T, db *dynamodb.Client, prefix string) *propModel {
 		workers:      map[string]*mWorker{},
 		invs:         map[string]*mInv{},
 		seenAttempt:  map[string]int{},
-		seenTerminal: map[string]string{},
+		seenTerminal: map[string]domain.InvocationState{},
 	}
 }
 
@@ -214,7 +213,7 @@ func (m *propModel) liveWorkers() []string {
 func (m *propModel) heldBy(workerID string) []*mInv {
 	var out []*mInv
 	for _, id := range m.iOrder {
-		if inv := m.invs[id]; inv.state == wire.StateRunning && inv.holder == workerID {
+		if inv := m.invs[id]; inv.state == domain.StateRunning && inv.holder == workerID {
 			out = append(out, inv)
 		}
 	}
@@ -225,11 +224,11 @@ func (m *propModel) heldBy(workerID string) []*mInv {
 func (m *propModel) requeue(inv *mInv) {
 	switch {
 	case inv.cancelRequested:
-		inv.state = wire.StateCancelled
+		inv.state = domain.StateCancelled
 	case inv.attempt >= inv.maxAttempts:
-		inv.state = wire.StateFailed
+		inv.state = domain.StateFailed
 	default:
-		inv.state = wire.StateQueued
+		inv.state = domain.StateQueued
 	}
 	inv.holder = ""
 }
@@ -331,7 +330,7 @@ func (m *propModel) claim(rt *rapid.T) {
 	propWant(rt, "claim", err, "")
 	queued := 0
 	for _, inv := range m.invs {
-		if inv.state == wire.StateQueued {
+		if inv.state == domain.StateQueued {
 			queued++
 		}
 	}
@@ -340,15 +339,15 @@ func (m *propModel) claim(rt *rapid.T) {
 	}
 	for _, c := range res.Claimed {
 		inv, ok := m.invs[c.ID]
-		if !ok || inv.state != wire.StateQueued {
+		if !ok || inv.state != domain.StateQueued {
 			rt.Fatalf("claim handed out %s, which the model has in state %v", c.ID, inv)
 		}
-		if c.Attempt != inv.attempt+1 || c.WorkerID != id || c.State != wire.StateRunning {
+		if c.Attempt != inv.attempt+1 || c.WorkerID != id || c.State != domain.StateRunning {
 			rt.Fatalf("claim of %s: attempt %d worker %s state %s, want attempt %d worker %s running",
 				c.ID, c.Attempt, c.WorkerID, c.State, inv.attempt+1, id)
 		}
 		inv.attempt++
-		inv.state = wire.StateRunning
+		inv.state = domain.StateRunning
 		inv.holder = id
 		inv.attempts = append(inv.attempts, mAttempt{n: inv.attempt, worker: id})
 		m.workers[id].runs[inv.id] = inv.attempt
@@ -375,7 +374,7 @@ func (m *propModel) ack(rt *rapid.T) {
 		workerID = rapid.SampledFrom(m.wOrder).Draw(rt, "worker")
 		attempt = rapid.IntRange(1, len(inv.attempts)+1).Draw(rt, "attempt")
 	}
-	state := rapid.SampledFrom([]string{wire.StateSucceeded, wire.StateFailed, wire.StateCancelled}).Draw(rt, "state")
+	state := rapid.SampledFrom([]domain.InvocationState{domain.StateSucceeded, domain.StateFailed, domain.StateCancelled}).Draw(rt, "state")
 	w := m.workers[workerID]
 	hash := w.hash
 	revoked := rapid.IntRange(0, 9).Draw(rt, "token") == 0
@@ -385,32 +384,32 @@ func (m *propModel) ack(rt *rapid.T) {
 	rt.Logf("ack %s attempt %d by %s (%s) as %s revokedToken=%v [model: %s attempt %d holder %s]",
 		inv.id, attempt, workerID, mode, state, revoked, inv.state, inv.attempt, inv.holder)
 	exit := 0
-	resp, err := m.svc.Ack(m.ctx, wire.AckRequest{WorkerID: workerID, InvocationID: inv.id, Attempt: attempt, State: state, ExitCode: &exit}.Outcome(), nil, hash)
+	resp, err := m.svc.Ack(m.ctx, wire.AckRequest{WorkerID: workerID, InvocationID: inv.id, Attempt: attempt, State: string(state), ExitCode: &exit}.Outcome(), nil, hash)
 
 	m.expectAck(rt, inv, workerID, attempt, state, revoked, resp, err)
 }
 
 // expectAck checks an ack's answer against the model and applies it.
-func (m *propModel) expectAck(rt *rapid.T, inv *mInv, workerID string, attempt int, state string, revoked bool, resp store.AckResult, err error) {
+func (m *propModel) expectAck(rt *rapid.T, inv *mInv, workerID string, attempt int, state domain.InvocationState, revoked bool, resp store.AckResult, err error) {
 	rt.Helper()
 	ran := attempt >= 1 && attempt <= len(inv.attempts) && inv.attempts[attempt-1].worker == workerID
 	// A cancelled outcome confirms an operator's cancel of the attempt that
 	// runs now; from any other attempt (superseded) or without a cancel it
 	// is nobody's cancel, and changes nothing.
-	confirmsCancel := inv.cancelRequested && inv.state == wire.StateRunning && inv.holder == workerID && inv.attempt == attempt
+	confirmsCancel := inv.cancelRequested && inv.state == domain.StateRunning && inv.holder == workerID && inv.attempt == attempt
 	if ran && m.workers[workerID].runs[inv.id] == attempt {
 		delete(m.workers[workerID].runs, inv.id)
 	}
 	switch {
 	case !ran:
 		propWant(rt, "ack by a worker that did not run the attempt", err, wire.CodeForbidden)
-	case state == wire.StateCancelled && !wire.Terminal(inv.state) && !confirmsCancel:
+	case state == domain.StateCancelled && !inv.state.Terminal() && !confirmsCancel:
 		propWant(rt, "cancelled ack nobody asked for", err, "")
 		if resp.Recorded || resp.State != inv.state {
 			rt.Fatalf("cancelled ack of %s attempt %d by %s (model: %s attempt %d holder %s cancel_requested %v): recorded %v state %s, want a no-op (recorded false, state %s)",
 				inv.id, attempt, workerID, inv.state, inv.attempt, inv.holder, inv.cancelRequested, resp.Recorded, resp.State, inv.state)
 		}
-	case wire.Terminal(inv.state):
+	case inv.state.Terminal():
 		propWant(rt, "ack of a finished invocation", err, "")
 		if resp.Recorded || resp.State != inv.state {
 			rt.Fatalf("ack of %s (already %s): recorded %v state %s, want recorded false state %s",
@@ -508,7 +507,7 @@ func (m *propModel) submit(rt *rapid.T) {
 		rt.Fatalf("submit reused invocation id %s", inv.ID)
 	}
 	rt.Logf("submit %s max_attempts %d", inv.ID, maxAttempts)
-	m.invs[inv.ID] = &mInv{id: inv.ID, state: wire.StateQueued, maxAttempts: maxAttempts}
+	m.invs[inv.ID] = &mInv{id: inv.ID, state: domain.StateQueued, maxAttempts: maxAttempts}
 	m.iOrder = append(m.iOrder, inv.ID)
 	m.clock.Advance(time.Millisecond) // ids sort in submit order
 }
@@ -521,10 +520,10 @@ func (m *propModel) cancel(rt *rapid.T) {
 	rt.Logf("cancel %s [model: %s]", inv.id, inv.state)
 	got, err := m.s.Cancel(m.ctx, inv.id)
 	switch inv.state {
-	case wire.StateQueued:
+	case domain.StateQueued:
 		propWant(rt, "cancel queued", err, "")
-		inv.state, inv.cancelRequested = wire.StateCancelled, true
-	case wire.StateRunning:
+		inv.state, inv.cancelRequested = domain.StateCancelled, true
+	case domain.StateRunning:
 		propWant(rt, "cancel running", err, "")
 		inv.cancelRequested = true
 	default:
@@ -555,13 +554,13 @@ func (m *propModel) returnFromStale(rt *rapid.T) {
 	w.lastSeen = m.clock.Now()
 	for _, invID := range believed {
 		inv, n := m.invs[invID], w.runs[invID]
-		if inv.state == wire.StateRunning && inv.holder == id && inv.attempt == n && !inv.cancelRequested {
+		if inv.state == domain.StateRunning && inv.holder == id && inv.attempt == n && !inv.cancelRequested {
 			continue // still its own: it runs on
 		}
 		exit := 137
 		resp, err := m.svc.Ack(m.ctx, wire.AckRequest{WorkerID: id, InvocationID: invID, Attempt: n, State: wire.StateCancelled, ExitCode: &exit}.Outcome(), nil, w.hash)
 		rt.Logf("  %s attempt %d acks cancelled [model: %s attempt %d holder %s]", invID, n, inv.state, inv.attempt, inv.holder)
-		m.expectAck(rt, inv, id, n, wire.StateCancelled, false, resp, err)
+		m.expectAck(rt, inv, id, n, domain.StateCancelled, false, resp, err)
 	}
 }
 
@@ -575,14 +574,14 @@ func (m *propModel) reader() *store.Store {
 }
 
 func (m *propModel) check(rt *rapid.T) {
-	counts := map[string]int{}
+	counts := map[domain.InvocationState]int{}
 	for _, id := range m.iOrder {
 		want := m.invs[id]
 		got, err := m.reader().GetInvocation(m.ctx, id)
 		if err != nil {
 			rt.Fatalf("invocation %s lost: %v", id, err)
 		}
-		if !slices.Contains(wire.InvocationStates, got.State) {
+		if !slices.Contains(domain.InvocationStates, got.State) {
 			rt.Fatalf("invocation %s in unknown state %q", id, got.State)
 		}
 		counts[got.State]++
@@ -593,10 +592,10 @@ func (m *propModel) check(rt *rapid.T) {
 		if prev, ok := m.seenTerminal[id]; ok && got.State != prev {
 			rt.Fatalf("invocation %s: terminal state %s changed to %s", id, prev, got.State)
 		}
-		if wire.Terminal(got.State) {
+		if got.State.Terminal() {
 			m.seenTerminal[id] = got.State
 		}
-		if got.State == wire.StateCancelled && !got.CancelRequested {
+		if got.State == domain.StateCancelled && !got.CancelRequested {
 			rt.Fatalf("invocation %s is cancelled, but no operator cancelled it (lost work)", id)
 		}
 		for i, a := range got.Attempts {
@@ -615,7 +614,7 @@ func (m *propModel) check(rt *rapid.T) {
 				rt.Fatalf("invocation %s attempt %d: worker %s, model %s", id, a.Attempt, a.WorkerID, want.attempts[i].worker)
 			}
 		}
-		if got.State == wire.StateRunning {
+		if got.State == domain.StateRunning {
 			last := got.Attempts[len(got.Attempts)-1]
 			if got.WorkerID != want.holder || last.Attempt != got.Attempt || last.WorkerID != got.WorkerID {
 				rt.Fatalf("running invocation %s: worker %s, last attempt %+v; model holder %s", id, got.WorkerID, last, want.holder)
@@ -636,7 +635,7 @@ func (m *propModel) check(rt *rapid.T) {
 	for _, id := range m.iOrder {
 		want := m.invs[id]
 		var wantHolders []string
-		if want.state == wire.StateRunning {
+		if want.state == domain.StateRunning {
 			wantHolders = []string{want.holder}
 		}
 		if !slices.Equal(holders[id], wantHolders) {
@@ -646,8 +645,8 @@ func (m *propModel) check(rt *rapid.T) {
 
 	st, err := m.reader().QueueStats(m.ctx, propQueue)
 	propWant(rt, "queue stats", err, "")
-	done := counts[wire.StateSucceeded] + counts[wire.StateFailed] + counts[wire.StateCancelled]
-	for _, state := range wire.InvocationStates {
+	done := counts[domain.StateSucceeded] + counts[domain.StateFailed] + counts[domain.StateCancelled]
+	for _, state := range domain.InvocationStates {
 		if st.Counts[state] != counts[state] {
 			rt.Fatalf("queue stats count %s = %d, but %d invocations read %s (stats %v)", state, st.Counts[state], counts[state], state, fmtCounts(st.Counts))
 		}
@@ -662,7 +661,7 @@ func (m *propModel) check(rt *rapid.T) {
 			rt.Fatalf("%s_count = %d, but %d invocations read %s (%v)", state, n, counts[state], state, fmtCounts(counts))
 		}
 	}
-	if total := counts[wire.StateQueued] + counts[wire.StateRunning] + done; total != len(m.iOrder) {
+	if total := counts[domain.StateQueued] + counts[domain.StateRunning] + done; total != len(m.iOrder) {
 		rt.Fatalf("%d invocations read, %d submitted", total, len(m.iOrder))
 	}
 }
@@ -683,9 +682,9 @@ func invIDsOf(invs []domain.Invocation) []string {
 	return out
 }
 
-func fmtCounts(c map[string]int) string {
+func fmtCounts(c map[domain.InvocationState]int) string {
 	keys := slices.Collect(maps.Keys(c))
-	sort.Strings(keys)
+	slices.Sort(keys)
 	var b strings.Builder
 	for _, k := range keys {
 		fmt.Fprintf(&b, "%s=%d ", k, c[k])

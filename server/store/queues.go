@@ -26,7 +26,7 @@ func (s *Store) QueueStats(ctx context.Context, queue string) (domain.QueueStats
 	}
 	st := domain.QueueStats{Queue: queue, Counts: c.ByState(), DoneCount: c.Done}
 	for _, state := range domain.InvocationStates {
-		if domain.Terminal(state) {
+		if state.Terminal() {
 			continue
 		}
 		n, err := s.countLive(ctx, queue, state)
@@ -40,19 +40,19 @@ func (s *Store) QueueStats(ctx context.Context, queue string) (domain.QueueStats
 
 // countLive counts the invocations of queue in live state (queued or
 // running) from its partition of the queue_state index.
-func (s *Store) countLive(ctx context.Context, queue, state string) (int, error) {
+func (s *Store) countLive(ctx context.Context, queue string, state domain.InvocationState) (int, error) {
 	n := 0
 	in := &dynamodb.QueryInput{
 		TableName:                 aws.String(s.tables.Invocations),
 		IndexName:                 aws.String(indexQueueState),
 		KeyConditionExpression:    aws.String("queue_state = :q"),
-		ExpressionAttributeValues: map[string]types.AttributeValue{":q": str(queue + "#" + state)},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":q": str(queueState(queue, state))},
 		Select:                    types.SelectCount,
 	}
 	for {
 		out, err := s.db.Query(ctx, in)
 		if err != nil {
-			return 0, storeErr("count "+state+" of "+queue, err)
+			return 0, storeErr("count "+string(state)+" of "+queue, err)
 		}
 		n += int(out.Count)
 		if out.LastEvaluatedKey == nil {
@@ -74,8 +74,8 @@ type QueueCounters struct {
 }
 
 // ByState maps each terminal state to its count.
-func (c QueueCounters) ByState() map[string]int {
-	return map[string]int{domain.StateSucceeded: c.Succeeded, domain.StateFailed: c.Failed, domain.StateCancelled: c.Cancelled}
+func (c QueueCounters) ByState() map[domain.InvocationState]int {
+	return map[domain.InvocationState]int{domain.StateSucceeded: c.Succeeded, domain.StateFailed: c.Failed, domain.StateCancelled: c.Cancelled}
 }
 
 // Counters reads queue's counters row (strongly consistent); a queue
@@ -151,7 +151,7 @@ func (s *Store) OldestQueued(ctx context.Context, queue string) (time.Time, bool
 		TableName:                 aws.String(s.tables.Invocations),
 		IndexName:                 aws.String(indexQueueState),
 		KeyConditionExpression:    aws.String("queue_state = :q"),
-		ExpressionAttributeValues: map[string]types.AttributeValue{":q": str(queue + "#" + domain.StateQueued)},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":q": str(queueState(queue, domain.StateQueued))},
 		Limit:                     aws.Int32(1),
 	})
 	if err != nil {

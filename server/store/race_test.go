@@ -144,12 +144,12 @@ func checkClaims(t *testing.T, f *fixture, ps []*poller, want []domain.Invocatio
 	}
 	for _, inv := range want {
 		got := f.get(inv.ID)
-		if got.State != wire.StateRunning || got.Attempt != 1 || got.WorkerID != holder[inv.ID] || len(got.Attempts) != 1 {
+		if got.State != domain.StateRunning || got.Attempt != 1 || got.WorkerID != holder[inv.ID] || len(got.Attempts) != 1 {
 			t.Fatalf("%s stored as %s attempt %d by %s (%d attempts), claimed by %s",
 				inv.ID, got.State, got.Attempt, got.WorkerID, len(got.Attempts), holder[inv.ID])
 		}
 	}
-	f.wantStats("q", map[string]int{wire.StateRunning: len(want)}, 0)
+	f.wantStats("q", map[domain.InvocationState]int{domain.StateRunning: len(want)}, 0)
 	t.Logf("%d pollers claimed %d invocations with %d lost races", len(ps), len(want), conflicts)
 }
 
@@ -285,7 +285,7 @@ func TestRaceLateAndCurrentAcks(t *testing.T) {
 			var wg sync.WaitGroup
 			for i, inv := range invs {
 				for j, w := range []domain.Worker{a, bw} {
-					state := []string{wire.StateSucceeded, wire.StateFailed}[j]
+					state := []domain.InvocationState{domain.StateSucceeded, domain.StateFailed}[j]
 					wg.Go(func() {
 						<-start
 						resp, err := f.ackAs(f.hash(w.ID), ackReq(w, inv, j+1, state))
@@ -310,7 +310,7 @@ func TestRaceLateAndCurrentAcks(t *testing.T) {
 					t.Fatalf("%s: stored %s, acks answered %s and %s", invs[i].ID, got.State, r[0].resp.State, r[1].resp.State)
 				}
 			}
-			if st := f.stats("q"); st.DoneCount != n || st.Counts[wire.StateSucceeded]+st.Counts[wire.StateFailed] != n {
+			if st := f.stats("q"); st.DoneCount != n || st.Counts[domain.StateSucceeded]+st.Counts[domain.StateFailed] != n {
 				t.Fatalf("stats %+v, want done_count %d", st, n)
 			}
 		})
@@ -343,7 +343,7 @@ func TestRaceReaperAndAck(t *testing.T) {
 			for i, inv := range invs {
 				wg.Go(func() {
 					<-start
-					acks[i], errs[2*i] = f.ackAs(f.hash(w.ID), ackReq(w, inv, 1, wire.StateSucceeded))
+					acks[i], errs[2*i] = f.ackAs(f.hash(w.ID), ackReq(w, inv, 1, domain.StateSucceeded))
 				})
 				wg.Go(func() {
 					<-start
@@ -359,22 +359,22 @@ func TestRaceReaperAndAck(t *testing.T) {
 			for i, inv := range invs {
 				got := f.get(inv.ID)
 				switch {
-				case acks[i].Recorded && got.State == wire.StateSucceeded:
+				case acks[i].Recorded && got.State == domain.StateSucceeded:
 					succeeded++
-				case !acks[i].Recorded && got.State == wire.StateFailed && got.Error != nil && got.Error.Type == wire.ErrorTypeWorkerLost:
+				case !acks[i].Recorded && got.State == domain.StateFailed && got.Error != nil && got.Error.Type == wire.ErrorTypeWorkerLost:
 					failed++
 				default:
 					t.Fatalf("%s: ack %+v, requeue answered %s, stored %s", inv.ID, acks[i], requeued[i].State, got.State)
 				}
 			}
-			f.wantStats("q", nonZero(map[string]int{wire.StateSucceeded: succeeded, wire.StateFailed: failed}), n)
+			f.wantStats("q", nonZero(map[domain.InvocationState]int{domain.StateSucceeded: succeeded, domain.StateFailed: failed}), n)
 			t.Logf("%d acks won, %d reaper failures won", succeeded, failed)
 		})
 	}
 }
 
 // nonZero drops the zero counts of m.
-func nonZero(m map[string]int) map[string]int {
+func nonZero(m map[domain.InvocationState]int) map[domain.InvocationState]int {
 	for k, v := range m {
 		if v == 0 {
 			delete(m, k)

@@ -24,12 +24,12 @@ type workerRecord struct {
 	HostKey            string             `dynamodbav:"host_key,omitempty"`
 	MaxConcurrency     int                `dynamodbav:"max_concurrency"`
 	CurrentInvocations int                `dynamodbav:"current_invocations"`
-	State              string             `dynamodbav:"state"`
-	Phase              string             `dynamodbav:"phase,omitempty"`
-	HostStatus         string             `dynamodbav:"host_status,omitempty"`
+	State              domain.WorkerState `dynamodbav:"state"`
+	Phase              domain.Phase       `dynamodbav:"phase,omitempty"`
+	HostStatus         domain.HostStatus  `dynamodbav:"host_status,omitempty"`
 	TokenHash          string             `dynamodbav:"token_hash"`
-	ByeReason          string             `dynamodbav:"bye_reason,omitempty"`
-	GoneKind           string             `dynamodbav:"gone_kind,omitempty"`
+	GoneWhy            string             `dynamodbav:"bye_reason,omitempty"`
+	GoneKind           domain.EndKind     `dynamodbav:"gone_kind,omitempty"`
 	LastSetupResult    *setupResultRecord `dynamodbav:"last_setup_result,omitempty"`
 	CreatedAt          time.Time          `dynamodbav:"created_at"`
 	LastSeenAt         time.Time          `dynamodbav:"last_seen_at"`
@@ -53,18 +53,18 @@ type adoptionRecord struct {
 
 // hostRecord is the stored form of domain.Host.
 type hostRecord struct {
-	ID         string    `dynamodbav:"host_id"`
-	Queue      string    `dynamodbav:"queue"`
-	HostKey    string    `dynamodbav:"host_key,omitempty"`
-	HostSetup  []string  `dynamodbav:"host_setup,omitempty"`
-	State      string    `dynamodbav:"state"`
-	InstanceID string    `dynamodbav:"instance_id,omitempty"`
-	Market     string    `dynamodbav:"market,omitempty"`
-	Reason     string    `dynamodbav:"reason,omitempty"`
-	CreatedAt  time.Time `dynamodbav:"created_at"`
-	LaunchedAt time.Time `dynamodbav:"launched_at,omitempty"`
-	EndedAt    time.Time `dynamodbav:"ended_at,omitempty"`
-	Failure    string    `dynamodbav:"failure,omitempty"`
+	ID         string             `dynamodbav:"host_id"`
+	Queue      string             `dynamodbav:"queue"`
+	HostKey    string             `dynamodbav:"host_key,omitempty"`
+	HostSetup  []string           `dynamodbav:"host_setup,omitempty"`
+	State      domain.LaunchState `dynamodbav:"state"`
+	InstanceID string             `dynamodbav:"instance_id,omitempty"`
+	Market     string             `dynamodbav:"market,omitempty"`
+	Reason     string             `dynamodbav:"reason,omitempty"`
+	CreatedAt  time.Time          `dynamodbav:"created_at"`
+	LaunchedAt time.Time          `dynamodbav:"launched_at,omitempty"`
+	EndedAt    time.Time          `dynamodbav:"ended_at,omitempty"`
+	Failure    string             `dynamodbav:"failure,omitempty"`
 	// ExpiresAt (Unix seconds, the table's TTL) is HostRetention after an
 	// ended host's end; a host alive never expires.
 	ExpiresAt int64 `dynamodbav:"expires_at,omitempty"`
@@ -109,31 +109,31 @@ type retryPolicyRecord struct {
 
 // invocationRecord is the stored form of domain.Invocation.
 type invocationRecord struct {
-	ID              string             `dynamodbav:"invocation_id"`
-	Queue           string             `dynamodbav:"queue"`
-	State           string             `dynamodbav:"state"`
-	Attempt         int                `dynamodbav:"attempt"`
-	MaxAttempts     int                `dynamodbav:"max_attempts"`
-	Argv            []string           `dynamodbav:"argv"`
-	Env             map[string]string  `dynamodbav:"env,omitempty"`
-	RunConfig       runConfigRecord    `dynamodbav:"run_config"`
-	TimeoutS        int                `dynamodbav:"timeout_s,omitempty"`
-	HostKey         string             `dynamodbav:"host_key,omitempty"`
-	WorkerID        string             `dynamodbav:"worker_id,omitempty"`
-	Attempts        []attemptRecord    `dynamodbav:"attempts,omitempty"`
-	Retry           *retryPolicyRecord `dynamodbav:"retry,omitempty"`
-	RetryAt         time.Time          `dynamodbav:"retry_at,omitempty"`
-	ExitCode        *int               `dynamodbav:"exit_code,omitempty"`
-	ResultBlob      string             `dynamodbav:"result_blob,omitempty"`
-	Error           *errorInfoRecord   `dynamodbav:"error,omitempty"`
-	StdoutTail      string             `dynamodbav:"stdout_tail,omitempty"`
-	StderrTail      string             `dynamodbav:"stderr_tail,omitempty"`
-	CancelRequested bool               `dynamodbav:"cancel_requested,omitempty"`
-	IdempotencyKey  string             `dynamodbav:"idempotency_key,omitempty"`
-	CreatedAt       time.Time          `dynamodbav:"created_at"`
-	StartedAt       time.Time          `dynamodbav:"started_at,omitempty"`
-	FinishedAt      time.Time          `dynamodbav:"finished_at,omitempty"`
-	Version         int64              `dynamodbav:"version"`
+	ID              string                 `dynamodbav:"invocation_id"`
+	Queue           string                 `dynamodbav:"queue"`
+	State           domain.InvocationState `dynamodbav:"state"`
+	Attempt         int                    `dynamodbav:"attempt"`
+	MaxAttempts     int                    `dynamodbav:"max_attempts"`
+	Argv            []string               `dynamodbav:"argv"`
+	Env             map[string]string      `dynamodbav:"env,omitempty"`
+	RunConfig       runConfigRecord        `dynamodbav:"run_config"`
+	TimeoutS        int                    `dynamodbav:"timeout_s,omitempty"`
+	HostKey         string                 `dynamodbav:"host_key,omitempty"`
+	WorkerID        string                 `dynamodbav:"worker_id,omitempty"`
+	Attempts        []attemptRecord        `dynamodbav:"attempts,omitempty"`
+	Retry           *retryPolicyRecord     `dynamodbav:"retry,omitempty"`
+	RetryAt         time.Time              `dynamodbav:"retry_at,omitempty"`
+	ExitCode        *int                   `dynamodbav:"exit_code,omitempty"`
+	ResultBlob      string                 `dynamodbav:"result_blob,omitempty"`
+	Error           *errorInfoRecord       `dynamodbav:"error,omitempty"`
+	StdoutTail      string                 `dynamodbav:"stdout_tail,omitempty"`
+	StderrTail      string                 `dynamodbav:"stderr_tail,omitempty"`
+	CancelRequested bool                   `dynamodbav:"cancel_requested,omitempty"`
+	IdempotencyKey  string                 `dynamodbav:"idempotency_key,omitempty"`
+	CreatedAt       time.Time              `dynamodbav:"created_at"`
+	StartedAt       time.Time              `dynamodbav:"started_at,omitempty"`
+	FinishedAt      time.Time              `dynamodbav:"finished_at,omitempty"`
+	Version         int64                  `dynamodbav:"version"`
 }
 
 // setupCommandRecord is the stored form of domain.SetupCommand.
@@ -192,7 +192,7 @@ func toWorkerRecord(v domain.Worker) workerRecord {
 		Phase:              v.Phase,
 		HostStatus:         v.HostStatus,
 		TokenHash:          v.TokenHash,
-		ByeReason:          v.ByeReason,
+		GoneWhy:            v.GoneWhy,
 		GoneKind:           v.GoneKind,
 		LastSetupResult:    ptrMap(v.LastSetupResult, toSetupResultRecord),
 		CreatedAt:          v.CreatedAt,
@@ -223,7 +223,7 @@ func (r workerRecord) domain() domain.Worker {
 		Phase:              r.Phase,
 		HostStatus:         r.HostStatus,
 		TokenHash:          r.TokenHash,
-		ByeReason:          r.ByeReason,
+		GoneWhy:            r.GoneWhy,
 		GoneKind:           r.GoneKind,
 		LastSetupResult:    ptrMap(r.LastSetupResult, setupResultRecord.domain),
 		CreatedAt:          r.CreatedAt,

@@ -52,7 +52,7 @@ const (
 	indexClaim      = "claim"       // claim_key = queue#host_key, only while queued
 	indexHolder     = "holder"      // holder = worker id, only while running
 	indexQueue      = "queue"       // every invocation of a queue
-	indexQueueState = "queue_state" // queue_state = queue#state
+	indexQueueState = "queue_state" // queue_state = queue#state (queueState)
 )
 
 // Defaults of the knobs on Store.
@@ -154,7 +154,14 @@ func key(name, value string) map[string]types.AttributeValue {
 	return map[string]types.AttributeValue{name: &types.AttributeValueMemberS{Value: value}}
 }
 
-func str(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
+// queueState is an invocation's key in the queue_state index.
+func queueState(queue string, state domain.InvocationState) string {
+	return queue + "#" + string(state)
+}
+
+func str[S ~string](v S) types.AttributeValue {
+	return &types.AttributeValueMemberS{Value: string(v)}
+}
 
 func num(v int64) types.AttributeValue {
 	return &types.AttributeValueMemberN{Value: strconv.FormatInt(v, 10)}

@@ -277,7 +277,7 @@ func (s *Store) Heartbeat(ctx context.Context, id string, p domain.Poll, auth Au
 // own bye when auth is its token (domain.Worker.Leave), else a retirement
 // that keeps its last_seen_at (domain.Worker.Retire). It reports whether this call made it gone (false:
 // it already was). It does not requeue; callers follow with control.Service.HandBack.
-func (s *Store) MarkGone(ctx context.Context, id string, auth Authorize, kind, why string) (domain.Worker, bool, error) {
+func (s *Store) MarkGone(ctx context.Context, id string, auth Authorize, kind domain.EndKind, why string) (domain.Worker, bool, error) {
 	now := s.now()
 	left := false
 	w, err := s.updateWorker(ctx, "mark gone", id, auth, noError(func(w domain.Worker) (domain.Worker, bool) {

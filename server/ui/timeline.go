@@ -64,7 +64,7 @@ func barClass(a wire.Attempt) string {
 		return "running"
 	case wire.StateSucceeded, wire.StateFailed, wire.StateCancelled:
 		return a.Outcome
-	case domain.EndSuperseded:
+	case string(domain.EndSuperseded):
 		return "superseded"
 	default: // stale, gone, bye, omitted, requeued: taken back and handed on
 		return "handed-back"

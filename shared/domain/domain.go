@@ -8,24 +8,36 @@ import (
 	"time"
 )
 
+// WorkerState is where a worker is in its lifecycle (docs/states.md).
+type WorkerState string
+
 // Stored worker states, and the two computed on read (stale; gone also from
 // host status).
 const (
-	WorkerPending   = "pending"
-	WorkerJoining   = "joining"
-	WorkerActive    = "active"
-	WorkerSettingUp = "setting_up"
-	WorkerDraining  = "draining"
-	WorkerGone      = "gone"
-	WorkerStale     = "stale" // computed only, never stored
+	WorkerPending   WorkerState = "pending"
+	WorkerJoining   WorkerState = "joining"
+	WorkerActive    WorkerState = "active"
+	WorkerSettingUp WorkerState = "setting_up"
+	WorkerDraining  WorkerState = "draining"
+	WorkerGone      WorkerState = "gone"
+	WorkerStale     WorkerState = "stale" // computed only, never stored
 )
 
-// Host statuses, written by the launcher side (EC2), never by the daemon.
+// WorkerStates lists every state a worker reads (stored, and the computed
+// stale), in lifecycle order.
+var WorkerStates = []WorkerState{WorkerPending, WorkerJoining, WorkerActive, WorkerSettingUp,
+	WorkerDraining, WorkerStale, WorkerGone}
+
+// HostStatus is what the launcher side (EC2) says of a worker's host; the
+// daemon never writes it.
+type HostStatus string
+
+// Host statuses.
 const (
-	HostPending    = "pending"
-	HostRunning    = "running"
-	HostStopped    = "stopped"
-	HostTerminated = "terminated"
+	HostPending    HostStatus = "pending"
+	HostRunning    HostStatus = "running"
+	HostStopped    HostStatus = "stopped"
+	HostTerminated HostStatus = "terminated"
 )
 
 // DefaultStaleAfter is how long a worker may be silent before it reads stale.

@@ -10,7 +10,10 @@ import (
 // "Projection onto Worker.state" table, plus the flips it must never widen.
 func TestPollTransitionProjectionTable(t *testing.T) {
 	cases := []struct {
-		name, cur, phase, want string
+		name  string
+		cur   WorkerState
+		phase Phase
+		want  WorkerState
 	}{
 		// The seed's table, row by row.
 		{"absent: joining becomes active on the first poll", WorkerJoining, "", WorkerActive},
@@ -42,12 +45,12 @@ func TestPollTransitionProjectionTable(t *testing.T) {
 }
 
 func TestPollTransitionNeverRevivesGone(t *testing.T) {
-	for _, phase := range []string{"", PhaseSetup, PhaseReady, PhaseDraining, PhaseTerminating} {
+	for _, phase := range []Phase{"", PhaseSetup, PhaseReady, PhaseDraining, PhaseTerminating} {
 		if _, err := PollTransition(WorkerGone, phase); !errors.Is(err, ErrGone) {
 			t.Fatalf("phase %q revived a gone worker: err = %v", phase, err)
 		}
 	}
-	for _, cur := range []string{WorkerActive, WorkerDraining} {
+	for _, cur := range []WorkerState{WorkerActive, WorkerDraining} {
 		if _, err := PollTransition(cur, "booting"); !errors.Is(err, ErrInvalid) {
 			t.Fatalf("phase booting accepted on %s: %v", cur, err)
 		}
@@ -63,7 +66,7 @@ func TestProject(t *testing.T) {
 	cases := []struct {
 		name string
 		w    Worker
-		want string
+		want WorkerState
 	}{
 		{"stored state stands while heard from", Worker{State: WorkerActive, LastSeenAt: fresh}, WorkerActive},
 		{"silence past stale_after reads stale", Worker{State: WorkerActive, LastSeenAt: old}, WorkerStale},
@@ -133,7 +136,7 @@ func TestHeldBy(t *testing.T) {
 // it must also be treated as gone where the rules act — no claims, and its
 // poll refused — not only where an operator reads it.
 func TestRetiredHost(t *testing.T) {
-	for _, host := range []string{HostStopped, HostTerminated} {
+	for _, host := range []HostStatus{HostStopped, HostTerminated} {
 		w := Worker{State: WorkerActive, Phase: PhaseReady, HostStatus: host, MaxConcurrency: 1}
 		if !Retired(w) {
 			t.Errorf("host %s: not retired", host)
@@ -168,7 +171,7 @@ func TestAckRecords(t *testing.T) {
 		inv      Invocation
 		worker   string
 		attempt  int
-		state    string
+		state    InvocationState
 		recorded bool
 	}{
 		{"current attempt succeeded", base, "b", 2, StateSucceeded, true},

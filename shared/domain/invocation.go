@@ -80,26 +80,30 @@ func (p *RetryPolicy) backoff(n int) time.Duration {
 	return min(d, MaxRetryBackoff)
 }
 
-// How an attempt that has no recorded outcome ended (Attempt.Outcome).
+// EndKind is how an attempt that has no recorded outcome ended
+// (Attempt.Outcome), and how a worker was retired (Worker.GoneKind).
+type EndKind string
+
+// End kinds.
 const (
-	EndStale      = "stale"      // its worker went silent past the stale window
-	EndGone       = "gone"       // its worker is gone: a new boot, its host stopped or terminated
-	EndBye        = "bye"        // its worker said bye while it ran
-	EndOmitted    = "omitted"    // its worker's poll no longer listed it
-	EndSuperseded = "superseded" // another attempt's outcome was recorded first
-	EndRequeued   = AckRequeued  // its body asked to be handed back as its worker drained
+	EndStale      EndKind = "stale"      // its worker went silent past the stale window
+	EndGone       EndKind = "gone"       // its worker is gone: a new boot, its host stopped or terminated
+	EndBye        EndKind = "bye"        // its worker said bye while it ran
+	EndOmitted    EndKind = "omitted"    // its worker's poll no longer listed it
+	EndSuperseded EndKind = "superseded" // another attempt's outcome was recorded first
+	EndRequeued   EndKind = "requeued"   // its body asked to be handed back as its worker drained (AckRequeued)
 )
 
 // Loss says why a worker's attempt was taken back: Kind is an End* kind,
 // Why the words for logs and the history.
 type Loss struct {
-	Kind string
+	Kind EndKind
 	Why  string
 }
 
 func (l Loss) String() string {
 	if l.Why == "" {
-		return l.Kind
+		return string(l.Kind)
 	}
 	return l.Why
 }
@@ -113,7 +117,7 @@ func (inv Invocation) attemptIndex(n int) int {
 type Invocation struct {
 	ID          string
 	Queue       string
-	State       string
+	State       InvocationState
 	Attempt     int
 	MaxAttempts int
 	Argv        []string
@@ -154,9 +158,9 @@ func (inv Invocation) HeldBy(workerID string, n int) bool {
 // after an operator asked for the cancel: an attempt the control plane
 // stopped because it was superseded was never cancelled by anyone, and its
 // invocation runs on elsewhere. Nothing is recorded on a terminal invocation.
-func (inv Invocation) AckRecords(workerID string, n int, state string) bool {
+func (inv Invocation) AckRecords(workerID string, n int, state InvocationState) bool {
 	switch {
-	case Terminal(inv.State) || !inv.HeldBy(workerID, n):
+	case inv.State.Terminal() || !inv.HeldBy(workerID, n):
 		return false
 	case state == StateCancelled:
 		return inv.CancelRequested && inv.Running(workerID) && inv.Attempt == n
@@ -259,7 +263,7 @@ type Outcome struct {
 	InvocationID string
 	WorkerID     string
 	Attempt      int
-	State        string // succeeded, failed or cancelled
+	State        InvocationState // succeeded, failed, cancelled, or AckRequeued
 	ExitCode     *int
 	ResultBlob   string // JSON, "" for none
 	Error        *ErrorInfo
@@ -276,7 +280,7 @@ type Outcome struct {
 // The history shows o's attempt ended with o (Recorded), and an attempt
 // still running elsewhere as superseded: its worker is told to stop.
 func (inv Invocation) Record(o Outcome, now time.Time) (Invocation, bool, error) {
-	if !Terminal(o.State) && o.State != AckRequeued {
+	if !o.State.Terminal() && o.State != AckRequeued {
 		return inv, false, refuse(KindInvalid, "outcome state %q is not succeeded, failed, cancelled or requeued", o.State)
 	}
 	if !inv.HeldBy(o.WorkerID, o.Attempt) {
@@ -302,7 +306,7 @@ func (inv Invocation) Record(o Outcome, now time.Time) (Invocation, bool, error)
 	next.FinishedAt = now
 	next.Attempts = slices.Clone(inv.Attempts)
 	if inv.State == StateRunning && inv.Attempt != o.Attempt {
-		next.end(inv.Attempt, EndSuperseded, fmt.Sprintf("attempt %d's outcome was recorded first", o.Attempt), now)
+		next.end(inv.Attempt, string(EndSuperseded), fmt.Sprintf("attempt %d's outcome was recorded first", o.Attempt), now)
 	}
 	a := &next.Attempts[next.attemptIndex(o.Attempt)]
 	var why []string
@@ -313,7 +317,7 @@ func (inv Invocation) Record(o Outcome, now time.Time) (Invocation, bool, error)
 		why = append(why, fmt.Sprintf("reported after the attempt was taken back (%s)", a.Outcome))
 	}
 	a.Reason = strings.Join(why, "; ")
-	a.Outcome, a.ExitCode, a.Recorded, a.EndedAt = o.State, o.ExitCode, true, now
+	a.Outcome, a.ExitCode, a.Recorded, a.EndedAt = string(o.State), o.ExitCode, true, now
 	return next, true, nil
 }
 
@@ -363,7 +367,7 @@ func (inv Invocation) retry(o Outcome, now time.Time) Invocation {
 	next.RetryAt = now.Add(wait)
 	next.Attempts = slices.Clone(inv.Attempts)
 	a := &next.Attempts[next.attemptIndex(o.Attempt)]
-	a.Outcome, a.ExitCode, a.EndedAt, a.Retried = o.State, o.ExitCode, now, true
+	a.Outcome, a.ExitCode, a.EndedAt, a.Retried = string(o.State), o.ExitCode, now, true
 	a.Reason = fmt.Sprintf("%s; retried after %s (retry policy)", o.Error, wait)
 	return next
 }
@@ -395,7 +399,7 @@ func (next *Invocation) end(n int, outcome, reason string, now time.Time) {
 // command and its cancelled outcome counts. A finished one is a conflict.
 func (inv Invocation) Cancel(now time.Time) (Invocation, bool, error) {
 	switch {
-	case Terminal(inv.State):
+	case inv.State.Terminal():
 		return inv, false, refuse(KindConflict, "invocation %s is already %s", inv.ID, inv.State)
 	case inv.State == StateRunning && inv.CancelRequested:
 		return inv, false, nil
@@ -424,7 +428,7 @@ func (inv Invocation) Requeue(workerID string, loss Loss, now time.Time) (Invoca
 	next := inv
 	next.WorkerID = ""
 	next.Attempts = slices.Clone(inv.Attempts)
-	next.end(inv.Attempt, loss.Kind, loss.Why, now)
+	next.end(inv.Attempt, string(loss.Kind), loss.Why, now)
 	switch {
 	case inv.CancelRequested:
 		next.State = StateCancelled

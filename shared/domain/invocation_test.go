@@ -31,10 +31,10 @@ func invocationStates() map[string]Invocation {
 	lastAttempt.MaxAttempts = 2
 	out := map[string]Invocation{"queued": queued, "requeued": requeued, "running": running,
 		"running, cancel asked": cancelAsked, "running its last attempt": lastAttempt}
-	for _, s := range []string{StateSucceeded, StateFailed, StateCancelled} {
+	for _, s := range []InvocationState{StateSucceeded, StateFailed, StateCancelled} {
 		done := running
 		done.State, done.FinishedAt = s, t0
-		out[s] = done
+		out[string(s)] = done
 	}
 	return out
 }
@@ -44,7 +44,7 @@ func invocationStates() map[string]Invocation {
 type step struct {
 	code    Kind
 	changed bool
-	state   string
+	state   InvocationState
 }
 
 func (s step) String() string {
@@ -147,8 +147,8 @@ func TestInvocationTransitions(t *testing.T) {
 			"requeue from a":                    {0, false, R},
 		},
 	}
-	for _, done := range []string{S, F, C} {
-		want[done] = map[string]step{
+	for _, done := range []InvocationState{S, F, C} {
+		want[string(done)] = map[string]step{
 			"claim by c":                        {conflict, false, done},
 			"record succeeded by b (attempt 2)": {0, false, done},
 			"record failed by b (attempt 2)":    {0, false, done},
@@ -292,7 +292,7 @@ func TestAttemptHistory(t *testing.T) {
 	}
 
 	lost, _ := inv.Requeue("a", Loss{EndStale, "worker stale: silent for 1m5s"}, at(2))
-	if got := lost.Attempts[0]; got.Outcome != EndStale || !got.EndedAt.Equal(at(2)) || got.Reason != "worker stale: silent for 1m5s" || got.Recorded {
+	if got := lost.Attempts[0]; got.Outcome != string(EndStale) || !got.EndedAt.Equal(at(2)) || got.Reason != "worker stale: silent for 1m5s" || got.Recorded {
 		t.Fatalf("taken back from a stale worker: %+v", got)
 	}
 	if inv.Attempts[0].Outcome != "" {
@@ -306,11 +306,11 @@ func TestAttemptHistory(t *testing.T) {
 		t.Fatalf("a's late success: %v %v", ok, err)
 	}
 	first, second := late.Attempts[0], late.Attempts[1]
-	if first.Outcome != StateSucceeded || !first.Recorded || first.ExitCode == nil || *first.ExitCode != 0 ||
+	if first.Outcome != string(StateSucceeded) || !first.Recorded || first.ExitCode == nil || *first.ExitCode != 0 ||
 		!first.EndedAt.Equal(at(4)) || !strings.Contains(first.Reason, "taken back (stale)") {
 		t.Errorf("attempt 1 after its late outcome: %+v", first)
 	}
-	if second.Outcome != EndSuperseded || second.Recorded || !second.EndedAt.Equal(at(4)) || second.Reason != "attempt 1's outcome was recorded first" {
+	if second.Outcome != string(EndSuperseded) || second.Recorded || !second.EndedAt.Equal(at(4)) || second.Reason != "attempt 1's outcome was recorded first" {
 		t.Errorf("attempt 2, running when attempt 1's outcome won: %+v", second)
 	}
 	if again.Attempts[1].Outcome != "" || len(again.Attempts) != 2 {
@@ -318,7 +318,7 @@ func TestAttemptHistory(t *testing.T) {
 	}
 
 	// Attempt 2's own outcome no longer counts, and its history stays.
-	if after, ok, _ := late.Record(Outcome{WorkerID: "b", Attempt: 2, State: StateCancelled}, at(5)); ok || after.Attempts[1].Outcome != EndSuperseded {
+	if after, ok, _ := late.Record(Outcome{WorkerID: "b", Attempt: 2, State: StateCancelled}, at(5)); ok || after.Attempts[1].Outcome != string(EndSuperseded) {
 		t.Errorf("b's cancelled outcome after the supersede: %v %+v", ok, after.Attempts[1])
 	}
 
@@ -327,13 +327,13 @@ func TestAttemptHistory(t *testing.T) {
 	code := 3
 	failed, _, _ := again.Record(Outcome{WorkerID: "b", Attempt: 2, State: StateFailed, ExitCode: &code,
 		Error: &ErrorInfo{Type: "timeout", Message: "ran past timeout_s 5"}}, at(5))
-	if got := failed.Attempts[1]; got.Outcome != StateFailed || !got.Recorded || *got.ExitCode != 3 || got.Reason != "timeout: ran past timeout_s 5" {
+	if got := failed.Attempts[1]; got.Outcome != string(StateFailed) || !got.Recorded || *got.ExitCode != 3 || got.Reason != "timeout: ran past timeout_s 5" {
 		t.Errorf("a failed outcome: %+v", got)
 	}
 	spent := again
 	spent.MaxAttempts = 2
 	gone, _ := spent.Requeue("b", Loss{EndBye, "bye: drain"}, at(5))
-	if gone.State != StateFailed || gone.Attempts[1].Outcome != EndBye || gone.Attempts[1].Recorded {
+	if gone.State != StateFailed || gone.Attempts[1].Outcome != string(EndBye) || gone.Attempts[1].Recorded {
 		t.Errorf("the last attempt lost: %s %+v", gone.State, gone.Attempts[1])
 	}
 }
@@ -365,7 +365,7 @@ func TestRetryPolicy(t *testing.T) {
 	inv := NewInvocation("inv_1", Spec{Queue: "q", MaxAttempts: 3, Retry: &RetryPolicy{ExitCodes: []int{3}, BackoffS: 10}}, t0)
 
 	r1, ok := fail(claim(inv, at(0)), &three, ErrorTypeExitCode, at(1))
-	if !ok || r1.State != StateQueued || !r1.RetryAt.Equal(at(11)) || r1.Attempts[0].Outcome != StateFailed ||
+	if !ok || r1.State != StateQueued || !r1.RetryAt.Equal(at(11)) || r1.Attempts[0].Outcome != string(StateFailed) ||
 		!r1.Attempts[0].Retried || r1.Attempts[0].Recorded || r1.FinishedAt != (time.Time{}) {
 		t.Fatalf("first failure: %s retry at %v, %+v", r1.State, r1.RetryAt, r1.Attempts[0])
 	}
@@ -430,7 +430,7 @@ func TestRequeuedAck(t *testing.T) {
 	if err != nil || !ok || back.State != StateQueued || back.WorkerID != "" || !back.FinishedAt.IsZero() {
 		t.Fatalf("requeued: %v %v %+v", ok, err, back)
 	}
-	if got := back.Attempts[0]; got.Outcome != EndRequeued || got.Recorded || got.ExitCode == nil || *got.ExitCode != 75 ||
+	if got := back.Attempts[0]; got.Outcome != string(EndRequeued) || got.Recorded || got.ExitCode == nil || *got.ExitCode != 75 ||
 		!got.EndedAt.Equal(at(2)) || !strings.Contains(got.Reason, "asked to be handed back as worker a drained") {
 		t.Errorf("the requeued attempt's history: %+v", got)
 	}
@@ -494,7 +494,7 @@ func TestLateRequeuedAckOfAnEarlierAttemptOfTheSameWorker(t *testing.T) {
 	if got := late.Attempts[1]; got.Outcome != "" || !got.EndedAt.IsZero() {
 		t.Errorf("attempt 2's history after the late report: %+v, want it still running", got)
 	}
-	if got := late.Attempts[0]; got.Outcome != EndStale {
+	if got := late.Attempts[0]; got.Outcome != string(EndStale) {
 		t.Errorf("attempt 1's history after the late report: %+v, want it still stale", got)
 	}
 }

@@ -178,7 +178,7 @@ type Host struct {
 	ID         string
 	Key        ProvisionKey
 	HostSetup  []string
-	State      string
+	State      LaunchState
 	InstanceID string
 	// Market is how it was bought: "spot" or "on-demand".
 	Market string
@@ -267,12 +267,15 @@ func (h KeyHold) After(ended Host, pol BackoffPolicy) KeyHold {
 	return next
 }
 
-// States of a launched host (Host.State).
+// LaunchState is where a host the provisioner launched is (Host.State).
+type LaunchState string
+
+// Launch states.
 const (
-	LaunchReserved = "reserved" // counted against the caps; the EC2 call is next
-	LaunchRunning  = "launched" // EC2 started the instance
-	LaunchFailed   = "failed"   // EC2 refused (Reason); its demand counts again
-	LaunchEnded    = "ended"    // let go: it never said hello in time, or its worker left
+	LaunchReserved LaunchState = "reserved" // counted against the caps; the EC2 call is next
+	LaunchRunning  LaunchState = "launched" // EC2 started the instance
+	LaunchFailed   LaunchState = "failed"   // EC2 refused (Reason); its demand counts again
+	LaunchEnded    LaunchState = "ended"    // let go: it never said hello in time, or its worker left
 )
 
 // Alive reports whether h counts against the caps: reserved or launched,
@@ -291,7 +294,7 @@ func (h Host) Launched(instance, market string, now time.Time) (Host, error) {
 
 // Ended reports h over at now in state (LaunchFailed or LaunchEnded) for
 // reason, and whether that changes it.
-func (h Host) Ended(state, reason string, now time.Time) (Host, bool) {
+func (h Host) Ended(state LaunchState, reason string, now time.Time) (Host, bool) {
 	if !h.Alive() {
 		return h, false
 	}

@@ -171,7 +171,7 @@ func TestKeyHoldAfter(t *testing.T) {
 	t0 := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
 	k, other := ProvisionKey{"q", "hk1_a"}, ProvisionKey{"q", "hk1_b"}
 	pol := BackoffPolicy{Min: 30 * time.Second, Max: 10 * time.Minute, MaxFailures: 3, StopFor: 6 * time.Hour}
-	ended := func(key ProvisionKey, at time.Duration, state, failure string) Host {
+	ended := func(key ProvisionKey, at time.Duration, state LaunchState, failure string) Host {
 		return Host{ID: "host_" + at.String(), Key: key, State: state, Failure: failure, EndedAt: t0.Add(at), Reason: failure}
 	}
 	setup := func(at time.Duration) Host { return ended(k, at, LaunchEnded, HostSetupFailed) }

@@ -9,13 +9,17 @@ import (
 // The words of the lifecycle. Their values are the ones the wire API and
 // the tables use, so the edges map them by value; docs/states.md draws them.
 
+// InvocationState is where an invocation is in its lifecycle. A worker's
+// outcome also carries one (succeeded or failed), or AckRequeued.
+type InvocationState string
+
 // Invocation states.
 const (
-	StateQueued    = "queued"
-	StateRunning   = "running"
-	StateSucceeded = "succeeded"
-	StateFailed    = "failed"
-	StateCancelled = "cancelled"
+	StateQueued    InvocationState = "queued"
+	StateRunning   InvocationState = "running"
+	StateSucceeded InvocationState = "succeeded"
+	StateFailed    InvocationState = "failed"
+	StateCancelled InvocationState = "cancelled"
 )
 
 // queueName starts with a letter or digit: a name of dots only ("." or "..")
@@ -26,33 +30,37 @@ var queueName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
 func ValidQueue(q string) bool { return queueName.MatchString(q) }
 
 // InvocationStates lists every invocation state, in lifecycle order.
-var InvocationStates = []string{StateQueued, StateRunning, StateSucceeded, StateFailed, StateCancelled}
+var InvocationStates = []InvocationState{StateQueued, StateRunning, StateSucceeded, StateFailed, StateCancelled}
 
 // QueueStats are a queue's counts by state (queued and running: the live
 // work; succeeded, failed, cancelled: totals since the queue began) and
 // DoneCount, the terminal transitions, each counted once.
 type QueueStats struct {
 	Queue     string
-	Counts    map[string]int
+	Counts    map[InvocationState]int
 	DoneCount int
 }
 
-// Terminal reports whether an invocation state is final.
-func Terminal(state string) bool {
-	return state == StateSucceeded || state == StateFailed || state == StateCancelled
+// Terminal reports whether s is final.
+func (s InvocationState) Terminal() bool {
+	return s == StateSucceeded || s == StateFailed || s == StateCancelled
 }
 
 // AckRequeued is the state of a worker's report that hands an attempt
 // back: its body asked to be queued again during a drain. It is not an
-// invocation state.
-const AckRequeued = "requeued"
+// invocation state: an invocation is never stored in it.
+const AckRequeued InvocationState = "requeued"
 
-// Daemon phases (docs/design.md §6), as its poll reports them.
+// Phase is a daemon's phase (docs/design.md §6), as its poll reports it;
+// "" when it reported none (a daemon older than phases).
+type Phase string
+
+// Daemon phases.
 const (
-	PhaseSetup       = "setup"
-	PhaseReady       = "ready"
-	PhaseDraining    = "draining"
-	PhaseTerminating = "terminating"
+	PhaseSetup       Phase = "setup"
+	PhaseReady       Phase = "ready"
+	PhaseDraining    Phase = "draining"
+	PhaseTerminating Phase = "terminating"
 )
 
 // The commands a poll answers a daemon with (Command.Type).

@@ -18,17 +18,17 @@ type Worker struct {
 	HostKey            string
 	MaxConcurrency     int
 	CurrentInvocations int
-	State              string
-	Phase              string
-	HostStatus         string
+	State              WorkerState
+	Phase              Phase
+	HostStatus         HostStatus
 	TokenHash          string
-	// ByeReason says why it was retired, in words: its bye, the new boot
+	// GoneWhy says why it was retired, in words: its bye, the new boot
 	// that replaced it, its host, the provisioner or the sweep.
-	ByeReason string
+	GoneWhy string
 	// GoneKind is how it was retired (Retire): EndBye when it said bye,
 	// EndGone otherwise (a new boot replaced it, its host went, it was let
 	// go or retired silent). Its held work is handed back as that kind.
-	GoneKind        string
+	GoneKind        EndKind
 	LastSetupResult *SetupResult
 	CreatedAt       time.Time
 	LastSeenAt      time.Time
@@ -108,7 +108,7 @@ func (w Worker) AskToAdopt(a Adoption, now time.Time, staleAfter time.Duration) 
 // w at now. Gone is never relabelled; a stopped or terminated host reads
 // gone; silence longer than staleAfter reads stale; otherwise the stored
 // state stands.
-func Project(w Worker, now time.Time, staleAfter time.Duration) string {
+func Project(w Worker, now time.Time, staleAfter time.Duration) WorkerState {
 	switch {
 	case Retired(w):
 		return WorkerGone
@@ -139,9 +139,9 @@ func StateWhy(w Worker, now time.Time, staleAfter time.Duration) (time.Time, str
 	case WorkerGone:
 		switch {
 		case HostGone(w.HostStatus) && w.State != WorkerGone:
-			return w.GoneSince(), "its host is " + w.HostStatus
-		case w.ByeReason != "":
-			return w.GoneSince(), w.ByeReason
+			return w.GoneSince(), "its host is " + string(w.HostStatus)
+		case w.GoneWhy != "":
+			return w.GoneSince(), w.GoneWhy
 		default:
 			return w.GoneSince(), "gone"
 		}
@@ -159,7 +159,7 @@ func Retired(w Worker) bool {
 
 // HostGone reports whether a host status makes its worker read gone: the
 // instance stopped or terminated, so the daemon on it is dead.
-func HostGone(status string) bool {
+func HostGone(status HostStatus) bool {
 	return status == HostStopped || status == HostTerminated
 }
 
@@ -167,7 +167,7 @@ func HostGone(status string) bool {
 // moves forward. A stopped instance's daemon is dead even if the instance
 // starts again (it boots a new daemon, which says hello as a new worker),
 // and a terminated instance never comes back.
-var hostRank = map[string]int{
+var hostRank = map[HostStatus]int{
 	"":             0,
 	HostPending:    1,
 	HostRunning:    1, // pending ⇄ running both mean alive
@@ -177,7 +177,7 @@ var hostRank = map[string]int{
 
 // ValidHostStatus reports whether status is one of the host statuses a
 // worker row may carry (pending, running, stopped, terminated).
-func ValidHostStatus(status string) bool {
+func ValidHostStatus(status HostStatus) bool {
 	_, ok := hostRank[status]
 	return ok && status != ""
 }
@@ -186,7 +186,7 @@ func ValidHostStatus(status string) bool {
 // to differs, and it does not move back from stopped or terminated (that
 // would revive a worker whose work was already handed back) nor from
 // terminated to stopped.
-func HostStatusMoves(from, to string) bool {
+func HostStatusMoves(from, to HostStatus) bool {
 	if from == to || !ValidHostStatus(to) {
 		return false
 	}
@@ -201,7 +201,7 @@ func HostStatusMoves(from, to string) bool {
 // worker in stored state cur to (phase "" means an old daemon that sends
 // none). It never widens the allowed flips: draining never returns to
 // active or setting_up, and a gone worker is not revived (ErrWorkerGone).
-func PollTransition(cur, phase string) (string, error) {
+func PollTransition(cur WorkerState, phase Phase) (WorkerState, error) {
 	if cur == WorkerGone {
 		return "", refuse(KindGone, "worker is gone; say hello again")
 	}
@@ -232,7 +232,7 @@ func PollTransition(cur, phase string) (string, error) {
 // (an old daemon that reports no phase, whose stored state alone decides).
 // Setup, draining and terminating never claim. It is the phase half of
 // AcceptsWork, the one claim gate on the server.
-func PhaseClaims(phase string) bool { return phase == PhaseReady || phase == "" }
+func PhaseClaims(phase Phase) bool { return phase == PhaseReady || phase == "" }
 
 // AcceptsWork reports whether a worker may be handed new invocations, and
 // if not, why. setupPending is whether its setup FIFO holds unreported
@@ -242,9 +242,9 @@ func AcceptsWork(w Worker, setupPending bool) (bool, string) {
 	case Retired(w):
 		return false, "retired"
 	case w.State != WorkerActive:
-		return false, "state " + w.State
+		return false, "state " + string(w.State)
 	case !PhaseClaims(w.Phase):
-		return false, "phase " + w.Phase
+		return false, "phase " + string(w.Phase)
 	case setupPending:
 		return false, "setup commands pending"
 	case w.Adopting() != "":
@@ -268,7 +268,7 @@ type Bye struct {
 // for work.
 type Poll struct {
 	WorkerID string
-	Phase    string // "" from an old daemon that sends none
+	Phase    Phase  // "" from an old daemon that sends none
 	Queue    string // the queue it polls ("": any of its lanes)
 	HostKey  string // "" leaves the worker's key as it is
 	// MaxConcurrency and CurrentInvocations are its updated capabilities;
@@ -375,7 +375,7 @@ func (w Worker) ReplacedAlive() (Worker, bool) {
 	}
 	next := w
 	next.MachineConflict = true
-	next.ByeReason += fmt.Sprintf("; it polled again after that, so it was still running: another process uses machine id %s (two hosts from one image?)", w.MachineID)
+	next.GoneWhy += fmt.Sprintf("; it polled again after that, so it was still running: another process uses machine id %s (two hosts from one image?)", w.MachineID)
 	return next, true
 }
 
@@ -385,14 +385,14 @@ func (w Worker) ReplacedAlive() (Worker, bool) {
 // last_seen_at stays when it was last heard from; GoneAt is when it was
 // retired. What it held is handed back by the caller
 // (Invocation.Requeue), so its count is zero from now.
-func (w Worker) Retire(kind, why string, now time.Time) (Worker, bool) {
+func (w Worker) Retire(kind EndKind, why string, now time.Time) (Worker, bool) {
 	if w.State == WorkerGone {
 		return w, false
 	}
 	next := w
 	next.State = WorkerGone
 	next.CurrentInvocations = 0
-	next.ByeReason, next.GoneKind = why, kind
+	next.GoneWhy, next.GoneKind = why, kind
 	next.GoneAt = now
 	return next, true
 }
@@ -417,7 +417,7 @@ func (w Worker) Drain() (Worker, bool, error) {
 // only moves forward (HostStatusMoves). The host going stopped or
 // terminated makes the worker read gone from now: GoneAt is when the sweep
 // starts counting its look for held work.
-func (w Worker) SetHostStatus(status string, now time.Time) (Worker, bool) {
+func (w Worker) SetHostStatus(status HostStatus, now time.Time) (Worker, bool) {
 	if w.State == WorkerGone || !HostStatusMoves(w.HostStatus, status) {
 		return w, false
 	}
@@ -466,13 +466,13 @@ func (w Worker) LostWhy(now time.Time, staleAfter time.Duration) (Loss, bool) {
 			return Loss{}, false
 		}
 		if HostGone(w.HostStatus) {
-			return Loss{EndGone, "worker gone: host " + w.HostStatus}, true
+			return Loss{EndGone, "worker gone: host " + string(w.HostStatus)}, true
 		}
 		if w.GoneKind == EndBye {
-			return Loss{EndBye, "worker gone: " + w.ByeReason}, true
+			return Loss{EndBye, "worker gone: " + w.GoneWhy}, true
 		}
-		if w.ByeReason != "" {
-			return Loss{EndGone, "worker gone: " + w.ByeReason}, true
+		if w.GoneWhy != "" {
+			return Loss{EndGone, "worker gone: " + w.GoneWhy}, true
 		}
 		return Loss{EndGone, "worker gone"}, true
 	default:
@@ -568,6 +568,6 @@ func (w Worker) HostStatusMayChange() bool {
 
 // OwesDrain reports whether a poll in phase must carry a drain command to
 // w: an operator asked it to drain and the daemon is not draining yet.
-func (w Worker) OwesDrain(phase string) bool {
+func (w Worker) OwesDrain(phase Phase) bool {
 	return w.State == WorkerDraining && phase != PhaseDraining && phase != PhaseTerminating
 }

@@ -10,7 +10,7 @@ import (
 
 func TestHostStatusMoves(t *testing.T) {
 	for _, tc := range []struct {
-		from, to string
+		from, to HostStatus
 		want     bool
 	}{
 		{"", "running", true},
@@ -39,8 +39,8 @@ func TestHostStatusMoves(t *testing.T) {
 func TestWorkerTransitions(t *testing.T) {
 	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	base := Worker{ID: "wrk_1", Lanes: []string{"q"}, MaxConcurrency: 2, CurrentInvocations: 1, LastSeenAt: now.Add(-time.Second)}
-	states := map[string]Worker{}
-	for _, s := range []string{WorkerPending, WorkerJoining, WorkerActive, WorkerSettingUp, WorkerDraining, WorkerGone} {
+	states := map[WorkerState]Worker{}
+	for _, s := range []WorkerState{WorkerPending, WorkerJoining, WorkerActive, WorkerSettingUp, WorkerDraining, WorkerGone} {
 		w := base
 		w.State = s
 		states[s] = w
@@ -52,7 +52,7 @@ func TestWorkerTransitions(t *testing.T) {
 	type got struct {
 		code    Kind
 		changed bool
-		state   string
+		state   WorkerState
 	}
 	events := map[string]func(Worker) (Worker, got){
 		"poll ready": func(w Worker) (Worker, got) {
@@ -82,7 +82,7 @@ func TestWorkerTransitions(t *testing.T) {
 	}
 	gone, invalid, conflict := KindGone, KindInvalid, KindConflict
 	A, S, D, G := WorkerActive, WorkerSettingUp, WorkerDraining, WorkerGone
-	want := map[string]map[string]got{
+	want := map[WorkerState]map[string]got{
 		WorkerPending:   {"poll ready": {0, true, A}, "poll setup": {0, true, S}, "poll another queue": {invalid, false, WorkerPending}, "leave": {0, true, G}, "drain": {0, true, D}, "host terminated": {0, true, WorkerPending}},
 		WorkerJoining:   {"poll ready": {0, true, A}, "poll setup": {0, true, S}, "poll another queue": {invalid, false, WorkerJoining}, "leave": {0, true, G}, "drain": {0, true, D}, "host terminated": {0, true, WorkerJoining}},
 		WorkerActive:    {"poll ready": {0, true, A}, "poll setup": {0, true, S}, "poll another queue": {invalid, false, A}, "leave": {0, true, G}, "drain": {0, true, D}, "host terminated": {0, true, A}},
@@ -94,7 +94,7 @@ func TestWorkerTransitions(t *testing.T) {
 	}
 	for sname, w := range states {
 		for ename, ev := range events {
-			t.Run(sname+"/"+ename, func(t *testing.T) {
+			t.Run(string(sname)+"/"+ename, func(t *testing.T) {
 				before := fmt.Sprintf("%+v", w)
 				next, g := ev(w)
 				if g != want[sname][ename] {
@@ -129,7 +129,7 @@ func TestWorkerTransitionDetails(t *testing.T) {
 	}
 
 	left, _ := w.Leave("bye: idle", now)
-	if left.CurrentInvocations != 0 || left.ByeReason != "bye: idle" || !left.GoneAt.Equal(now) || !left.LastSeenAt.Equal(now) {
+	if left.CurrentInvocations != 0 || left.GoneWhy != "bye: idle" || !left.GoneAt.Equal(now) || !left.LastSeenAt.Equal(now) {
 		t.Errorf("leave: %+v", left)
 	}
 
@@ -190,7 +190,7 @@ func TestStateWhy(t *testing.T) {
 	}{
 		{"active", Worker{State: WorkerActive, LastSeenAt: now}, time.Time{}, ""},
 		{"stale", Worker{State: WorkerActive, LastSeenAt: seen}, seen, "silent for 1m20s; stale after 1m0s"},
-		{"retired", Worker{State: WorkerGone, LastSeenAt: seen, GoneAt: now, ByeReason: "machine m said hello from a new boot"}, now, "machine m said hello from a new boot"},
+		{"retired", Worker{State: WorkerGone, LastSeenAt: seen, GoneAt: now, GoneWhy: "machine m said hello from a new boot"}, now, "machine m said hello from a new boot"},
 		{"host stopped", Worker{State: WorkerActive, LastSeenAt: now, GoneAt: now, HostStatus: HostStopped}, now, "its host is stopped"},
 		{"gone, no reason", Worker{State: WorkerGone, LastSeenAt: seen}, seen, "gone"},
 	} {
@@ -234,13 +234,13 @@ func TestWorkerSmallRules(t *testing.T) {
 	for _, c := range []struct {
 		w      Worker
 		ask    bool
-		phases map[string]bool // phase → owes a drain
+		phases map[Phase]bool // phase → owes a drain
 	}{
-		{Worker{State: WorkerActive}, true, map[string]bool{"": false, PhaseReady: false}},
-		{Worker{State: WorkerDraining}, true, map[string]bool{"": true, PhaseReady: true, PhaseSetup: true, PhaseDraining: false, PhaseTerminating: false}},
-		{Worker{State: WorkerGone}, false, map[string]bool{PhaseReady: false}},
-		{Worker{State: WorkerActive, HostStatus: HostStopped}, true, map[string]bool{PhaseReady: false}},
-		{Worker{State: WorkerActive, HostStatus: HostTerminated}, false, map[string]bool{PhaseReady: false}},
+		{Worker{State: WorkerActive}, true, map[Phase]bool{"": false, PhaseReady: false}},
+		{Worker{State: WorkerDraining}, true, map[Phase]bool{"": true, PhaseReady: true, PhaseSetup: true, PhaseDraining: false, PhaseTerminating: false}},
+		{Worker{State: WorkerGone}, false, map[Phase]bool{PhaseReady: false}},
+		{Worker{State: WorkerActive, HostStatus: HostStopped}, true, map[Phase]bool{PhaseReady: false}},
+		{Worker{State: WorkerActive, HostStatus: HostTerminated}, false, map[Phase]bool{PhaseReady: false}},
 	} {
 		if got := c.w.HostStatusMayChange(); got != c.ask {
 			t.Errorf("%+v: HostStatusMayChange = %v, want %v", c.w, got, c.ask)
@@ -269,7 +269,7 @@ func TestReplacedWorker(t *testing.T) {
 		t.Fatalf("heartbeat of a replaced worker: %v", err)
 	}
 	c, changed := r.ReplacedAlive()
-	if !changed || !c.MachineConflict || !strings.Contains(c.ByeReason, "another process uses machine id m") {
+	if !changed || !c.MachineConflict || !strings.Contains(c.GoneWhy, "another process uses machine id m") {
 		t.Fatalf("replaced alive: %+v", c)
 	}
 	if _, again := c.ReplacedAlive(); again {
@@ -294,7 +294,7 @@ func TestLostWhyByRetirementKind(t *testing.T) {
 	w := Worker{ID: "w", State: WorkerActive, LastSeenAt: now, MaxConcurrency: 1}
 	left, _ := w.Leave("signal", now)
 	if loss, ok := left.LostWhy(now, time.Minute); !ok || loss.Kind != EndBye {
-		t.Errorf("a bye with reason %q: %+v %v; want bye", left.ByeReason, loss, ok)
+		t.Errorf("a bye with reason %q: %+v %v; want bye", left.GoneWhy, loss, ok)
 	}
 	retired, _ := w.Retire(EndGone, "bye-bye: the provisioner let its host go", now)
 	if loss, ok := retired.LostWhy(now, time.Minute); !ok || loss.Kind != EndGone {

@@ -50,7 +50,7 @@ func (r HelloRequest) Registration() domain.Registration {
 
 // Poll is what poll request r says of its daemon, and how long it may wait.
 func (r PollRequest) Poll() domain.Poll {
-	p := domain.Poll{WorkerID: r.WorkerID, Phase: r.Phase, Queue: r.Queue, HostKey: r.HostKey, Inflight: r.Invocations,
+	p := domain.Poll{WorkerID: r.WorkerID, Phase: domain.Phase(r.Phase), Queue: r.Queue, HostKey: r.HostKey, Inflight: r.Invocations,
 		AdoptFailed: r.AdoptFailed, Wait: time.Duration(r.TimeoutS * float64(time.Second))}
 	if c := r.UpdatedCapabilities; c != nil {
 		p.Capabilities, p.MaxConcurrency, p.CurrentInvocations = true, c.MaxConcurrency, c.CurrentInvocations
@@ -64,13 +64,22 @@ func (r PollRequest) Poll() domain.Poll {
 // Outcome is the outcome ack request r reports.
 func (r AckRequest) Outcome() domain.Outcome {
 	o := domain.Outcome{
-		InvocationID: r.InvocationID, WorkerID: r.WorkerID, Attempt: r.Attempt, State: r.State, ExitCode: r.ExitCode,
+		InvocationID: r.InvocationID, WorkerID: r.WorkerID, Attempt: r.Attempt, State: domain.InvocationState(r.State), ExitCode: r.ExitCode,
 		Error: (*domain.ErrorInfo)(r.Error), StdoutTail: r.StdoutTail, StderrTail: r.StderrTail,
 	}
 	if len(r.ResultBlob) > 0 && string(r.ResultBlob) != "null" {
 		o.ResultBlob = string(r.ResultBlob)
 	}
 	return o
+}
+
+// QueueStatsOf is the wire form of a queue's counts.
+func QueueStatsOf(st domain.QueueStats) QueueStats {
+	counts := make(map[string]int, len(st.Counts))
+	for state, n := range st.Counts {
+		counts[string(state)] = n
+	}
+	return QueueStats{Queue: st.Queue, Counts: counts, DoneCount: st.DoneCount}
 }
 
 // Bye is the goodbye bye request r says.

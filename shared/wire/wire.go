@@ -13,17 +13,18 @@ import (
 )
 
 // Invocation states. The lifecycle's words are the domain's
-// (shared/domain); the wire sends them as they are.
+// (shared/domain), whose types name them; the wire sends their values as
+// plain strings.
 const (
-	StateQueued    = domain.StateQueued
-	StateRunning   = domain.StateRunning
-	StateSucceeded = domain.StateSucceeded
-	StateFailed    = domain.StateFailed
-	StateCancelled = domain.StateCancelled
+	StateQueued    = string(domain.StateQueued)
+	StateRunning   = string(domain.StateRunning)
+	StateSucceeded = string(domain.StateSucceeded)
+	StateFailed    = string(domain.StateFailed)
+	StateCancelled = string(domain.StateCancelled)
 )
 
 // InvocationStates lists every invocation state, in lifecycle order.
-var InvocationStates = domain.InvocationStates
+var InvocationStates = strs(domain.InvocationStates)
 
 // Listing orders GET /v1/invocations takes as order=: by id, which is by
 // creation time (ids are ULIDs).
@@ -34,19 +35,27 @@ const (
 
 // WorkerStates lists every state a worker reads (stored, and the computed
 // stale), as GET /v1/workers?state= takes them.
-var WorkerStates = []string{domain.WorkerPending, domain.WorkerJoining, domain.WorkerActive, domain.WorkerSettingUp,
-	domain.WorkerDraining, domain.WorkerStale, domain.WorkerGone}
+var WorkerStates = strs(domain.WorkerStates)
+
+// strs lists a domain vocabulary's words as the strings the wire sends.
+func strs[S ~string](words []S) []string {
+	out := make([]string, len(words))
+	for i, w := range words {
+		out[i] = string(w)
+	}
+	return out
+}
 
 // Terminal reports whether an invocation state is final.
-func Terminal(state string) bool { return domain.Terminal(state) }
+func Terminal(state string) bool { return domain.InvocationState(state).Terminal() }
 
 // Daemon phases (docs/design.md §6). Booting is never sent.
 const (
 	PhaseBooting     = "booting"
-	PhaseSetup       = domain.PhaseSetup
-	PhaseReady       = domain.PhaseReady
-	PhaseDraining    = domain.PhaseDraining
-	PhaseTerminating = domain.PhaseTerminating
+	PhaseSetup       = string(domain.PhaseSetup)
+	PhaseReady       = string(domain.PhaseReady)
+	PhaseDraining    = string(domain.PhaseDraining)
+	PhaseTerminating = string(domain.PhaseTerminating)
 )
 
 // Bye reasons.
@@ -229,7 +238,7 @@ var DrainSignals = []string{"SIGHUP", "SIGINT", "SIGQUIT", "SIGTERM", "SIGUSR1",
 // AckRequeued is the ack state by which a worker hands an attempt back to
 // the queue: its body asked for it during a drain (docs/lifecycle.md). It
 // is not an invocation state: the invocation is queued again.
-const AckRequeued = domain.AckRequeued
+const AckRequeued = string(domain.AckRequeued)
 
 // RunInvocation is the payload of a run command.
 type RunInvocation struct {
@@ -419,9 +428,12 @@ type Worker struct {
 	RetiredAt *time.Time `json:"retired_at,omitempty"`
 	// StateSince and StateWhy say since when and why a stale or gone worker
 	// reads so ("silent for 1m20s; stale after 1m0s").
-	StateSince      *time.Time   `json:"state_since,omitempty"`
-	StateWhy        string       `json:"state_why,omitempty"`
-	ByeReason       string       `json:"bye_reason,omitempty"`
+	StateSince *time.Time `json:"state_since,omitempty"`
+	StateWhy   string     `json:"state_why,omitempty"`
+	// RetiredWhy says why the worker was retired, whatever retired it: its
+	// bye, the new boot that replaced it, its host, the provisioner or the
+	// sweep. Its JSON name, bye_reason, is pinned and older than that.
+	RetiredWhy      string       `json:"bye_reason,omitempty"`
 	LastSetupResult *SetupResult `json:"last_setup_result,omitempty"`
 	// AdoptHostSetup: a generic worker that may take on a queued
 	// invocation's host key (nymph --adopt-host-setup); Adoption is the

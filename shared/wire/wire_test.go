@@ -166,7 +166,7 @@ func roundTrips() []roundTrip {
 				WorkerID: workerID, MachineID: "m", Label: "l", State: "stale", StoredState: "active",
 				HostStatus: "running", Phase: wire.PhaseReady, HostKey: hostkey.Of([]string{"y"}),
 				Tags: map[string]string{"k": "v"}, Lanes: []string{"default"}, MaxConcurrency: 4, CurrentInvocations: 1,
-				LastSeenAt: &t1, CreatedAt: t0, ByeReason: "bye: idle",
+				LastSeenAt: &t1, CreatedAt: t0, RetiredWhy: "bye: idle",
 				LastSetupResult: &wire.SetupResult{CommandID: commandID, Status: wire.SetupSucceeded, ExitCode: 0, DurationMS: 12},
 			},
 			keys: []string{"worker_id", "machine_id", "label", "state", "stored_state", "host_status", "phase", "host_key",

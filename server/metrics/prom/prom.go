@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/dreamlake/lakeshore/server/metrics"
-	"github.com/dreamlake/lakeshore/shared/wire"
+	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -86,12 +86,12 @@ func (p *Prometheus) Claimed(queue string, n, conflicts int, waited []time.Durat
 	}
 }
 
-func (p *Prometheus) HandedBack(queue, ended string) {
-	p.handedBack.WithLabelValues(queue, ended).Inc()
+func (p *Prometheus) HandedBack(queue string, ended domain.EndKind) {
+	p.handedBack.WithLabelValues(queue, string(ended)).Inc()
 }
 
-func (p *Prometheus) Finished(queue, state string) {
-	p.finished.WithLabelValues(queue, state).Inc()
+func (p *Prometheus) Finished(queue string, state domain.InvocationState) {
+	p.finished.WithLabelValues(queue, string(state)).Inc()
 }
 
 func (p *Prometheus) KeyHeld(queue string, stopped bool) {
@@ -137,12 +137,12 @@ func (c *gaugeCollector) Collect(ch chan<- prometheus.Metric) {
 	// Every state, zeros too: an alarm on a series that is absent when
 	// nothing is in that state never fires.
 	for _, q := range g.Queues {
-		for _, state := range wire.InvocationStates {
-			ch <- prometheus.MustNewConstMetric(descDepth, prometheus.GaugeValue, float64(q.Counts[state]), q.Queue, state)
+		for _, state := range domain.InvocationStates {
+			ch <- prometheus.MustNewConstMetric(descDepth, prometheus.GaugeValue, float64(q.Counts[state]), q.Queue, string(state))
 		}
 		ch <- prometheus.MustNewConstMetric(descOldest, prometheus.GaugeValue, q.OldestQueuedAge.Seconds(), q.Queue)
 	}
-	for _, state := range wire.WorkerStates {
-		ch <- prometheus.MustNewConstMetric(descWorkers, prometheus.GaugeValue, float64(g.Workers[state]), state)
+	for _, state := range domain.WorkerStates {
+		ch <- prometheus.MustNewConstMetric(descWorkers, prometheus.GaugeValue, float64(g.Workers[state]), string(state))
 	}
 }

@@ -259,12 +259,16 @@ type Outcome struct {
 	InvocationID string
 	WorkerID     string
 	Attempt      int
-	State        string // succeeded, failed or cancelled
+	State        string // succeeded, failed, cancelled or requeued (AckRequeued)
 	ExitCode     *int
 	ResultBlob   string // JSON, "" for none
 	Error        *ErrorInfo
 	StdoutTail   string
 	StderrTail   string
+	// Phase is the daemon's phase when it reported ("" from a daemon that
+	// sends none); it decides whether a requeued report may hand the
+	// attempt back (Worker.MayHandBack).
+	Phase string
 }
 
 // Record reports inv with outcome o recorded at now, and whether o counts

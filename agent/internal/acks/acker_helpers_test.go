@@ -74,7 +74,7 @@ func (w ackerTestWorker) ack(i int, url string) SpooledAck {
 		WorkerID:     w.workerID,
 		Token:        w.token,
 		Ack: process.Outcome{State: wire.StateSucceeded, ExitCode: &code, StdoutTail: "done\n"}.
-			Ack(w.workerID, run.InvocationID, run.Attempt),
+			Ack(w.workerID, run.InvocationID, run.Attempt, wire.PhaseReady),
 	}
 }
 

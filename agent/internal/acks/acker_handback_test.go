@@ -1,0 +1,67 @@
+package acks
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/dreamlake/lakeshore/server/api/apitest"
+	"github.com/dreamlake/lakeshore/shared/wire"
+)
+
+// TestAckerRefusedHandBack: a requeued ack from a worker the control plane
+// does not see draining (stored active, the ack saying ready) is refused
+// with a 409 by the real control plane. The acker tries it once, drops it
+// from the spool and logs a warning that says the hand-back was refused,
+// with its state and phase; the attempt stays running. The same ack saying
+// draining is then accepted: the invocation is queued again.
+func TestAckerRefusedHandBack(t *testing.T) {
+	plane := apitest.New(t)
+	w := ackerTestClaim(t, plane, "machine-1", 1)
+	k, s, rec, log := ackerTestNew(t, t.TempDir())
+
+	a := w.ack(0, plane.URL)
+	a.Ack.State, a.Ack.Phase = wire.AckRequeued, wire.PhaseReady
+	a.Ack.Error = &wire.ErrorInfo{Type: wire.AckRequeued, Message: "asked on its lifecycle endpoint"}
+	if err := k.Submit(context.Background(), a); err != nil {
+		t.Fatal(err)
+	}
+	ackerTestFlush(t, k)
+	answers, sleeps := rec.got()
+	if len(answers) != 1 || !errors.Is(answers[0].err, wire.ErrConflict) {
+		t.Fatalf("answers %+v, want one conflict", answers)
+	}
+	if len(sleeps) != 0 {
+		t.Errorf("a refused hand-back was retried (slept %v)", sleeps)
+	}
+	if n := ackerTestSpoolLen(t, s); n != 0 {
+		t.Errorf("spool holds %d acks after the refusal", n)
+	}
+	if inv := ackerTestInvocation(t, plane, a.Ack.InvocationID); inv.State != wire.StateRunning {
+		t.Errorf("invocation reads %s after a refused hand-back, want running", inv.State)
+	}
+	warned := false
+	for _, l := range log.lines(t) {
+		msg, _ := l["msg"].(string)
+		if l["level"] == "WARN" && strings.HasPrefix(msg, "hand-back refused") && l["status"] == float64(409) &&
+			l["state"] == wire.AckRequeued && l["phase"] == wire.PhaseReady && l["invocation_id"] == a.Ack.InvocationID {
+			warned = true
+		}
+	}
+	if !warned {
+		t.Errorf("no warning that the hand-back was refused:\n%s", log)
+	}
+
+	a.Ack.Phase = wire.PhaseDraining
+	if err := k.Submit(context.Background(), a); err != nil {
+		t.Fatal(err)
+	}
+	ackerTestFlush(t, k)
+	if answers, _ := rec.got(); len(answers) != 2 || answers[1].err != nil || !answers[1].resp.Recorded {
+		t.Fatalf("answers %+v, want the draining hand-back recorded", answers)
+	}
+	if inv := ackerTestInvocation(t, plane, a.Ack.InvocationID); inv.State != wire.StateQueued {
+		t.Errorf("invocation reads %s after the draining hand-back, want queued", inv.State)
+	}
+}

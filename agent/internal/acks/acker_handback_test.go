@@ -3,8 +3,11 @@ package acks
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dreamlake/lakeshore/server/api/apitest"
 	"github.com/dreamlake/lakeshore/shared/wire"
@@ -63,5 +66,40 @@ func TestAckerRefusedHandBack(t *testing.T) {
 	}
 	if inv := ackerTestInvocation(t, plane, a.Ack.InvocationID); inv.State != wire.StateQueued {
 		t.Errorf("invocation reads %s after the draining hand-back, want queued", inv.State)
+	}
+}
+
+// TestAckerResendsAnOldRequeuedAck: a requeued ack an older nymph spooled
+// has no phase (its file carries no phase field); resent at start, the
+// control plane accepts it as it always did, and the invocation is queued
+// again.
+func TestAckerResendsAnOldRequeuedAck(t *testing.T) {
+	plane := apitest.New(t)
+	w := ackerTestClaim(t, plane, "machine-1", 1)
+	dir := t.TempDir()
+	a := w.ack(0, plane.URL)
+	a.Ack.State, a.Ack.Phase = wire.AckRequeued, ""
+	a.Ack.Error = &wire.ErrorInfo{Type: wire.AckRequeued, Message: "exited with status 75"}
+	if err := spoolTestOpen(t, dir).Put(a); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(spoolTestOpen(t, dir).Dir(), spoolFileName(a.Ack.InvocationID, a.Ack.Attempt))
+	if b, err := os.ReadFile(file); err != nil || strings.Contains(string(b), `"phase"`) {
+		t.Fatalf("spooled file %s (%v); want one without a phase, as an older nymph wrote it", b, err)
+	}
+	k, s, rec, _ := ackerTestNew(t, dir)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := k.Resend(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if answers, _ := rec.got(); len(answers) != 1 || answers[0].err != nil || !answers[0].resp.Recorded {
+		t.Fatalf("answers %+v, want the old hand-back recorded", answers)
+	}
+	if n := ackerTestSpoolLen(t, s); n != 0 {
+		t.Errorf("spool holds %d acks", n)
+	}
+	if inv := ackerTestInvocation(t, plane, a.Ack.InvocationID); inv.State != wire.StateQueued {
+		t.Errorf("invocation reads %s after the old hand-back, want queued", inv.State)
 	}
 }

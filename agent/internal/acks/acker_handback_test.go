@@ -2,7 +2,6 @@ package acks
 
 import (
 	"context"
-	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -27,34 +26,11 @@ func TestAckerRefusedHandBack(t *testing.T) {
 	a := w.ack(0, plane.URL)
 	a.Ack.State, a.Ack.Phase = wire.AckRequeued, wire.PhaseReady
 	a.Ack.Error = &wire.ErrorInfo{Type: wire.AckRequeued, Message: "asked on its lifecycle endpoint"}
-	if err := k.Submit(context.Background(), a); err != nil {
-		t.Fatal(err)
-	}
-	ackerTestFlush(t, k)
-	answers, sleeps := rec.got()
-	if len(answers) != 1 || !errors.Is(answers[0].err, wire.ErrConflict) {
-		t.Fatalf("answers %+v, want one conflict", answers)
-	}
-	if len(sleeps) != 0 {
-		t.Errorf("a refused hand-back was retried (slept %v)", sleeps)
-	}
-	if n := ackerTestSpoolLen(t, s); n != 0 {
-		t.Errorf("spool holds %d acks after the refusal", n)
-	}
-	if inv := ackerTestInvocation(t, plane, a.Ack.InvocationID); inv.State != wire.StateRunning {
-		t.Errorf("invocation reads %s after a refused hand-back, want running", inv.State)
-	}
-	warned := false
-	for _, l := range log.lines(t) {
+	ackerTestRefused(t, k, s, rec, log, plane, a, wire.ErrConflict, func(l map[string]any) bool {
 		msg, _ := l["msg"].(string)
-		if l["level"] == "WARN" && strings.HasPrefix(msg, "hand-back refused") && l["status"] == float64(409) &&
-			l["state"] == wire.AckRequeued && l["phase"] == wire.PhaseReady && l["invocation_id"] == a.Ack.InvocationID {
-			warned = true
-		}
-	}
-	if !warned {
-		t.Errorf("no warning that the hand-back was refused:\n%s", log)
-	}
+		return strings.HasPrefix(msg, "hand-back refused") && l["status"] == float64(409) &&
+			l["state"] == wire.AckRequeued && l["phase"] == wire.PhaseReady
+	})
 
 	a.Ack.Phase = wire.PhaseDraining
 	if err := k.Submit(context.Background(), a); err != nil {

@@ -110,7 +110,7 @@ func (s *Service) Ack(ctx context.Context, o domain.Outcome, auth store.Authoriz
 	if o.State == domain.AckRequeued {
 		if _, err := s.store.AllowHandBack(ctx, o.WorkerID, o.Phase, auth); err != nil {
 			if domain.KindOf(err) == domain.KindConflict {
-				s.log.Warn("requeued ack refused: its worker does not drain; the attempt stays running until its bye or the sweep",
+				s.log.Warn("requeued ack refused: its worker does not drain; the attempt stays running until a poll no longer lists it, its bye or the sweep",
 					"worker_id", o.WorkerID, "invocation_id", o.InvocationID, "attempt", o.Attempt, "phase", o.Phase, "error", err.Error())
 			}
 			return store.AckResult{}, err

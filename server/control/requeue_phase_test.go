@@ -62,7 +62,8 @@ func (r requeueRig) ack(ctx context.Context, phase string) (store.AckResult, err
 // TestRequeuedAckRefusedUnlessDraining: a requeued ack from a worker that
 // is stored active and reports phase ready or setup is a conflict (409)
 // that changes nothing in any table; the attempt stays running with its
-// worker.
+// worker. Nothing is lost: the worker's next poll, which no longer lists
+// it, takes it back as for any run its worker does not know.
 func TestRequeuedAckRefusedUnlessDraining(t *testing.T) {
 	for _, phase := range []string{wire.PhaseReady, wire.PhaseSetup} {
 		t.Run(phase, func(t *testing.T) {
@@ -81,6 +82,14 @@ func TestRequeuedAckRefusedUnlessDraining(t *testing.T) {
 			if err != nil || inv.State != domain.StateRunning || inv.WorkerID != r.worker || inv.Attempt != 1 {
 				t.Errorf("after the refusal: %s on %s attempt %d (%v); want running on %s attempt 1",
 					inv.State, inv.WorkerID, inv.Attempt, err, r.worker)
+			}
+			if _, err := r.svc.Poll(ctx, wire.PollRequest{WorkerID: r.worker, Queue: "q", Phase: phase, Invocations: []string{},
+				UpdatedCapabilities: &wire.Capabilities{MaxConcurrency: ptr(0), CurrentInvocations: ptr(0)}}.Poll(), nil); err != nil {
+				t.Fatal(err)
+			}
+			inv, err = r.st.GetInvocation(ctx, r.run.ID)
+			if err != nil || inv.State != domain.StateQueued || inv.Attempts[0].Outcome != domain.EndOmitted {
+				t.Errorf("after a poll without it: %s, attempts %+v (%v); want queued, attempt 1 omitted", inv.State, inv.Attempts, err)
 			}
 		})
 	}

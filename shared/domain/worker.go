@@ -577,7 +577,8 @@ func (w Worker) HostStatusMayChange() bool {
 // (PollTransition, as a poll reporting it would), so it claims nothing
 // more although no poll has reported its drain yet. Any other phase (setup,
 // ready) of a worker not stored draining: refused, a conflict; its attempt
-// stays running until the worker's bye or the sweep hands it back.
+// stays running until it is taken back as a lost run's is (a poll of the
+// worker that no longer lists it, its bye, or the sweep).
 func (w Worker) MayHandBack(phase string) (Worker, bool, error) {
 	switch {
 	case w.State == WorkerDraining || Retired(w) || phase == "":

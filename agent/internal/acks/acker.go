@@ -359,7 +359,7 @@ func (k *Acker) send(ctx context.Context, p *pendingAck) {
 			code := wire.CodeOf(err)
 			msg := "ack rejected by the control plane; dropped"
 			if a.Ack.State == wire.AckRequeued && code == wire.CodeConflict {
-				msg = "hand-back refused: the control plane does not see this worker draining; dropped, and the attempt stays running there until this worker's bye or the sweep hands it back"
+				msg = "hand-back refused: the control plane does not see this worker draining; dropped, and the attempt stays running there until a poll that no longer lists it, this worker's bye or the sweep hands it back"
 			}
 			log.Warn(msg, "code", string(code), "status", wire.Status(code), "state", a.Ack.State, "phase", a.Ack.Phase,
 				"recorded", false, "error", err.Error())

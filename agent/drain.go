@@ -116,7 +116,7 @@ func (a *Agent) settle(ctx context.Context, st *state, r *running) {
 			"invocation_id", id, "attempt", attempt)
 		return
 	}
-	a.submitAck(ctx, r, o)
+	a.submitAck(ctx, r, o, st.phase)
 }
 
 // flushAcks waits, within the bye budget, for every ack in flight to be

@@ -312,12 +312,15 @@ func (a *Agent) ackAnswered(sa acks.SpooledAck, _ wire.AckResponse, err error) {
 	}
 }
 
-func (a *Agent) submitAck(ctx context.Context, r *running, o process.Outcome) {
+// submitAck spools and sends r's outcome o, with the daemon's phase p as
+// the run's end is handled (a requeued ack is accepted only while the
+// worker drains).
+func (a *Agent) submitAck(ctx context.Context, r *running, o process.Outcome, p phase) {
 	ack := acks.SpooledAck{
 		ControlPlane: a.cfg.ControlPlane,
 		WorkerID:     r.session.workerID,
 		Token:        r.session.token,
-		Ack:          o.Ack(r.session.workerID, r.run.InvocationID(), r.run.Attempt()),
+		Ack:          o.Ack(r.session.workerID, r.run.InvocationID(), r.run.Attempt(), p.String()),
 		SpooledAt:    a.now().UTC(),
 	}
 	a.ackMu.Lock()

@@ -37,6 +37,7 @@ type Store interface {
 	MarkReplaced(ctx context.Context, id, boot, why string) (bool, error)
 	MarkMachineConflict(ctx context.Context, id string) (domain.Worker, error)
 	RequestDrain(ctx context.Context, id string) (domain.Worker, error)
+	AllowHandBack(ctx context.Context, id string, phase domain.Phase, auth store.Authorize) (domain.Worker, error)
 	UpdateHostStatus(ctx context.Context, id string, status domain.HostStatus) (domain.Worker, error)
 	Submit(ctx context.Context, spec domain.Spec, requestHash string) (domain.Invocation, bool, error)
 	GetInvocation(ctx context.Context, id string) (domain.Invocation, error)

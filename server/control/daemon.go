@@ -102,8 +102,20 @@ func (s *Service) Heartbeat(ctx context.Context, p domain.Poll, auth store.Autho
 }
 
 // Ack records a worker's outcome o for one attempt
-// (domain.Invocation.Record decides whether it counts).
+// (domain.Invocation.Record decides whether it counts). A requeued one is
+// first put to its worker (domain.Worker.MayHandBack): only a draining
+// worker hands an attempt back, and one whose ack says it drains is stored
+// draining before the attempt goes back; a refused one changes nothing.
 func (s *Service) Ack(ctx context.Context, o domain.Outcome, auth store.Authorize, tokenHash string) (store.AckResult, error) {
+	if o.State == domain.AckRequeued {
+		if _, err := s.store.AllowHandBack(ctx, o.WorkerID, o.Phase, auth); err != nil {
+			if domain.KindOf(err) == domain.KindConflict {
+				s.log.Warn("requeued ack refused: its worker does not drain; the attempt stays running until a poll no longer lists it, its bye or the sweep",
+					"worker_id", o.WorkerID, "invocation_id", o.InvocationID, "attempt", o.Attempt, "phase", o.Phase, "error", err.Error())
+			}
+			return store.AckResult{}, err
+		}
+	}
 	res, err := s.store.Ack(ctx, o.InvocationID, o, auth, tokenHash)
 	if err != nil {
 		return res, err

@@ -399,6 +399,16 @@ func (s *Store) RequestDrain(ctx context.Context, id string) (domain.Worker, err
 	return s.updateWorker(ctx, "drain", id, nil, domain.Worker.Drain)
 }
 
+// AllowHandBack decides worker id's requeued ack, its daemon in phase
+// (domain.Worker.MayHandBack), after auth: a refusal (a conflict) writes
+// nothing; an ack whose phase is draining or terminating stores the worker
+// draining first, so it claims nothing more.
+func (s *Store) AllowHandBack(ctx context.Context, id string, phase domain.Phase, auth Authorize) (domain.Worker, error) {
+	return s.updateWorker(ctx, "requeued ack", id, auth, func(w domain.Worker) (domain.Worker, bool, error) {
+		return w.MayHandBack(phase)
+	})
+}
+
 // ListWorkers pages through every worker row (a scan: an operator view).
 func (s *Store) ListWorkers(ctx context.Context, limit int, cursor string) ([]domain.Worker, string, error) {
 	start, err := decodeCursor(cursor, nil, "worker_id")

@@ -263,12 +263,16 @@ type Outcome struct {
 	InvocationID string
 	WorkerID     string
 	Attempt      int
-	State        InvocationState // succeeded, failed, cancelled, or AckRequeued
+	State        InvocationState // succeeded, failed, cancelled or requeued (AckRequeued)
 	ExitCode     *int
 	ResultBlob   string // JSON, "" for none
 	Error        *ErrorInfo
 	StdoutTail   string
 	StderrTail   string
+	// Phase is the daemon's phase when it reported ("" from a daemon that
+	// sends none); it decides whether a requeued report may hand the
+	// attempt back (Worker.MayHandBack).
+	Phase Phase
 }
 
 // Record reports inv with outcome o recorded at now, and whether o counts

@@ -566,6 +566,36 @@ func (w Worker) HostStatusMayChange() bool {
 	return w.State != WorkerGone && w.HostStatus != HostTerminated
 }
 
+// MayHandBack decides a requeued ack (AckRequeued) from w, whose daemon
+// reports phase with it ("" from a daemon that sends none): a worker hands
+// an attempt back only while it drains. It reports w as the accepted ack
+// leaves it, and whether that changes it.
+//
+// Stored draining, retired (Retired: a gone worker's acks are answered as
+// any ack is) or no phase: accepted, w unchanged. Phase draining or
+// terminating: accepted, and w is stored draining from now with that phase
+// (PollTransition, as a poll reporting it would), so it claims nothing
+// more although no poll has reported its drain yet. Any other phase (setup,
+// ready) of a worker not stored draining: refused, a conflict; its attempt
+// stays running until it is taken back as a lost run's is (a poll of the
+// worker that no longer lists it, its bye, or the sweep).
+func (w Worker) MayHandBack(phase Phase) (Worker, bool, error) {
+	switch {
+	case w.State == WorkerDraining || Retired(w) || phase == "":
+		return w, false, nil
+	case phase == PhaseSetup || phase == PhaseReady:
+		return w, false, refuse(KindConflict,
+			"worker %s is %s and reports phase %s: only a draining worker hands an attempt back", w.ID, w.State, phase)
+	}
+	state, err := PollTransition(w.State, phase) // draining; an unknown phase is invalid
+	if err != nil {
+		return w, false, err
+	}
+	next := w
+	next.State, next.Phase = state, phase
+	return next, true, nil
+}
+
 // OwesDrain reports whether a poll in phase must carry a drain command to
 // w: an operator asked it to drain and the daemon is not draining yet.
 func (w Worker) OwesDrain(phase Phase) bool {

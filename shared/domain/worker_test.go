@@ -301,3 +301,57 @@ func TestLostWhyByRetirementKind(t *testing.T) {
 		t.Errorf("a retirement whose reason starts with bye: %+v %v; want gone", loss, ok)
 	}
 }
+
+// TestMayHandBack: the one rule for a requeued ack. A worker stored
+// draining, a retired one and an ack with no phase are accepted as they
+// are; an ack saying draining or terminating is accepted and stores its
+// worker draining in that phase; setup or ready from a worker not stored
+// draining is a conflict; an unknown phase is invalid.
+func TestMayHandBack(t *testing.T) {
+	const refused, unchanged, drains = "refused", "unchanged", "drains"
+	for _, c := range []struct {
+		state WorkerState
+		host  HostStatus
+		phase Phase
+		want  string
+	}{
+		{WorkerActive, "", "", unchanged},
+		{WorkerActive, "", PhaseReady, refused},
+		{WorkerActive, "", PhaseSetup, refused},
+		{WorkerSettingUp, "", PhaseSetup, refused},
+		{WorkerJoining, "", PhaseReady, refused},
+		{WorkerActive, "", PhaseDraining, drains},
+		{WorkerActive, "", PhaseTerminating, drains},
+		{WorkerSettingUp, "", PhaseDraining, drains},
+		{WorkerDraining, "", PhaseReady, unchanged},
+		{WorkerDraining, "", "", unchanged},
+		{WorkerDraining, "", PhaseDraining, unchanged},
+		{WorkerGone, "", PhaseReady, unchanged},
+		{WorkerGone, "", PhaseDraining, unchanged},
+		{WorkerActive, HostTerminated, PhaseReady, unchanged},
+		{WorkerActive, "", "sleeping", "invalid"},
+	} {
+		w := Worker{ID: "wrk_1", State: c.state, Phase: PhaseReady, HostStatus: c.host}
+		next, changed, err := w.MayHandBack(c.phase)
+		got := unchanged
+		switch {
+		case KindOf(err) == KindConflict:
+			got = refused
+		case KindOf(err) == KindInvalid:
+			got = "invalid"
+		case err != nil:
+			got = err.Error()
+		case changed:
+			got = drains
+			if next.State != WorkerDraining || next.Phase != c.phase {
+				t.Errorf("%s/%s phase %q: stored %s in phase %q, want draining in phase %q", c.state, c.host, c.phase, next.State, next.Phase, c.phase)
+			}
+		}
+		if got != c.want {
+			t.Errorf("%s/%s phase %q: %s (%v), want %s", c.state, c.host, c.phase, got, err, c.want)
+		}
+		if !changed && next.State != w.State {
+			t.Errorf("%s/%s phase %q: state %s without a change", c.state, c.host, c.phase, next.State)
+		}
+	}
+}

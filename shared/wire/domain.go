@@ -65,7 +65,7 @@ func (r PollRequest) Poll() domain.Poll {
 func (r AckRequest) Outcome() domain.Outcome {
 	o := domain.Outcome{
 		InvocationID: r.InvocationID, WorkerID: r.WorkerID, Attempt: r.Attempt, State: domain.InvocationState(r.State), ExitCode: r.ExitCode,
-		Error: (*domain.ErrorInfo)(r.Error), StdoutTail: r.StdoutTail, StderrTail: r.StderrTail,
+		Error: (*domain.ErrorInfo)(r.Error), StdoutTail: r.StdoutTail, StderrTail: r.StderrTail, Phase: domain.Phase(r.Phase),
 	}
 	if len(r.ResultBlob) > 0 && string(r.ResultBlob) != "null" {
 		o.ResultBlob = string(r.ResultBlob)

@@ -349,10 +349,8 @@ func (r *PollRequest) Validate() error {
 			return err
 		}
 	}
-	if r.Phase != "" {
-		if err := checkOneOf("phase", r.Phase, PhaseSetup, PhaseReady, PhaseDraining, PhaseTerminating); err != nil {
-			return err
-		}
+	if err := checkPhase(r.Phase); err != nil {
+		return err
 	}
 	if err := checkHostKey(r.HostKey); err != nil {
 		return err
@@ -421,7 +419,19 @@ func (r *AckRequest) Validate() error {
 	if err := checkText("stdout_tail", r.StdoutTail, MaxTailBytes, false); err != nil {
 		return err
 	}
-	return checkText("stderr_tail", r.StderrTail, MaxTailBytes, false)
+	if err := checkText("stderr_tail", r.StderrTail, MaxTailBytes, false); err != nil {
+		return err
+	}
+	return checkPhase(r.Phase)
+}
+
+// checkPhase checks a daemon's phase as a poll or an ack reports it: one
+// it may send, or none ("": a daemon that sends none).
+func checkPhase(phase string) error {
+	if phase == "" {
+		return nil
+	}
+	return checkOneOf("phase", phase, PhaseSetup, PhaseReady, PhaseDraining, PhaseTerminating)
 }
 
 // MaxLogBytesPerRequest bounds the output one POST /v1/daemon/logs carries

@@ -289,6 +289,11 @@ type AckRequest struct {
 	Error        *ErrorInfo      `json:"error,omitempty"`
 	StdoutTail   string          `json:"stdout_tail,omitempty"`
 	StderrTail   string          `json:"stderr_tail,omitempty"`
+	// Phase is the daemon's phase as it acks (setup, ready, draining,
+	// terminating; omitted by a daemon that sends none). A requeued ack is
+	// accepted only from a worker stored draining or one whose phase is
+	// draining or terminating (docs/lifecycle.md); otherwise it is a 409.
+	Phase string `json:"phase,omitempty"`
 }
 
 // AckResponse answers an ack. Recorded is false when an earlier outcome had

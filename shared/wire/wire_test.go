@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/hostkey"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
@@ -112,9 +113,9 @@ func roundTrips() []roundTrip {
 				WorkerID: workerID, InvocationID: invID, Attempt: 1, State: wire.StateFailed,
 				ExitCode: intp(3), ResultBlob: json.RawMessage(`{"rows":[1,2]}`),
 				Error:      &wire.ErrorInfo{Type: "exit", Message: "exit status 3"},
-				StdoutTail: "out", StderrTail: "err",
+				StdoutTail: "out", StderrTail: "err", Phase: wire.PhaseDraining,
 			},
-			keys:   []string{"worker_id", "invocation_id", "attempt", "state", "exit_code", "result_blob", "error", "stdout_tail", "stderr_tail"},
+			keys:   []string{"worker_id", "invocation_id", "attempt", "state", "exit_code", "result_blob", "error", "stdout_tail", "stderr_tail", "phase"},
 			nested: map[string][]string{"error": {"type", "message"}},
 		},
 		{
@@ -647,6 +648,26 @@ func TestDecode(t *testing.T) {
 			{name: "state running", body: with(okAck, "state", wire.StateRunning), want: wire.CodeInvalid},
 			{name: "state missing", body: without(okAck, "state"), want: wire.CodeInvalid},
 			{name: "state upper-case", body: with(okAck, "state", "SUCCEEDED"), want: wire.CodeInvalid},
+			{name: "state requeued", body: with(okAck, "state", wire.AckRequeued)},
+			{name: "no phase (an older daemon)", body: js(okAck),
+				check: func(t *testing.T, v wire.Validator) {
+					if o := v.(*wire.AckRequest).Outcome(); o.Phase != "" {
+						t.Errorf("outcome phase %q, want none", o.Phase)
+					}
+				}},
+			{name: "phase setup", body: with(okAck, "phase", wire.PhaseSetup)},
+			{name: "phase ready", body: with(okAck, "phase", wire.PhaseReady)},
+			{name: "phase terminating", body: with(okAck, "phase", wire.PhaseTerminating)},
+			{name: "phase draining", body: with(wire.AckRequest{WorkerID: workerID, InvocationID: invID, Attempt: 1, State: wire.AckRequeued}, "phase", wire.PhaseDraining),
+				check: func(t *testing.T, v wire.Validator) {
+					if o := v.(*wire.AckRequest).Outcome(); o.Phase != domain.PhaseDraining || o.State != domain.AckRequeued {
+						t.Errorf("outcome %+v, want requeued in phase draining", o)
+					}
+				}},
+			{name: "phase booting (never sent)", body: with(okAck, "phase", wire.PhaseBooting), want: wire.CodeInvalid},
+			{name: "phase unknown", body: with(okAck, "phase", "sleeping"), want: wire.CodeInvalid},
+			{name: "phase upper-case", body: with(okAck, "phase", "DRAINING"), want: wire.CodeInvalid},
+			{name: "phase not a string", body: with(okAck, "phase", 3), want: wire.CodeInvalid},
 			{name: "negative exit code", body: with(okAck, "exit_code", -9)},
 			{name: "result_blob at limit", body: with(okAck, "result_blob", json.RawMessage(jsonString(wire.MaxResultBlobBytes)))},
 			{name: "result_blob over limit", body: with(okAck, "result_blob", json.RawMessage(jsonString(wire.MaxResultBlobBytes+1))), want: wire.CodeInvalid},

@@ -357,8 +357,12 @@ func (k *Acker) send(ctx context.Context, p *pendingAck) {
 			// is sent. (A deadline here is this try's own timeout, since
 			// ctx is still alive, and is worth another try.)
 			code := wire.CodeOf(err)
-			log.Warn("ack rejected by the control plane; dropped",
-				"code", string(code), "status", wire.Status(code), "recorded", false, "error", err.Error())
+			msg := "ack rejected by the control plane; dropped"
+			if a.Ack.State == wire.AckRequeued && code == wire.CodeConflict {
+				msg = "hand-back refused: the control plane does not see this worker draining; dropped, and the attempt stays running there until a poll that no longer lists it, this worker's bye or the sweep hands it back"
+			}
+			log.Warn(msg, "code", string(code), "status", wire.Status(code), "state", a.Ack.State, "phase", a.Ack.Phase,
+				"recorded", false, "error", err.Error())
 			k.answered(p, wire.AckResponse{}, err, log)
 			k.RetryNow() // a refusal is an answer: the control plane is up
 			return

@@ -3,6 +3,7 @@ package acks
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -74,7 +75,7 @@ func (w ackerTestWorker) ack(i int, url string) SpooledAck {
 		WorkerID:     w.workerID,
 		Token:        w.token,
 		Ack: process.Outcome{State: wire.StateSucceeded, ExitCode: &code, StdoutTail: "done\n"}.
-			Ack(w.workerID, run.InvocationID, run.Attempt),
+			Ack(w.workerID, run.InvocationID, run.Attempt, wire.PhaseReady),
 	}
 }
 
@@ -184,4 +185,36 @@ func ackerTestFlakyServer(t *testing.T, target string, fail int, status int, wir
 	}))
 	t.Cleanup(srv.Close)
 	return srv, f
+}
+
+// ackerTestRefused submits a to k, which the control plane answers with a
+// final refusal matching want, and checks what a refusal leaves: one
+// answer, no retry, nothing spooled, the invocation still running, and a
+// warning line of its invocation that warned accepts.
+func ackerTestRefused(t *testing.T, k *Acker, s *Spool, rec *ackerTestRecorder, log *spoolTestLog, plane *apitest.Plane,
+	a SpooledAck, want error, warned func(line map[string]any) bool) {
+	t.Helper()
+	if err := k.Submit(context.Background(), a); err != nil {
+		t.Fatal(err)
+	}
+	ackerTestFlush(t, k)
+	answers, sleeps := rec.got()
+	if len(answers) != 1 || !errors.Is(answers[0].err, want) {
+		t.Fatalf("answers %+v, want one %v", answers, want)
+	}
+	if len(sleeps) != 0 {
+		t.Errorf("a final refusal was retried (slept %v)", sleeps)
+	}
+	if n := ackerTestSpoolLen(t, s); n != 0 {
+		t.Errorf("spool holds %d acks after a final refusal", n)
+	}
+	if inv := ackerTestInvocation(t, plane, a.Ack.InvocationID); inv.State != wire.StateRunning {
+		t.Errorf("invocation reads %s after a refused ack, want running", inv.State)
+	}
+	for _, l := range log.lines(t) {
+		if l["level"] == "WARN" && l["invocation_id"] == a.Ack.InvocationID && warned(l) {
+			return
+		}
+	}
+	t.Errorf("no warning of the refusal:\n%s", log)
 }

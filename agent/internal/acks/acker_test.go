@@ -226,34 +226,9 @@ func TestAckerForbiddenIsDropped(t *testing.T) {
 	// The other worker's token acking the owner's invocation: 403.
 	a := owner.ack(0, plane.URL)
 	a.Token = other.token
-	if err := k.Submit(context.Background(), a); err != nil {
-		t.Fatal(err)
-	}
-	ackerTestFlush(t, k)
-
-	answers, sleeps := rec.got()
-	if len(answers) != 1 || !errors.Is(answers[0].err, wire.ErrForbidden) {
-		t.Fatalf("answers %+v, want one forbidden", answers)
-	}
-	if len(sleeps) != 0 {
-		t.Errorf("a 403 was retried (slept %v)", sleeps)
-	}
-	if n := ackerTestSpoolLen(t, s); n != 0 {
-		t.Errorf("spool holds %d acks after a 403", n)
-	}
-	if inv := ackerTestInvocation(t, plane, a.Ack.InvocationID); inv.State != wire.StateRunning {
-		t.Errorf("invocation reads %s after a refused ack, want running", inv.State)
-	}
-	warned := false
-	for _, l := range log.lines(t) {
-		if l["level"] == "WARN" && l["code"] == string(wire.CodeForbidden) && l["status"] == float64(403) &&
-			l["invocation_id"] == a.Ack.InvocationID {
-			warned = true
-		}
-	}
-	if !warned {
-		t.Errorf("no warning with code forbidden:\n%s", log)
-	}
+	ackerTestRefused(t, k, s, rec, log, plane, a, wire.ErrForbidden, func(l map[string]any) bool {
+		return l["code"] == string(wire.CodeForbidden) && l["status"] == float64(403)
+	})
 	for _, tok := range []string{owner.token, other.token} {
 		if strings.Contains(log.String(), tok) {
 			t.Errorf("log holds a worker token:\n%s", log)

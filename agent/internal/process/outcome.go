@@ -22,9 +22,12 @@ type Outcome struct {
 	Duration   time.Duration
 }
 
-// Ack renders an outcome as the ack of attempt of invocation for worker.
-func (o Outcome) Ack(workerID, invocationID string, attempt int) wire.AckRequest {
+// Ack renders an outcome as the ack of attempt of invocation for worker,
+// whose daemon is in phase (its wire name): the control plane accepts a
+// requeued ack only from a worker that drains.
+func (o Outcome) Ack(workerID, invocationID string, attempt int, phase string) wire.AckRequest {
 	return wire.AckRequest{
+		Phase:        phase,
 		WorkerID:     workerID,
 		InvocationID: invocationID,
 		Attempt:      attempt,

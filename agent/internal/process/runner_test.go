@@ -181,7 +181,7 @@ func TestRunSucceedsWithTailsAndResult(t *testing.T) {
 	if o.Duration != time.Second {
 		t.Errorf("Duration = %s, want 1s from the injected clock", o.Duration)
 	}
-	ack, err := json.Marshal(o.Ack("wrk_test", "inv_ok", 2))
+	ack, err := json.Marshal(o.Ack("wrk_test", "inv_ok", 2, wire.PhaseReady))
 	if err != nil || !bytes.Contains(ack, o.ResultBlob) {
 		t.Errorf("ack %s does not carry the result blob unchanged (err %v)", ack, err)
 	}

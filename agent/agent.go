@@ -14,6 +14,7 @@ import (
 	"github.com/dreamlake/lakeshore/agent/internal/health"
 	"github.com/dreamlake/lakeshore/agent/internal/lifecycle"
 	"github.com/dreamlake/lakeshore/agent/internal/logship"
+	"github.com/dreamlake/lakeshore/agent/internal/machineid"
 	"github.com/dreamlake/lakeshore/agent/internal/notify"
 	"github.com/dreamlake/lakeshore/agent/internal/process"
 	"github.com/dreamlake/lakeshore/agent/internal/wakeclient"
@@ -342,7 +343,7 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 
 	a.ackDone = map[string]func(bool){}
 	a.acker = acks.New(spool, acks.Options{Logger: a.log, HTTP: cfg.HTTP, OnAnswered: a.ackAnswered, Clock: cfg.Clock})
-	machineID, source, err := MachineID(stopCtx, cfg.MachineID, MachineIDOptions{IMDSEndpoint: cfg.IMDSEndpoint})
+	machineID, source, err := machineid.Lookup(stopCtx, cfg.MachineID, machineid.Options{IMDSEndpoint: cfg.IMDSEndpoint})
 	if err != nil {
 		return fmt.Errorf("machine id: %w", err)
 	}

@@ -1,8 +1,6 @@
 package agent
 
 import (
-	"github.com/dreamlake/lakeshore/agent/internal/imds"
-
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -19,6 +17,7 @@ import (
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	"github.com/aws/aws-sdk-go-v2/credentials/ec2rolecreds"
 	sdkimds "github.com/aws/aws-sdk-go-v2/feature/ec2/imds"
+	"github.com/dreamlake/lakeshore/agent/internal/imds"
 	"github.com/dreamlake/lakeshore/shared/clock"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )

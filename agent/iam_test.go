@@ -18,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 
+	"github.com/dreamlake/lakeshore/agent/internal/imds"
 	"github.com/dreamlake/lakeshore/server/api/apitest"
 	"github.com/dreamlake/lakeshore/server/auth"
 	"github.com/dreamlake/lakeshore/server/lambdahttp"
@@ -356,7 +357,7 @@ func TestIAMConfig(t *testing.T) {
 	}{
 		{name: "configured wins", configured: "http://a", env: map[string]string{"AWS_EC2_METADATA_DISABLED": "true", "AWS_EC2_METADATA_SERVICE_ENDPOINT": "http://b"}, want: "http://a"},
 		{name: "environment", env: map[string]string{"AWS_EC2_METADATA_SERVICE_ENDPOINT": "http://b"}, want: "http://b"},
-		{name: "default", want: DefaultIMDSEndpoint},
+		{name: "default", want: imds.DefaultEndpoint},
 		{name: "disabled", env: map[string]string{"AWS_EC2_METADATA_DISABLED": "TRUE"}, wantErr: "AWS_EC2_METADATA_DISABLED"},
 	}
 	for _, tt := range endpoints {

@@ -11,6 +11,7 @@ import (
 
 	sdkimds "github.com/aws/aws-sdk-go-v2/feature/ec2/imds"
 	"github.com/dreamlake/lakeshore/agent/internal/imds"
+	"github.com/dreamlake/lakeshore/agent/internal/machineid"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
@@ -184,7 +185,7 @@ func spotEndpoint(configured, machineIDSource string, getenv func(string) string
 	case imds.Configured, imds.FromEnv:
 		return endpoint, true
 	case imds.Default:
-		if machineIDSource == MachineIDSourceIMDS {
+		if machineIDSource == machineid.SourceIMDS {
 			return endpoint, true
 		}
 		return "", false

@@ -12,6 +12,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/dreamlake/lakeshore/agent/internal/imds"
+	"github.com/dreamlake/lakeshore/agent/internal/machineid"
 )
 
 // spotIMDS is an IMDSv2 fake on loopback: PUT /latest/api/token issues a
@@ -319,13 +322,13 @@ func TestSpotEndpointSelection(t *testing.T) {
 		want                     string
 		ok                       bool
 	}{
-		{"off EC2", "", MachineIDSourceFile, nil, "", false},
-		{"machine id flag", "", MachineIDSourceFlag, nil, "", false},
-		{"on EC2", "", MachineIDSourceIMDS, nil, DefaultIMDSEndpoint, true},
-		{"config", "http://127.0.0.1:1", MachineIDSourceHostname, nil, "http://127.0.0.1:1", true},
-		{"env", "", MachineIDSourceHostname, map[string]string{"AWS_EC2_METADATA_SERVICE_ENDPOINT": "http://127.0.0.1:2"}, "http://127.0.0.1:2", true},
-		{"config over env", "http://127.0.0.1:1", MachineIDSourceIMDS, map[string]string{"AWS_EC2_METADATA_SERVICE_ENDPOINT": "http://127.0.0.1:2"}, "http://127.0.0.1:1", true},
-		{"disabled", "", MachineIDSourceIMDS, map[string]string{"AWS_EC2_METADATA_DISABLED": "true"}, "", false},
+		{"off EC2", "", machineid.SourceFile, nil, "", false},
+		{"machine id flag", "", machineid.SourceFlag, nil, "", false},
+		{"on EC2", "", machineid.SourceIMDS, nil, imds.DefaultEndpoint, true},
+		{"config", "http://127.0.0.1:1", machineid.SourceHostname, nil, "http://127.0.0.1:1", true},
+		{"env", "", machineid.SourceHostname, map[string]string{"AWS_EC2_METADATA_SERVICE_ENDPOINT": "http://127.0.0.1:2"}, "http://127.0.0.1:2", true},
+		{"config over env", "http://127.0.0.1:1", machineid.SourceIMDS, map[string]string{"AWS_EC2_METADATA_SERVICE_ENDPOINT": "http://127.0.0.1:2"}, "http://127.0.0.1:1", true},
+		{"disabled", "", machineid.SourceIMDS, map[string]string{"AWS_EC2_METADATA_DISABLED": "true"}, "", false},
 	} {
 		got, ok := spotEndpoint(tc.configured, tc.source, env(tc.env))
 		if got != tc.want || ok != tc.ok {

@@ -1,4 +1,4 @@
-package agent
+package sigv4
 
 import (
 	"context"
@@ -12,24 +12,24 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
+	"github.com/dreamlake/lakeshore/agent/internal/imds/imdstest"
+	"github.com/dreamlake/lakeshore/agent/internal/sigv4/sigv4test"
 	"github.com/dreamlake/lakeshore/agent/internal/wakeclient"
 	"github.com/dreamlake/lakeshore/server/wake/wakesock"
 	"github.com/dreamlake/lakeshore/shared/waittest"
 )
 
-// TestIAMSignsTheWakeSocket: in IAM mode nymph signs its wake socket's
+// TestSignsTheWakeSocket: in IAM mode nymph signs its wake socket's
 // WebSocket upgrade with the instance role for the wake channel's own host
 // (another host than the control plane's), over the host, the date, the
 // session token and the worker token in X-Lakeshore-Token, not over the
 // hop-by-hop upgrade headers. The front here re-verifies the signature as
 // API Gateway's AWS_IAM authorization would before the socket reaches the
-// $connect route.
-func TestIAMSignsTheWakeSocket(t *testing.T) {
-	f := newIAMIMDS(t, "eu-west-3")
-	cfg, err := iamTestConfig(t, "http://127.0.0.1:1", f.URL).withDefaults()
-	if err != nil {
-		t.Fatal(err)
-	}
+// $connect route. The client is the agent loop's wiring: WakeClient over
+// the agent's signing client.
+func TestSignsTheWakeSocket(t *testing.T) {
+	f := imdstest.New(t, imdstest.State{Region: "eu-west-3"})
+	hc := newTestClient(t, "http://127.0.0.1:1", f.URL)
 	var mu sync.Mutex
 	var errs []error
 	var signedHeaders []string
@@ -41,7 +41,7 @@ func TestIAMSignsTheWakeSocket(t *testing.T) {
 	}, slog.New(slog.DiscardHandler))
 	defer sockets.Close()
 	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		err := verifySigV4(r, nil, iamTestCreds, "eu-west-3")
+		err := sigv4test.Verify(r, nil, imdstest.Creds, "eu-west-3")
 		_, list, _ := strings.Cut(r.Header.Get("Authorization"), "SignedHeaders=")
 		list, _, _ = strings.Cut(list, ",")
 		mu.Lock()
@@ -59,7 +59,7 @@ func TestIAMSignsTheWakeSocket(t *testing.T) {
 	defer front.Close()
 
 	c := wakeclient.New(wakeclient.Options{Logger: slog.New(slog.DiscardHandler), BackoffMin: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond,
-		HTTPFor: func(url string) *http.Client { return wakeHTTPClient(cfg.HTTP, url) }})
+		HTTPFor: func(url string) *http.Client { return WakeClient(hc, url) }})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go c.Run(ctx)

@@ -26,7 +26,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	"github.com/aws/aws-sdk-go-v2/credentials/ec2rolecreds"
-	sdkimds "github.com/aws/aws-sdk-go-v2/feature/ec2/imds"
 
 	"github.com/dreamlake/lakeshore/agent/internal/imds"
 	"github.com/dreamlake/lakeshore/shared/clock"
@@ -249,7 +248,7 @@ func imdsEndpoint(configured string, getenv func(string) string) (string, error)
 // newIMDSClient is the IMDSv2 client for the role credentials. Unlike
 // the machine-id lookup it keeps the SDK's retries: a credentials refresh
 // that fails stops every request.
-func newIMDSClient(endpoint string) *sdkimds.Client {
+func newIMDSClient(endpoint string) imds.Getter {
 	return imds.New(endpoint, imds.Options{Retries: true})
 }
 
@@ -264,7 +263,7 @@ const (
 // (--iam-region) if set, else the region in an execute-api control-plane
 // host, else the instance's region from IMDS. None is an error naming
 // --iam-region.
-func regionFor(ctx context.Context, flag, controlPlane string, md ec2rolecreds.GetMetadataAPIClient) (region, source string, err error) {
+func regionFor(ctx context.Context, flag, controlPlane string, md imds.Getter) (region, source string, err error) {
 	if flag != "" {
 		if !plausibleRegion(flag) {
 			return "", "", fmt.Errorf("--iam-region must be an AWS region such as us-east-1, got %q", flag)
@@ -288,7 +287,7 @@ func regionFor(ctx context.Context, flag, controlPlane string, md ec2rolecreds.G
 // imdsRegion asks IMDS for the instance's region (placement/region: a bare
 // name, unlike the SDK's GetRegion, which parses the whole instance
 // identity document for it).
-func imdsRegion(ctx context.Context, md ec2rolecreds.GetMetadataAPIClient) (string, error) {
+func imdsRegion(ctx context.Context, md imds.Getter) (string, error) {
 	b, _, err := imds.Get(ctx, md, "placement/region", 64)
 	if err != nil {
 		return "", err

@@ -13,7 +13,6 @@ import (
 	"os"
 	"time"
 
-	sdkimds "github.com/aws/aws-sdk-go-v2/feature/ec2/imds"
 	"github.com/dreamlake/lakeshore/agent/internal/imds"
 )
 
@@ -102,7 +101,7 @@ func Watch(ctx context.Context, opts Options) <-chan Notice {
 
 type watcher struct {
 	opts Options
-	md   *sdkimds.Client
+	md   imds.Getter
 	seen map[Kind]Notice
 }
 

@@ -354,7 +354,7 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 	a.log.Info("booting", "machine_id", machineID, "machine_id_source", source, "host_key", hk, "queue", cfg.Queue)
 	// spot: watch for interruption notices on EC2 or at an explicit endpoint,
 	// until Run returns (a signal's drain must still see a reclaim coming).
-	if endpoint, ok := spot.Endpoint(cfg.IMDSEndpoint, source == machineid.SourceIMDS, os.Getenv); ok {
+	if endpoint, ok := spot.Endpoint(cfg.IMDSEndpoint, source, os.Getenv); ok {
 		spotCtx, stopSpot := context.WithCancel(context.WithoutCancel(ctx))
 		defer stopSpot()
 		a.spotc = spot.Watch(spotCtx, spot.Options{Endpoint: endpoint, Interval: a.spotInterval, Logger: a.log})

@@ -32,6 +32,19 @@ func testOptions(controlPlane, imdsURL string) Options {
 		Getenv: func(string) string { return "" }, Logger: slog.New(slog.DiscardHandler)}
 }
 
+// wantedErr reports whether a table case wants an error (want, a part of
+// its message, is not empty), and fails t unless err is that error.
+func wantedErr(t *testing.T, err error, want string) bool {
+	t.Helper()
+	if want == "" {
+		return false
+	}
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("err %v, want %q", err, want)
+	}
+	return true
+}
+
 // newTestClient is a signing client for controlPlane with the IMDS at
 // imdsURL.
 func newTestClient(t *testing.T, controlPlane, imdsURL string) *http.Client {
@@ -228,10 +241,7 @@ func TestRegionSources(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			f := imdstest.New(t, imdstest.State{Region: "sa-east-1"})
 			got, _, err := regionFor(context.Background(), tt.flag, tt.url, newIMDSClient(f.URL))
-			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("err %v, want %q", err, tt.wantErr)
-				}
+			if wantedErr(t, err, tt.wantErr) {
 				return
 			}
 			if err != nil || got != tt.want {
@@ -278,10 +288,7 @@ func TestNewClient(t *testing.T) {
 	for _, tt := range endpoints {
 		t.Run("imds endpoint: "+tt.name, func(t *testing.T) {
 			got, err := imdsEndpoint(tt.configured, func(k string) string { return tt.env[k] })
-			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("err %v, want %q", err, tt.wantErr)
-				}
+			if wantedErr(t, err, tt.wantErr) {
 				return
 			}
 			if err != nil || got != tt.want {

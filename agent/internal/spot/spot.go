@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/dreamlake/lakeshore/agent/internal/imds"
+	"github.com/dreamlake/lakeshore/agent/internal/machineid"
 )
 
 // Kind says which notice a Notice is.
@@ -169,12 +170,12 @@ func (w *watcher) fetch(ctx context.Context, kind Kind) (Notice, bool, error) {
 }
 
 // Endpoint says whether and where the agent watches for spot notices: only
-// on EC2 (onEC2: the machine id came from IMDS) or when an endpoint was set
-// explicitly (configured, the agent's Config.IMDSEndpoint, or
-// $AWS_EC2_METADATA_SERVICE_ENDPOINT), so other hosts and tests never
-// contact 169.254.169.254. AWS_EC2_METADATA_DISABLED=true turns it off
-// unless configured is set.
-func Endpoint(configured string, onEC2 bool, getenv func(string) string) (string, bool) {
+// on EC2 (the machine id came from IMDS: machineIDSource is
+// machineid.SourceIMDS) or when an endpoint was set explicitly (configured,
+// the agent's Config.IMDSEndpoint, or $AWS_EC2_METADATA_SERVICE_ENDPOINT),
+// so other hosts and tests never contact 169.254.169.254.
+// AWS_EC2_METADATA_DISABLED=true turns it off unless configured is set.
+func Endpoint(configured, machineIDSource string, getenv func(string) string) (string, bool) {
 	if getenv == nil {
 		getenv = os.Getenv
 	}
@@ -183,7 +184,7 @@ func Endpoint(configured string, onEC2 bool, getenv func(string) string) (string
 	case imds.Configured, imds.FromEnv:
 		return endpoint, true
 	case imds.Default:
-		if onEC2 {
+		if machineIDSource == machineid.SourceIMDS {
 			return endpoint, true
 		}
 		return "", false

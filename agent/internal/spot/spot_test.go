@@ -11,6 +11,7 @@ import (
 
 	"github.com/dreamlake/lakeshore/agent/internal/imds"
 	"github.com/dreamlake/lakeshore/agent/internal/imds/imdstest"
+	"github.com/dreamlake/lakeshore/agent/internal/machineid"
 )
 
 const spotTestInterval = 20 * time.Millisecond
@@ -179,26 +180,26 @@ func TestSpotEndpointDown(t *testing.T) {
 	}
 }
 
-// TestSpotEndpointSelection: the link-local default only on EC2; an
-// endpoint configured or in the environment anywhere; none when IMDS is
-// turned off and nothing is configured.
+// TestSpotEndpointSelection: the link-local default only on EC2 (the
+// machine id came from IMDS); an endpoint configured or in the environment
+// anywhere; none when IMDS is turned off and nothing is configured.
 func TestSpotEndpointSelection(t *testing.T) {
 	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
 	for _, tc := range []struct {
-		name, configured string
-		onEC2            bool
-		env              map[string]string
-		want             string
-		ok               bool
+		name, configured, source string
+		env                      map[string]string
+		want                     string
+		ok                       bool
 	}{
-		{"off EC2", "", false, nil, "", false},
-		{"on EC2", "", true, nil, imds.DefaultEndpoint, true},
-		{"config", "http://127.0.0.1:1", false, nil, "http://127.0.0.1:1", true},
-		{"env", "", false, map[string]string{"AWS_EC2_METADATA_SERVICE_ENDPOINT": "http://127.0.0.1:2"}, "http://127.0.0.1:2", true},
-		{"config over env", "http://127.0.0.1:1", true, map[string]string{"AWS_EC2_METADATA_SERVICE_ENDPOINT": "http://127.0.0.1:2"}, "http://127.0.0.1:1", true},
-		{"disabled", "", true, map[string]string{"AWS_EC2_METADATA_DISABLED": "true"}, "", false},
+		{"off EC2", "", machineid.SourceFile, nil, "", false},
+		{"machine id flag", "", machineid.SourceFlag, nil, "", false},
+		{"on EC2", "", machineid.SourceIMDS, nil, imds.DefaultEndpoint, true},
+		{"config", "http://127.0.0.1:1", machineid.SourceHostname, nil, "http://127.0.0.1:1", true},
+		{"env", "", machineid.SourceHostname, map[string]string{"AWS_EC2_METADATA_SERVICE_ENDPOINT": "http://127.0.0.1:2"}, "http://127.0.0.1:2", true},
+		{"config over env", "http://127.0.0.1:1", machineid.SourceIMDS, map[string]string{"AWS_EC2_METADATA_SERVICE_ENDPOINT": "http://127.0.0.1:2"}, "http://127.0.0.1:1", true},
+		{"disabled", "", machineid.SourceIMDS, map[string]string{"AWS_EC2_METADATA_DISABLED": "true"}, "", false},
 	} {
-		got, ok := Endpoint(tc.configured, tc.onEC2, env(tc.env))
+		got, ok := Endpoint(tc.configured, tc.source, env(tc.env))
 		if got != tc.want || ok != tc.ok {
 			t.Errorf("%s: Endpoint = %q %v; want %q %v", tc.name, got, ok, tc.want, tc.ok)
 		}

@@ -4,8 +4,10 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,7 +18,9 @@ import (
 	"github.com/dreamlake/lakeshore/server/api/apitest"
 	"github.com/dreamlake/lakeshore/server/auth"
 	"github.com/dreamlake/lakeshore/server/lambdahttp"
+	"github.com/dreamlake/lakeshore/server/wake/wakesock"
 	"github.com/dreamlake/lakeshore/shared/client"
+	"github.com/dreamlake/lakeshore/shared/waittest"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
@@ -99,6 +103,64 @@ func apiGateway(router http.Handler, instance string) http.Handler {
 	})
 }
 
+// TestIAMAgentSignsItsWakeSocket: an IAM-mode agent whose hello offers a
+// wake channel opens its socket with the upgrade signed by the instance
+// role for the wake channel's host (the loop's wiring of sigv4.WakeClient);
+// the front re-verifies each upgrade as API Gateway's AWS_IAM
+// authorization would before the socket reaches $connect.
+func TestIAMAgentSignsItsWakeSocket(t *testing.T) {
+	var mu sync.Mutex
+	var upgrades int
+	var errs []error
+	sockets := wakesock.New("/wake", "", func(_ context.Context, ev events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
+		if ev.RequestContext.RouteKey == "$connect" && ev.Headers[wire.TokenHeader] == "" {
+			return events.APIGatewayProxyResponse{StatusCode: http.StatusUnauthorized}, nil
+		}
+		return events.APIGatewayProxyResponse{StatusCode: http.StatusOK}, nil
+	}, slog.New(slog.DiscardHandler))
+	defer sockets.Close()
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		err := sigv4test.Verify(r, nil, imdstest.Creds, "ap-southeast-2")
+		mu.Lock()
+		upgrades++
+		if err != nil {
+			errs = append(errs, err)
+		}
+		mu.Unlock()
+		if err != nil {
+			http.Error(w, "Forbidden", http.StatusForbidden)
+			return
+		}
+		sockets.ServeHTTP(w, r)
+	}))
+	defer front.Close()
+
+	p := apitest.New(t, func(c *apitest.Config) {
+		c.DaemonAuth = auth.DaemonAuthIAM
+		c.Control.WakeURL, c.Control.Poster = "ws"+strings.TrimPrefix(front.URL, "http")+"/wake", nopPoster{}
+	})
+	f := imdstest.New(t, imdstest.State{Region: "ap-southeast-2"})
+	plane := sigv4test.NewPlane(t, "ap-southeast-2", apiGateway(p.Handler, iamTestInstance))
+	cfg := iamTestConfig(t, plane.URL, f.URL)
+	cfg.MachineID = iamTestInstance
+	a, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runAgent(t, a)
+	waittest.Until(t, 30*time.Second, "the wake socket's upgrade", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return upgrades > 0
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	for _, err := range errs {
+		t.Errorf("upgrade refused: %v", err)
+	}
+	plane.Check(t)
+}
+
 // TestIAMConfig: the settings around --iam.
 func TestIAMConfig(t *testing.T) {
 	f := imdstest.New(t, imdstest.State{})
@@ -107,6 +169,21 @@ func TestIAMConfig(t *testing.T) {
 		cfg.IAM, cfg.IAMRegion = false, "us-east-1"
 		if _, err := cfg.withDefaults(); err == nil || !strings.Contains(err.Error(), "--iam-region is only used with --iam") {
 			t.Fatalf("withDefaults: %v", err)
+		}
+	})
+	t.Run("--iam-region is the region signed for", func(t *testing.T) {
+		plane := sigv4test.NewPlane(t, "us-west-2", nil)
+		cfg := iamTestConfig(t, plane.URL, f.URL) // neither the host nor IMDS names a region
+		cfg.IAMRegion = "us-west-2"
+		got, err := cfg.withDefaults()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := client.New(plane.URL, "tok", client.WithHTTPClient(got.HTTP)).Poll(context.Background(), wire.PollRequest{}); err != nil {
+			t.Fatalf("poll: %v", err)
+		}
+		if n := len(plane.Check(t)); n != 1 {
+			t.Fatalf("%d requests reached the control plane, want 1", n)
 		}
 	})
 	t.Run("a signing copy of the caller's client", func(t *testing.T) {

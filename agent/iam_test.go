@@ -4,10 +4,8 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,7 +16,6 @@ import (
 	"github.com/dreamlake/lakeshore/server/api/apitest"
 	"github.com/dreamlake/lakeshore/server/auth"
 	"github.com/dreamlake/lakeshore/server/lambdahttp"
-	"github.com/dreamlake/lakeshore/server/wake/wakesock"
 	"github.com/dreamlake/lakeshore/shared/client"
 	"github.com/dreamlake/lakeshore/shared/waittest"
 	"github.com/dreamlake/lakeshore/shared/wire"
@@ -105,39 +102,15 @@ func apiGateway(router http.Handler, instance string) http.Handler {
 
 // TestIAMAgentSignsItsWakeSocket: an IAM-mode agent whose hello offers a
 // wake channel opens its socket with the upgrade signed by the instance
-// role for the wake channel's host (the loop's wiring of sigv4.WakeClient);
-// the front re-verifies each upgrade as API Gateway's AWS_IAM
-// authorization would before the socket reaches $connect.
+// role for the wake channel's host (the loop's wiring of sigv4.WakeClient),
+// as a front re-verifying each upgrade the way API Gateway's AWS_IAM
+// authorization would sees. (Whether the socket then comes up is
+// agent/internal/wakeclient's and sigv4's to test.)
 func TestIAMAgentSignsItsWakeSocket(t *testing.T) {
-	var mu sync.Mutex
-	var upgrades int
-	var errs []error
-	sockets := wakesock.New("/wake", "", func(_ context.Context, ev events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
-		if ev.RequestContext.RouteKey == "$connect" && ev.Headers[wire.TokenHeader] == "" {
-			return events.APIGatewayProxyResponse{StatusCode: http.StatusUnauthorized}, nil
-		}
-		return events.APIGatewayProxyResponse{StatusCode: http.StatusOK}, nil
-	}, slog.New(slog.DiscardHandler))
-	defer sockets.Close()
-	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		err := sigv4test.Verify(r, nil, imdstest.Creds, "ap-southeast-2")
-		mu.Lock()
-		upgrades++
-		if err != nil {
-			errs = append(errs, err)
-		}
-		mu.Unlock()
-		if err != nil {
-			http.Error(w, "Forbidden", http.StatusForbidden)
-			return
-		}
-		sockets.ServeHTTP(w, r)
-	}))
-	defer front.Close()
-
+	front := sigv4test.NewPlane(t, "ap-southeast-2", nil) // verifies, then refuses the upgrade
 	p := apitest.New(t, func(c *apitest.Config) {
 		c.DaemonAuth = auth.DaemonAuthIAM
-		c.Control.WakeURL, c.Control.Poster = "ws"+strings.TrimPrefix(front.URL, "http")+"/wake", nopPoster{}
+		c.Control.WakeURL, c.Control.Poster = front.WebSocketURL("/wake"), nopPoster{}
 	})
 	f := imdstest.New(t, imdstest.State{Region: "ap-southeast-2"})
 	plane := sigv4test.NewPlane(t, "ap-southeast-2", apiGateway(p.Handler, iamTestInstance))
@@ -148,15 +121,11 @@ func TestIAMAgentSignsItsWakeSocket(t *testing.T) {
 		t.Fatal(err)
 	}
 	runAgent(t, a)
-	waittest.Until(t, 30*time.Second, "the wake socket's upgrade", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return upgrades > 0
-	})
-	mu.Lock()
-	defer mu.Unlock()
-	for _, err := range errs {
-		t.Errorf("upgrade refused: %v", err)
+	waittest.Until(t, 30*time.Second, "the wake socket's upgrade", func() bool { return front.Requests() > 0 })
+	for _, up := range front.Check(t) {
+		if up.Path != "/wake" || up.Token == "" {
+			t.Errorf("the wake front saw %s with token %q; want the upgrade at /wake with the worker token", up.Path, up.Token)
+		}
 	}
 	plane.Check(t)
 }

@@ -4,9 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,16 +20,13 @@ import (
 // WebSocket upgrade with the instance role for the wake channel's own host
 // (another host than the control plane's), over the host, the date, the
 // session token and the worker token in X-Lakeshore-Token, not over the
-// hop-by-hop upgrade headers. The front here re-verifies the signature as
+// hop-by-hop upgrade headers. The front (a sigv4test.Plane) re-verifies the signature as
 // API Gateway's AWS_IAM authorization would before the socket reaches the
 // $connect route. The client is the agent loop's wiring: WakeClient over
 // the agent's signing client.
 func TestSignsTheWakeSocket(t *testing.T) {
 	f := imdstest.New(t, imdstest.State{Region: "eu-west-3"})
 	hc := newTestClient(t, "http://127.0.0.1:1", f.URL)
-	var mu sync.Mutex
-	var errs []error
-	var signedHeaders []string
 	sockets := wakesock.New("/wake", "", func(_ context.Context, ev events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
 		if ev.RequestContext.RouteKey == "$connect" && ev.Headers["X-Lakeshore-Token"] != "wtk_w" {
 			return events.APIGatewayProxyResponse{StatusCode: http.StatusUnauthorized}, nil
@@ -40,40 +34,19 @@ func TestSignsTheWakeSocket(t *testing.T) {
 		return events.APIGatewayProxyResponse{StatusCode: http.StatusOK}, nil
 	}, slog.New(slog.DiscardHandler))
 	defer sockets.Close()
-	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		err := sigv4test.Verify(r, nil, imdstest.Creds, "eu-west-3")
-		_, list, _ := strings.Cut(r.Header.Get("Authorization"), "SignedHeaders=")
-		list, _, _ = strings.Cut(list, ",")
-		mu.Lock()
-		signedHeaders = append(signedHeaders, list)
-		if err != nil {
-			errs = append(errs, err)
-		}
-		mu.Unlock()
-		if err != nil {
-			http.Error(w, "Forbidden", http.StatusForbidden)
-			return
-		}
-		sockets.ServeHTTP(w, r)
-	}))
-	defer front.Close()
+	front := sigv4test.NewPlane(t, "eu-west-3", sockets)
 
 	c := wakeclient.New(wakeclient.Options{Logger: slog.New(slog.DiscardHandler), BackoffMin: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond,
 		HTTPFor: func(url string) *http.Client { return WakeClient(hc, url) }})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go c.Run(ctx)
-	c.Use("ws"+strings.TrimPrefix(front.URL, "http")+"/wake", "wtk_w")
+	c.Use(front.WebSocketURL("/wake"), "wtk_w")
 	waittest.Until(t, 30*time.Second, "the signed wake socket up", c.Up)
 
-	mu.Lock()
-	defer mu.Unlock()
-	for _, err := range errs {
-		t.Errorf("upgrade refused: %v", err)
-	}
-	for _, list := range signedHeaders {
-		if list != "host;x-amz-date;x-amz-security-token;x-lakeshore-token" {
-			t.Errorf("the upgrade signed %q; want only host, date, session token and the token header", list)
+	for _, up := range front.Check(t) {
+		if up.SignedHeaders != "host;x-amz-date;x-amz-security-token;x-lakeshore-token" {
+			t.Errorf("the upgrade signed %q; want only host, date, session token and the token header", up.SignedHeaders)
 		}
 	}
 }

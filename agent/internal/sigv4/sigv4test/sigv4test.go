@@ -83,14 +83,17 @@ func Verify(r *http.Request, body []byte, creds aws.Credentials, region string) 
 
 // Seen is what a Plane saw of one request.
 type Seen struct {
-	Path  string
-	Token string // X-Lakeshore-Token
-	Body  []byte
+	Path          string
+	Token         string // X-Lakeshore-Token
+	Body          []byte
+	SignedHeaders string // as the signature lists them: "host;x-amz-date;..."
 }
 
-// Plane is a control-plane stand-in that verifies every request's
-// signature against imdstest.Creds in its region and records it; a request
-// that fails is answered 403, one that passes goes to next (nil: 200 {}).
+// Plane is a stand-in for API Gateway's AWS_IAM authorization in front of
+// the control plane or the wake channel's WebSocket API: it verifies every
+// request's signature against imdstest.Creds in its region and records it;
+// a request that fails is answered 403, one that passes goes to next (nil:
+// 200 {}).
 type Plane struct {
 	*httptest.Server
 	region string
@@ -123,7 +126,9 @@ func (p *Plane) serve(w http.ResponseWriter, r *http.Request) {
 		err = errors.New("no " + wire.TokenHeader)
 	}
 	p.mu.Lock()
-	p.seen = append(p.seen, Seen{Path: r.URL.Path, Token: tok, Body: body})
+	_, signed, _ := strings.Cut(r.Header.Get("Authorization"), "SignedHeaders=")
+	signed, _, _ = strings.Cut(signed, ",")
+	p.seen = append(p.seen, Seen{Path: r.URL.Path, Token: tok, Body: body, SignedHeaders: signed})
 	if err != nil {
 		p.errs = append(p.errs, fmt.Errorf("%s %s: %w", r.Method, r.URL.Path, err))
 	}
@@ -153,4 +158,16 @@ func (p *Plane) Check(t testing.TB) []Seen {
 		t.Error(err)
 	}
 	return slices.Clone(p.seen)
+}
+
+// Requests reports how many requests the Plane has seen, verified or not.
+func (p *Plane) Requests() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.seen)
+}
+
+// WebSocketURL is the ws:// URL of path on the Plane.
+func (p *Plane) WebSocketURL(path string) string {
+	return "ws" + strings.TrimPrefix(p.URL, "http") + path
 }

@@ -75,12 +75,15 @@ lint:
 ## link the router, and none links the Prometheus client; shared/domain
 ## imports nothing of this module but the hostkey leaf; the store and the
 ## use cases import no wire type; only the mains build a control.Service;
-## no binary links a test-support package
+## no binary links a test-support package; in nymph only agent/internal/imds
+## imports the SDK's IMDS client
 check:
 	@bad=$$($(GO) list -deps ./shared/... | grep -E 'lakeshore/(server|agent|functions|cli)(/|$$)' || true); \
 		if [ -n "$$bad" ]; then echo "shared/ imports: $$bad (shared/ is what the server and nymph both link)"; exit 1; fi
 	@bad=$$($(GO) list -deps ./agent/... | grep -E 'lakeshore/server/' || true); \
 		if [ -n "$$bad" ]; then echo "nymph links a server package: $$bad (a rule both keep goes in a shared/ leaf such as shared/cadence)"; exit 1; fi
+	@bad=$$($(GO) list -f '{{.ImportPath}} {{join .Imports " "}}' ./agent/... | grep -v '^github.com/dreamlake/lakeshore/agent/internal/imds ' | grep 'aws-sdk-go-v2/feature/ec2/imds' | cut -d' ' -f1 || true); \
+		if [ -n "$$bad" ]; then echo "imports the SDK's IMDS client: $$bad (nymph reads IMDS only through agent/internal/imds: one client setup, one endpoint rule)"; exit 1; fi
 	@for f in reaper hoststatus provisioner; do \
 		bad=$$($(GO) list -deps ./functions/$$f | grep -E 'lakeshore/server/(api|lambdahttp)(/|$$)' || true); \
 		if [ -n "$$bad" ]; then echo "functions/$$f links the router: $$bad"; exit 1; fi; \

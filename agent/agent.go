@@ -14,8 +14,10 @@ import (
 	"github.com/dreamlake/lakeshore/agent/internal/health"
 	"github.com/dreamlake/lakeshore/agent/internal/lifecycle"
 	"github.com/dreamlake/lakeshore/agent/internal/logship"
+	"github.com/dreamlake/lakeshore/agent/internal/machineid"
 	"github.com/dreamlake/lakeshore/agent/internal/notify"
 	"github.com/dreamlake/lakeshore/agent/internal/process"
+	"github.com/dreamlake/lakeshore/agent/internal/spot"
 	"github.com/dreamlake/lakeshore/agent/internal/wakeclient"
 	"github.com/dreamlake/lakeshore/shared/client"
 	"github.com/dreamlake/lakeshore/shared/hostkey"
@@ -68,9 +70,10 @@ type Agent struct {
 	// before it waits (tests release a held ack there).
 	testHookFlushing func()
 
-	// spot: EC2 spot notices for the loop (spot.go); nil when not watching.
-	spotc        <-chan SpotNotice
-	spotInterval time.Duration // tests; zero: DefaultSpotInterval
+	// spot: EC2 spot notices for the loop (agent/internal/spot; the loop's
+	// handling in spot.go); nil when not watching.
+	spotc        <-chan spot.Notice
+	spotInterval time.Duration // tests; zero: spot.DefaultInterval
 
 	// testRetentionSwept, when set, hears what each run-directory sweep did.
 	testRetentionSwept func(process.SweepResult)
@@ -342,7 +345,7 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 
 	a.ackDone = map[string]func(bool){}
 	a.acker = acks.New(spool, acks.Options{Logger: a.log, HTTP: cfg.HTTP, OnAnswered: a.ackAnswered, Clock: cfg.Clock})
-	machineID, source, err := MachineID(stopCtx, cfg.MachineID, MachineIDOptions{IMDSEndpoint: cfg.IMDSEndpoint})
+	machineID, source, err := machineid.Lookup(stopCtx, cfg.MachineID, machineid.Options{IMDSEndpoint: cfg.IMDSEndpoint})
 	if err != nil {
 		return fmt.Errorf("machine id: %w", err)
 	}
@@ -351,10 +354,10 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 	a.log.Info("booting", "machine_id", machineID, "machine_id_source", source, "host_key", hk, "queue", cfg.Queue)
 	// spot: watch for interruption notices on EC2 or at an explicit endpoint,
 	// until Run returns (a signal's drain must still see a reclaim coming).
-	if endpoint, ok := spotEndpoint(cfg.IMDSEndpoint, source, os.Getenv); ok {
+	if endpoint, ok := spot.Endpoint(cfg.IMDSEndpoint, source, os.Getenv); ok {
 		spotCtx, stopSpot := context.WithCancel(context.WithoutCancel(ctx))
 		defer stopSpot()
-		a.spotc = WatchSpot(spotCtx, SpotOptions{Endpoint: endpoint, Interval: a.spotInterval, Logger: a.log})
+		a.spotc = spot.Watch(spotCtx, spot.Options{Endpoint: endpoint, Interval: a.spotInterval, Logger: a.log})
 		a.log.Info("watching for spot interruption notices", "imds", endpoint)
 	}
 

@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/dreamlake/lakeshore/agent/internal/machineid"
 	"github.com/dreamlake/lakeshore/agent/internal/process"
 )
 
@@ -52,7 +53,7 @@ func helloBackoff(attempt int) time.Duration {
 // start timeout (systemd TimeoutStartSec) must exceed it, or it kills a
 // daemon that was about to give up on its own (exit 1) or succeed.
 func StartBudget() time.Duration {
-	total := process.SweepBudget(DefaultKillAfter) + requestTimeout + DefaultIMDSTimeout
+	total := process.SweepBudget(DefaultKillAfter) + requestTimeout + machineid.DefaultIMDSTimeout
 	for attempt := 1; attempt <= DefaultHelloAttempts; attempt++ {
 		total += requestTimeout
 		if attempt < DefaultHelloAttempts {

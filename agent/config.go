@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dreamlake/lakeshore/agent/internal/notify"
+	"github.com/dreamlake/lakeshore/agent/internal/sigv4"
 	"github.com/dreamlake/lakeshore/shared/clock"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
@@ -65,7 +66,7 @@ type Config struct {
 	// IAM signs every request to the control plane with the EC2 instance
 	// role (AWS SigV4 for execute-api, --iam), for a control plane whose
 	// daemon routes sit behind API Gateway's AWS_IAM authorizer; the token
-	// then travels in X-Lakeshore-Token (iam.go).
+	// then travels in X-Lakeshore-Token (agent/internal/sigv4).
 	IAM bool
 	// IAMRegion is the region IAM mode signs for (--iam-region); empty: the
 	// region of an execute-api control-plane host, else the instance's.
@@ -202,7 +203,10 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("--iam-region is only used with --iam")
 	}
 	if c.IAM {
-		hc, err := iamHTTPClient(c, c.HTTP, os.Getenv)
+		hc, err := sigv4.NewClient(c.HTTP, sigv4.Options{
+			ControlPlane: c.ControlPlane, Region: c.IAMRegion, IMDSEndpoint: c.IMDSEndpoint,
+			Getenv: os.Getenv, Clock: c.Clock, Logger: c.Logger,
+		})
 		if err != nil {
 			return c, err
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/dreamlake/lakeshore/shared/cadence"
 	"github.com/dreamlake/lakeshore/shared/client"
 	"github.com/dreamlake/lakeshore/shared/clock"
+	"github.com/dreamlake/lakeshore/shared/ids"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
@@ -92,3 +93,12 @@ func (a *Agent) newSession(res wire.HelloResponse) (session, error) {
 	}
 	return s, nil
 }
+
+// bootIDs makes boot ids; ULIDs sort by start time, which helps whoever reads
+// a worker's history.
+var bootIDs ids.Generator
+
+// BootID returns a fresh random id for this daemon process: a new one each
+// start, so a hello with a new boot id proves the previous process dead and
+// lets the control plane hand its work out again.
+func BootID() string { return bootIDs.New("boot") }

@@ -19,6 +19,7 @@ import (
 	"github.com/dreamlake/lakeshore/server/api/apitest"
 	"github.com/dreamlake/lakeshore/server/store"
 	"github.com/dreamlake/lakeshore/shared/domain"
+	"github.com/dreamlake/lakeshore/shared/ids"
 	"github.com/dreamlake/lakeshore/shared/waittest"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
@@ -198,5 +199,19 @@ func letGo(t *testing.T, p *apitest.Plane, id string) {
 		func(o *dynamodb.Options) { o.BaseEndpoint, o.HTTPClient = aws.String(p.Endpoint), noKeepAlive() })
 	if _, _, err := store.New(db, p.Prefix).MarkGone(context.Background(), id, nil, domain.EndGone, "let go by the test"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestBootID(t *testing.T) {
+	seen := map[string]bool{}
+	for range 1000 {
+		id := BootID()
+		if !ids.Valid("boot", id) {
+			t.Fatalf("BootID() = %q, want boot_<ULID>", id)
+		}
+		if seen[id] {
+			t.Fatalf("BootID() repeated %q", id)
+		}
+		seen[id] = true
 	}
 }

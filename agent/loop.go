@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dreamlake/lakeshore/agent/internal/health"
+	"github.com/dreamlake/lakeshore/agent/internal/sigv4"
 	"github.com/dreamlake/lakeshore/agent/internal/wakeclient"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
@@ -56,7 +57,7 @@ func (a *Agent) loop(ctx context.Context, st *state, hello wire.HelloRequest) (e
 	wctx, stopWake := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopWake()
 	st.wake = wakeclient.New(wakeclient.Options{Logger: a.log,
-		HTTPFor: func(url string) *http.Client { return wakeHTTPClient(cfg.HTTP, url) }})
+		HTTPFor: func(url string) *http.Client { return sigv4.WakeClient(cfg.HTTP, url) }})
 	go st.wake.Run(wctx)
 	a.useWake(st)
 

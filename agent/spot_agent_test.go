@@ -7,12 +7,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dreamlake/lakeshore/agent/internal/imds/imdstest"
 	"github.com/dreamlake/lakeshore/server/api/apitest"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
 // newSpotAgent builds a real-time agent whose spot watcher polls the fake.
-func newSpotAgent(t *testing.T, p *apitest.Plane, f *spotIMDS, machine string, grace time.Duration, mods ...func(*Config)) *Agent {
+func newSpotAgent(t *testing.T, p *apitest.Plane, f *imdstest.Server, machine string, grace time.Duration, mods ...func(*Config)) *Agent {
 	t.Helper()
 	a := newFakeTimeAgent(t, p, machine, func(c *Config) {
 		c.IMDSEndpoint = f.URL
@@ -30,7 +31,7 @@ func newSpotAgent(t *testing.T, p *apitest.Plane, f *spotIMDS, machine string, g
 // for the spot agent to run.
 type spotRig struct {
 	p   *apitest.Plane
-	f   *spotIMDS
+	f   *imdstest.Server
 	inv wire.Invocation
 }
 
@@ -41,7 +42,7 @@ func newSpotRig(t *testing.T, argv ...string) spotRig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return spotRig{p: p, f: newSpotIMDS(t, nil), inv: inv}
+	return spotRig{p: p, f: imdstest.New(t, imdstest.State{}), inv: inv}
 }
 
 // wantEnd requires machine's worker gone by bye (its reason) and the
@@ -69,7 +70,7 @@ func TestSpotAgentHandsBackBeforeReclaim(t *testing.T) {
 	var reclaim time.Time
 	a.testHookRunStarted = func(string) {
 		reclaim = time.Now().Add(3 * time.Second)
-		f.set(func(f *spotIMDS) { f.action, f.at = "terminate", reclaim })
+		f.Set(func(s *imdstest.State) { s.Action, s.At = "terminate", reclaim })
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -97,7 +98,7 @@ func TestSpotAgentFinishesWithinGrace(t *testing.T) {
 	var reclaim time.Time
 	a.testHookRunStarted = func(string) {
 		reclaim = time.Now().Add(2 * time.Minute)
-		f.set(func(f *spotIMDS) { f.action, f.at = "stop", reclaim })
+		f.Set(func(s *imdstest.State) { s.Action, s.At = "stop", reclaim })
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -122,7 +123,7 @@ func TestSpotAgentShortensSignalGrace(t *testing.T) {
 	a.testHookRunStarted = func(string) {
 		a.Stop()
 		reclaim = time.Now().Add(3 * time.Second)
-		f.set(func(f *spotIMDS) { f.action, f.at = "terminate", reclaim })
+		f.Set(func(s *imdstest.State) { s.Action, s.At = "terminate", reclaim })
 	}
 	if err := a.Run(context.Background()); err != nil {
 		t.Fatalf("Run: %v", err)
@@ -140,7 +141,7 @@ func TestSpotAgentRebalanceDrains(t *testing.T) {
 	r := newSpotRig(t, "sleep", "1")
 	p, f := r.p, r.f
 	a := newSpotAgent(t, p, f, "spot-rebalance", 10*time.Minute, func(c *Config) { c.OnRebalance = OnRebalanceDrain })
-	a.testHookRunStarted = func(string) { f.set(func(f *spotIMDS) { f.rebalance = time.Now() }) }
+	a.testHookRunStarted = func(string) { f.Set(func(s *imdstest.State) { s.Rebalance = time.Now() }) }
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := a.Run(ctx); err != nil {
@@ -157,8 +158,8 @@ func TestSpotAgentRebalanceDrains(t *testing.T) {
 // when the signal comes, and says bye{signal}.
 func TestSpotAgentRebalanceLogs(t *testing.T) {
 	p := apitest.New(t)
-	f := newSpotIMDS(t, nil)
-	f.set(func(f *spotIMDS) { f.rebalance = time.Now() })
+	f := imdstest.New(t, imdstest.State{})
+	f.Set(func(s *imdstest.State) { s.Rebalance = time.Now() })
 	logs := newLogRecorder()
 	a := newSpotAgent(t, p, f, "spot-rebalance-log", 10*time.Minute, func(c *Config) { c.Logger = logs.logger() })
 	if a.cfg.OnRebalance != OnRebalanceLog {
@@ -208,6 +209,25 @@ func TestSpotOnRebalanceConfig(t *testing.T) {
 			t.Errorf("OnRebalance %q: %q, %v; want %q", tc.in, got.OnRebalance, err, tc.want)
 		case !tc.ok && (err == nil || !strings.Contains(err.Error(), "--on-rebalance")):
 			t.Errorf("OnRebalance %q: error %v; want one naming --on-rebalance", tc.in, err)
+		}
+	}
+}
+
+func TestSpotGrace(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		reclaim time.Time
+		want    time.Duration
+	}{
+		{time.Time{}, 30 * time.Second},                                // no notice: the configured grace
+		{now.Add(2 * time.Minute), 30 * time.Second},                   // reclaim far off: the configured grace
+		{now.Add(30 * time.Second), 15 * time.Second},                  // 30 s − kill-after 10 s − 5 s
+		{now.Add(12 * time.Second), 0},                                 // too close: terminate at once
+		{now.Add(-time.Minute), 0},                                     // already past
+		{now.Add(45*time.Second + time.Millisecond), 30 * time.Second}, // exactly enough
+	} {
+		if got := spotGrace(30*time.Second, 10*time.Second, tc.reclaim, now); got != tc.want {
+			t.Errorf("spotGrace(reclaim %v) = %s; want %s", tc.reclaim.Sub(now), got, tc.want)
 		}
 	}
 }

@@ -1,7 +1,10 @@
 // Package imds is the agent's one way to the EC2 instance metadata service:
 // the AWS SDK's IMDSv2 client, set up one way (no proxy, never IMDSv1), with
-// one rule for which endpoint to use. The machine id, the instance role's
-// credentials (nymph --iam) and the spot watcher all go through it.
+// one rule for which endpoint to use. The machine id
+// (agent/internal/machineid), the instance role's credentials (nymph
+// --iam, agent/internal/sigv4) and the spot watcher (agent/internal/spot)
+// all go through it; make check keeps every other agent package from
+// importing the SDK's IMDS client.
 package imds
 
 import (

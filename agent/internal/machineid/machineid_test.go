@@ -1,4 +1,4 @@
-package agent
+package machineid
 
 import (
 	"context"
@@ -11,8 +11,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/dreamlake/lakeshore/shared/ids"
 )
 
 const (
@@ -107,9 +105,9 @@ func machineIDHostname(name string) func() (string, error) {
 	return func() (string, error) { return name, nil }
 }
 
-func TestMachineID(t *testing.T) {
+func TestLookup(t *testing.T) {
 	const rawMachineID = "4c4c4544003957108052b4c04f384833"
-	hashedMachineID := appSpecificMachineID(rawMachineID)
+	hashedMachineID := appSpecific(rawMachineID)
 	down := httptest.NewServer(http.NotFoundHandler())
 	downURL := down.URL
 	down.Close() // nothing listens there now: connections are refused
@@ -131,28 +129,28 @@ func TestMachineID(t *testing.T) {
 		{
 			name: "flag wins over everything", flag: "  rack7-node3 ",
 			imds: func(*machineIDIMDS) {}, useFake: "opt", file: rawMachineID, hostname: machineIDHostname("h"),
-			wantID: "rack7-node3", wantSource: MachineIDSourceFlag, wantHits: 0,
+			wantID: "rack7-node3", wantSource: SourceFlag, wantHits: 0,
 		},
 		{
 			name: "imds v2 from the option",
 			imds: func(*machineIDIMDS) {}, useFake: "opt", file: rawMachineID, hostname: machineIDHostname("h"),
-			wantID: machineIDInstanceID, wantSource: MachineIDSourceIMDS, wantHits: 2,
+			wantID: machineIDInstanceID, wantSource: SourceIMDS, wantHits: 2,
 		},
 		{
 			name: "imds v2 from AWS_EC2_METADATA_SERVICE_ENDPOINT",
 			imds: func(*machineIDIMDS) {}, useFake: "env", file: rawMachineID, hostname: machineIDHostname("h"),
-			wantID: machineIDInstanceID, wantSource: MachineIDSourceIMDS, wantHits: 2,
+			wantID: machineIDInstanceID, wantSource: SourceIMDS, wantHits: 2,
 		},
 		{
 			name: "imds instance id is trimmed",
 			imds: func(f *machineIDIMDS) { f.instanceID = machineIDInstanceID + "\n" }, useFake: "opt", file: "-", hostname: machineIDHostname("h"),
-			wantID: machineIDInstanceID, wantSource: MachineIDSourceIMDS, wantHits: 2,
+			wantID: machineIDInstanceID, wantSource: SourceIMDS, wantHits: 2,
 		},
 		{
 			name: "AWS_EC2_METADATA_DISABLED=true skips imds",
 			imds: func(*machineIDIMDS) {}, useFake: "env", env: []string{"AWS_EC2_METADATA_DISABLED", "TRUE"},
 			file: rawMachineID, hostname: machineIDHostname("h"),
-			wantID: hashedMachineID, wantSource: MachineIDSourceFile, wantHits: 0,
+			wantID: hashedMachineID, wantSource: SourceFile, wantHits: 0,
 		},
 		{
 			// One rule for every IMDS user (internal/imds.Resolve): the
@@ -160,32 +158,32 @@ func TestMachineID(t *testing.T) {
 			name: "a configured endpoint wins over AWS_EC2_METADATA_DISABLED",
 			imds: func(*machineIDIMDS) {}, useFake: "opt", env: []string{"AWS_EC2_METADATA_DISABLED", "true"},
 			file: rawMachineID, hostname: machineIDHostname("h"),
-			wantID: machineIDInstanceID, wantSource: MachineIDSourceIMDS, wantHits: 2,
+			wantID: machineIDInstanceID, wantSource: SourceIMDS, wantHits: 2,
 		},
 		{
 			name:     "imds down falls through to the machine-id file",
 			endpoint: downURL, file: rawMachineID + "\n", hostname: machineIDHostname("h"),
-			wantID: hashedMachineID, wantSource: MachineIDSourceFile, wantHits: -1,
+			wantID: hashedMachineID, wantSource: SourceFile, wantHits: -1,
 		},
 		{
 			name: "imds without v2 tokens is not asked in v1",
 			imds: func(f *machineIDIMDS) { f.tokenCode = http.StatusForbidden }, useFake: "opt", file: rawMachineID, hostname: machineIDHostname("h"),
-			wantID: hashedMachineID, wantSource: MachineIDSourceFile, wantHits: 1,
+			wantID: hashedMachineID, wantSource: SourceFile, wantHits: 1,
 		},
 		{
 			name: "imds without an instance id falls through",
 			imds: func(f *machineIDIMDS) { f.idCode = http.StatusNotFound }, useFake: "opt", file: rawMachineID, hostname: machineIDHostname("h"),
-			wantID: hashedMachineID, wantSource: MachineIDSourceFile, wantHits: 2,
+			wantID: hashedMachineID, wantSource: SourceFile, wantHits: 2,
 		},
 		{
 			name:     "empty machine-id file falls through to the hostname",
 			endpoint: downURL, file: " \n", hostname: machineIDHostname("build-box\n"),
-			wantID: "build-box", wantSource: MachineIDSourceHostname, wantHits: -1,
+			wantID: "build-box", wantSource: SourceHostname, wantHits: -1,
 		},
 		{
 			name: "no machine-id file: the hostname",
 			env:  []string{"AWS_EC2_METADATA_DISABLED", "true"}, file: "-", hostname: machineIDHostname("build-box"),
-			wantID: "build-box", wantSource: MachineIDSourceHostname, wantHits: -1,
+			wantID: "build-box", wantSource: SourceHostname, wantHits: -1,
 		},
 		{
 			name: "nothing at all is an error",
@@ -201,7 +199,7 @@ func TestMachineID(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			opts := MachineIDOptions{Hostname: tt.hostname, IMDSEndpoint: tt.endpoint}
+			opts := Options{Hostname: tt.hostname, IMDSEndpoint: tt.endpoint}
 			env := tt.env
 			var f *machineIDIMDS
 			if tt.imds != nil {
@@ -218,15 +216,15 @@ func TestMachineID(t *testing.T) {
 				opts.IMDSEndpoint = downURL
 			}
 			opts.Getenv = machineIDEnv(env...)
-			opts.MachineIDFile = filepath.Join(t.TempDir(), "absent")
+			opts.File = filepath.Join(t.TempDir(), "absent")
 			if tt.file != "-" {
-				opts.MachineIDFile = machineIDFile(t, tt.file)
+				opts.File = machineIDFile(t, tt.file)
 			}
 
-			id, source, err := MachineID(context.Background(), tt.flag, opts)
+			id, source, err := Lookup(context.Background(), tt.flag, opts)
 			if tt.wantErr {
 				if err == nil {
-					t.Fatalf("MachineID = %q (%s), want an error", id, source)
+					t.Fatalf("Lookup = %q (%s), want an error", id, source)
 				}
 				return
 			}
@@ -234,7 +232,7 @@ func TestMachineID(t *testing.T) {
 				t.Fatal(err)
 			}
 			if id != tt.wantID || source != tt.wantSource {
-				t.Errorf("MachineID = %q (%s), want %q (%s)", id, source, tt.wantID, tt.wantSource)
+				t.Errorf("Lookup = %q (%s), want %q (%s)", id, source, tt.wantID, tt.wantSource)
 			}
 			if f != nil {
 				if tt.wantHits >= 0 && f.requests.Load() != tt.wantHits {
@@ -248,19 +246,19 @@ func TestMachineID(t *testing.T) {
 	}
 }
 
-// TestMachineIDIMDSHangs: an IMDS that never answers costs about a second,
+// TestLookupIMDSHangs: an IMDS that never answers costs about a second,
 // then the next source answers.
-func TestMachineIDIMDSHangs(t *testing.T) {
+func TestLookupIMDSHangs(t *testing.T) {
 	f := newMachineIDIMDS(t, func(f *machineIDIMDS) { f.hang = make(chan struct{}) })
 	start := time.Now()
-	id, source, err := MachineID(context.Background(), "", MachineIDOptions{
-		IMDSEndpoint:  f.URL,
-		MachineIDFile: machineIDFile(t, "abc"),
-		Getenv:        machineIDEnv(),
+	id, source, err := Lookup(context.Background(), "", Options{
+		IMDSEndpoint: f.URL,
+		File:         machineIDFile(t, "abc"),
+		Getenv:       machineIDEnv(),
 	})
 	elapsed := time.Since(start)
-	if err != nil || source != MachineIDSourceFile || id != appSpecificMachineID("abc") {
-		t.Fatalf("MachineID = %q (%s), %v; want the machine-id file", id, source, err)
+	if err != nil || source != SourceFile || id != appSpecific("abc") {
+		t.Fatalf("Lookup = %q (%s), %v; want the machine-id file", id, source, err)
 	}
 	if elapsed > 3*time.Second {
 		t.Errorf("a hung IMDS delayed start-up by %s, want about %s", elapsed, DefaultIMDSTimeout)
@@ -271,26 +269,12 @@ func TestMachineIDIMDSHangs(t *testing.T) {
 }
 
 func TestMachineIDFromFileIsStableAndOpaque(t *testing.T) {
-	a, b := appSpecificMachineID("4c4c4544003957108052b4c04f384833"), appSpecificMachineID("4c4c4544003957108052b4c04f384833")
-	other := appSpecificMachineID("00000000000000000000000000000001")
+	a, b := appSpecific("4c4c4544003957108052b4c04f384833"), appSpecific("4c4c4544003957108052b4c04f384833")
+	other := appSpecific("00000000000000000000000000000001")
 	if a != b || a == other {
 		t.Errorf("ids %q %q %q: want stable per machine and distinct across machines", a, b, other)
 	}
 	if !regexp.MustCompile(`^[0-9a-f]{32}$`).MatchString(a) || a == "4c4c4544003957108052b4c04f384833" {
 		t.Errorf("id %q: want 32 hex digits that are not the raw machine id", a)
-	}
-}
-
-func TestBootID(t *testing.T) {
-	seen := map[string]bool{}
-	for range 1000 {
-		id := BootID()
-		if !ids.Valid("boot", id) {
-			t.Fatalf("BootID() = %q, want boot_<ULID>", id)
-		}
-		if seen[id] {
-			t.Fatalf("BootID() repeated %q", id)
-		}
-		seen[id] = true
 	}
 }

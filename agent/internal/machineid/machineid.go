@@ -1,4 +1,9 @@
-package agent
+// Package machineid finds the id nymph says hello with: the --machine-id
+// flag, else the EC2 instance id (through agent/internal/imds), else a
+// nymph-specific hash of /etc/machine-id, else the hostname. The agent's
+// Run asks it once at boot; where the id came from also decides whether
+// the spot watcher runs (agent/internal/spot).
+package machineid
 
 import (
 	"context"
@@ -12,43 +17,40 @@ import (
 	"time"
 
 	"github.com/dreamlake/lakeshore/agent/internal/imds"
-
-	"github.com/dreamlake/lakeshore/shared/ids"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
-// Where a machine id came from, as MachineID reports it.
+// Where a machine id came from, as Lookup reports it (logged at boot as
+// machine_id_source).
 const (
-	MachineIDSourceFlag     = "flag"
-	MachineIDSourceIMDS     = "imds"
-	MachineIDSourceFile     = "machine-id"
-	MachineIDSourceHostname = "hostname"
+	SourceFlag     = "flag"
+	SourceIMDS     = "imds"
+	SourceFile     = "machine-id"
+	SourceHostname = "hostname"
 )
 
-// Defaults of MachineIDOptions.
+// Defaults of Options.
 const (
-	DefaultIMDSEndpoint  = imds.DefaultEndpoint
-	DefaultMachineIDFile = "/etc/machine-id"
+	DefaultFile = "/etc/machine-id"
 	// DefaultIMDSTimeout bounds the whole IMDS exchange (token and instance
 	// id): off EC2 nothing answers, and start-up should not wait for it.
 	DefaultIMDSTimeout = time.Second
 )
 
-// machineIDAppKey makes the id derived from /etc/machine-id specific to
-// nymph; see MachineID.
-const machineIDAppKey = "dreamlake/lakeshore/nymph machine id v1"
+// appKey makes the id derived from /etc/machine-id specific to nymph; see
+// Lookup.
+const appKey = "dreamlake/lakeshore/nymph machine id v1"
 
-// MachineIDOptions configures MachineID. Zero fields take the defaults, which
-// read the real host.
-type MachineIDOptions struct {
+// Options configures Lookup. Zero fields take the defaults, which read the
+// real host.
+type Options struct {
 	// IMDSEndpoint is the instance metadata service's base URL. Empty means
-	// $AWS_EC2_METADATA_SERVICE_ENDPOINT, else DefaultIMDSEndpoint.
+	// $AWS_EC2_METADATA_SERVICE_ENDPOINT, else imds.DefaultEndpoint.
 	IMDSEndpoint string
 	// IMDSTimeout bounds the IMDS lookup; zero means DefaultIMDSTimeout.
 	IMDSTimeout time.Duration
-	// MachineIDFile is read when IMDS does not answer; empty means
-	// DefaultMachineIDFile.
-	MachineIDFile string
+	// File is read when IMDS does not answer; empty means DefaultFile.
+	File string
 	// Hostname is the last resort; nil means os.Hostname.
 	Hostname func() (string, error)
 	// Getenv reads AWS_EC2_METADATA_DISABLED and
@@ -56,23 +58,23 @@ type MachineIDOptions struct {
 	Getenv func(string) string
 }
 
-// MachineID reports the machine's id and which source gave it, trying in
+// Lookup reports the machine's id and which source gave it, trying in
 // turn:
 //
-//   - flag, if non-empty (MachineIDSourceFlag);
-//   - the EC2 instance id from IMDSv2 (MachineIDSourceIMDS), unless
+//   - flag, if non-empty (SourceFlag);
+//   - the EC2 instance id from IMDSv2 (SourceIMDS), unless
 //     AWS_EC2_METADATA_DISABLED=true — within about a second, so a host off
 //     EC2 starts quickly;
-//   - /etc/machine-id (MachineIDSourceFile), hashed with a nymph-specific key
-//     as machine-id(5) asks of anything sent off the host: the result is as
+//   - /etc/machine-id (SourceFile), hashed with a nymph-specific key as
+//     machine-id(5) asks of anything sent off the host: the result is as
 //     stable as the file but does not reveal it;
-//   - the hostname (MachineIDSourceHostname).
+//   - the hostname (SourceHostname).
 //
 // Failures of one source fall through to the next; the error reports only
 // that none gave an id.
-func MachineID(ctx context.Context, flag string, opts MachineIDOptions) (id, source string, err error) {
+func Lookup(ctx context.Context, flag string, opts Options) (id, source string, err error) {
 	if id := strings.TrimSpace(flag); id != "" {
-		return id, MachineIDSourceFlag, nil
+		return id, SourceFlag, nil
 	}
 	getenv := opts.Getenv
 	if getenv == nil {
@@ -84,16 +86,16 @@ func MachineID(ctx context.Context, flag string, opts MachineIDOptions) (id, sou
 			timeout = DefaultIMDSTimeout
 		}
 		if id, err := instanceID(ctx, endpoint, timeout); err == nil {
-			return id, MachineIDSourceIMDS, nil
+			return id, SourceIMDS, nil
 		}
 	}
-	file := opts.MachineIDFile
+	file := opts.File
 	if file == "" {
-		file = DefaultMachineIDFile
+		file = DefaultFile
 	}
 	if b, err := os.ReadFile(file); err == nil {
 		if raw := strings.TrimSpace(string(b)); raw != "" {
-			return appSpecificMachineID(raw), MachineIDSourceFile, nil
+			return appSpecific(raw), SourceFile, nil
 		}
 	}
 	hostname := opts.Hostname
@@ -107,7 +109,7 @@ func MachineID(ctx context.Context, flag string, opts MachineIDOptions) (id, sou
 	if name = strings.TrimSpace(name); name == "" {
 		return "", "", fmt.Errorf("no machine id: no IMDS, no usable %s, and an empty hostname; pass --machine-id", file)
 	}
-	return name, MachineIDSourceHostname, nil
+	return name, SourceHostname, nil
 }
 
 // instanceID asks IMDSv2 at endpoint for the instance id. It never falls
@@ -126,20 +128,11 @@ func instanceID(ctx context.Context, endpoint string, timeout time.Duration) (st
 	return id, nil
 }
 
-// appSpecificMachineID derives nymph's id from the raw machine id the way
+// appSpecific derives nymph's id from the raw machine id the way
 // sd_id128_get_machine_app_specific(3) does — an HMAC-SHA256 keyed by the
 // machine id over an application key, cut to 128 bits.
-func appSpecificMachineID(raw string) string {
+func appSpecific(raw string) string {
 	mac := hmac.New(sha256.New, []byte(raw))
-	mac.Write([]byte(machineIDAppKey))
+	mac.Write([]byte(appKey))
 	return hex.EncodeToString(mac.Sum(nil)[:16])
 }
-
-// bootIDs makes boot ids; ULIDs sort by start time, which helps whoever reads
-// a worker's history.
-var bootIDs ids.Generator
-
-// BootID returns a fresh random id for this daemon process: a new one each
-// start, so a hello with a new boot id proves the previous process dead and
-// lets the control plane hand its work out again.
-func BootID() string { return bootIDs.New("boot") }

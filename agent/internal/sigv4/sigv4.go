@@ -1,8 +1,14 @@
-package agent
+// Package sigv4 is nymph's IAM mode (--iam): the control plane's daemon
+// routes sit behind API Gateway's AWS_IAM authorizer, so every request
+// nymph sends is signed with AWS Signature V4 for execute-api using the EC2
+// instance role (its credentials from IMDS through agent/internal/imds),
+// and the bearer token moves out of Authorization (which carries the
+// signature) into X-Lakeshore-Token. The agent's config builds its HTTP
+// client with NewClient; its loop opens the wake socket with WakeClient.
+// docs/security.md, "IAM mode", has the design.
+package sigv4
 
 import (
-	"github.com/dreamlake/lakeshore/agent/internal/imds"
-
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -10,45 +16,42 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	"github.com/aws/aws-sdk-go-v2/credentials/ec2rolecreds"
-	sdkimds "github.com/aws/aws-sdk-go-v2/feature/ec2/imds"
+
+	"github.com/dreamlake/lakeshore/agent/internal/imds"
 	"github.com/dreamlake/lakeshore/shared/clock"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
-// IAM mode (--iam): the control plane's daemon routes sit behind API
-// Gateway's AWS_IAM authorizer, so every request nymph sends is signed with
-// AWS Signature V4 for execute-api using the EC2 instance role, and the
-// bearer token moves out of Authorization (which carries the signature)
-// into tokenHeader. docs/security.md, "IAM mode", has the design.
-
 const (
 	// tokenHeader carries the enrollment or worker token in IAM mode.
 	tokenHeader = wire.TokenHeader
-	// iamService is the SigV4 service name of API Gateway's invoke API.
-	iamService = "execute-api"
-	// iamExpiryWindow refreshes the role credentials this long before they
+	// service is the SigV4 service name of API Gateway's invoke API.
+	service = "execute-api"
+	// expiryWindow refreshes the role credentials this long before they
 	// expire, so a request signed just before expiry is not refused in
 	// flight (the SDK's own default chain uses the same window for them).
-	iamExpiryWindow = 5 * time.Minute
-	// iamCredentialsTimeout bounds one fetch of the role credentials from
+	expiryWindow = 5 * time.Minute
+	// credentialsTimeout bounds one fetch of the role credentials from
 	// IMDS (token, role name, credentials, with the client's retries);
 	// the request's own deadline still applies.
-	iamCredentialsTimeout = 5 * time.Second
-	// iamRegionTimeout bounds the start-up lookup of the instance's region.
-	iamRegionTimeout = 2 * time.Second
+	credentialsTimeout = 5 * time.Second
+	// regionTimeout bounds the start-up lookup of the instance's region.
+	regionTimeout = 2 * time.Second
 )
 
-// iamTransport signs each request with SigV4 for execute-api and moves its
+// transport signs each request with SigV4 for execute-api and moves its
 // bearer token into tokenHeader, then hands it to base.
-type iamTransport struct {
+type transport struct {
 	base   http.RoundTripper
 	creds  aws.CredentialsProvider // cached: one IMDS fetch per credentials lifetime
 	signer *v4.Signer
@@ -66,14 +69,14 @@ type iamTransport struct {
 	upgrade bool
 }
 
-var _ http.RoundTripper = (*iamTransport)(nil)
+var _ http.RoundTripper = (*transport)(nil)
 
 // RoundTrip sends a signed copy of req. Like every RoundTripper it leaves
 // req itself alone (but for consuming and closing its body), so an
 // http.Client that follows a redirect starts again from the original, and
 // its stripping of Authorization on a cross-host redirect still keeps the
 // token from the other host.
-func (t *iamTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	body, err := drainBody(req)
 	if !strings.EqualFold(req.URL.Host, t.host) {
 		return nil, fmt.Errorf("iam: not signing a request to %s: only the control plane %s", req.URL.Host, t.host)
@@ -93,7 +96,7 @@ func (t *iamTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	moveToken(r.Header)
 
-	ctx, cancel := context.WithTimeout(r.Context(), iamCredentialsTimeout)
+	ctx, cancel := context.WithTimeout(r.Context(), credentialsTimeout)
 	creds, err := t.creds.Retrieve(ctx)
 	cancel()
 	if err != nil {
@@ -107,7 +110,7 @@ func (t *iamTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			signed.Header.Set(tokenHeader, tok)
 		}
 	}
-	if err := t.signer.SignHTTP(r.Context(), creds, signed, hex.EncodeToString(sum[:]), iamService, t.region, t.clock.Now()); err != nil {
+	if err := t.signer.SignHTTP(r.Context(), creds, signed, hex.EncodeToString(sum[:]), service, t.region, t.clock.Now()); err != nil {
 		return nil, fmt.Errorf("iam: sign request: %w", err)
 	}
 	if t.upgrade {
@@ -120,13 +123,14 @@ func (t *iamTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	return t.base.RoundTrip(r)
 }
 
-// wakeHTTPClient returns the client nymph opens the wake socket at wakeURL
-// with: hc itself, or in IAM mode (hc signs for the control plane) a copy
-// that signs the WebSocket upgrade for the wake channel's host, where the
+// WakeClient returns the client nymph opens the wake socket at wakeURL
+// with: hc itself, or in IAM mode (hc came from NewClient) a copy that
+// signs the WebSocket upgrade for the wake channel's host, where the
 // $connect route sits behind AWS_IAM too. The URL came from hello, over
-// the signed channel to the control plane, and passed checkWakeURL.
-func wakeHTTPClient(hc *http.Client, wakeURL string) *http.Client {
-	t, ok := hc.Transport.(*iamTransport)
+// the signed channel to the control plane, and passed the agent's
+// checkWakeURL.
+func WakeClient(hc *http.Client, wakeURL string) *http.Client {
+	t, ok := hc.Transport.(*transport)
 	if !ok {
 		return hc
 	}
@@ -162,55 +166,78 @@ func moveToken(h http.Header) {
 	}
 }
 
-// iamHTTPClient returns a copy of hc whose requests are signed for IAM mode
-// (cfg.IAM): the region is cfg.IAMRegion, else the control plane's
-// execute-api host's, else the instance's from IMDS; the credentials are the
-// instance role's, from IMDSv2 at cfg.IMDSEndpoint (else
-// $AWS_EC2_METADATA_SERVICE_ENDPOINT, else the default), fetched on the first
-// request and cached until shortly before they expire.
-func iamHTTPClient(cfg Config, hc *http.Client, getenv func(string) string) (*http.Client, error) {
-	endpoint, err := iamIMDSEndpoint(cfg.IMDSEndpoint, getenv)
+// Options configure NewClient.
+type Options struct {
+	// ControlPlane is the control plane's base URL (--control-plane): the
+	// only host signed for, and the region's first source after Region.
+	ControlPlane string
+	// Region is the region to sign for (--iam-region); empty: the control
+	// plane's execute-api host's, else the instance's from IMDS.
+	Region string
+	// IMDSEndpoint is the agent's own IMDS base URL (Config.IMDSEndpoint);
+	// empty: imds.Resolve's rule.
+	IMDSEndpoint string
+	// Getenv reads the IMDS environment for imds.Resolve; nil: os.Getenv.
+	Getenv func(string) string
+	// Clock dates each signature; the zero value is real time.
+	Clock clock.Clock
+	// Logger, if set, hears the region and where it came from.
+	Logger *slog.Logger
+}
+
+// NewClient returns a copy of hc whose requests are signed for IAM mode:
+// the region is o.Region, else the control plane's execute-api host's,
+// else the instance's from IMDS; the credentials are the instance role's,
+// from IMDSv2 at o.IMDSEndpoint (else $AWS_EC2_METADATA_SERVICE_ENDPOINT,
+// else the default), fetched on the first request and cached until shortly
+// before they expire. hc itself is left alone.
+func NewClient(hc *http.Client, o Options) (*http.Client, error) {
+	getenv := o.Getenv
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	endpoint, err := imdsEndpoint(o.IMDSEndpoint, getenv)
 	if err != nil {
 		return nil, err
 	}
-	md := newIAMIMDSClient(endpoint)
-	ctx, cancel := context.WithTimeout(context.Background(), iamRegionTimeout)
+	md := newIMDSClient(endpoint)
+	ctx, cancel := context.WithTimeout(context.Background(), regionTimeout)
 	defer cancel()
-	region, source, err := iamRegion(ctx, cfg.IAMRegion, cfg.ControlPlane, md)
+	region, source, err := regionFor(ctx, o.Region, o.ControlPlane, md)
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Logger != nil {
-		cfg.Logger.Info("iam mode: signing control-plane requests with the instance role",
+	if o.Logger != nil {
+		o.Logger.Info("iam mode: signing control-plane requests with the instance role",
 			"region", region, "region_source", source, "imds", endpoint)
 	}
 	base := hc.Transport
 	if base == nil {
 		base = http.DefaultTransport
 	}
-	u, err := url.Parse(cfg.ControlPlane)
+	u, err := url.Parse(o.ControlPlane)
 	if err != nil {
 		return nil, fmt.Errorf("--control-plane: %w", err)
 	}
 	provider := ec2rolecreds.New(func(o *ec2rolecreds.Options) { o.Client = md })
 	cp := *hc
-	cp.Transport = &iamTransport{
+	cp.Transport = &transport{
 		base: base,
-		creds: aws.NewCredentialsCache(provider, func(o *aws.CredentialsCacheOptions) {
-			o.ExpiryWindow = iamExpiryWindow
+		creds: aws.NewCredentialsCache(provider, func(co *aws.CredentialsCacheOptions) {
+			co.ExpiryWindow = expiryWindow
 		}),
 		signer: v4.NewSigner(),
 		region: region,
 		host:   u.Host,
-		clock:  cfg.Clock,
+		clock:  o.Clock,
 	}
 	return &cp, nil
 }
 
-// iamIMDSEndpoint picks the IMDS base URL for the role credentials
+// imdsEndpoint picks the IMDS base URL for the role credentials
 // (imds.Resolve). With IMDS turned off (AWS_EC2_METADATA_DISABLED=true and
 // no endpoint configured) IAM mode has no credentials, which is an error.
-func iamIMDSEndpoint(configured string, getenv func(string) string) (string, error) {
+func imdsEndpoint(configured string, getenv func(string) string) (string, error) {
 	endpoint, src := imds.Resolve(configured, getenv)
 	if src == imds.None {
 		return "", errors.New("--iam signs with the instance role's credentials from the EC2 instance metadata service, which AWS_EC2_METADATA_DISABLED=true turns off")
@@ -218,41 +245,41 @@ func iamIMDSEndpoint(configured string, getenv func(string) string) (string, err
 	return endpoint, nil
 }
 
-// newIAMIMDSClient is the IMDSv2 client for the role credentials. Unlike
+// newIMDSClient is the IMDSv2 client for the role credentials. Unlike
 // the machine-id lookup it keeps the SDK's retries: a credentials refresh
 // that fails stops every request.
-func newIAMIMDSClient(endpoint string) *sdkimds.Client {
+func newIMDSClient(endpoint string) imds.Getter {
 	return imds.New(endpoint, imds.Options{Retries: true})
 }
 
-// Where iamRegion found the region.
+// Where regionFor found the region (logged as region_source).
 const (
-	iamRegionFromFlag = "flag"
-	iamRegionFromHost = "control-plane-host"
-	iamRegionFromIMDS = "imds"
+	regionFromFlag = "flag"
+	regionFromHost = "control-plane-host"
+	regionFromIMDS = "imds"
 )
 
-// iamRegion reports the region to sign for and where it came from: flag
+// regionFor reports the region to sign for and where it came from: flag
 // (--iam-region) if set, else the region in an execute-api control-plane
 // host, else the instance's region from IMDS. None is an error naming
 // --iam-region.
-func iamRegion(ctx context.Context, flag, controlPlane string, md ec2rolecreds.GetMetadataAPIClient) (region, source string, err error) {
+func regionFor(ctx context.Context, flag, controlPlane string, md imds.Getter) (region, source string, err error) {
 	if flag != "" {
 		if !plausibleRegion(flag) {
 			return "", "", fmt.Errorf("--iam-region must be an AWS region such as us-east-1, got %q", flag)
 		}
-		return flag, iamRegionFromFlag, nil
+		return flag, regionFromFlag, nil
 	}
 	u, err := url.Parse(controlPlane)
 	if err != nil {
 		return "", "", fmt.Errorf("--control-plane: %w", err)
 	}
 	if r, ok := executeAPIRegion(u.Hostname()); ok {
-		return r, iamRegionFromHost, nil
+		return r, regionFromHost, nil
 	}
 	r, err := imdsRegion(ctx, md)
 	if err == nil {
-		return r, iamRegionFromIMDS, nil
+		return r, regionFromIMDS, nil
 	}
 	return "", "", fmt.Errorf("--iam: no AWS region to sign for: %s is not an execute-api host (<id>.execute-api.<region>.amazonaws.com) and the instance metadata service did not give one (%w); pass --iam-region", u.Hostname(), err)
 }
@@ -260,7 +287,7 @@ func iamRegion(ctx context.Context, flag, controlPlane string, md ec2rolecreds.G
 // imdsRegion asks IMDS for the instance's region (placement/region: a bare
 // name, unlike the SDK's GetRegion, which parses the whole instance
 // identity document for it).
-func imdsRegion(ctx context.Context, md ec2rolecreds.GetMetadataAPIClient) (string, error) {
+func imdsRegion(ctx context.Context, md imds.Getter) (string, error) {
 	b, _, err := imds.Get(ctx, md, "placement/region", 64)
 	if err != nil {
 		return "", err

@@ -132,7 +132,7 @@ func TestStoreFaultsOneFault(t *testing.T) {
 	t.Run("ack answer lost", func(t *testing.T) {
 		t.Parallel()
 		ans := sfAckFault(t, "ack-lost", fa)
-		if ans.Attrs["recorded"] != false || ans.Attrs["state"] != domain.StateSucceeded || ans.Attrs["tries"] != int64(1) {
+		if ans.Attrs["recorded"] != false || ans.Attrs["state"] != wire.StateSucceeded || ans.Attrs["tries"] != int64(1) {
 			t.Errorf("ack answer %s; want recorded=false state=succeeded after 1 try", ans)
 		}
 	})
@@ -143,7 +143,7 @@ func TestStoreFaultsOneFault(t *testing.T) {
 	t.Run("ack lost on every try", func(t *testing.T) {
 		t.Parallel()
 		ans := sfAckFault(t, "ack-lost-thrice", fa, drop, fb)
-		if ans.Attrs["recorded"] != false || ans.Attrs["state"] != domain.StateSucceeded || ans.Attrs["tries"] != int64(2) {
+		if ans.Attrs["recorded"] != false || ans.Attrs["state"] != wire.StateSucceeded || ans.Attrs["tries"] != int64(2) {
 			t.Errorf("ack answer %s; want recorded=false state=succeeded on the daemon's 2nd try", ans)
 		}
 	})
@@ -155,7 +155,7 @@ func TestStoreFaultsOneFault(t *testing.T) {
 	t.Run("ack delayed", func(t *testing.T) {
 		t.Parallel()
 		ans := sfAckFault(t, "ack-delayed", delay, fb, fb)
-		if ans.Attrs["state"] != domain.StateSucceeded || ans.Attrs["tries"] != int64(2) {
+		if ans.Attrs["state"] != wire.StateSucceeded || ans.Attrs["tries"] != int64(2) {
 			t.Errorf("ack answer %s; want state=succeeded on the daemon's 2nd try", ans)
 		}
 		t.Logf("the daemon's second try answered recorded=%v (true: it landed before the held write)", ans.Attrs["recorded"])

@@ -95,9 +95,10 @@ func envValue(env []string, key string) string {
 	return v
 }
 
-// readResultFile reads a result file. A missing file is (nil, nil); a file
-// that is not a regular file, not valid UTF-8 JSON, or over
-// wire.MaxResultBlobBytes in its canonical form is an error saying why.
+// readResultFile reads a result file and reports the blob an ack carries (see
+// resultBlob). A missing file is (nil, nil); a file that is not a regular
+// file, over wire.MaxResultBlobBytes as read, not valid UTF-8, or not a blob
+// resultBlob accepts is an error saying why.
 func readResultFile(path string) (json.RawMessage, error) {
 	fi, err := os.Lstat(path)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -127,20 +128,63 @@ func readResultFile(path string) (json.RawMessage, error) {
 	if !utf8.Valid(data) {
 		return nil, errors.New("result file is not valid UTF-8")
 	}
-	if !json.Valid(data) {
-		return nil, errors.New("result file is not valid JSON")
+	return resultBlob(data)
+}
+
+// resultBlob reports the blob an ack carries for the contents of a result
+// file. A file that is one JSON value (whitespace around it allowed) is that
+// value. Any other file must be JSON lines, the records a body appends as it
+// goes: every line is one JSON value or blank (JSON whitespace only; a CR
+// before the newline is whitespace, so CRLF files pass), and the values, in
+// order, become one JSON array. Two values on one line are refused, because a
+// line is one record. A file with no value at all (empty, or whitespace) is
+// refused as not valid JSON.
+//
+// The blob is in its canonical form, the one json.Marshal sends: compact and
+// HTML-escaped. Its size is checked against wire.MaxResultBlobBytes in that
+// form, after any conversion to an array, so the control plane's limit holds
+// for exactly what is sent.
+func resultBlob(data []byte) (json.RawMessage, error) {
+	var compact bytes.Buffer
+	if json.Valid(data) {
+		if err := json.Compact(&compact, data); err != nil {
+			return nil, fmt.Errorf("result file is not valid JSON: %w", err)
+		}
+	} else if err := compactJSONLines(&compact, data); err != nil {
+		return nil, err
 	}
-	// The canonical form is what json.Marshal sends: compact and
-	// HTML-escaped. Checking its size keeps the control plane's limit.
-	var compact, escaped bytes.Buffer
-	if err := json.Compact(&compact, data); err != nil {
-		return nil, fmt.Errorf("result file is not valid JSON: %w", err)
-	}
+	var escaped bytes.Buffer
 	json.HTMLEscape(&escaped, compact.Bytes())
 	if escaped.Len() > wire.MaxResultBlobBytes {
 		return nil, fmt.Errorf("result file is %d bytes once compacted and escaped; the limit is %d", escaped.Len(), wire.MaxResultBlobBytes)
 	}
 	return json.RawMessage(escaped.Bytes()), nil
+}
+
+// compactJSONLines writes the values of data's non-blank lines to dst as one
+// compact JSON array, or reports the first line (counted from 1) that is not
+// one JSON value.
+func compactJSONLines(dst *bytes.Buffer, data []byte) error {
+	dst.WriteByte('[')
+	lineNo, values := 0, 0
+	for line := range bytes.Lines(data) {
+		lineNo++
+		if len(bytes.Trim(line, " \t\r\n")) == 0 {
+			continue
+		}
+		if values > 0 {
+			dst.WriteByte(',')
+		}
+		if err := json.Compact(dst, line); err != nil {
+			return fmt.Errorf("result file is not valid JSON, as one value or as JSON lines: line %d is not a JSON value: %w", lineNo, err)
+		}
+		values++
+	}
+	if values == 0 {
+		return errors.New("result file is not valid JSON: it holds no value")
+	}
+	dst.WriteByte(']')
+	return nil
 }
 
 // fileTail reports the last limit bytes of f as tail text.

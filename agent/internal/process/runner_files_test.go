@@ -56,6 +56,14 @@ func TestRunResultFile(t *testing.T) {
 			script:    `echo '[1]' > "$NYMPH_RESULT_FILE"; exit 3`,
 			wantState: wire.StateFailed, wantType: ErrorTypeExitCode, wantMsg: "exited with status 3", wantBlob: "[1]",
 		},
+		"JSON lines appended by the body become one array": {
+			script:    `printf '{"v":1}\n' >> "$NYMPH_RESULT_FILE"; printf '{"v":2}\n' >> "$NYMPH_RESULT_FILE"; printf '{"v":3}\n' >> "$NYMPH_RESULT_FILE"`,
+			wantState: wire.StateSucceeded, wantBlob: `[{"v":1},{"v":2},{"v":3}]`,
+		},
+		"a line that is not JSON turns success into failure": {
+			script:    `printf '{"v":1}\n{"v":2}\noops\n' > "$NYMPH_RESULT_FILE"`,
+			wantState: wire.StateFailed, wantType: ErrorTypeBadResult, wantMsg: "line 3 is not a JSON value",
+		},
 		"a stale file from an earlier process is not this run's": {
 			script: "true", stale: true, wantState: wire.StateSucceeded,
 		},

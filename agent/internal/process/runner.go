@@ -233,12 +233,19 @@ type Run struct {
 //     for every member to be gone; one that is not is logged, and reported
 //     by Unconfirmed.
 //   - Result file: if <run directory>/result.json exists once the body has
-//     exited, it must be a regular file holding valid UTF-8 JSON of at most
-//     wire.MaxResultBlobBytes in its compact, HTML-escaped form (the form
-//     json.Marshal sends, so the control plane's limit holds). It becomes
-//     ResultBlob. A bad one turns a would-be success into failed with error
-//     bad_result; a run that failed anyway keeps its state and error, and the
-//     bad file is only logged, because the first failure is the one to see.
+//     exited, it must be a regular file of at most wire.MaxResultBlobBytes,
+//     valid UTF-8, holding either one JSON value, which becomes ResultBlob
+//     as it is, or JSON lines (one value per line; blank lines and CRLF
+//     endings are fine), which become ResultBlob as one array of the lines'
+//     values in order, so a body may append a record per line as it goes.
+//     Two values on one line are refused: a line is one record. The blob,
+//     array or not, must be at most wire.MaxResultBlobBytes in its compact,
+//     HTML-escaped form (the form json.Marshal sends, so the control plane's
+//     limit holds). A bad file (empty, not JSON, a line that is not one value,
+//     which the error names by number, or over the limit) turns a would-be
+//     success into failed with error bad_result; a run that failed anyway
+//     keeps its state and error, and the bad file is only logged, because
+//     the first failure is the one to see.
 //
 // env, if given, is set last of all (the daemon's own variables for this
 // run, such as NYMPH_LIFECYCLE_URL: the invocation cannot override them).

@@ -44,18 +44,7 @@ func TestReadResultFileJSONLines(t *testing.T) {
 			`["` + strings.Repeat("a", wire.MaxResultBlobBytes-7) + `",22]`,
 		},
 	}
-	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			got, err := resultTestRead(t, tc.content)
-			if err != nil {
-				t.Fatalf("readResultFile: %v", err)
-			}
-			if got != tc.want {
-				t.Errorf("blob = %.80q, want %.80q", got, tc.want)
-			}
-		})
-	}
+	resultTestBlobs(t, cases)
 }
 
 func TestReadResultFileOneValueStaysAsItIs(t *testing.T) {
@@ -70,6 +59,12 @@ func TestReadResultFileOneValueStaysAsItIs(t *testing.T) {
 		"pretty-printed object":    {"{\n  \"a\": 1,\n  \"b\": [\n    2\n  ]\n}\n", `{"a":1,"b":[2]}`},
 		"pretty-printed array":     {"[\n  1,\n  2\n]\n", `[1,2]`},
 	}
+	resultTestBlobs(t, cases)
+}
+
+// resultTestBlobs checks that each case's file content reads as its blob.
+func resultTestBlobs(t *testing.T, cases map[string]struct{ content, want string }) {
+	t.Helper()
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -78,7 +73,7 @@ func TestReadResultFileOneValueStaysAsItIs(t *testing.T) {
 				t.Fatalf("readResultFile: %v", err)
 			}
 			if got != tc.want {
-				t.Errorf("blob = %q, want %q", got, tc.want)
+				t.Errorf("blob = %.80q, want %.80q", got, tc.want)
 			}
 		})
 	}

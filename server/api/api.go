@@ -131,6 +131,11 @@ func (s *Server) routeTable() map[string]handlerFunc {
 		"GET /v1/queues/{queue}":             s.queueStats,
 		"GET /v1/hosts":                      s.listHosts,
 		"POST /v1/hosts/release":             s.releaseHold,
+		"POST /v1/runs":                      s.submitRun,
+		"GET /v1/runs":                       s.listRuns,
+		"GET /v1/runs/{id}":                  s.getRun,
+		"GET /v1/runs/{id}/results":          s.runResults,
+		"POST /v1/runs/{id}/cancel":          s.cancelRun,
 	} {
 		t[pattern] = s.operator(h)
 	}
@@ -243,6 +248,10 @@ func (s *Server) wrap(h handlerFunc) http.Handler {
 func writeJSON(w http.ResponseWriter, status int, body any) {
 	if body == nil {
 		w.WriteHeader(status)
+		return
+	}
+	if page, ok := body.(jsonLines); ok {
+		page.write(w, status)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")

@@ -347,6 +347,9 @@ func invocationView(inv domain.Invocation) wire.Invocation {
 		CancelRequested: inv.CancelRequested, IdempotencyKey: inv.IdempotencyKey,
 		CreatedAt: inv.CreatedAt, StartedAt: timePtr(inv.StartedAt), FinishedAt: timePtr(inv.FinishedAt),
 	}
+	if inv.RunID != "" {
+		v.RunID, v.RunIndex = inv.RunID, &inv.RunIndex
+	}
 	if inv.ResultBlob != "" {
 		v.ResultBlob = json.RawMessage(inv.ResultBlob)
 	}

@@ -46,6 +46,13 @@ type Store interface {
 	Requeue(ctx context.Context, id, workerID string, loss domain.Loss) (domain.Invocation, bool, error)
 	Ack(ctx context.Context, id string, o domain.Outcome, auth store.Authorize, tokenHash string) (store.AckResult, error)
 	Cancel(ctx context.Context, id string) (domain.Invocation, error)
+	CreateRun(ctx context.Context, spec domain.RunSpec) (domain.Run, bool, error)
+	PutJobs(ctx context.Context, jobs []domain.Invocation) (int, error)
+	MarkRunSubmitted(ctx context.Context, id string) error
+	GetRun(ctx context.Context, id string) (domain.Run, error)
+	Runs(ctx context.Context, queue string) ([]domain.Run, error)
+	RunningJobs(ctx context.Context, queue, id string) (int, error)
+	GetInvocations(ctx context.Context, ids []string) (map[string]domain.Invocation, error)
 	PutConnection(ctx context.Context, c store.Connection) error
 	DeleteConnection(ctx context.Context, id string) (store.Connection, bool, error)
 	Connections(ctx context.Context, wakeKey string) ([]store.Connection, error)

@@ -171,38 +171,49 @@ const batchGetTries = 8
 func (s *Store) getHosts(ctx context.Context, ids []string) (map[string]domain.Host, error) {
 	out := map[string]domain.Host{}
 	now := s.now().Unix()
+	err := s.batchGet(ctx, "read the hosts alive", s.tables.Hosts, "host_id", ids, func(item map[string]types.AttributeValue) error {
+		h, live, err := decodeHost(item, now)
+		if err == nil && live {
+			out[h.ID] = h
+		}
+		return err
+	})
+	return out, err
+}
+
+// batchGet reads the items of table whose hashKey is one of ids, strongly
+// consistent, batchGetMost to a request, handing each found to fn (in no
+// particular order). Keys DynamoDB leaves unprocessed are asked again, at
+// most batchGetTries times.
+func (s *Store) batchGet(ctx context.Context, op, table, hashKey string, ids []string, fn func(map[string]types.AttributeValue) error) error {
 	for chunk := range slices.Chunk(ids, batchGetMost) {
 		keys := make([]map[string]types.AttributeValue, len(chunk))
 		for i, id := range chunk {
-			keys[i] = key("host_id", id)
+			keys[i] = key(hashKey, id)
 		}
-		req := map[string]types.KeysAndAttributes{s.tables.Hosts: {Keys: keys, ConsistentRead: aws.Bool(true)}}
+		req := map[string]types.KeysAndAttributes{table: {Keys: keys, ConsistentRead: aws.Bool(true)}}
 		for try := 0; len(req) > 0; try++ {
 			if try == batchGetTries {
-				return nil, storeErr("read the hosts alive", errors.New("keys left unprocessed after every retry"))
+				return storeErr(op, errors.New("keys left unprocessed after every retry"))
 			}
 			if try > 0 {
 				if err := clock.Sleep(ctx, time.Duration(try)*50*time.Millisecond); err != nil {
-					return nil, storeErr("read the hosts alive", err)
+					return storeErr(op, err)
 				}
 			}
 			page, err := s.db.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: req})
 			if err != nil {
-				return nil, storeErr("read the hosts alive", err)
+				return storeErr(op, err)
 			}
-			for _, item := range page.Responses[s.tables.Hosts] {
-				h, live, err := decodeHost(item, now)
-				if err != nil {
-					return nil, err
-				}
-				if live {
-					out[h.ID] = h
+			for _, item := range page.Responses[table] {
+				if err := fn(item); err != nil {
+					return err
 				}
 			}
 			req = page.UnprocessedKeys
 		}
 	}
-	return out, nil
+	return nil
 }
 
 // decodeHost decodes a host item, and reports whether it has not expired

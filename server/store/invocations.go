@@ -70,7 +70,8 @@ func (s *Store) GetInvocation(ctx context.Context, id string) (domain.Invocation
 // hash of the request, so a replay with a different body is refused.
 type idempotencyRecord struct {
 	Key          string `dynamodbav:"idempotency_key"`
-	InvocationID string `dynamodbav:"invocation_id"`
+	InvocationID string `dynamodbav:"invocation_id,omitempty"`
+	RunID        string `dynamodbav:"run_id,omitempty"` // a run's key (CreateRun)
 	RequestHash  string `dynamodbav:"request_hash"`
 	ExpiresAt    int64  `dynamodbav:"expires_at"`
 }
@@ -112,18 +113,11 @@ func (s *Store) Submit(ctx context.Context, spec domain.Spec, requestHash string
 		return domain.Invocation{}, false, storeErr("submit", err)
 	}
 	// The key was used before: answer what it made.
-	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{
-		TableName: aws.String(s.tables.Idempotency), Key: key("idempotency_key", spec.IdempotencyKey),
-		ConsistentRead: aws.Bool(true),
-	})
-	if err != nil || out.Item == nil {
-		return domain.Invocation{}, false, storeErr("submit: read idempotency key", errors.Join(err, errors.New("key vanished")))
-	}
-	var prev idempotencyRecord
-	if err := unmarshal(out.Item, &prev); err != nil {
+	prev, err := s.idempotencyRecord(ctx, spec.IdempotencyKey)
+	if err != nil {
 		return domain.Invocation{}, false, err
 	}
-	if prev.RequestHash != requestHash {
+	if prev.RequestHash != requestHash || prev.InvocationID == "" {
 		return domain.Invocation{}, false, domain.Errorf(domain.KindConflict,
 			"idempotency_key %q was used for a different request (invocation %s)", spec.IdempotencyKey, prev.InvocationID)
 	}
@@ -152,6 +146,9 @@ func (s *Store) putAndCount(ctx context.Context, prev int64, next *domain.Invoca
 			ExpressionAttributeNames:  map[string]string{"#s": string(next.State) + "_count"},
 			ExpressionAttributeValues: map[string]types.AttributeValue{":one": num(1)},
 		}})
+		if next.RunID != "" {
+			items = append(items, s.runCount(next))
+		}
 	}
 	firstExtra := len(items)
 	items = append(items, extra...)

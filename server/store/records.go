@@ -130,6 +130,8 @@ type invocationRecord struct {
 	StderrTail      string                 `dynamodbav:"stderr_tail,omitempty"`
 	CancelRequested bool                   `dynamodbav:"cancel_requested,omitempty"`
 	IdempotencyKey  string                 `dynamodbav:"idempotency_key,omitempty"`
+	RunID           string                 `dynamodbav:"run_id,omitempty"`
+	RunIndex        int                    `dynamodbav:"run_index,omitempty"`
 	CreatedAt       time.Time              `dynamodbav:"created_at"`
 	StartedAt       time.Time              `dynamodbav:"started_at,omitempty"`
 	FinishedAt      time.Time              `dynamodbav:"finished_at,omitempty"`
@@ -265,6 +267,8 @@ func toInvocationRecord(v domain.Invocation) invocationRecord {
 		StderrTail:      v.StderrTail,
 		CancelRequested: v.CancelRequested,
 		IdempotencyKey:  v.IdempotencyKey,
+		RunID:           v.RunID,
+		RunIndex:        v.RunIndex,
 		CreatedAt:       v.CreatedAt,
 		StartedAt:       v.StartedAt,
 		FinishedAt:      v.FinishedAt,
@@ -295,6 +299,8 @@ func (r invocationRecord) domain() domain.Invocation {
 		StderrTail:      r.StderrTail,
 		CancelRequested: r.CancelRequested,
 		IdempotencyKey:  r.IdempotencyKey,
+		RunID:           r.RunID,
+		RunIndex:        r.RunIndex,
 		CreatedAt:       r.CreatedAt,
 		StartedAt:       r.StartedAt,
 		FinishedAt:      r.FinishedAt,

@@ -139,10 +139,24 @@ type Invocation struct {
 	StderrTail      string
 	CancelRequested bool
 	IdempotencyKey  string
-	CreatedAt       time.Time
-	StartedAt       time.Time
-	FinishedAt      time.Time
-	Version         int64
+	// RunID and RunIndex name the run it is job RunIndex of ("": none).
+	RunID      string
+	RunIndex   int
+	CreatedAt  time.Time
+	StartedAt  time.Time
+	FinishedAt time.Time
+	Version    int64
+}
+
+// CountedAttempt reports the attempt whose outcome is inv's (0: none yet,
+// or it ended without one: cancelled while queued, lost max_attempts times).
+func (inv Invocation) CountedAttempt() int {
+	for _, a := range inv.Attempts {
+		if a.Recorded {
+			return a.Attempt
+		}
+	}
+	return 0
 }
 
 // HeldBy reports whether worker ran attempt n of inv.

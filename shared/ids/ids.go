@@ -4,6 +4,9 @@ package ids
 
 import (
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"fmt"
 	"io"
 	"strings"
 	"sync"
@@ -18,7 +21,41 @@ const (
 	Invocation = "inv"
 	Command    = "cmd"
 	Host       = "hst" // a host the provisioner launched (its reservation)
+	Run        = "run" // a run of many jobs, each an invocation (Child)
 )
+
+// MaxChildren is how many child ids one parent id has (Child's n).
+const MaxChildren = 1 << 16
+
+// Child returns the id of kind prefix that is child n of parent, the same
+// every time: a run's job n is invocation Child(ids.Invocation, runID, n),
+// so a retried submit writes the same items and never a second job. It
+// keeps parent's time, so children sort with their parent and, among
+// themselves, by n (the claim index hands a run's jobs out in order); the
+// rest is a hash of parent, so two parents' children do not meet. It fails
+// for a parent that is not an id or n outside [0, MaxChildren).
+func Child(prefix, parent string, n int) (string, error) {
+	_, rest, ok := strings.Cut(parent, "_")
+	id, err := ulid.ParseStrict(rest)
+	if !ok || err != nil {
+		return "", fmt.Errorf("child of %q: not an id", parent)
+	}
+	if n < 0 || n >= MaxChildren {
+		return "", fmt.Errorf("child %d of %s: out of range 0-%d", n, parent, MaxChildren-1)
+	}
+	var entropy [10]byte
+	sum := sha256.Sum256([]byte(parent))
+	copy(entropy[:8], sum[:8])
+	binary.BigEndian.PutUint16(entropy[8:], uint16(n))
+	var child ulid.ULID
+	if err := child.SetTime(id.Time()); err != nil {
+		return "", fmt.Errorf("child of %s: %w", parent, err)
+	}
+	if err := child.SetEntropy(entropy[:]); err != nil {
+		return "", fmt.Errorf("child of %s: %w", parent, err)
+	}
+	return prefix + "_" + child.String(), nil
+}
 
 // Generator makes ids from a clock and an entropy source. The zero value uses
 // the real clock and crypto/rand; tests set Clock and Entropy.

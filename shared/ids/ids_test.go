@@ -60,3 +60,37 @@ func TestNewIsMonotonicWithinAMillisecond(t *testing.T) {
 		prev = next
 	}
 }
+
+// TestChild: a child id is well formed and the same every time; children
+// of one parent are distinct and sort by n after their parent's time;
+// another parent's children differ; a bad parent or n is an error.
+func TestChild(t *testing.T) {
+	var g Generator
+	run, other := g.New(Run), g.New(Run)
+	first, err := Child(Invocation, run, 0)
+	if err != nil || !Valid(Invocation, first) {
+		t.Fatalf("Child(run, 0) = %q, %v", first, err)
+	}
+	if again, _ := Child(Invocation, run, 0); again != first {
+		t.Fatalf("Child is not deterministic: %s then %s", first, again)
+	}
+	prev := ""
+	for n := range 2000 {
+		id, err := Child(Invocation, run, n)
+		if err != nil || id <= prev {
+			t.Fatalf("child %d = %q (%v), not after %q", n, id, err, prev)
+		}
+		if o, _ := Child(Invocation, other, n); o == id {
+			t.Fatalf("child %d of two runs is the same id %s", n, id)
+		}
+		prev = id
+	}
+	for _, c := range []struct {
+		parent string
+		n      int
+	}{{"run_nope", 0}, {"", 0}, {run, -1}, {run, MaxChildren}} {
+		if id, err := Child(Invocation, c.parent, c.n); err == nil {
+			t.Errorf("Child(%q, %d) = %s, want an error", c.parent, c.n, id)
+		}
+	}
+}

@@ -35,6 +35,11 @@ func (r SubmitRequest) Spec() domain.Spec {
 // matching their replays only while this stays the same.
 func (r SubmitRequest) hash() string {
 	b, _ := json.Marshal(r)
+	return hashOf(b)
+}
+
+// hashOf is the hex SHA-256 of a request's JSON.
+func hashOf(b []byte) string {
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
 }

@@ -75,12 +75,18 @@ type Validator interface {
 // case-insensitively, as field names are matched); unknown fields are
 // ignored.
 func Decode(r io.Reader, v Validator) error {
-	body, err := io.ReadAll(io.LimitReader(r, MaxBodyBytes+1))
+	return DecodeLimit(r, v, MaxBodyBytes)
+}
+
+// DecodeLimit is Decode for a body of at most limit bytes (a run's
+// submit: MaxRunBodyBytes).
+func DecodeLimit(r io.Reader, v Validator, limit int) error {
+	body, err := io.ReadAll(io.LimitReader(r, int64(limit)+1))
 	if err != nil {
 		return Errorf(CodeInvalid, "read body: %v", err)
 	}
-	if len(body) > MaxBodyBytes {
-		return Errorf(CodeTooLarge, "body is over %d bytes", MaxBodyBytes)
+	if len(body) > limit {
+		return Errorf(CodeTooLarge, "body is over %d bytes", limit)
 	}
 	if !utf8.Valid(body) {
 		return Errorf(CodeInvalid, "body is not valid UTF-8")

@@ -374,11 +374,14 @@ type Invocation struct {
 	HostKey         string            `json:"host_key,omitempty"`
 	CancelRequested bool              `json:"cancel_requested,omitempty"`
 	IdempotencyKey  string            `json:"idempotency_key,omitempty"`
-	CreatedAt       time.Time         `json:"created_at"`
-	StartedAt       *time.Time        `json:"started_at,omitempty"`
-	FinishedAt      *time.Time        `json:"finished_at,omitempty"`
-	Attempts        []Attempt         `json:"attempts,omitempty"`
-	Retry           *RetryPolicy      `json:"retry,omitempty"`
+	// RunID and RunIndex name the run this invocation is a job of.
+	RunID      string       `json:"run_id,omitempty"`
+	RunIndex   *int         `json:"run_index,omitempty"`
+	CreatedAt  time.Time    `json:"created_at"`
+	StartedAt  *time.Time   `json:"started_at,omitempty"`
+	FinishedAt *time.Time   `json:"finished_at,omitempty"`
+	Attempts   []Attempt    `json:"attempts,omitempty"`
+	Retry      *RetryPolicy `json:"retry,omitempty"`
 	// RetryAt, while set, is when a retried invocation becomes claimable.
 	RetryAt *time.Time `json:"retry_at,omitempty"`
 	// WaitingReason, on queued work, says why no host is launched for it

@@ -1,0 +1,286 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/dreamlake/lakeshore/shared/domain"
+	"github.com/dreamlake/lakeshore/shared/ids"
+)
+
+// A run's row lives in the queues table beside the queues' counter rows,
+// under a key no queue can have (queue names start with a letter or
+// digit): the transaction that records a job's outcome moves its queue's
+// counters and its run's on the same table.
+const runKeyPrefix = "!run#"
+
+// runIdempotencyPrefix keeps a run's idempotency keys apart from
+// invocations' in the idempotency table.
+const runIdempotencyPrefix = "!run#"
+
+// jobWriteMost is how many jobs one transaction writes.
+const jobWriteMost = 25
+
+func runKey(id string) map[string]types.AttributeValue { return key("queue", runKeyPrefix+id) }
+
+// runRecord is the stored form of domain.Run.
+type runRecord struct {
+	Key            string    `dynamodbav:"queue"`
+	ID             string    `dynamodbav:"run_id"`
+	Queue          string    `dynamodbav:"run_queue"`
+	Name           string    `dynamodbav:"name,omitempty"`
+	Total          int       `dynamodbav:"total"`
+	Submitted      bool      `dynamodbav:"submitted"`
+	IdempotencyKey string    `dynamodbav:"idempotency_key,omitempty"`
+	RequestHash    string    `dynamodbav:"request_hash,omitempty"`
+	CreatedAt      time.Time `dynamodbav:"created_at"`
+	Done           int       `dynamodbav:"done_count"`
+	Succeeded      int       `dynamodbav:"succeeded_count"`
+	Failed         int       `dynamodbav:"failed_count"`
+	Cancelled      int       `dynamodbav:"cancelled_count"`
+	Version        int64     `dynamodbav:"version"`
+}
+
+func toRunRecord(r domain.Run) runRecord {
+	return runRecord{Key: runKeyPrefix + r.ID, ID: r.ID, Queue: r.Queue, Name: r.Name, Total: r.Total,
+		Submitted: r.Submitted, IdempotencyKey: r.IdempotencyKey, RequestHash: r.RequestHash, CreatedAt: r.CreatedAt,
+		Done: r.Counts.Done, Succeeded: r.Counts.Succeeded, Failed: r.Counts.Failed, Cancelled: r.Counts.Cancelled,
+		Version: r.Version}
+}
+
+func (r runRecord) domain() domain.Run {
+	return domain.Run{ID: r.ID, Queue: r.Queue, Name: r.Name, Total: r.Total, Submitted: r.Submitted,
+		IdempotencyKey: r.IdempotencyKey, RequestHash: r.RequestHash, CreatedAt: r.CreatedAt,
+		Counts:  domain.RunCounts{Done: r.Done, Succeeded: r.Succeeded, Failed: r.Failed, Cancelled: r.Cancelled},
+		Version: r.Version}
+}
+
+// CreateRun writes the row of the run spec asks for, not yet submitted. With an idempotency key
+// the key is recorded in the same transaction; a replay with the same
+// request hash answers the run the first one made (created false: its
+// jobs may be partly written, PutJobs finishes them), and a different
+// hash under the same key is a conflict.
+func (s *Store) CreateRun(ctx context.Context, spec domain.RunSpec) (run domain.Run, created bool, err error) {
+	r := domain.NewRun(s.IDs.New(ids.Run), spec, s.now())
+	item, err := attributevalue.MarshalMap(toRunRecord(r))
+	if err != nil {
+		return domain.Run{}, false, fmt.Errorf("encode run %s: %w", r.ID, err)
+	}
+	put := versionedPut(s.tables.Queues, "queue", item, 0)
+	if r.IdempotencyKey == "" {
+		if err := s.put(ctx, put); err != nil {
+			return domain.Run{}, false, storeErr("create run", err)
+		}
+		return r, true, nil
+	}
+	rec, err := attributevalue.MarshalMap(idempotencyRecord{
+		Key: runIdempotencyPrefix + r.IdempotencyKey, RunID: r.ID, RequestHash: r.RequestHash,
+		ExpiresAt: r.CreatedAt.Add(s.TerminalTTL).Unix(),
+	})
+	if err != nil {
+		return domain.Run{}, false, fmt.Errorf("encode idempotency record: %w", err)
+	}
+	_, err = s.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
+		{Put: versionedPut(s.tables.Idempotency, "idempotency_key", rec, 0)},
+		{Put: put},
+	}})
+	if err == nil {
+		return r, true, nil
+	}
+	if failed, ok := cancelledBy(err); !ok || len(failed) == 0 || failed[0] != 0 {
+		return domain.Run{}, false, storeErr("create run", err)
+	}
+	prev, err := s.idempotencyRecord(ctx, runIdempotencyPrefix+r.IdempotencyKey)
+	if err != nil {
+		return domain.Run{}, false, err
+	}
+	if prev.RequestHash != r.RequestHash || prev.RunID == "" {
+		return domain.Run{}, false, domain.Errorf(domain.KindConflict,
+			"idempotency_key %q was used for a different request (run %s)", r.IdempotencyKey, prev.RunID)
+	}
+	run, err = s.GetRun(ctx, prev.RunID)
+	return run, false, err
+}
+
+// idempotencyRecord reads the record of idempotency key k (strongly
+// consistent); it must exist.
+func (s *Store) idempotencyRecord(ctx context.Context, k string) (idempotencyRecord, error) {
+	var rec idempotencyRecord
+	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName: aws.String(s.tables.Idempotency), Key: key("idempotency_key", k), ConsistentRead: aws.Bool(true),
+	})
+	if err != nil || out.Item == nil {
+		return rec, storeErr("read idempotency key", errors.Join(err, errors.New("key vanished")))
+	}
+	return rec, unmarshal(out.Item, &rec)
+}
+
+// PutJobs writes jobs that are not written yet, jobWriteMost to a
+// transaction, each put only if its id is new: a job a replay finds
+// written (and perhaps claimed, or done) is left as it is. It reports how
+// many it wrote.
+func (s *Store) PutJobs(ctx context.Context, jobs []domain.Invocation) (int, error) {
+	wrote := 0
+	for chunk := range slices.Chunk(jobs, jobWriteMost) {
+		items := make([]types.TransactWriteItem, len(chunk))
+		for i := range chunk {
+			put, err := s.invocationPut(0, &chunk[i])
+			if err != nil {
+				return wrote, err
+			}
+			items[i] = types.TransactWriteItem{Put: put}
+		}
+		_, err := s.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items})
+		if err == nil {
+			wrote += len(chunk)
+			continue
+		}
+		if _, ok := cancelledBy(err); !ok {
+			return wrote, storeErr("write jobs", err)
+		}
+		// Some were written before (a replay): write the rest one by one.
+		for _, it := range items {
+			switch err := s.put(ctx, it.Put); {
+			case err == nil:
+				wrote++
+			case errors.Is(err, errVersion):
+			default:
+				return wrote, storeErr("write a job", err)
+			}
+		}
+	}
+	return wrote, nil
+}
+
+// MarkRunSubmitted records that every job of run id is written.
+func (s *Store) MarkRunSubmitted(ctx context.Context, id string) error {
+	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: aws.String(s.tables.Queues), Key: runKey(id),
+		UpdateExpression:          aws.String("SET submitted = :t ADD version :one"),
+		ConditionExpression:       aws.String("attribute_exists(run_id)"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":t": &types.AttributeValueMemberBOOL{Value: true}, ":one": num(1)},
+	})
+	if isConditionFailed(err) {
+		return domain.Errorf(domain.KindNotFound, "run %s not found", id)
+	}
+	return storeErr("mark run submitted", err)
+}
+
+// GetRun reads run id (strongly consistent).
+func (s *Store) GetRun(ctx context.Context, id string) (domain.Run, error) {
+	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName: aws.String(s.tables.Queues), Key: runKey(id), ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return domain.Run{}, storeErr("get run "+id, err)
+	}
+	if out.Item == nil {
+		return domain.Run{}, domain.Errorf(domain.KindNotFound, "run %s not found", id)
+	}
+	var r runRecord
+	if err := unmarshal(out.Item, &r); err != nil {
+		return domain.Run{}, err
+	}
+	if r.ID == "" { // a counter row written by an outcome before the run's own
+		return domain.Run{}, domain.Errorf(domain.KindNotFound, "run %s not found", id)
+	}
+	return r.domain(), nil
+}
+
+// Runs lists the runs (of queue, "" for every queue), newest first. It
+// scans the queues table, which holds a row per queue and per run: an
+// operator's listing, never on a request's hot path.
+func (s *Store) Runs(ctx context.Context, queue string) ([]domain.Run, error) {
+	var out []domain.Run
+	var start map[string]types.AttributeValue
+	for {
+		page, err := s.db.Scan(ctx, &dynamodb.ScanInput{
+			TableName:                 aws.String(s.tables.Queues),
+			FilterExpression:          aws.String("begins_with(#q, :p) AND attribute_exists(run_id)"),
+			ExpressionAttributeNames:  map[string]string{"#q": "queue"},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":p": str(runKeyPrefix)},
+			ExclusiveStartKey:         start,
+		})
+		if err != nil {
+			return nil, storeErr("list runs", err)
+		}
+		for _, item := range page.Items {
+			var r runRecord
+			if err := unmarshal(item, &r); err != nil {
+				return nil, err
+			}
+			if queue == "" || r.Queue == queue {
+				out = append(out, r.domain())
+			}
+		}
+		if page.LastEvaluatedKey == nil {
+			break
+		}
+		start = page.LastEvaluatedKey
+	}
+	slices.SortFunc(out, func(a, b domain.Run) int { return strings.Compare(b.ID, a.ID) })
+	return out, nil
+}
+
+// RunningJobs counts the jobs of run id running now, from its queue's
+// running partition of the state index: its cost follows the queue's
+// running work (at most the fleet's capacity), never the run's size.
+func (s *Store) RunningJobs(ctx context.Context, queue, id string) (int, error) {
+	n := 0
+	in := &dynamodb.QueryInput{
+		TableName:                 aws.String(s.tables.Invocations),
+		IndexName:                 aws.String(indexQueueState),
+		KeyConditionExpression:    aws.String("queue_state = :q"),
+		FilterExpression:          aws.String("run_id = :r"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":q": str(queueState(queue, domain.StateRunning)), ":r": str(id)},
+		Select:                    types.SelectCount,
+	}
+	for {
+		out, err := s.db.Query(ctx, in)
+		if err != nil {
+			return 0, storeErr("count running jobs of "+id, err)
+		}
+		n += int(out.Count)
+		if out.LastEvaluatedKey == nil {
+			return n, nil
+		}
+		in.ExclusiveStartKey = out.LastEvaluatedKey
+	}
+}
+
+// GetInvocations reads the invocations ids name (strongly consistent),
+// by id; one not written is not in the answer.
+func (s *Store) GetInvocations(ctx context.Context, ids []string) (map[string]domain.Invocation, error) {
+	out := make(map[string]domain.Invocation, len(ids))
+	err := s.batchGet(ctx, "read invocations", s.tables.Invocations, "invocation_id", ids, func(item map[string]types.AttributeValue) error {
+		var r invocationRecord
+		if err := unmarshal(item, &r); err != nil {
+			return err
+		}
+		inv := r.domain()
+		out[inv.ID] = inv
+		return nil
+	})
+	return out, err
+}
+
+// runCount is the update that counts terminal job next in its run, in the
+// transaction that records it (putAndCount).
+func (s *Store) runCount(next *domain.Invocation) types.TransactWriteItem {
+	return types.TransactWriteItem{Update: &types.Update{
+		TableName:                 aws.String(s.tables.Queues),
+		Key:                       runKey(next.RunID),
+		UpdateExpression:          aws.String("ADD done_count :one, #s :one"),
+		ExpressionAttributeNames:  map[string]string{"#s": string(next.State) + "_count"},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":one": num(1)},
+	}}
+}

@@ -96,6 +96,7 @@ var fuzzActors = []struct{ placeholder, means string }{
 	{"$P", "setup command pending for B"},
 	{"$N", "next_cursor of GET /v1/invocations?limit=1"},
 	{"$M", "next_cursor of GET /v1/workers?limit=1"},
+	{"$U", "run of 2 jobs on batch (matrix model=a,b), idempotency_key run-1"},
 }
 
 // fuzzPlane is one fixture: a router over a populated embedded store.
@@ -246,6 +247,9 @@ func newFuzzPlane() (*fuzzPlane, error) {
 	b.call("POST", "/v1/invocations/"+cancelled+"/cancel", operatorToken, nil, 200, nil)
 	queued := submit(wire.SubmitRequest{Queue: "default", Argv: []string{"echo", "third"}, MaxAttempts: 2})
 	keyed := submit(wire.SubmitRequest{Queue: "gpu", Argv: []string{"train"}, IdempotencyKey: "idem-1"})
+	var runMade wire.RunCreated
+	b.call("POST", "/v1/runs", operatorToken, wire.RunRequest{Queue: "batch", Argv: []string{"eval", "{model}"},
+		Matrix: map[string][]string{"model": {"a", "b"}}, IdempotencyKey: "run-1"}, 201, &runMade)
 
 	var invs wire.InvocationList
 	var ws wire.WorkerList
@@ -271,7 +275,7 @@ func newFuzzPlane() (*fuzzPlane, error) {
 		"$A": a.WorkerID, "$B": wb.WorkerID, "$C": wc.WorkerID,
 		"$R": running, "$Q": queued, "$D": done, "$X": cancelled, "$K": keyed,
 		"$S": setupA.CommandID, "$P": setupB.CommandID,
-		"$N": invs.NextCursor, "$M": ws.NextCursor,
+		"$N": invs.NextCursor, "$M": ws.NextCursor, "$U": runMade.RunID,
 	}
 	var pairs []string
 	for _, actor := range fuzzActors {
@@ -477,6 +481,13 @@ func fuzzExchange(t *testing.T, tok uint8, method, target string, body []byte) i
 	case status == http.StatusNoContent:
 		if len(raw) != 0 {
 			t.Errorf("%s answered 204 with a body: %q", what, raw)
+		}
+	case rec.Header().Get("Content-Type") == "application/x-ndjson":
+		// A run's results: JSON lines, each one JSON value.
+		for line := range bytes.Lines(raw) {
+			if !json.Valid(line) {
+				t.Fatalf("%s answered %d with a line that is not JSON: %q", what, status, line)
+			}
 		}
 	default:
 		if ct := rec.Header().Get("Content-Type"); ct != "application/json" {
@@ -722,6 +733,8 @@ var fuzzOperatorPosts = []string{
 	"/v1/workers/{id}/drain",
 	"/v1/workers/{id}/setup",
 	"/v1/hosts/release",
+	"/v1/runs",
+	"/v1/runs/{id}/cancel",
 }
 
 func FuzzOperatorPost(f *testing.F) {
@@ -768,6 +781,20 @@ func FuzzOperatorPost(f *testing.F) {
 	add(400, tokOperator, 4, "", `{"queue":""}`)
 	add(400, tokOperator, 4, "", `{"queue":"default","host_key":"hk1_x"}`)
 	add(401, tokA, 4, "", `{"queue":"default"}`)
+	const runReq = `{"queue":"batch","argv":["eval","{model}"],"matrix":{"model":["a","b"]},"idempotency_key":"run-1"}`
+	add(200, tokOperator, 5, "", runReq)
+	add(201, tokOperator, 5, "", `{"queue":"batch","argv":["x","{m}"],"matrix":{"m":["1","2","3"],"n":["x"]}}`)
+	add(201, tokOperator, 5, "", `{"queue":"default","argv":["true"],"jobs":[{},{"argv":["echo","two"],"env":{"K":"v"}}]}`)
+	add(409, tokOperator, 5, "", `{"queue":"batch","argv":["eval","{model}"],"matrix":{"model":["a"]},"idempotency_key":"run-1"}`)
+	add(400, tokOperator, 5, "", `{"queue":"batch","argv":["x"]}`)
+	add(400, tokOperator, 5, "", `{"queue":"batch","argv":["x","{nope}"],"matrix":{"m":["1"]}}`)
+	add(400, tokOperator, 5, "", `{"queue":"batch","argv":["x"],"matrix":{"m":[]}}`)
+	add(400, tokOperator, 5, "", `{"queue":"batch","jobs":[{"argv":["x"]},{}]}`)
+	add(401, tokA, 5, "", runReq)
+	add(202, tokOperator, 6, "$U", "")
+	add(404, tokOperator, 6, "run_01M8XNMPKC26KCW2AJE19QW19M", "")
+	add(400, tokOperator, 6, "$R", "")
+	add(401, tokNone, 6, "$U", "")
 	f.Fuzz(func(t *testing.T, tok, route uint8, id string, body []byte) {
 		path := strings.Replace(fuzzOperatorPosts[int(route)%len(fuzzOperatorPosts)], "{id}", url.PathEscape(id), 1)
 		s.check(t, fuzzExchange(t, tok, http.MethodPost, path, body), tok, route, id, body)
@@ -785,6 +812,7 @@ var fuzzGets = []string{
 	"workers/$A", "workers/$B", "workers/$C",
 	"workers/$A/setup-results", "workers/$B/setup-results",
 	"queues/default", "queues/gpu", "queues/nothing-here", "healthz", "hosts",
+	"runs", "runs?queue=batch", "runs/$U", "runs/$U/results", "runs/$U/results?records=true&from=1&limit=1",
 }
 
 // FuzzOperatorGet fuzzes every GET route: the input is the path and query

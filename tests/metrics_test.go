@@ -2,6 +2,7 @@ package tests
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -86,6 +87,8 @@ func TestMetrics(t *testing.T) {
 		for _, id := range ids {
 			waitTerminal(t, op, id, time.Minute)
 		}
+		// A run on a queue nobody serves: it reads running.
+		postRun(t, d, wire.RunRequest{Queue: "nobody", Argv: []string{"true"}, Jobs: []wire.RunJob{{}, {}}})
 
 		m := scrape(t, d.URL+"/metrics")
 		for series, want := range map[string]float64{
@@ -95,6 +98,8 @@ func TestMetrics(t *testing.T) {
 			`lakeshore_queue_oldest_queued_age_seconds{queue="q"}`:     0,
 			`lakeshore_workers{state="active"}`:                        1,
 			`lakeshore_workers{state="stale"}`:                         0,
+			`lakeshore_runs{state="running"}`:                          1,
+			`lakeshore_runs{state="done"}`:                             0,
 		} {
 			if got, ok := m[series]; !ok || got != want {
 				t.Errorf("%s = %v (present %v), want %v", series, got, ok, want)
@@ -127,4 +132,28 @@ func TestMetrics(t *testing.T) {
 			t.Errorf("nymph /metrics: %v", n)
 		}
 	})
+}
+
+// postRun submits run req to d and answers what it made.
+func postRun(t *testing.T, d *devServer, req wire.RunRequest) wire.RunCreated {
+	t.Helper()
+	body, err := json.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := http.NewRequest(http.MethodPost, d.URL+"/v1/runs", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Header.Set("Authorization", "Bearer "+d.OperatorToken)
+	resp, err := http.DefaultClient.Do(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out wire.RunCreated
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != http.StatusCreated {
+		t.Fatalf("POST /v1/runs: %d %+v %v", resp.StatusCode, out, err)
+	}
+	return out
 }

@@ -16,7 +16,7 @@ import (
 // the request path.
 func (s *Service) Gauges(ctx context.Context, retention time.Duration) (metrics.Gauges, error) {
 	now := s.clock.Now().UTC()
-	g := metrics.Gauges{Workers: map[domain.WorkerState]int{}}
+	g := metrics.Gauges{Workers: map[domain.WorkerState]int{}, Runs: map[domain.RunState]int{}}
 	queues, err := s.store.Queues(ctx)
 	if err != nil {
 		return g, err
@@ -33,6 +33,13 @@ func (s *Service) Gauges(ctx context.Context, retention time.Duration) (metrics.
 			qg.OldestQueuedAge = max(now.Sub(oldest), 0)
 		}
 		g.Queues = append(g.Queues, qg)
+	}
+	runs, err := s.store.Runs(ctx, "")
+	if err != nil {
+		return g, err
+	}
+	for _, r := range runs {
+		g.Runs[r.State()]++
 	}
 	err = s.store.EachWorker(ctx, "gauges", func(w domain.Worker) error {
 		if domain.Listed(w, now, retention) {

@@ -74,8 +74,8 @@ func (e *EMF) Finished(queue string, state domain.InvocationState) {
 }
 
 // Gauges writes g: per queue its depth (queued), running count and oldest
-// queued age; per state the number of workers (zeros too, so an alarm on
-// stale workers sees 0 rather than no data).
+// queued age; per state the number of workers and of runs (zeros too, so
+// an alarm on stale workers sees 0 rather than no data).
 func (e *EMF) Gauges(g Gauges) {
 	for _, q := range g.Queues {
 		e.emit([][]string{{"Queue"}},
@@ -86,6 +86,10 @@ func (e *EMF) Gauges(g Gauges) {
 	for _, state := range domain.WorkerStates {
 		e.emit([][]string{{"State"}}, []emfMetric{{"Workers", "Count"}},
 			map[string]any{"State": string(state), "Workers": g.Workers[state]})
+	}
+	for _, state := range domain.RunStates {
+		e.emit([][]string{{"RunState"}}, []emfMetric{{"Runs", "Count"}},
+			map[string]any{"RunState": string(state), "Runs": g.Runs[state]})
 	}
 }
 

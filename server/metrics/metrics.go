@@ -41,6 +41,8 @@ type Gauges struct {
 	// Workers counts workers by the state they read (stale computed), gone
 	// ones still listed included.
 	Workers map[domain.WorkerState]int
+	// Runs counts runs by state (docs/runs.md).
+	Runs map[domain.RunState]int
 }
 
 // QueueGauge is one queue's state.

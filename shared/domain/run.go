@@ -22,6 +22,9 @@ const (
 	RunDone       RunState = "done"       // every job terminal: Done == Total
 )
 
+// RunStates lists every run state, in lifecycle order.
+var RunStates = []RunState{RunSubmitting, RunRunning, RunDone}
+
 // RunCounts are a run's terminal jobs, each counted once, in the
 // transaction that recorded its outcome (as a queue's counters are).
 type RunCounts struct {

@@ -115,12 +115,15 @@ var (
 		"How long the queue's oldest queued invocation has waited (0: none waits).", []string{"queue"}, nil)
 	descWorkers = prometheus.NewDesc("lakeshore_workers",
 		"Workers by the state they read now (stale computed).", []string{"state"}, nil)
+	descRuns = prometheus.NewDesc("lakeshore_runs",
+		"Runs by state (submitting, running, done).", []string{"state"}, nil)
 )
 
 func (c *gaugeCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descDepth
 	ch <- descOldest
 	ch <- descWorkers
+	ch <- descRuns
 }
 
 func (c *gaugeCollector) Collect(ch chan<- prometheus.Metric) {
@@ -144,5 +147,8 @@ func (c *gaugeCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, state := range domain.WorkerStates {
 		ch <- prometheus.MustNewConstMetric(descWorkers, prometheus.GaugeValue, float64(g.Workers[state]), string(state))
+	}
+	for _, state := range domain.RunStates {
+		ch <- prometheus.MustNewConstMetric(descRuns, prometheus.GaugeValue, float64(g.Runs[state]), string(state))
 	}
 }

@@ -78,7 +78,11 @@ const hostileLabel = "<script>document.title='pwned'</script><b>ui-c</b>\x1b[31m
 // and the timeline go to bin/ (ui-fleet.png, ui-timeline.png).
 func TestWebViewInABrowser(t *testing.T) {
 	exe := chromium(t)
-	d := startDev(t, backends[0], "--stale-after", "3s")
+	// A stale window of 6 s: short enough that the killed worker reads
+	// stale soon, long enough that a live worker on a loaded machine does
+	// not (its attempts would be handed to another worker and superseded
+	// when it acks, leaving the killed one nothing to hand back).
+	d := startDev(t, backends[0], "--stale-after", "6s")
 	op := d.Operator()
 	a := startNymph(t, d, "ui-a", "--capacity", "2")
 	startNymph(t, d, "ui-b", "--capacity", "2")

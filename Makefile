@@ -106,7 +106,8 @@ check:
 ## Lambda's cold start under the emulator and size, how soon a body hears a drain,
 ## and the daemon's footprint
 bench: build tools lambdas
-	$(GO) test -run '^$$' -bench . -benchtime 200x ./server/store/
+	$(GO) test -run '^$$' -bench 'Claim|Lifecycle' -benchtime 200x ./server/store/
+	$(GO) test -run '^$$' -bench 'BenchmarkRun' -benchtime 1x ./server/store/
 	$(GO) test -run '^$$' -bench LambdaColdStart -benchtime 5x ./tests/
 	$(GO) test -run '^$$' -bench Dispatch -benchtime 1x -timeout 30m ./tests/
 	$(GO) test -run '^$$' -bench DrainNotice -benchtime 3x ./tests/

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -26,9 +28,6 @@ const runKeyPrefix = "!run#"
 // runIdempotencyPrefix keeps a run's idempotency keys apart from
 // invocations' in the idempotency table.
 const runIdempotencyPrefix = "!run#"
-
-// jobWriteMost is how many jobs one transaction writes.
-const jobWriteMost = 25
 
 func runKey(id string) map[string]types.AttributeValue { return key("queue", runKeyPrefix+id) }
 
@@ -124,42 +123,53 @@ func (s *Store) idempotencyRecord(ctx context.Context, k string) (idempotencyRec
 	return rec, unmarshal(out.Item, &rec)
 }
 
-// PutJobs writes jobs that are not written yet, jobWriteMost to a
-// transaction, each put only if its id is new: a job a replay finds
-// written (and perhaps claimed, or done) is left as it is. It reports how
-// many it wrote.
+// PutJobs writes jobs that are not written yet, jobWriters at a time,
+// each put only if its id is new: a job a replay finds written (and
+// perhaps claimed, or done) is left as it is. It reports how many it
+// wrote.
+//
+// One conditional put per job, not BatchWriteItem: a batch write cannot
+// be conditional, and a replay that overwrote a job a worker had claimed
+// would run it twice. A conditional put costs one write unit, as a batched
+// item does (a transaction's item costs two), and the puts run in
+// parallel, so a run of 10,000 jobs is written within a request's time
+// (docs/runs.md).
 func (s *Store) PutJobs(ctx context.Context, jobs []domain.Invocation) (int, error) {
-	wrote := 0
-	for chunk := range slices.Chunk(jobs, jobWriteMost) {
-		items := make([]types.TransactWriteItem, len(chunk))
-		for i := range chunk {
-			put, err := s.invocationPut(0, &chunk[i])
-			if err != nil {
-				return wrote, err
+	var (
+		wrote atomic.Int64
+		wg    sync.WaitGroup
+		errs  = make([]error, min(jobWriters, len(jobs)))
+		next  atomic.Int64
+	)
+	for w := range errs {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(jobs) || ctx.Err() != nil {
+					return
+				}
+				put, err := s.invocationPut(0, &jobs[i])
+				if err == nil {
+					err = s.put(ctx, put)
+				}
+				switch {
+				case err == nil:
+					wrote.Add(1)
+				case errors.Is(err, errVersion): // written before
+				default:
+					errs[w] = storeErr("write job "+jobs[i].ID, err)
+					next.Store(int64(len(jobs))) // the others stop too
+					return
+				}
 			}
-			items[i] = types.TransactWriteItem{Put: put}
-		}
-		_, err := s.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items})
-		if err == nil {
-			wrote += len(chunk)
-			continue
-		}
-		if _, ok := cancelledBy(err); !ok {
-			return wrote, storeErr("write jobs", err)
-		}
-		// Some were written before (a replay): write the rest one by one.
-		for _, it := range items {
-			switch err := s.put(ctx, it.Put); {
-			case err == nil:
-				wrote++
-			case errors.Is(err, errVersion):
-			default:
-				return wrote, storeErr("write a job", err)
-			}
-		}
+		})
 	}
-	return wrote, nil
+	wg.Wait()
+	return int(wrote.Load()), errors.Join(errs...)
 }
+
+// jobWriters is how many of a run's job puts are in flight at once.
+const jobWriters = 16
 
 // MarkRunSubmitted records that every job of run id is written.
 func (s *Store) MarkRunSubmitted(ctx context.Context, id string) error {

@@ -102,7 +102,7 @@ check:
 		if [ -n "$$bad" ]; then echo "a binary links test support (storetest, waittest, ...): $$bad"; exit 1; fi
 	@echo "layering: ok"
 
-## bench: store benchmarks (claims/s, conflicts/claim, requests/lifecycle), each
+## bench: store benchmarks (claims/s, conflicts/claim, requests/lifecycle, a 10,000-job run), each
 ## Lambda's cold start under the emulator and size, how soon a body hears a drain,
 ## and the daemon's footprint
 bench: build tools lambdas

@@ -153,6 +153,7 @@ func (f *faultModel) run(rt *rapid.T) {
 		"sweep":     step(f.sweep),
 		"advance":   step(f.advance),
 		"submit":    step(f.submit),
+		"submitRun": step(f.submitRun),
 		"cancel":    step(f.cancel),
 		"return":    step(f.returnFromStale),
 		"":          func(rt *rapid.T) { f.check(rt) },

@@ -136,6 +136,7 @@ type propModel struct {
 	wOrder   []string // worker ids in creation order
 	invs     map[string]*mInv
 	iOrder   []string // invocation ids in submit order
+	runs     []mRun   // runs, their jobs among invs
 
 	// what the last check read, for the monotonic properties
 	seenAttempt  map[string]int
@@ -179,6 +180,7 @@ func (m *propModel) run(rt *rapid.T) {
 		"sweep":     m.sweep,
 		"advance":   m.advance,
 		"submit":    m.submit,
+		"submitRun": m.submitRun,
 		"cancel":    m.cancel,
 		"return":    m.returnFromStale,
 		"":          m.check,
@@ -621,6 +623,8 @@ func (m *propModel) check(rt *rapid.T) {
 			}
 		}
 	}
+
+	m.checkRuns(rt)
 
 	// At most one live attempt: each running invocation is held by exactly
 	// one worker (the holder index, filtered by the row), the model's.

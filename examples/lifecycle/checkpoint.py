@@ -5,8 +5,8 @@ wherever that runs (docs/lifecycle.md).
 Environment: CHECKPOINT_DIR, a directory every attempt reaches (a shared
 volume, or an object store a real body would upload to); STEPS, the steps in
 all (default 100); STEP_MS, the time one step takes (default 50). The module
-`lakeshore.lifecycle` is one standard-library file (python/ in the
-repository): put it on PYTHONPATH, or `pip install ./python`.
+`dreamlake.lakeshore.lifecycle` is standard library only (python/ in the
+repository): put that directory on PYTHONPATH, or `pip install ./python`.
 
     lakeshore submit --queue gpu --env CHECKPOINT_DIR=/mnt/shared/run-42 \\
         --env PYTHONPATH=/opt/lakeshore/python -- python3 checkpoint.py
@@ -18,7 +18,7 @@ import threading
 import time
 from datetime import datetime, timezone
 
-from lakeshore import lifecycle
+from dreamlake.lakeshore import lifecycle
 
 DIR = os.environ["CHECKPOINT_DIR"]
 PATH = os.path.join(DIR, "checkpoint.json")

@@ -1,4 +1,4 @@
-"""Tests of lakeshore.lifecycle against a fake lifecycle endpoint on loopback."""
+"""Tests of dreamlake.lakeshore.lifecycle against a fake lifecycle endpoint on loopback."""
 
 import datetime
 import http.server
@@ -13,7 +13,7 @@ import unittest
 from unittest import mock
 from urllib.parse import urlsplit, parse_qs
 
-from lakeshore import lifecycle
+from dreamlake.lakeshore import lifecycle
 
 SECRET = "3q9testsecret"  # the run's secret path segment; no error may show it
 BOUND = 10.0  # how long a test waits for what should happen at once

@@ -6,7 +6,7 @@ host key, waits for a drain, runs shutdown hooks within the drain's grace
 window, and, once it has flushed, hands its invocation back to the queue
 instead of recording an outcome::
 
-    from lakeshore import lifecycle
+    from dreamlake.lakeshore import lifecycle
 
     @lifecycle.on_shutdown
     def flush():

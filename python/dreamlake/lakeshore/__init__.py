@@ -1,0 +1,28 @@
+"""Lakeshore from Python: submit runs and read them, and help bodies.
+
+``dreamlake`` is a namespace package (PEP 420: no ``dreamlake/__init__.py``),
+so this distribution and any other ``dreamlake.*`` one install side by side
+without either owning, or overwriting, the shared top-level name::
+
+    from dreamlake import lakeshore as dls
+
+    run = dls.Client().submit_run("q", ["python3", "eval.py", "{model}"],
+                                  matrix={"model": ["a", "b"]})
+    run.wait(progress=True)
+    for line in run.results():
+        print(line["index"], line["state"], line["result"])
+
+``dls.lifecycle`` is for bodies, the processes nymph runs: their phase, the
+worker's host key, drain hooks and requeue. Standard library only,
+Python >= 3.8.
+
+Every submodule is imported here: ``import lakeshore`` (the older name) is
+an alias that maps each of them under its own name, so both names reach the
+same module objects and their state.
+"""
+
+from . import lifecycle
+from . import client
+from .client import APIError, Client, LakeshoreError, Run, RunStatus
+
+__all__ = ["lifecycle", "client", "Client", "Run", "RunStatus", "LakeshoreError", "APIError"]

@@ -136,6 +136,7 @@ func (s *Server) routeTable() map[string]handlerFunc {
 		"GET /v1/runs/{id}":                  s.getRun,
 		"GET /v1/runs/{id}/results":          s.runResults,
 		"POST /v1/runs/{id}/cancel":          s.cancelRun,
+		"POST /v1/runs/{id}/retry":           s.retryRun,
 	} {
 		t[pattern] = s.operator(h)
 	}

@@ -735,6 +735,7 @@ var fuzzOperatorPosts = []string{
 	"/v1/hosts/release",
 	"/v1/runs",
 	"/v1/runs/{id}/cancel",
+	"/v1/runs/{id}/retry",
 }
 
 func FuzzOperatorPost(f *testing.F) {
@@ -795,6 +796,11 @@ func FuzzOperatorPost(f *testing.F) {
 	add(404, tokOperator, 6, "run_01M8XNMPKC26KCW2AJE19QW19M", "")
 	add(400, tokOperator, 6, "$R", "")
 	add(401, tokNone, 6, "$U", "")
+	add(202, tokOperator, 7, "$U", `{"failed":true}`)
+	add(400, tokOperator, 7, "$U", `{"failed":false}`)
+	add(400, tokOperator, 7, "$U", `{}`)
+	add(404, tokOperator, 7, "run_01M8XNMPKC26KCW2AJE19QW19M", `{"failed":true}`)
+	add(401, tokA, 7, "$U", `{"failed":true}`)
 	f.Fuzz(func(t *testing.T, tok, route uint8, id string, body []byte) {
 		path := strings.Replace(fuzzOperatorPosts[int(route)%len(fuzzOperatorPosts)], "{id}", url.PathEscape(id), 1)
 		s.check(t, fuzzExchange(t, tok, http.MethodPost, path, body), tok, route, id, body)

@@ -167,6 +167,22 @@ func (s *Server) cancelRun(r *http.Request) (int, any, error) {
 	return http.StatusAccepted, wire.RunCancelled{RunID: id, Cancelled: n, Remaining: remaining}, nil
 }
 
+func (s *Server) retryRun(r *http.Request) (int, any, error) {
+	id, err := pathID(r, ids.Run)
+	if err != nil {
+		return 0, nil, err
+	}
+	var req wire.RunRetryRequest
+	if err := wire.Decode(r.Body, &req); err != nil {
+		return 0, nil, err
+	}
+	n, remaining, err := s.svc.RetryRun(r.Context(), id, s.clock.Now().Add(cancelBudget))
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusAccepted, wire.RunRetried{RunID: id, Retried: n, Remaining: remaining}, nil
+}
+
 // queryInt parses a query parameter as an integer ≥ 0 (def when absent).
 func queryInt(v string, def int, name string) (int, error) {
 	if v == "" {

@@ -180,3 +180,71 @@ func seq(n int) []string {
 	}
 	return out
 }
+
+// TestRunRetryFailed: POST /v1/runs/{id}/retry {"failed": true} queues the
+// failed job again; its failure leaves the run's counts, a second retry
+// queues nothing, and the job's new success is counted once, its result
+// line naming the new attempt.
+func TestRunRetryFailed(t *testing.T) {
+	h := newHarness(t)
+	var created wire.RunCreated
+	h.do(http.MethodPost, "/v1/runs", operatorToken, wire.RunRequest{Queue: "q", Argv: []string{"eval"},
+		Jobs: []wire.RunJob{{}, {}, {}}}).want(t, http.StatusCreated, &created)
+	w := h.helloReq(wire.HelloRequest{MachineID: "m1", BootID: "b1", Lanes: []string{"q"}})
+	capacity, running := 1, 0
+	one := wire.Capabilities{MaxConcurrency: &capacity, CurrentInvocations: &running}
+	runOne := func(code int) wire.RunInvocation {
+		t.Helper()
+		cmds := h.poll(w, wire.PollRequest{Queue: "q", Phase: wire.PhaseReady, Invocations: []string{}, UpdatedCapabilities: &one})
+		if len(cmds) != 1 || cmds[0].Invocation == nil {
+			t.Fatalf("poll: %+v, want one run", cmds)
+		}
+		inv := *cmds[0].Invocation
+		state := wire.StateSucceeded
+		req := wire.AckRequest{InvocationID: inv.InvocationID, Attempt: inv.Attempt, State: state, ExitCode: &code}
+		if code != 0 {
+			req.State = wire.StateFailed
+			req.Error = &wire.ErrorInfo{Type: wire.ErrorTypeExitCode, Message: "exited 1"}
+		}
+		h.ack(w, req)
+		return inv
+	}
+	failed := runOne(1)
+	runOne(0)
+	runOne(0)
+	var got wire.Run
+	h.do(http.MethodGet, "/v1/runs/"+created.RunID, operatorToken, nil).want(t, http.StatusOK, &got)
+	if got.State != wire.RunDone || got.Counts[wire.StateFailed] != 1 || got.DoneCount != 3 {
+		t.Fatalf("before the retry: %+v", got)
+	}
+	h.do(http.MethodPost, "/v1/runs/"+created.RunID+"/retry", operatorToken, map[string]bool{"failed": false}).
+		wantError(t, http.StatusBadRequest, wire.CodeInvalid)
+	var retried wire.RunRetried
+	h.do(http.MethodPost, "/v1/runs/"+created.RunID+"/retry", operatorToken, map[string]bool{"failed": true}).
+		want(t, http.StatusAccepted, &retried)
+	if retried.Retried != 1 || retried.Remaining != 0 {
+		t.Fatalf("retry: %+v, want 1 job queued again", retried)
+	}
+	h.do(http.MethodPost, "/v1/runs/"+created.RunID+"/retry", operatorToken, map[string]bool{"failed": true}).
+		want(t, http.StatusAccepted, &retried)
+	if retried.Retried != 0 {
+		t.Fatalf("a second retry queued %d jobs again, want 0", retried.Retried)
+	}
+	h.do(http.MethodGet, "/v1/runs/"+created.RunID, operatorToken, nil).want(t, http.StatusOK, &got)
+	if got.State != wire.RunRunning || got.Counts[wire.StateFailed] != 0 || got.Counts[wire.StateQueued] != 1 || got.DoneCount != 2 {
+		t.Fatalf("after the retry: %+v, want running with the job queued and no failure counted", got)
+	}
+	again := runOne(0)
+	if again.InvocationID != failed.InvocationID || again.Attempt != 2 {
+		t.Fatalf("the retried job ran as %s attempt %d, want %s attempt 2", again.InvocationID, again.Attempt, failed.InvocationID)
+	}
+	h.do(http.MethodGet, "/v1/runs/"+created.RunID, operatorToken, nil).want(t, http.StatusOK, &got)
+	if got.State != wire.RunDone || got.Counts[wire.StateSucceeded] != 3 || got.DoneCount != 3 || got.Counts[wire.StateFailed] != 0 {
+		t.Fatalf("after the rerun: %+v, want done with 3 succeeded", got)
+	}
+	for _, l := range h.runLines(t, created.RunID, false) {
+		if string(l["invocation_id"]) == fmt.Sprintf("%q", failed.InvocationID) && (string(l["attempt"]) != "2" || string(l["state"]) != `"succeeded"`) {
+			t.Errorf("the rerun job's line: %s, want attempt 2 succeeded", l)
+		}
+	}
+}

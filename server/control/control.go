@@ -53,6 +53,7 @@ type Store interface {
 	Runs(ctx context.Context, queue string) ([]domain.Run, error)
 	RunningJobs(ctx context.Context, queue, id string) (int, error)
 	GetInvocations(ctx context.Context, ids []string) (map[string]domain.Invocation, error)
+	Rerun(ctx context.Context, id string) (domain.Invocation, bool, error)
 	PutConnection(ctx context.Context, c store.Connection) error
 	DeleteConnection(ctx context.Context, id string) (store.Connection, bool, error)
 	Connections(ctx context.Context, wakeKey string) ([]store.Connection, error)

@@ -163,31 +163,75 @@ const runPage = 100
 // It reports how many it asked to cancel and how many jobs it did not get
 // to (call again to go on).
 func (s *Service) CancelRun(ctx context.Context, id string, deadline time.Time) (cancelled, remaining int, err error) {
+	remaining, err = s.eachRunJob(ctx, id, deadline, func(inv domain.Invocation) error {
+		if inv.State.Terminal() || inv.CancelRequested || inv.Version == 0 {
+			return nil // done, asked already, or not written (a submitting run)
+		}
+		switch _, err := s.Cancel(ctx, inv.ID); {
+		case err == nil:
+			cancelled++
+		case domain.KindOf(err) != domain.KindConflict: // a conflict: it finished meanwhile
+			return err
+		}
+		return nil
+	})
+	if err == nil && remaining == 0 {
+		s.log.Info("run cancelled", "run_id", id, "jobs", cancelled)
+	}
+	return cancelled, remaining, err
+}
+
+// RetryRun queues every failed job of run id again (its failure no longer
+// counts: domain.Invocation.Rerun), until deadline. It reports how many it
+// queued and how many jobs it did not get to (call again to go on). A job
+// already queued again is not failed, so a second call queues nothing
+// twice.
+func (s *Service) RetryRun(ctx context.Context, id string, deadline time.Time) (retried, remaining int, err error) {
+	woken := map[string]bool{}
+	remaining, err = s.eachRunJob(ctx, id, deadline, func(inv domain.Invocation) error {
+		if inv.State != domain.StateFailed {
+			return nil
+		}
+		next, rerun, err := s.store.Rerun(ctx, inv.ID)
+		if err != nil || !rerun {
+			return err
+		}
+		retried++
+		if !woken[next.HostKey] {
+			woken[next.HostKey] = true
+			s.claimable(ctx, next)
+			if s.submitted != nil {
+				s.submitted(ctx, next)
+			}
+		}
+		return nil
+	})
+	if retried > 0 {
+		s.log.Info("run's failed jobs queued again", "run_id", id, "jobs", retried, "remaining", remaining)
+	}
+	return retried, remaining, err
+}
+
+// eachRunJob hands each job of run id to fn, runPage at a time, until
+// deadline; it reports how many jobs it did not get to.
+func (s *Service) eachRunJob(ctx context.Context, id string, deadline time.Time, fn func(domain.Invocation) error) (remaining int, err error) {
 	run, err := s.store.GetRun(ctx, id)
 	if err != nil {
-		return 0, 0, err
+		return 0, err
 	}
 	for from := 0; from < run.Total; from += runPage {
 		if !s.clock.Now().Before(deadline) {
-			return cancelled, run.Total - from, nil
+			return run.Total - from, nil
 		}
 		_, jobs, err := s.RunJobs(ctx, id, from, runPage)
 		if err != nil {
-			return cancelled, run.Total - from, err
+			return run.Total - from, err
 		}
 		for _, inv := range jobs {
-			if inv.State.Terminal() || inv.CancelRequested || inv.Version == 0 {
-				continue // done, asked already, or not written (a submitting run)
-			}
-			switch _, err := s.Cancel(ctx, inv.ID); {
-			case err == nil:
-				cancelled++
-			case domain.KindOf(err) == domain.KindConflict: // it finished meanwhile
-			default:
-				return cancelled, run.Total - from, err
+			if err := fn(inv); err != nil {
+				return run.Total - from, err
 			}
 		}
 	}
-	s.log.Info("run cancelled", "run_id", id, "jobs", cancelled)
-	return cancelled, 0, nil
+	return 0, nil
 }

@@ -294,3 +294,48 @@ func (s *Store) runCount(next *domain.Invocation) types.TransactWriteItem {
 		ExpressionAttributeValues: map[string]types.AttributeValue{":one": num(1)},
 	}}
 }
+
+// Rerun queues failed invocation id again (domain.Invocation.Rerun) and,
+// in the same transaction, takes its failure off its run's counters, so
+// the run counts the job once, when its new attempts end. It answers the
+// invocation as it now stands, and whether this call queued it (false: it
+// was not failed). The queue's counters are left as they are: they count
+// terminal transitions, and the rerun job's next end is another.
+func (s *Store) Rerun(ctx context.Context, id string) (domain.Invocation, bool, error) {
+	var result domain.Invocation
+	rerun := false
+	err := retryVersion("rerun "+id, func() error {
+		inv, err := s.GetInvocation(ctx, id)
+		if err != nil {
+			return err
+		}
+		next, changed := inv.Rerun(s.now())
+		result, rerun = inv, false
+		if !changed {
+			return nil
+		}
+		put, err := s.invocationPut(inv.Version, &next)
+		if err != nil {
+			return err
+		}
+		items := []types.TransactWriteItem{{Put: put}}
+		if next.RunID != "" {
+			items = append(items, types.TransactWriteItem{Update: &types.Update{
+				TableName:                 aws.String(s.tables.Queues),
+				Key:                       runKey(next.RunID),
+				UpdateExpression:          aws.String("ADD done_count :less, failed_count :less"),
+				ExpressionAttributeValues: map[string]types.AttributeValue{":less": num(-1)},
+			}})
+		}
+		_, err = s.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items})
+		if failed, ok := cancelledBy(err); ok && slices.Contains(failed, 0) {
+			return errVersion
+		}
+		if err != nil {
+			return storeErr("rerun "+id, err)
+		}
+		result, rerun = next, true
+		return nil
+	})
+	return result, rerun, err
+}

@@ -401,6 +401,31 @@ func (inv Invocation) ReleaseRetry(now time.Time) (Invocation, bool) {
 	return next, true
 }
 
+// Rerun reports failed inv queued again at an operator's ask (a run's
+// retry of its failed jobs), and whether that changes it: its failure no
+// longer counts (the attempt that recorded it reads retried, not recorded),
+// and it gets its max_attempts again on top of the attempts it used. Only
+// a failed invocation is rerun; any other is left as it is.
+func (inv Invocation) Rerun(now time.Time) (Invocation, bool) {
+	if inv.State != StateFailed {
+		return inv, false
+	}
+	next := inv
+	next.State = StateQueued
+	next.MaxAttempts = inv.Attempt + inv.MaxAttempts
+	next.WorkerID = ""
+	next.ExitCode, next.ResultBlob, next.Error = nil, "", nil
+	next.StdoutTail, next.StderrTail = "", ""
+	next.FinishedAt, next.RetryAt = time.Time{}, time.Time{}
+	next.Attempts = slices.Clone(inv.Attempts)
+	for i := range next.Attempts {
+		if next.Attempts[i].Recorded {
+			next.Attempts[i].Recorded, next.Attempts[i].Retried = false, true
+		}
+	}
+	return next, true
+}
+
 // end records in next's history (a clone the caller owns) that attempt n
 // ended at now as outcome, for reason. An attempt already ended keeps how.
 func (next *Invocation) end(n int, outcome, reason string, now time.Time) {

@@ -498,3 +498,29 @@ func TestLateRequeuedAckOfAnEarlierAttemptOfTheSameWorker(t *testing.T) {
 		t.Errorf("attempt 1's history after the late report: %+v, want it still stale", got)
 	}
 }
+
+// TestRerun: only a failed invocation is queued again; its failure no
+// longer counts (the recorded attempt reads retried) and it gets its
+// max_attempts again on top of the attempts it used.
+func TestRerun(t *testing.T) {
+	for name, inv := range invocationStates() {
+		if inv.State == StateFailed {
+			continue
+		}
+		if next, changed := inv.Rerun(t0); changed || next.State != inv.State {
+			t.Errorf("%s: rerun changed it to %s", name, next.State)
+		}
+	}
+	code := 1
+	failed := Invocation{ID: "inv_1", State: StateFailed, Attempt: 2, MaxAttempts: 3, ExitCode: &code,
+		Error: &ErrorInfo{Type: ErrorTypeExitCode}, ResultBlob: `{"x":1}`, FinishedAt: t0,
+		Attempts: []Attempt{{Attempt: 1, Outcome: string(EndStale)}, {Attempt: 2, Outcome: string(StateFailed), Recorded: true}}}
+	next, changed := failed.Rerun(t0.Add(time.Minute))
+	if !changed || next.State != StateQueued || next.MaxAttempts != 5 || next.ExitCode != nil || next.Error != nil ||
+		next.ResultBlob != "" || !next.FinishedAt.IsZero() || next.CountedAttempt() != 0 || !next.Attempts[1].Retried {
+		t.Fatalf("rerun of a failed invocation: %+v", next)
+	}
+	if !failed.Attempts[1].Recorded {
+		t.Fatal("rerun changed the invocation it was given")
+	}
+}

@@ -287,6 +287,28 @@ type RunRecord struct {
 // results ("" when this page was the last).
 const NextIndexHeader = "Lakeshore-Next-Index"
 
+// RunRetryRequest is POST /v1/runs/{id}/retry: which jobs get a new
+// attempt. Only the failed ones can be asked for ({"failed": true}).
+type RunRetryRequest struct {
+	Failed bool `json:"failed"`
+}
+
+// Validate refuses a retry that does not name the failed jobs.
+func (r *RunRetryRequest) Validate() error {
+	if !r.Failed {
+		return invalid(`a run's retry queues its failed jobs again: send {"failed": true}`)
+	}
+	return nil
+}
+
+// RunRetried answers POST /v1/runs/{id}/retry: how many failed jobs it
+// queued again, and how many jobs it did not get to (call it again).
+type RunRetried struct {
+	RunID     string `json:"run_id"`
+	Retried   int    `json:"retried"`
+	Remaining int    `json:"remaining"`
+}
+
 // RunCancelled answers POST /v1/runs/{id}/cancel: how many jobs it asked
 // to cancel, and how many are still to do if the request ran out of time
 // (call it again).

@@ -4,10 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
-	"net/http/httputil"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -16,60 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dreamlake/lakeshore/shared/client/clienttest"
 	"github.com/dreamlake/lakeshore/shared/clock"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
-
-// loseAnswers is a proxy in front of a real control plane that forwards
-// every request, but for the first n POST /v1/runs throws the answer away:
-// it closes the connection (a transport error) or, with status set,
-// answers that status instead. It records each POST's idempotency key.
-type loseAnswers struct {
-	mu     sync.Mutex
-	n      int
-	status int
-	keys   []string
-	proxy  *httputil.ReverseProxy
-}
-
-func (l *loseAnswers) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodPost || r.URL.Path != "/v1/runs" {
-		l.proxy.ServeHTTP(w, r)
-		return
-	}
-	body, err := io.ReadAll(r.Body)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
-	var req wire.RunRequest
-	_ = json.Unmarshal(body, &req)
-	l.mu.Lock()
-	l.keys = append(l.keys, req.IdempotencyKey)
-	lose := len(l.keys) <= l.n
-	l.mu.Unlock()
-	r.Body = io.NopCloser(bytes.NewReader(body))
-	if !lose {
-		l.proxy.ServeHTTP(w, r)
-		return
-	}
-	// The control plane gets the request and makes the run; its answer
-	// never reaches the CLI.
-	rec := httptest.NewRecorder()
-	l.proxy.ServeHTTP(rec, r)
-	if rec.Code != http.StatusCreated {
-		http.Error(w, fmt.Sprintf("the forwarded POST answered %d: %s", rec.Code, rec.Body), http.StatusTeapot)
-		return
-	}
-	if l.status != 0 {
-		http.Error(w, "upstream lost", l.status)
-		return
-	}
-	conn, _, err := w.(http.Hijacker).Hijack()
-	if err == nil {
-		_ = conn.Close()
-	}
-}
 
 // TestRunSubmitLostAnswerMakesOneRun: a run submit whose POST reached the
 // control plane but whose answer was lost (the connection dropped, or a
@@ -92,7 +40,7 @@ func TestRunSubmitLostAnswerMakesOneRun(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			lose := &loseAnswers{n: tc.lost, status: tc.status, proxy: httputil.NewSingleHostReverseProxy(target)}
+			lose := clienttest.NewLosingProxy(target, "/v1/runs", tc.lost, tc.status)
 			proxy := httptest.NewServer(lose)
 			t.Cleanup(proxy.Close)
 
@@ -102,9 +50,7 @@ func TestRunSubmitLostAnswerMakesOneRun(t *testing.T) {
 				t.Fatalf("run submit: %v\nstderr: %s", err, errOut)
 			}
 			id := strings.TrimSpace(out)
-			lose.mu.Lock()
-			keys := append([]string(nil), lose.keys...)
-			lose.mu.Unlock()
+			keys := lose.IdempotencyKeys()
 			if len(keys) != tc.lost+1 || keys[0] == "" {
 				t.Fatalf("POSTs carried keys %q, want %d POSTs with a key", keys, tc.lost+1)
 			}

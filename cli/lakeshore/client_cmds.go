@@ -245,11 +245,8 @@ func runSubmit(cmd *cobra.Command, o *clientOptions, s submitOptions, argv []str
 	if !o.json() {
 		fmt.Fprintln(stdout, inv.InvocationID)
 	}
-	if s.waitTimeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeoutCause(ctx, s.waitTimeout, fmt.Errorf("--wait-timeout %s passed", s.waitTimeout))
-		defer cancel()
-	}
+	ctx, cancel := withWaitTimeout(ctx, s.waitTimeout)
+	defer cancel()
 	if s.logs {
 		if err := followLogs(ctx, c, inv.InvocationID, logsOptions{follow: true}, stdout, stderr); err != nil {
 			return fmt.Errorf("stopped following %s: %w", inv.InvocationID, err)
@@ -301,11 +298,8 @@ var (
 // restarting); any other error answer ends the wait. timeout 0 waits until
 // ctx ends.
 func waitInvocation(ctx context.Context, c *client.Client, inv wire.Invocation, progress io.Writer, timeout time.Duration) (wire.Invocation, error) {
-	if timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeoutCause(ctx, timeout, fmt.Errorf("--wait-timeout %s passed", timeout))
-		defer cancel()
-	}
+	ctx, cancel := withWaitTimeout(ctx, timeout)
+	defer cancel()
 	last := ""
 	delay := waitMinInterval
 	for {
@@ -447,26 +441,35 @@ func newCancelCmd(o *clientOptions) *cobra.Command {
 }
 
 func newDrainCmd(o *clientOptions) *cobra.Command {
-	return &cobra.Command{
-		Use:   "drain WORKER_ID",
-		Short: "Drain a worker: it claims nothing more, finishes what it runs and leaves",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := o.client()
-			if err != nil {
-				return err
-			}
-			d, err := c.DrainWorker(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			if o.json() {
-				return printJSON(cmd.OutOrStdout(), d)
-			}
-			_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s %s: %s\n", d.WorkerID, d.State, d.Note)
-			return err
+	return oneArgCmd(o, &cobra.Command{Use: "drain WORKER_ID", Short: "Drain a worker: it claims nothing more, finishes what it runs and leaves"},
+		func(ctx context.Context, c *client.Client, id string) (wire.DrainAccepted, error) {
+			return c.DrainWorker(ctx, id)
 		},
+		func(w io.Writer, d wire.DrainAccepted) error {
+			_, err := fmt.Fprintf(w, "%s %s: %s\n", d.WorkerID, d.State, d.Note)
+			return err
+		})
+}
+
+// oneArgCmd makes cmd take one argument, ask the control plane with do,
+// and print the answer: as JSON with --output json, else with text.
+func oneArgCmd[T any](o *clientOptions, cmd *cobra.Command, do func(context.Context, *client.Client, string) (T, error), text func(io.Writer, T) error) *cobra.Command {
+	cmd.Args = cobra.ExactArgs(1)
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		c, err := o.client()
+		if err != nil {
+			return err
+		}
+		v, err := do(cmd.Context(), c, args[0])
+		if err != nil {
+			return err
+		}
+		if o.json() {
+			return printJSON(cmd.OutOrStdout(), v)
+		}
+		return text(cmd.OutOrStdout(), v)
 	}
+	return cmd
 }
 
 func newReleaseHoldCmd(o *clientOptions) *cobra.Command {
@@ -556,4 +559,13 @@ the worker's setup commands and their outcomes.`,
 			return setupTable(out, res, time.Now())
 		},
 	}
+}
+
+// withWaitTimeout bounds a wait by --wait-timeout d (0: no bound), the
+// error naming the flag.
+func withWaitTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if d <= 0 {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeoutCause(ctx, d, fmt.Errorf("--wait-timeout %s passed", d))
 }

@@ -165,11 +165,8 @@ func runRunSubmit(cmd *cobra.Command, o *clientOptions, s *runSubmitOptions, arg
 		fmt.Fprintf(stderr, "run %s: %d jobs on queue %s\n", created.RunID, created.Total, cell(req.Queue))
 		fmt.Fprintln(stdout, created.RunID)
 	}
-	if s.waitTimeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeoutCause(ctx, s.waitTimeout, fmt.Errorf("--wait-timeout %s passed", s.waitTimeout))
-		defer cancel()
-	}
+	ctx, cancel := withWaitTimeout(ctx, s.waitTimeout)
+	defer cancel()
 	return finishRunWait(ctx, c, o, created.RunID, stdout, stderr)
 }
 
@@ -279,25 +276,9 @@ func readJobs(path string, stdin io.Reader) ([]wire.RunJob, error) {
 }
 
 func newRunGetCmd(o *clientOptions) *cobra.Command {
-	return &cobra.Command{
-		Use:   "get RUN",
-		Short: "Show a run: its state and its jobs' counts",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := o.client()
-			if err != nil {
-				return err
-			}
-			r, err := c.Run(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			if o.json() {
-				return printJSON(cmd.OutOrStdout(), r)
-			}
-			return describeRun(cmd.OutOrStdout(), r)
-		},
-	}
+	return oneArgCmd(o, &cobra.Command{Use: "get RUN", Short: "Show a run: its state and its jobs' counts"},
+		func(ctx context.Context, c *client.Client, id string) (wire.Run, error) { return c.Run(ctx, id) },
+		describeRun)
 }
 
 // describeRun writes a run's fields, one a line.
@@ -353,29 +334,16 @@ func runTable(w io.Writer, runs []wire.Run, now time.Time) error {
 }
 
 func newRunCancelCmd(o *clientOptions) *cobra.Command {
-	return &cobra.Command{
+	return oneArgCmd(o, &cobra.Command{
 		Use:   "cancel RUN",
 		Short: "Cancel a run's jobs that are not done",
 		Long: `Cancel every job of the run that is not done: a queued one at once, a
 running one through its worker's next poll. A run of many jobs may take
 more than one request; the command asks again until none remains.`,
-		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := o.client()
-			if err != nil {
-				return err
-			}
-			total, err := cancelRun(cmd.Context(), c, args[0])
-			if err != nil {
-				return err
-			}
-			if o.json() {
-				return printJSON(cmd.OutOrStdout(), total)
-			}
-			_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s: cancel asked of %d jobs\n", total.RunID, total.Cancelled)
-			return err
-		},
-	}
+	}, cancelRun, func(w io.Writer, total wire.RunCancelled) error {
+		_, err := fmt.Fprintf(w, "%s: cancel asked of %d jobs\n", total.RunID, total.Cancelled)
+		return err
+	})
 }
 
 // cancelRun asks for the run's jobs to be cancelled until none remains
@@ -451,11 +419,8 @@ the wait stopped first (--wait-timeout, an interrupt, an error answer).`,
 				return errors.New("--wait-timeout must not be negative")
 			}
 			ctx := cmd.Context()
-			if waitTimeout > 0 {
-				var cancel context.CancelFunc
-				ctx, cancel = context.WithTimeoutCause(ctx, waitTimeout, fmt.Errorf("--wait-timeout %s passed", waitTimeout))
-				defer cancel()
-			}
+			ctx, cancel := withWaitTimeout(ctx, waitTimeout)
+			defer cancel()
 			return finishRunWait(ctx, c, o, args[0], cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}

@@ -54,9 +54,14 @@ func cliOK(t *testing.T, d *devServer, args ...string) string {
 // writes JSON lines to its result file gives one record a line; run ls and
 // run get show the run; a run with a failing job makes run submit --wait
 // and run wait exit 1; run cancel of a run nothing serves cancels every
-// job and run get then reads it done with cancelled = total.
+// job and run get then reads it done with cancelled = total. In process
+// and through the Lambda bootstraps.
 func TestRunCLI(t *testing.T) {
-	d := startDev(t, backends[0])
+	forEachPlane(t, testRunCLI)
+}
+
+func testRunCLI(t *testing.T, b backend) {
+	d := startDev(t, b)
 	startNymph(t, d, "m-runs", "--capacity", "2")
 
 	out, errOut, code := cliRun(t, d, "run", "submit", "--queue", "q", "--name", "grid", "--matrix", "model=a,b", "--matrix", "epoch=1,2", "--wait",

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/dreamlake/lakeshore/shared/client"
 	"github.com/dreamlake/lakeshore/shared/wire"
@@ -74,7 +75,7 @@ func (o *clientOptions) client() (*client.Client, error) {
 func (o *clientOptions) json() bool { return o.output == outputJSON }
 
 // addClientCommands adds the operator API client commands (submit, get,
-// logs, ls, cancel, drain, setup, watch, release-hold).
+// logs, ls, cancel, drain, setup, watch, release-hold, run).
 func addClientCommands(root *cobra.Command) {
 	o := &clientOptions{}
 	for _, cmd := range []*cobra.Command{
@@ -87,6 +88,7 @@ func addClientCommands(root *cobra.Command) {
 		newSetupCmd(o),
 		newWatchCmd(o),
 		newReleaseHoldCmd(o),
+		newRunCmd(o),
 	} {
 		o.register(cmd)
 		root.AddCommand(cmd)
@@ -145,6 +147,17 @@ exit non-zero unless it succeeded; --logs also prints its output as it runs.`,
 	}
 	cmd.Flags().SetInterspersed(false)
 	f := cmd.Flags()
+	s.registerJobFlags(f)
+	f.StringVar(&s.idempotencyKey, "idempotency-key", "", "submitting the same key again returns the first invocation")
+	f.BoolVarP(&s.wait, "wait", "w", false, "wait until the invocation finishes; exit 1 unless it succeeded")
+	f.BoolVar(&s.logs, "logs", false, "with --wait, print the invocation's output as it runs (lakeshore logs --follow)")
+	f.DurationVar(&s.waitTimeout, "wait-timeout", 0, "give up waiting after this long (0: wait until interrupted)")
+	return cmd
+}
+
+// registerJobFlags adds the flags that say how a job runs and where:
+// submit's, and run submit's as every job's defaults.
+func (s *submitOptions) registerJobFlags(f *pflag.FlagSet) {
 	f.StringVarP(&s.queue, "queue", "q", "default", "queue to submit to")
 	f.StringArrayVar(&s.hostSetup, "host-setup", nil, "host setup shell command (repeatable, ordered; selects the host key)")
 	f.StringArrayVar(&s.runSetup, "run-setup", nil, "shell command run before ARGV in its workdir (repeatable, ordered)")
@@ -157,42 +170,28 @@ exit non-zero unless it succeeded; --logs also prints its output as it runs.`,
 	f.DurationVar(&s.retryBackoff, "retry-backoff", 0, "wait before the first retry, 1s-15m (rounded up to seconds), doubling each time, at most 15m (default 10s)")
 	f.StringVar(&s.drainSignal, "drain-signal", "", "signal the body's process group gets as its worker starts to drain, inside the grace window: SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1 or SIGUSR2 (default: none)")
 	f.IntSliceVar(&s.requeueCodes, "requeue-exit-code", nil, "a body that exits with this status while its worker drains is handed back to the queue (attempt + 1) instead of recorded; repeatable or comma-separated")
-	f.StringVar(&s.idempotencyKey, "idempotency-key", "", "submitting the same key again returns the first invocation")
-	f.BoolVarP(&s.wait, "wait", "w", false, "wait until the invocation finishes; exit 1 unless it succeeded")
-	f.BoolVar(&s.logs, "logs", false, "with --wait, print the invocation's output as it runs (lakeshore logs --follow)")
-	f.DurationVar(&s.waitTimeout, "wait-timeout", 0, "give up waiting after this long (0: wait until interrupted)")
-	return cmd
 }
 
-func runSubmit(cmd *cobra.Command, o *clientOptions, s submitOptions, argv []string) error {
-	c, err := o.client()
-	if err != nil {
-		return err
-	}
-	if s.timeout < 0 || s.waitTimeout < 0 {
-		return errors.New("--timeout and --wait-timeout must not be negative")
-	}
-	if s.logs && (!s.wait || o.json()) {
-		return errors.New("--logs needs --wait, and writes the output where --output json would go: use one or the other")
+// jobRequest is the submit the job flags ask for, without argv or key.
+// A 0 the request cannot carry is refused here, in the control plane's
+// words; any other value goes as it is, for the control plane to judge.
+func (s *submitOptions) jobRequest(f *pflag.FlagSet) (wire.SubmitRequest, error) {
+	if s.timeout < 0 {
+		return wire.SubmitRequest{}, errors.New("--timeout must not be negative")
 	}
 	env, err := parseEnv(s.env)
 	if err != nil {
-		return err
+		return wire.SubmitRequest{}, err
 	}
 	backoffS := int((s.retryBackoff + time.Second - 1) / time.Second)
-	// A 0 would be left out of the request, and the control plane would
-	// take its default instead: refuse it here, in the control plane's
-	// words. Any other value goes as it is, for the control plane to judge.
-	f := cmd.Flags()
 	if f.Changed("max-attempts") && s.maxAttempts == 0 {
-		return fmt.Errorf("--max-attempts 0: %w", wire.CheckMaxAttempts(0))
+		return wire.SubmitRequest{}, fmt.Errorf("--max-attempts 0: %w", wire.CheckMaxAttempts(0))
 	}
 	if f.Changed("retry-backoff") && backoffS == 0 {
-		return fmt.Errorf("--retry-backoff %s: %w", s.retryBackoff, wire.CheckRetryBackoffS(0))
+		return wire.SubmitRequest{}, fmt.Errorf("--retry-backoff %s: %w", s.retryBackoff, wire.CheckRetryBackoffS(0))
 	}
 	req := wire.SubmitRequest{
 		Queue: s.queue,
-		Argv:  argv,
 		Env:   env,
 		RunConfig: wire.RunConfig{
 			HostSetup:        s.hostSetup,
@@ -201,13 +200,31 @@ func runSubmit(cmd *cobra.Command, o *clientOptions, s submitOptions, argv []str
 			DrainSignal:      s.drainSignal,
 			RequeueExitCodes: s.requeueCodes,
 		},
-		TimeoutS:       int((s.timeout + time.Second - 1) / time.Second),
-		MaxAttempts:    s.maxAttempts,
-		IdempotencyKey: s.idempotencyKey,
+		TimeoutS:    int((s.timeout + time.Second - 1) / time.Second),
+		MaxAttempts: s.maxAttempts,
 	}
 	if len(s.retryCodes) > 0 || s.retryTimeout || f.Changed("retry-backoff") {
 		req.Retry = &wire.RetryPolicy{ExitCodes: s.retryCodes, Timeout: s.retryTimeout, BackoffS: backoffS}
 	}
+	return req, nil
+}
+
+func runSubmit(cmd *cobra.Command, o *clientOptions, s submitOptions, argv []string) error {
+	c, err := o.client()
+	if err != nil {
+		return err
+	}
+	if s.waitTimeout < 0 {
+		return errors.New("--wait-timeout must not be negative")
+	}
+	if s.logs && (!s.wait || o.json()) {
+		return errors.New("--logs needs --wait, and writes the output where --output json would go: use one or the other")
+	}
+	req, err := s.jobRequest(cmd.Flags())
+	if err != nil {
+		return err
+	}
+	req.Argv, req.IdempotencyKey = argv, s.idempotencyKey
 	ctx := cmd.Context()
 	inv, created, err := c.Submit(ctx, req)
 	if err != nil {
@@ -228,11 +245,8 @@ func runSubmit(cmd *cobra.Command, o *clientOptions, s submitOptions, argv []str
 	if !o.json() {
 		fmt.Fprintln(stdout, inv.InvocationID)
 	}
-	if s.waitTimeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeoutCause(ctx, s.waitTimeout, fmt.Errorf("--wait-timeout %s passed", s.waitTimeout))
-		defer cancel()
-	}
+	ctx, cancel := withWaitTimeout(ctx, s.waitTimeout)
+	defer cancel()
 	if s.logs {
 		if err := followLogs(ctx, c, inv.InvocationID, logsOptions{follow: true}, stdout, stderr); err != nil {
 			return fmt.Errorf("stopped following %s: %w", inv.InvocationID, err)
@@ -284,11 +298,8 @@ var (
 // restarting); any other error answer ends the wait. timeout 0 waits until
 // ctx ends.
 func waitInvocation(ctx context.Context, c *client.Client, inv wire.Invocation, progress io.Writer, timeout time.Duration) (wire.Invocation, error) {
-	if timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeoutCause(ctx, timeout, fmt.Errorf("--wait-timeout %s passed", timeout))
-		defer cancel()
-	}
+	ctx, cancel := withWaitTimeout(ctx, timeout)
+	defer cancel()
 	last := ""
 	delay := waitMinInterval
 	for {
@@ -430,26 +441,35 @@ func newCancelCmd(o *clientOptions) *cobra.Command {
 }
 
 func newDrainCmd(o *clientOptions) *cobra.Command {
-	return &cobra.Command{
-		Use:   "drain WORKER_ID",
-		Short: "Drain a worker: it claims nothing more, finishes what it runs and leaves",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := o.client()
-			if err != nil {
-				return err
-			}
-			d, err := c.DrainWorker(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			if o.json() {
-				return printJSON(cmd.OutOrStdout(), d)
-			}
-			_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s %s: %s\n", d.WorkerID, d.State, d.Note)
-			return err
+	return oneArgCmd(o, &cobra.Command{Use: "drain WORKER_ID", Short: "Drain a worker: it claims nothing more, finishes what it runs and leaves"},
+		func(ctx context.Context, c *client.Client, id string) (wire.DrainAccepted, error) {
+			return c.DrainWorker(ctx, id)
 		},
+		func(w io.Writer, d wire.DrainAccepted) error {
+			_, err := fmt.Fprintf(w, "%s %s: %s\n", d.WorkerID, d.State, d.Note)
+			return err
+		})
+}
+
+// oneArgCmd makes cmd take one argument, ask the control plane with do,
+// and print the answer: as JSON with --output json, else with text.
+func oneArgCmd[T any](o *clientOptions, cmd *cobra.Command, do func(context.Context, *client.Client, string) (T, error), text func(io.Writer, T) error) *cobra.Command {
+	cmd.Args = cobra.ExactArgs(1)
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		c, err := o.client()
+		if err != nil {
+			return err
+		}
+		v, err := do(cmd.Context(), c, args[0])
+		if err != nil {
+			return err
+		}
+		if o.json() {
+			return printJSON(cmd.OutOrStdout(), v)
+		}
+		return text(cmd.OutOrStdout(), v)
 	}
+	return cmd
 }
 
 func newReleaseHoldCmd(o *clientOptions) *cobra.Command {
@@ -539,4 +559,13 @@ the worker's setup commands and their outcomes.`,
 			return setupTable(out, res, time.Now())
 		},
 	}
+}
+
+// withWaitTimeout bounds a wait by --wait-timeout d (0: no bound), the
+// error naming the flag.
+func withWaitTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if d <= 0 {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeoutCause(ctx, d, fmt.Errorf("--wait-timeout %s passed", d))
 }

@@ -308,11 +308,43 @@ func (c *Client) Healthz(ctx context.Context) (wire.Health, error) {
 // still reported. in, when not nil, is sent as the JSON body. out may be a
 // *json.RawMessage to keep the answer as sent.
 func (c *Client) Do(ctx context.Context, op, method, path string, query url.Values, in, out any) (int, error) {
+	resp, err := c.send(ctx, op, method, path, query, in, "application/json")
+	if err != nil {
+		if resp != nil {
+			return resp.StatusCode, err
+		}
+		return 0, err
+	}
+	defer drainClose(resp)
+	if out == nil || resp.StatusCode == http.StatusNoContent {
+		return resp.StatusCode, nil
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		if errors.Is(err, io.EOF) {
+			return resp.StatusCode, fmt.Errorf("%s: HTTP %d with an empty body", op, resp.StatusCode)
+		}
+		return resp.StatusCode, fmt.Errorf("%s: decode answer: %w", op, err)
+	}
+	return resp.StatusCode, nil
+}
+
+// drainClose reads a little of what is left of resp's body, so the
+// connection can be reused, then closes it.
+func drainClose(resp *http.Response) {
+	_, _ = io.CopyN(io.Discard, resp.Body, 4<<10)
+	_ = resp.Body.Close()
+}
+
+// send sends one request accepting accept and returns a 2xx answer with
+// its body open for the caller to read and close (drainClose). An error
+// answer is read, closed and returned as a *wire.Error, with the answer
+// (body closed) so its status can be reported.
+func (c *Client) send(ctx context.Context, op, method, path string, query url.Values, in any, accept string) (*http.Response, error) {
 	var body io.Reader
 	if in != nil {
 		b, err := json.Marshal(in)
 		if err != nil {
-			return 0, fmt.Errorf("%s: encode request: %w", op, err)
+			return nil, fmt.Errorf("%s: encode request: %w", op, err)
 		}
 		body = bytes.NewReader(b)
 	}
@@ -322,12 +354,12 @@ func (c *Client) Do(ctx context.Context, op, method, path string, query url.Valu
 	}
 	req, err := http.NewRequestWithContext(ctx, method, u, body)
 	if err != nil {
-		return 0, fmt.Errorf("%s: %w", op, err)
+		return nil, fmt.Errorf("%s: %w", op, err)
 	}
 	if in != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	req.Header.Set("Accept", "application/json")
+	req.Header.Set("Accept", accept)
 	if c.Token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.Token)
 	}
@@ -345,31 +377,17 @@ func (c *Client) Do(ctx context.Context, op, method, path string, query url.Valu
 	if err != nil {
 		// net/http's errors name the method and URL, never the headers, so
 		// the token cannot leak through them.
-		return 0, fmt.Errorf("%s: %w", op, err)
+		return nil, fmt.Errorf("%s: %w", op, err)
 	}
-	defer func() {
-		// Drain a little so the connection can be reused, then close.
-		_, _ = io.CopyN(io.Discard, resp.Body, 4<<10)
-		_ = resp.Body.Close()
-	}()
-
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		defer drainClose(resp)
 		b, err := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
 		if err != nil && len(b) == 0 {
-			return resp.StatusCode, fmt.Errorf("%s: HTTP %d, reading the error answer: %w", op, resp.StatusCode, err)
+			return resp, fmt.Errorf("%s: HTTP %d, reading the error answer: %w", op, resp.StatusCode, err)
 		}
-		return resp.StatusCode, errorFromAnswer(resp.StatusCode, b)
+		return resp, errorFromAnswer(resp.StatusCode, b)
 	}
-	if out == nil || resp.StatusCode == http.StatusNoContent {
-		return resp.StatusCode, nil
-	}
-	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-		if errors.Is(err, io.EOF) {
-			return resp.StatusCode, fmt.Errorf("%s: HTTP %d with an empty body", op, resp.StatusCode)
-		}
-		return resp.StatusCode, fmt.Errorf("%s: decode answer: %w", op, err)
-	}
-	return resp.StatusCode, nil
+	return resp, nil
 }
 
 // errorFromAnswer turns an error answer into a *wire.Error: the control

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -127,6 +128,33 @@ func testRunCLI(t *testing.T, b backend) {
 	failing := strings.Split(out, "\n")[0]
 	if _, errOut, code := cliRun(t, d, "run", "wait", failing); code != 1 || !strings.Contains(errOut, "did not succeed") {
 		t.Fatalf("run wait of a run with a failed job: exit %d, stderr %s", code, errOut)
+	}
+
+	// run retry --failed: a job that fails once and then succeeds (a
+	// marker file says it has failed) is queued again, and the run ends
+	// with every job succeeded; a second retry queues nothing.
+	marker := filepath.Join(t.TempDir(), "failed-once")
+	flaky := strings.TrimSpace(cliOK(t, d, "run", "submit", "--queue", "q", "--matrix", "x=a,b", "--", "sh", "-c",
+		`[ {x} = a ] || exit 0; [ -e `+marker+` ] && exit 0; touch `+marker+`; exit 1`))
+	if _, _, code := cliRun(t, d, "run", "wait", flaky); code != 1 {
+		t.Fatalf("run wait of the flaky run: exit %d, want 1 (its job a failed once)", code)
+	}
+	if _, _, code := cliRun(t, d, "run", "retry", flaky); code == 0 {
+		t.Fatal("run retry without --failed exited 0")
+	}
+	if out := cliOK(t, d, "run", "retry", "--failed", flaky); !strings.Contains(out, "1 failed jobs queued again") {
+		t.Fatalf("run retry --failed: %q", out)
+	}
+	if _, errOut, code := cliRun(t, d, "run", "wait", flaky); code != 0 {
+		t.Fatalf("run wait after the retry: exit %d, stderr %s", code, errOut)
+	}
+	if out := cliOK(t, d, "run", "retry", "--failed", flaky); !strings.Contains(out, "0 failed jobs queued again") {
+		t.Fatalf("a second run retry --failed: %q", out)
+	}
+	got = wire.Run{}
+	if err := json.Unmarshal([]byte(cliOK(t, d, "run", "get", "-o", "json", flaky)), &got); err != nil ||
+		got.State != wire.RunDone || got.Counts[wire.StateSucceeded] != 2 || got.Counts[wire.StateFailed] != 0 || got.DoneCount != 2 {
+		t.Fatalf("run get after the retry: %+v %v; want done, 2 succeeded, none failed", got, err)
 	}
 
 	// Nothing serves queue idle: cancel ends every job.

@@ -51,7 +51,7 @@ them as they finish.`,
 		},
 	}
 	cmd.AddCommand(newRunSubmitCmd(o), newRunGetCmd(o), newRunLsCmd(o), newRunWaitCmd(o),
-		newRunResultsCmd(o), newRunCancelCmd(o))
+		newRunResultsCmd(o), newRunCancelCmd(o), newRunRetryCmd(o))
 	return cmd
 }
 
@@ -347,21 +347,67 @@ more than one request; the command asks again until none remains.`,
 }
 
 // cancelRun asks for the run's jobs to be cancelled until none remains
-// (at most maxCancelRounds requests) and adds up what each cancelled.
+// and adds up what each request cancelled.
 func cancelRun(ctx context.Context, c *client.Client, id string) (wire.RunCancelled, error) {
 	total := wire.RunCancelled{RunID: id}
-	for range maxCancelRounds {
+	var err error
+	total.Cancelled, total.Remaining, err = askUntilNoneRemain("cancel", id, func() (int, int, error) {
 		r, err := c.CancelRun(ctx, id)
+		return r.Cancelled, r.Remaining, err
+	})
+	return total, err
+}
+
+// askUntilNoneRemain makes request ask of run id again while it answers
+// that jobs remain (at most maxCancelRounds times), adding up how many
+// jobs each acted on.
+func askUntilNoneRemain(what, id string, ask func() (n, remaining int, err error)) (total, remaining int, err error) {
+	for range maxCancelRounds {
+		n, left, err := ask()
 		if err != nil {
-			return total, err
+			return total, left, err
 		}
-		total.Cancelled += r.Cancelled
-		total.Remaining = r.Remaining
-		if r.Remaining == 0 {
-			return total, nil
+		total, remaining = total+n, left
+		if remaining == 0 {
+			return total, 0, nil
 		}
 	}
-	return total, fmt.Errorf("cancel run %s: %d jobs still to cancel after %d requests; run it again", id, total.Remaining, maxCancelRounds)
+	return total, remaining, fmt.Errorf("%s run %s: %d jobs still to look at after %d requests; run it again", what, id, remaining, maxCancelRounds)
+}
+
+func newRunRetryCmd(o *clientOptions) *cobra.Command {
+	var failed bool
+	cmd := oneArgCmd(o, &cobra.Command{
+		Use:   "retry --failed RUN",
+		Short: "Queue a run's failed jobs again",
+		Long: `Queue every failed job of the run again: its failure no longer counts in
+the run, and it gets its max_attempts again. A job already queued again is
+not failed, so running the command twice queues nothing twice. A run of
+many jobs may take more than one request; the command asks again until
+none remains.`,
+	}, func(ctx context.Context, c *client.Client, id string) (wire.RunRetried, error) {
+		if !failed {
+			return wire.RunRetried{}, errors.New("run retry needs --failed: only a run's failed jobs are queued again")
+		}
+		return retryRun(ctx, c, id)
+	}, func(w io.Writer, total wire.RunRetried) error {
+		_, err := fmt.Fprintf(w, "%s: %d failed jobs queued again\n", total.RunID, total.Retried)
+		return err
+	})
+	cmd.Flags().BoolVar(&failed, "failed", false, "queue the run's failed jobs again (required)")
+	return cmd
+}
+
+// retryRun asks for the run's failed jobs to be queued again until no job
+// remains to look at, and adds up what each request queued.
+func retryRun(ctx context.Context, c *client.Client, id string) (wire.RunRetried, error) {
+	total := wire.RunRetried{RunID: id}
+	var err error
+	total.Retried, total.Remaining, err = askUntilNoneRemain("retry", id, func() (int, int, error) {
+		r, err := c.RetryRun(ctx, id)
+		return r.Retried, r.Remaining, err
+	})
+	return total, err
 }
 
 func newRunResultsCmd(o *clientOptions) *cobra.Command {

@@ -56,6 +56,14 @@ func (c *Client) CancelRun(ctx context.Context, id string) (wire.RunCancelled, e
 	return out, err
 }
 
+// RetryRun queues run id's failed jobs again (POST /v1/runs/{id}/retry):
+// one request, which may leave jobs to do (Remaining; call again).
+func (c *Client) RetryRun(ctx context.Context, id string) (wire.RunRetried, error) {
+	var out wire.RunRetried
+	_, err := c.Do(ctx, "retry run", http.MethodPost, "/v1/runs/"+url.PathEscape(id)+"/retry", nil, wire.RunRetryRequest{Failed: true}, &out)
+	return out, err
+}
+
 // RunResultsParams selects a run's results: from the job index From, at
 // most Limit jobs a page (0: the control plane's page size), and with
 // Records each element of a job's JSON-array result as its own line

@@ -110,11 +110,12 @@ func testRunReplayedSubmit(t *testing.T, f *fixture) {
 
 // testRunCountersOnce: a run's jobs end by a duplicated ack, late acks
 // of attempts whose worker was lost (refused once the job has an
-// outcome, counted when first), a requeue then success, and a run cancel (of a
-// queued job and a running one, whose cancelled ack comes twice); the
-// run's counters are its terminal jobs, each counted once.
+// outcome, counted when first), a requeue then success, a requeue past
+// max_attempts, and a run cancel (of a queued job and a running one,
+// whose cancelled ack comes twice); the run's counters are its terminal
+// jobs, each counted once.
 func testRunCountersOnce(t *testing.T, f *fixture) {
-	spec := runSpec("counters", 6)
+	spec := runSpec("counters", 7)
 	run, _, err := f.svc.SubmitRun(f.ctx, spec)
 	if err != nil {
 		t.Fatalf("SubmitRun: %v", err)
@@ -162,6 +163,17 @@ func testRunCountersOnce(t *testing.T, f *fixture) {
 	f.mustAck(a, j[5], 1, domain.StateSucceeded, true)
 	f.mustAck(b, j[5], 2, domain.StateSucceeded, false)
 
+	// Lost twice: its last allowed attempt handed back, it fails
+	// worker_lost, counted by the requeue that ends it; a second requeue
+	// counts nothing.
+	handBack(j[6])
+	f.claimOne(b, j[6])
+	for range 2 {
+		if got, _, err := f.s.Requeue(f.ctx, j[6].ID, b.ID, lost); err != nil || got.State != domain.StateFailed {
+			t.Fatalf("Requeue of the last attempt = %s, %v; want failed", got.State, err)
+		}
+	}
+
 	// The run is cancelled with j[3] queued (handed back) and j[4]
 	// running; j[4]'s worker acks its cancel twice, and a second cancel
 	// of the run asks none.
@@ -190,12 +202,12 @@ func testRunCountersOnce(t *testing.T, f *fixture) {
 		}
 		want.Done++
 	}
-	if want != (domain.RunCounts{Done: 6, Succeeded: 3, Failed: 1, Cancelled: 2}) {
-		t.Fatalf("jobs ended %+v; want 3 succeeded, 1 failed, 2 cancelled", want)
+	if want != (domain.RunCounts{Done: 7, Succeeded: 3, Failed: 2, Cancelled: 2}) {
+		t.Fatalf("jobs ended %+v; want 3 succeeded, 2 failed, 2 cancelled", want)
 	}
 	got := f.getRun(run.ID)
 	if got.Counts != want || got.State() != domain.RunDone {
 		t.Fatalf("run counts %+v state %s; want %+v, done", got.Counts, got.State(), want)
 	}
-	f.wantStats("q", map[domain.InvocationState]int{domain.StateSucceeded: 3, domain.StateFailed: 1, domain.StateCancelled: 2}, 6)
+	f.wantStats("q", map[domain.InvocationState]int{domain.StateSucceeded: 3, domain.StateFailed: 2, domain.StateCancelled: 2}, 7)
 }

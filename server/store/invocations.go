@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
@@ -95,34 +96,53 @@ func (s *Store) Submit(ctx context.Context, spec domain.Spec, requestHash string
 		return inv, true, nil
 	}
 
-	rec, err := attributevalue.MarshalMap(idempotencyRecord{
+	prev, first, err := s.putOnce(ctx, "submit", idempotencyRecord{
 		Key: spec.IdempotencyKey, InvocationID: inv.ID, RequestHash: requestHash,
 		ExpiresAt: now.Add(s.TerminalTTL).Unix(),
-	})
-	if err != nil {
-		return domain.Invocation{}, false, fmt.Errorf("encode idempotency record: %w", err)
+	}, put)
+	if err != nil || first {
+		return inv, first, err
 	}
-	_, err = s.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
-		{Put: versionedPut(s.tables.Idempotency, "idempotency_key", rec, 0)},
-		{Put: put},
-	}})
-	if err == nil {
-		return inv, true, nil
-	}
-	if failed, ok := cancelledBy(err); !ok || len(failed) == 0 || failed[0] != 0 {
-		return domain.Invocation{}, false, storeErr("submit", err)
-	}
-	// The key was used before: answer what it made.
-	prev, err := s.idempotencyRecord(ctx, spec.IdempotencyKey)
-	if err != nil {
-		return domain.Invocation{}, false, err
-	}
-	if prev.RequestHash != requestHash || prev.InvocationID == "" {
+	if prev.InvocationID == "" {
 		return domain.Invocation{}, false, domain.Errorf(domain.KindConflict,
-			"idempotency_key %q was used for a different request (invocation %s)", spec.IdempotencyKey, prev.InvocationID)
+			"idempotency_key %q was used for a different request", spec.IdempotencyKey)
 	}
 	inv, err = s.GetInvocation(ctx, prev.InvocationID)
 	return inv, false, err
+}
+
+// putOnce writes put with idempotency record rec, in one transaction. If
+// rec's key was recorded before, it writes nothing and answers that
+// record (first false); a record of another request (another hash) is a
+// conflict.
+func (s *Store) putOnce(ctx context.Context, op string, rec idempotencyRecord, put *types.Put) (prev idempotencyRecord, first bool, err error) {
+	item, err := attributevalue.MarshalMap(rec)
+	if err != nil {
+		return prev, false, fmt.Errorf("encode idempotency record: %w", err)
+	}
+	_, err = s.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
+		{Put: versionedPut(s.tables.Idempotency, "idempotency_key", item, 0)},
+		{Put: put},
+	}})
+	if err == nil {
+		return rec, true, nil
+	}
+	if failed, ok := cancelledBy(err); !ok || len(failed) == 0 || failed[0] != 0 {
+		return prev, false, storeErr(op, err)
+	}
+	// The key was used before: answer what it made.
+	if prev, err = s.idempotencyRecord(ctx, rec.Key); err != nil {
+		return prev, false, err
+	}
+	if prev.RequestHash != rec.RequestHash {
+		made := "invocation " + prev.InvocationID
+		if prev.RunID != "" {
+			made = "run " + prev.RunID
+		}
+		return prev, false, domain.Errorf(domain.KindConflict,
+			"idempotency_key %q was used for a different request (%s)", strings.TrimPrefix(rec.Key, runIdempotencyPrefix), made)
+	}
+	return prev, false, nil
 }
 
 // putAndCount puts next over the invocation stored at version prev in one

@@ -81,30 +81,16 @@ func (s *Store) CreateRun(ctx context.Context, spec domain.RunSpec) (run domain.
 		}
 		return r, true, nil
 	}
-	rec, err := attributevalue.MarshalMap(idempotencyRecord{
+	prev, first, err := s.putOnce(ctx, "create run", idempotencyRecord{
 		Key: runIdempotencyPrefix + r.IdempotencyKey, RunID: r.ID, RequestHash: r.RequestHash,
 		ExpiresAt: r.CreatedAt.Add(s.TerminalTTL).Unix(),
-	})
-	if err != nil {
-		return domain.Run{}, false, fmt.Errorf("encode idempotency record: %w", err)
+	}, put)
+	if err != nil || first {
+		return r, first, err
 	}
-	_, err = s.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
-		{Put: versionedPut(s.tables.Idempotency, "idempotency_key", rec, 0)},
-		{Put: put},
-	}})
-	if err == nil {
-		return r, true, nil
-	}
-	if failed, ok := cancelledBy(err); !ok || len(failed) == 0 || failed[0] != 0 {
-		return domain.Run{}, false, storeErr("create run", err)
-	}
-	prev, err := s.idempotencyRecord(ctx, runIdempotencyPrefix+r.IdempotencyKey)
-	if err != nil {
-		return domain.Run{}, false, err
-	}
-	if prev.RequestHash != r.RequestHash || prev.RunID == "" {
+	if prev.RunID == "" {
 		return domain.Run{}, false, domain.Errorf(domain.KindConflict,
-			"idempotency_key %q was used for a different request (run %s)", r.IdempotencyKey, prev.RunID)
+			"idempotency_key %q was used for a different request", r.IdempotencyKey)
 	}
 	run, err = s.GetRun(ctx, prev.RunID)
 	return run, false, err

@@ -48,7 +48,8 @@ type Store interface {
 	Cancel(ctx context.Context, id string) (domain.Invocation, error)
 	CreateRun(ctx context.Context, spec domain.RunSpec) (domain.Run, bool, error)
 	PutJobs(ctx context.Context, jobs []domain.Invocation) (int, error)
-	MarkRunSubmitted(ctx context.Context, id string) error
+	MarkRunSubmitted(ctx context.Context, id string) (domain.Run, error)
+	MarkRunCancelled(ctx context.Context, id string) (domain.Run, error)
 	GetRun(ctx context.Context, id string) (domain.Run, error)
 	Runs(ctx context.Context, queue string) ([]domain.Run, error)
 	RunningJobs(ctx context.Context, queue, id string) (int, error)

@@ -27,13 +27,22 @@ func (s *Service) SubmitRun(ctx context.Context, spec domain.RunSpec) (domain.Ru
 	if err != nil {
 		return run, created, fmt.Errorf("run %s: %d of %d jobs written: %w", run.ID, wrote, len(jobs), err)
 	}
-	if err := s.store.MarkRunSubmitted(ctx, run.ID); err != nil {
+	marked, err := s.store.MarkRunSubmitted(ctx, run.ID)
+	if err != nil {
 		return run, created, err
 	}
-	run.Submitted = true
+	run = marked
 	s.log.Info("run submitted", "run_id", run.ID, "queue", run.Queue, "jobs", run.Total, "written", wrote, "replay", !created)
 	if err := s.store.NoteQueue(ctx, run.Queue); err != nil {
 		s.log.Warn("queue not noted for the metrics", "queue", run.Queue, "error", err.Error())
+	}
+	if run.CancelRequested {
+		// An operator cancelled the run while its jobs were written: its
+		// cancel may not have seen these, so they are cancelled here.
+		if _, _, err := s.CancelRun(ctx, run.ID, s.clock.Now().Add(runCancelBudget)); err != nil {
+			return run, created, err
+		}
+		return run, created, nil
 	}
 	woken := map[string]bool{}
 	for _, inv := range jobs {
@@ -155,6 +164,10 @@ func (s *Service) RunJobs(ctx context.Context, id string, from, n int) (domain.R
 	return run, out, nil
 }
 
+// runCancelBudget is how long a replayed submit of a cancelled run works
+// at cancelling the jobs it wrote.
+const runCancelBudget = 20 * time.Second
+
 // runPage is how many jobs CancelRun reads at a time.
 const runPage = 100
 
@@ -163,6 +176,11 @@ const runPage = 100
 // It reports how many it asked to cancel and how many jobs it did not get
 // to (call again to go on).
 func (s *Service) CancelRun(ctx context.Context, id string, deadline time.Time) (cancelled, remaining int, err error) {
+	// The flag first: a replay of the run's submit that writes jobs after
+	// it cancels them too, and one that wrote them before is seen below.
+	if _, err := s.store.MarkRunCancelled(ctx, id); err != nil {
+		return 0, 0, err
+	}
 	remaining, err = s.eachRunJob(ctx, id, deadline, func(inv domain.Invocation) error {
 		if inv.State.Terminal() || inv.CancelRequested || inv.Version == 0 {
 			return nil // done, asked already, or not written (a submitting run)

@@ -17,6 +17,7 @@ func init() {
 	conformanceCases = append(conformanceCases,
 		conformanceCase{"runs/replayed submit writes only the missing jobs", testRunReplayedSubmit},
 		conformanceCase{"runs/counters are the terminal jobs, each once", testRunCountersOnce},
+		conformanceCase{"runs/a cancel during the submit reaches the jobs written after it", testRunCancelWhileSubmitting},
 	)
 }
 
@@ -210,4 +211,32 @@ func testRunCountersOnce(t *testing.T, f *fixture) {
 		t.Fatalf("run counts %+v state %s; want %+v, done", got.Counts, got.State(), want)
 	}
 	f.wantStats("q", map[domain.InvocationState]int{domain.StateSucceeded: 3, domain.StateFailed: 2, domain.StateCancelled: 2}, 7)
+}
+
+// testRunCancelWhileSubmitting: a submit died after writing 2 of 4 jobs;
+// the run is cancelled (its 2 written jobs at once), then the submit is
+// replayed: the 2 jobs it writes are cancelled too, and the run ends done
+// with every job cancelled, none left queued.
+func testRunCancelWhileSubmitting(t *testing.T, f *fixture) {
+	spec := runSpec("cancelled-midway", 4)
+	run, _, err := f.s.CreateRun(f.ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.s.PutJobs(f.ctx, f.runJobs(run, spec)[:2]); err != nil {
+		t.Fatal(err)
+	}
+	n, remaining, err := f.svc.CancelRun(f.ctx, run.ID, f.clock.Now().Add(time.Minute))
+	if err != nil || n != 2 || remaining != 0 {
+		t.Fatalf("CancelRun while submitting = %d, %d, %v; want the 2 written jobs", n, remaining, err)
+	}
+	replayed, created, err := f.svc.SubmitRun(f.ctx, spec)
+	if err != nil || created || replayed.ID != run.ID {
+		t.Fatalf("replay = %+v %v %v", replayed, created, err)
+	}
+	got := f.getRun(run.ID)
+	if got.State() != domain.RunDone || got.Counts.Cancelled != 4 || got.Counts.Done != 4 {
+		t.Fatalf("after the replay the run is %s with %+v; want done, 4 cancelled", got.State(), got.Counts)
+	}
+	f.wantStats("q", map[domain.InvocationState]int{domain.StateCancelled: 4}, 4)
 }

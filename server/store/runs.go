@@ -33,31 +33,32 @@ func runKey(id string) map[string]types.AttributeValue { return key("queue", run
 
 // runRecord is the stored form of domain.Run.
 type runRecord struct {
-	Key            string    `dynamodbav:"queue"`
-	ID             string    `dynamodbav:"run_id"`
-	Queue          string    `dynamodbav:"run_queue"`
-	Name           string    `dynamodbav:"name,omitempty"`
-	Total          int       `dynamodbav:"total"`
-	Submitted      bool      `dynamodbav:"submitted"`
-	IdempotencyKey string    `dynamodbav:"idempotency_key,omitempty"`
-	RequestHash    string    `dynamodbav:"request_hash,omitempty"`
-	CreatedAt      time.Time `dynamodbav:"created_at"`
-	Done           int       `dynamodbav:"done_count"`
-	Succeeded      int       `dynamodbav:"succeeded_count"`
-	Failed         int       `dynamodbav:"failed_count"`
-	Cancelled      int       `dynamodbav:"cancelled_count"`
-	Version        int64     `dynamodbav:"version"`
+	Key             string    `dynamodbav:"queue"`
+	ID              string    `dynamodbav:"run_id"`
+	Queue           string    `dynamodbav:"run_queue"`
+	Name            string    `dynamodbav:"name,omitempty"`
+	Total           int       `dynamodbav:"total"`
+	Submitted       bool      `dynamodbav:"submitted"`
+	CancelRequested bool      `dynamodbav:"cancel_requested,omitempty"`
+	IdempotencyKey  string    `dynamodbav:"idempotency_key,omitempty"`
+	RequestHash     string    `dynamodbav:"request_hash,omitempty"`
+	CreatedAt       time.Time `dynamodbav:"created_at"`
+	Done            int       `dynamodbav:"done_count"`
+	Succeeded       int       `dynamodbav:"succeeded_count"`
+	Failed          int       `dynamodbav:"failed_count"`
+	Cancelled       int       `dynamodbav:"cancelled_count"`
+	Version         int64     `dynamodbav:"version"`
 }
 
 func toRunRecord(r domain.Run) runRecord {
 	return runRecord{Key: runKeyPrefix + r.ID, ID: r.ID, Queue: r.Queue, Name: r.Name, Total: r.Total,
-		Submitted: r.Submitted, IdempotencyKey: r.IdempotencyKey, RequestHash: r.RequestHash, CreatedAt: r.CreatedAt,
+		Submitted: r.Submitted, CancelRequested: r.CancelRequested, IdempotencyKey: r.IdempotencyKey, RequestHash: r.RequestHash, CreatedAt: r.CreatedAt,
 		Done: r.Counts.Done, Succeeded: r.Counts.Succeeded, Failed: r.Counts.Failed, Cancelled: r.Counts.Cancelled,
 		Version: r.Version}
 }
 
 func (r runRecord) domain() domain.Run {
-	return domain.Run{ID: r.ID, Queue: r.Queue, Name: r.Name, Total: r.Total, Submitted: r.Submitted,
+	return domain.Run{ID: r.ID, Queue: r.Queue, Name: r.Name, Total: r.Total, Submitted: r.Submitted, CancelRequested: r.CancelRequested,
 		IdempotencyKey: r.IdempotencyKey, RequestHash: r.RequestHash, CreatedAt: r.CreatedAt,
 		Counts:  domain.RunCounts{Done: r.Done, Succeeded: r.Succeeded, Failed: r.Failed, Cancelled: r.Cancelled},
 		Version: r.Version}
@@ -157,18 +158,41 @@ func (s *Store) PutJobs(ctx context.Context, jobs []domain.Invocation) (int, err
 // jobWriters is how many of a run's job puts are in flight at once.
 const jobWriters = 16
 
-// MarkRunSubmitted records that every job of run id is written.
-func (s *Store) MarkRunSubmitted(ctx context.Context, id string) error {
-	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+// MarkRunSubmitted records that every job of run id is written, and
+// answers the run as it now stands (an operator may have cancelled it
+// meanwhile: CancelRequested).
+func (s *Store) MarkRunSubmitted(ctx context.Context, id string) (domain.Run, error) {
+	return s.setRunFlag(ctx, "mark run submitted", id, "submitted")
+}
+
+// MarkRunCancelled records that an operator cancelled run id, before its
+// jobs are cancelled: a replay of its submit that writes jobs after this
+// cancels them too (control.Service.SubmitRun).
+func (s *Store) MarkRunCancelled(ctx context.Context, id string) (domain.Run, error) {
+	return s.setRunFlag(ctx, "mark run cancelled", id, "cancel_requested")
+}
+
+// setRunFlag sets run id's flag attribute to true and answers the run.
+func (s *Store) setRunFlag(ctx context.Context, op, id, flag string) (domain.Run, error) {
+	out, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName: aws.String(s.tables.Queues), Key: runKey(id),
-		UpdateExpression:          aws.String("SET submitted = :t ADD version :one"),
+		UpdateExpression:          aws.String("SET #f = :t ADD version :one"),
 		ConditionExpression:       aws.String("attribute_exists(run_id)"),
+		ExpressionAttributeNames:  map[string]string{"#f": flag},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":t": &types.AttributeValueMemberBOOL{Value: true}, ":one": num(1)},
+		ReturnValues:              types.ReturnValueAllNew,
 	})
 	if isConditionFailed(err) {
-		return domain.Errorf(domain.KindNotFound, "run %s not found", id)
+		return domain.Run{}, domain.Errorf(domain.KindNotFound, "run %s not found", id)
 	}
-	return storeErr("mark run submitted", err)
+	if err != nil {
+		return domain.Run{}, storeErr(op, err)
+	}
+	var r runRecord
+	if err := unmarshal(out.Attributes, &r); err != nil {
+		return domain.Run{}, err
+	}
+	return r.domain(), nil
 }
 
 // GetRun reads run id (strongly consistent).

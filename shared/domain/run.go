@@ -40,12 +40,15 @@ type Run struct {
 	Total int
 	// Submitted: every job is written. Until then the run reads
 	// submitting, and a replay of its submit writes what is missing.
-	Submitted      bool
-	IdempotencyKey string
-	RequestHash    string
-	CreatedAt      time.Time
-	Counts         RunCounts
-	Version        int64
+	Submitted bool
+	// CancelRequested: an operator cancelled the run; a replay of its
+	// submit cancels the jobs it writes too.
+	CancelRequested bool
+	IdempotencyKey  string
+	RequestHash     string
+	CreatedAt       time.Time
+	Counts          RunCounts
+	Version         int64
 }
 
 // State reports where r is: submitting until every job is written, done

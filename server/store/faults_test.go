@@ -264,6 +264,39 @@ func TestFaultSubmitAnswerLost(t *testing.T) {
 	}
 }
 
+// TestFaultNewItemAnswerLost: a submit without an idempotency key, or a
+// run's, whose put was applied and its answer lost, is retried by the SDK;
+// the retry finds the item (its id is new, so it is this put's own) and
+// the call answers what it made, once: one invocation, one run.
+func TestFaultNewItemAnswerLost(t *testing.T) {
+	for _, fault := range []storetest.Fault{storetest.FailAfter, storetest.DropAfter} {
+		t.Run("submit/"+fault.String(), func(t *testing.T) {
+			f := newFaultFixture(t)
+			hit := f.aim("PutItem", fault)
+			inv, _, err := f.svc.Submit(f.ctx, submitReq().Spec())
+			hit()
+			if err != nil {
+				t.Fatalf("Submit: %v", err)
+			}
+			if got, _ := f.listAll("q", "", 100); len(got) != 1 || got[0] != inv.ID {
+				t.Fatalf("invocations %v, want only the answered %s", got, inv.ID)
+			}
+		})
+		t.Run("run/"+fault.String(), func(t *testing.T) {
+			f := newFaultFixture(t)
+			hit := f.aim("PutItem", fault)
+			run, _, err := f.svc.SubmitRun(f.ctx, runSpec("", 2))
+			hit()
+			if err != nil {
+				t.Fatalf("SubmitRun: %v", err)
+			}
+			if got := f.getRun(run.ID); got.State() != domain.RunRunning || got.Total != 2 {
+				t.Fatalf("run %+v, want running with 2 jobs", got)
+			}
+		})
+	}
+}
+
 // TestFaultClaimAnswerLost: a claim whose answer was lost leaves the
 // invocation running on a worker whose daemon never heard of it. It must
 // be held by that worker (so the next poll's reconcile finds it), and once

@@ -90,7 +90,7 @@ func (s *Store) Submit(ctx context.Context, spec domain.Spec, requestHash string
 		return domain.Invocation{}, false, err
 	}
 	if spec.IdempotencyKey == "" {
-		if err := s.put(ctx, put); err != nil {
+		if err := s.putNew(ctx, put); err != nil {
 			return domain.Invocation{}, false, storeErr("submit", err)
 		}
 		return inv, true, nil

@@ -77,7 +77,7 @@ func (s *Store) CreateRun(ctx context.Context, spec domain.RunSpec) (run domain.
 	}
 	put := versionedPut(s.tables.Queues, "queue", item, 0)
 	if r.IdempotencyKey == "" {
-		if err := s.put(ctx, put); err != nil {
+		if err := s.putNew(ctx, put); err != nil {
 			return domain.Run{}, false, storeErr("create run", err)
 		}
 		return r, true, nil

@@ -244,6 +244,25 @@ func (s *Store) put(ctx context.Context, p *types.Put) error {
 	return err
 }
 
+// putNew runs the put of an item under an id this process just made (a
+// new ULID): its condition fails only if the item exists, and nothing but
+// this put writes that id, so the item is this put's own, applied by an
+// earlier try whose answer was lost (the SDK retries a 5xx or a dropped
+// connection). That counts as written.
+func (s *Store) putNew(ctx context.Context, p *types.Put) error {
+	_, err := s.db.PutItem(ctx, &dynamodb.PutItemInput{
+		TableName:                 p.TableName,
+		Item:                      p.Item,
+		ConditionExpression:       p.ConditionExpression,
+		ExpressionAttributeNames:  p.ExpressionAttributeNames,
+		ExpressionAttributeValues: p.ExpressionAttributeValues,
+	})
+	if isConditionFailed(err) {
+		return nil
+	}
+	return err
+}
+
 // isConditionFailed reports whether err is a failed condition expression.
 func isConditionFailed(err error) bool {
 	var ccf *types.ConditionalCheckFailedException

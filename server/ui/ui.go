@@ -1,7 +1,8 @@
 // Package ui is the control plane's web view of the fleet (docs/ui.md): a
 // login with the operator token, the workers by state, the queues, a
-// timeline of attempts per worker, an invocation's history and output, and
-// the operator's actions (cancel, drain, setup). It is served by the same
+// timeline of attempts per worker, an invocation's history and output, the
+// runs and each run's progress and failed jobs, and the operator's actions
+// (cancel, drain, setup; cancel a run, retry its failed jobs). It is served by the same
 // router as the API (the api function on AWS, lakeshore dev locally), is a
 // client of that API's operator routes in-process, renders everything on
 // the server (html/template, SVG) and needs no JavaScript; a small script
@@ -106,6 +107,12 @@ func New(cfg Config) (*UI, error) {
 	u.mux.HandleFunc("GET /ui/invocations/{id}", u.withSession(false, u.invocation))
 	u.mux.HandleFunc("GET /ui/invocations/{id}/live", u.withSession(false, u.invocationLive))
 	u.mux.HandleFunc("POST /ui/invocations/{id}/cancel", u.withSession(true, u.cancel))
+	u.mux.HandleFunc("GET /ui/runs", u.withSession(false, u.runs))
+	u.mux.HandleFunc("GET /ui/runs/live", u.withSession(false, u.runsLive))
+	u.mux.HandleFunc("GET /ui/runs/{id}", u.withSession(false, u.run))
+	u.mux.HandleFunc("GET /ui/runs/{id}/live", u.withSession(false, u.runLive))
+	u.mux.HandleFunc("POST /ui/runs/{id}/cancel", u.withSession(true, u.cancelRun))
+	u.mux.HandleFunc("POST /ui/runs/{id}/retry", u.withSession(true, u.retryRun))
 	u.mux.HandleFunc("POST /ui/workers/{id}/drain", u.withSession(true, u.drain))
 	u.mux.HandleFunc("POST /ui/workers/{id}/setup", u.withSession(true, u.setup))
 	return u, nil

@@ -36,7 +36,7 @@ func TestAskAgain(t *testing.T) {
 				if calls == tc.fail {
 					return 0, 9, boom
 				}
-				return 1, tc.remaining[calls-1], nil
+				return 1, tc.remaining[min(calls, len(tc.remaining))-1], nil
 			})
 			if calls != tc.calls || done != tc.done || left != tc.left || !errors.Is(err, tc.err) {
 				t.Errorf("%d calls, done %d, left %d, %v; want %d, %d, %d, %v", calls, done, left, err, tc.calls, tc.done, tc.left, tc.err)

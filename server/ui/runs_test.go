@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -59,7 +60,9 @@ func (s served) finishAll(t *testing.T, queue string, jobs int, msg string) {
 			code := 0
 			ack := wire.AckRequest{WorkerID: w.WorkerID, InvocationID: inv.InvocationID, Attempt: inv.Attempt, State: wire.StateSucceeded, ExitCode: &code}
 			if arg := inv.Argv[len(inv.Argv)-1]; arg != "exit 0" {
-				code = int(arg[len(arg)-1] - '0')
+				if code, err = strconv.Atoi(strings.TrimPrefix(arg, "exit ")); err != nil {
+					t.Fatalf("job argv %q", inv.Argv)
+				}
 				ack.State, ack.Error = wire.StateFailed, &wire.ErrorInfo{Type: wire.ErrorTypeExitCode, Message: msg}
 			}
 			if _, err := daemon.Ack(ctx, ack); err != nil {
@@ -219,5 +222,28 @@ func TestRunActionsNeedCSRF(t *testing.T) {
 	}
 	if resp, _ := s.do(t, "POST", "/ui/runs/nope/cancel", url.Values{"csrf": {csrf}}); resp.StatusCode != http.StatusNotFound {
 		t.Errorf("cancel of an invalid run id: %d, want 404", resp.StatusCode)
+	}
+}
+
+// TestRunPageListsAHundredFailedJobs: a run with 105 failed jobs lists the
+// first 100 and says how many more there are.
+func TestRunPageListsAHundredFailedJobs(t *testing.T) {
+	s := serve(t)
+	var xs []string
+	for i := range 105 {
+		xs = append(xs, strconv.Itoa(1+i%9))
+	}
+	id := s.submitRun(t, "q", "", xs...)
+	s.finishAll(t, "q", len(xs), "exit status")
+	s.do(t, "POST", "/ui/login", url.Values{"token": {operatorToken}})
+	body := s.html(t, "/ui/runs/"+id)
+	if n := strings.Count(body, `<tr class="failed-job"`); n != 100 {
+		t.Errorf("the page lists %d failed jobs, want 100", n)
+	}
+	if !strings.Contains(body, `data-index="99"`) || strings.Contains(body, `data-index="100"`) {
+		t.Error("the page does not list the first 100 failed jobs by index")
+	}
+	if want := "and 5 more failed jobs"; !strings.Contains(body, want) {
+		t.Errorf("the page does not say %q", want)
 	}
 }

@@ -49,7 +49,7 @@ type runsPage struct {
 
 // failedJob is one failed job of a run's page.
 type failedJob struct {
-	Index              int
+	Index               int
 	ID, ExitCode, Error string
 }
 

@@ -83,20 +83,12 @@ func runRowOf(r wire.Run, now time.Time) runRow {
 
 func (u *UI) runs(w http.ResponseWriter, r *http.Request, sess string) {
 	p, err := u.runsPage(r.Context(), sess)
-	if err != nil {
-		u.fail(w, err)
-		return
-	}
-	u.render(w, http.StatusOK, "runs.html", p)
+	u.page(w, "runs.html", p, err)
 }
 
 func (u *UI) runsLive(w http.ResponseWriter, r *http.Request, sess string) {
 	p, err := u.runsPage(r.Context(), sess)
-	if err != nil {
-		writeJSON(w, statusOf(err), map[string]string{"error": err.Error()})
-		return
-	}
-	u.parts(w, p, "runs")
+	u.liveParts(w, p, err, "runs")
 }
 
 func (u *UI) runsPage(ctx context.Context, sess string) (runsPage, error) {
@@ -114,21 +106,13 @@ func (u *UI) runsPage(ctx context.Context, sess string) (runsPage, error) {
 
 func (u *UI) run(w http.ResponseWriter, r *http.Request, sess string) {
 	p, err := u.runPage(r.Context(), sess, r.PathValue("id"))
-	if err != nil {
-		u.fail(w, err)
-		return
-	}
 	p.Flash = flashOf(r.URL.Query())
-	u.render(w, http.StatusOK, "run.html", p)
+	u.page(w, "run.html", p, err)
 }
 
 func (u *UI) runLive(w http.ResponseWriter, r *http.Request, sess string) {
 	p, err := u.runPage(r.Context(), sess, r.PathValue("id"))
-	if err != nil {
-		writeJSON(w, statusOf(err), map[string]string{"error": err.Error()})
-		return
-	}
-	u.parts(w, p, "run", "run-failed", "timeline")
+	u.liveParts(w, p, err, "run", "run-failed", "timeline")
 }
 
 // errNoRun answers a path that names no run id: the API would call it

@@ -173,39 +173,42 @@ func wantsJSON(r *http.Request) bool {
 
 func (u *UI) index(w http.ResponseWriter, r *http.Request, sess string) {
 	f, err := u.fleet(r.Context(), sess, window(r))
-	if err != nil {
-		u.fail(w, err)
-		return
-	}
-	u.render(w, http.StatusOK, "fleet.html", f)
+	u.page(w, "fleet.html", f, err)
 }
 
 // live answers the fleet page's parts, rendered, for the script to swap in.
 func (u *UI) live(w http.ResponseWriter, r *http.Request, sess string) {
 	f, err := u.fleet(r.Context(), sess, window(r))
-	if err != nil {
-		writeJSON(w, statusOf(err), map[string]string{"error": err.Error()})
-		return
-	}
-	u.parts(w, f, "workers", "queues", "timeline", "recent")
+	u.liveParts(w, f, err, "workers", "queues", "timeline", "recent")
 }
 
 func (u *UI) invocation(w http.ResponseWriter, r *http.Request, sess string) {
 	p, err := u.invocationPage(r.Context(), sess, r.PathValue("id"))
-	if err != nil {
-		u.fail(w, err)
-		return
-	}
-	u.render(w, http.StatusOK, "invocation.html", p)
+	u.page(w, "invocation.html", p, err)
 }
 
 func (u *UI) invocationLive(w http.ResponseWriter, r *http.Request, sess string) {
 	p, err := u.invocationPage(r.Context(), sess, r.PathValue("id"))
+	u.liveParts(w, p, err, "invocation")
+}
+
+// page answers template name rendered with data, or the error page for
+// err.
+func (u *UI) page(w http.ResponseWriter, name string, data any, err error) {
+	if err != nil {
+		u.fail(w, err)
+		return
+	}
+	u.render(w, http.StatusOK, name, data)
+}
+
+// liveParts answers the named parts rendered with data, or err as JSON.
+func (u *UI) liveParts(w http.ResponseWriter, data any, err error, names ...string) {
 	if err != nil {
 		writeJSON(w, statusOf(err), map[string]string{"error": err.Error()})
 		return
 	}
-	u.parts(w, p, "invocation")
+	u.parts(w, data, names...)
 }
 
 func (u *UI) cancel(w http.ResponseWriter, r *http.Request, _ string) {

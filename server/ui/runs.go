@@ -21,10 +21,6 @@ import (
 const (
 	// runRows is how many runs the runs page lists, newest first.
 	runRows = 200
-	// resultsPage and resultsPages bound the results a run's page reads:
-	// its first 10,000 jobs, in pages of 1,000.
-	resultsPage  = 1000
-	resultsPages = 10
 	// failedRows is how many failed jobs a run's page lists.
 	failedRows = 100
 	// detailReads is how many jobs' invocations (GET /v1/invocations/{id})
@@ -32,6 +28,11 @@ const (
 	// the failed jobs it lists, then running jobs, then the latest others.
 	detailReads = 120
 )
+
+// resultsPage and resultsPages bound the results a run's page reads: its
+// first 10,000 jobs, in pages of 1,000 (variables for the tests of the
+// cap).
+var resultsPage, resultsPages = 1000, 10
 
 // runRow is one run in the runs page.
 type runRow struct {

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dreamlake/lakeshore/server/ui"
 	"github.com/dreamlake/lakeshore/server/ui/uitest"
 	"github.com/dreamlake/lakeshore/shared/client"
 	"github.com/dreamlake/lakeshore/shared/wire"
@@ -245,5 +246,26 @@ func TestRunPageListsAHundredFailedJobs(t *testing.T) {
 	}
 	if want := "and 5 more failed jobs"; !strings.Contains(body, want) {
 		t.Errorf("the page does not say %q", want)
+	}
+}
+
+// TestRunPageReadsBoundedResults: a run's page reads a bounded number of
+// its results (here 2 pages of 2 jobs): a failed job past them is not
+// listed, the page says which jobs it read, and the run's counts still
+// say how many failed.
+func TestRunPageReadsBoundedResults(t *testing.T) {
+	ui.SetResultsPaging(t, 2, 2)
+	s := serve(t)
+	id := s.submitRun(t, "q", "", "0", "0", "0", "4", "0", "7")
+	s.finishAll(t, "q", 6, "exit status")
+	s.do(t, "POST", "/ui/login", url.Values{"token": {operatorToken}})
+	body := s.html(t, "/ui/runs/"+id)
+	if n := strings.Count(body, `<tr class="failed-job"`); n != 1 || !strings.Contains(body, `data-index="3"`) {
+		t.Errorf("the page lists %d failed jobs, want job 3 only (the first 4 read)", n)
+	}
+	for _, want := range []string{"and 1 more failed jobs", `<td class="failed">2</td>`, "the results of the first 4 of 6 jobs"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the page lacks %q", want)
+		}
 	}
 }

@@ -15,3 +15,11 @@ func SetResultsPaging(t testing.TB, page, pages int) {
 	resultsPage, resultsPages = page, pages
 	t.Cleanup(func() { resultsPage, resultsPages = was, wasPages })
 }
+
+// SetDetailReads makes a run's page read at most n jobs' invocations,
+// until t ends.
+func SetDetailReads(t testing.TB, n int) {
+	was := detailReads
+	detailReads = n
+	t.Cleanup(func() { detailReads = was })
+}

@@ -23,16 +23,18 @@ const (
 	runRows = 200
 	// failedRows is how many failed jobs a run's page lists.
 	failedRows = 100
-	// detailReads is how many jobs' invocations (GET /v1/invocations/{id})
-	// a run's page reads, for the failed jobs' errors and the timeline:
-	// the failed jobs it lists, then running jobs, then the latest others.
-	detailReads = 120
 )
 
 // resultsPage and resultsPages bound the results a run's page reads: its
 // first 10,000 jobs, in pages of 1,000 (variables for the tests of the
 // cap).
 var resultsPage, resultsPages = 1000, 10
+
+// detailReads is how many jobs' invocations (GET /v1/invocations/{id}) a
+// run's page reads, for the failed jobs' errors and the timeline: the
+// failed jobs it lists, then running jobs, then the latest others (a
+// variable for the tests of the cap).
+var detailReads = 120
 
 // runRow is one run in the runs page.
 type runRow struct {

@@ -269,3 +269,31 @@ func TestRunPageReadsBoundedResults(t *testing.T) {
 		}
 	}
 }
+
+// TestRunTimelineReadsBoundedJobs: a run's timeline shows the jobs its
+// page reads, at most the cap (here 2): the failed job, then the latest
+// other one.
+func TestRunTimelineReadsBoundedJobs(t *testing.T) {
+	ui.SetDetailReads(t, 2)
+	s := serve(t)
+	id := s.submitRun(t, "q", "", "6", "0", "0", "0")
+	s.finishAll(t, "q", 4, "exit status")
+	var jobs []wire.RunResult
+	if err := s.op.RunResults(t.Context(), id, client.RunResultsParams{}, func(line json.RawMessage) error {
+		var j wire.RunResult
+		jobs = append(jobs, j)
+		return json.Unmarshal(line, &jobs[len(jobs)-1])
+	}); err != nil || len(jobs) != 4 {
+		t.Fatalf("results: %v %v", jobs, err)
+	}
+	s.do(t, "POST", "/ui/login", url.Values{"token": {operatorToken}})
+	body := s.html(t, "/ui/runs/"+id)
+	if n := strings.Count(body, `<rect class="bar`); n != 2 {
+		t.Errorf("the timeline shows %d bars, want 2", n)
+	}
+	for _, j := range []wire.RunResult{jobs[0], jobs[3]} {
+		if !strings.Contains(body, `data-invocation="`+j.InvocationID+`" x=`) {
+			t.Errorf("the timeline lacks job %d (%s)", j.Index, j.State)
+		}
+	}
+}

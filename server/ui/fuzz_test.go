@@ -32,6 +32,12 @@ var fuzzRoutes = []struct{ method, path string }{
 	{"GET", "/ui/live"},
 	{"GET", "/ui/invocations/{id}"},
 	{"GET", "/ui/invocations/{id}/live"},
+	{"GET", "/ui/runs"},
+	{"GET", "/ui/runs/live"},
+	{"GET", "/ui/runs/{id}"},
+	{"GET", "/ui/runs/{id}/live"},
+	{"POST", "/ui/runs/{id}/cancel"},
+	{"POST", "/ui/runs/{id}/retry"},
 }
 
 // Session selectors (modulo fuzzSessions): the cookie a fuzzed request
@@ -45,12 +51,12 @@ const (
 )
 
 // FuzzUIForms sends the web view's forms and pages (login, logout, cancel,
-// drain, setup, the pages and their live parts) with fuzzed fields, ids,
+// drain, setup, cancel and retry a run, the pages and their live parts) with fuzzed fields, ids,
 // back=, cookie and CSRF token, to the router over the embedded store, and
 // checks that the view never panics, never answers 5xx, and never
 // redirects outside /ui/. The clock moves by a fuzzed step between inputs
 // (sessions go idle and expire, login throttles open and close); an id of
-// "$I" or "$W" is the fixture's invocation or worker.
+// "$I", "$W" or "$R" is the fixture's invocation, worker or run.
 func FuzzUIForms(f *testing.F) {
 	db, prefix := storetest.Embedded(f), storetest.Prefix(f)
 	if err := schema.EnsureTables(f.Context(), db, prefix); err != nil {
@@ -66,6 +72,11 @@ func FuzzUIForms(f *testing.F) {
 	srv := httptest.NewServer(router)
 	f.Cleanup(srv.Close)
 	inv, _, err := client.New(srv.URL, operatorToken).Submit(f.Context(), wire.SubmitRequest{Queue: "q", Argv: []string{"true"}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	run, _, err := client.New(srv.URL, operatorToken).SubmitRun(f.Context(), wire.RunRequest{Queue: "q", Name: "<b>fuzz</b>\x1b[31m",
+		Argv: []string{"exit", "{x}"}, Matrix: map[string][]string{"x": {"0", "1"}}})
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -114,9 +125,16 @@ func FuzzUIForms(f *testing.F) {
 	f.Add(uint8(7), uint8(sessLive), false, "$I", "", "", "", "", "", uint16(1))
 	f.Add(uint8(8), uint8(sessLive), false, "..%2f..", "", "", "", "", "", uint16(1))
 	f.Add(uint8(2), uint8(sessLive), false, "$I", "", "", "", "csrf=x&back=//evil", "", uint16(1))
+	f.Add(uint8(9), uint8(sessLive), false, "", "", "", "", "", "", uint16(1))
+	f.Add(uint8(11), uint8(sessLive), false, "$R", "", "", "", "", "", uint16(1))
+	f.Add(uint8(12), uint8(sessLive), false, "$R", "", "", "", "", "", uint16(1))
+	f.Add(uint8(11), uint8(sessLive), false, "$R?did=cancelled&n=-1&left=x", "", "", "", "", "", uint16(1))
+	f.Add(uint8(13), uint8(sessLive), true, "$R", "", "", "", "", "", uint16(1))
+	f.Add(uint8(14), uint8(sessLive), true, "$R", "", "", "", "", "", uint16(1))
+	f.Add(uint8(13), uint8(sessLive), true, "run_..%2f", "", "", "", "", "", uint16(1))
 	f.Fuzz(func(t *testing.T, route, sessSel uint8, rightCSRF bool, id, token, backTo, command, raw, cookie string, step uint16) {
 		c.Advance(time.Duration(step) * time.Second)
-		id = strings.NewReplacer("$I", inv.InvocationID, "$W", wrk.WorkerID).Replace(id)
+		id = strings.NewReplacer("$I", inv.InvocationID, "$W", wrk.WorkerID, "$R", run.RunID).Replace(id)
 		backTo = strings.ReplaceAll(backTo, "$I", inv.InvocationID)
 		rt := fuzzRoutes[int(route)%len(fuzzRoutes)]
 		switch sessSel % fuzzSessions {

@@ -1,7 +1,8 @@
 // Package ui is the control plane's web view of the fleet (docs/ui.md): a
 // login with the operator token, the workers by state, the queues, a
-// timeline of attempts per worker, an invocation's history and output, and
-// the operator's actions (cancel, drain, setup). It is served by the same
+// timeline of attempts per worker, an invocation's history and output, the
+// runs and each run's progress and failed jobs, and the operator's actions
+// (cancel, drain, setup; cancel a run, retry its failed jobs). It is served by the same
 // router as the API (the api function on AWS, lakeshore dev locally), is a
 // client of that API's operator routes in-process, renders everything on
 // the server (html/template, SVG) and needs no JavaScript; a small script
@@ -106,6 +107,12 @@ func New(cfg Config) (*UI, error) {
 	u.mux.HandleFunc("GET /ui/invocations/{id}", u.withSession(false, u.invocation))
 	u.mux.HandleFunc("GET /ui/invocations/{id}/live", u.withSession(false, u.invocationLive))
 	u.mux.HandleFunc("POST /ui/invocations/{id}/cancel", u.withSession(true, u.cancel))
+	u.mux.HandleFunc("GET /ui/runs", u.withSession(false, u.runs))
+	u.mux.HandleFunc("GET /ui/runs/live", u.withSession(false, u.runsLive))
+	u.mux.HandleFunc("GET /ui/runs/{id}", u.withSession(false, u.run))
+	u.mux.HandleFunc("GET /ui/runs/{id}/live", u.withSession(false, u.runLive))
+	u.mux.HandleFunc("POST /ui/runs/{id}/cancel", u.withSession(true, u.cancelRun))
+	u.mux.HandleFunc("POST /ui/runs/{id}/retry", u.withSession(true, u.retryRun))
 	u.mux.HandleFunc("POST /ui/workers/{id}/drain", u.withSession(true, u.drain))
 	u.mux.HandleFunc("POST /ui/workers/{id}/setup", u.withSession(true, u.setup))
 	return u, nil
@@ -166,39 +173,42 @@ func wantsJSON(r *http.Request) bool {
 
 func (u *UI) index(w http.ResponseWriter, r *http.Request, sess string) {
 	f, err := u.fleet(r.Context(), sess, window(r))
-	if err != nil {
-		u.fail(w, err)
-		return
-	}
-	u.render(w, http.StatusOK, "fleet.html", f)
+	u.page(w, "fleet.html", f, err)
 }
 
 // live answers the fleet page's parts, rendered, for the script to swap in.
 func (u *UI) live(w http.ResponseWriter, r *http.Request, sess string) {
 	f, err := u.fleet(r.Context(), sess, window(r))
-	if err != nil {
-		writeJSON(w, statusOf(err), map[string]string{"error": err.Error()})
-		return
-	}
-	u.parts(w, f, "workers", "queues", "timeline", "recent")
+	u.liveParts(w, f, err, "workers", "queues", "timeline", "recent")
 }
 
 func (u *UI) invocation(w http.ResponseWriter, r *http.Request, sess string) {
 	p, err := u.invocationPage(r.Context(), sess, r.PathValue("id"))
-	if err != nil {
-		u.fail(w, err)
-		return
-	}
-	u.render(w, http.StatusOK, "invocation.html", p)
+	u.page(w, "invocation.html", p, err)
 }
 
 func (u *UI) invocationLive(w http.ResponseWriter, r *http.Request, sess string) {
 	p, err := u.invocationPage(r.Context(), sess, r.PathValue("id"))
+	u.liveParts(w, p, err, "invocation")
+}
+
+// page answers template name rendered with data, or the error page for
+// err.
+func (u *UI) page(w http.ResponseWriter, name string, data any, err error) {
+	if err != nil {
+		u.fail(w, err)
+		return
+	}
+	u.render(w, http.StatusOK, name, data)
+}
+
+// liveParts answers the named parts rendered with data, or err as JSON.
+func (u *UI) liveParts(w http.ResponseWriter, data any, err error, names ...string) {
 	if err != nil {
 		writeJSON(w, statusOf(err), map[string]string{"error": err.Error()})
 		return
 	}
-	u.parts(w, p, "invocation")
+	u.parts(w, data, names...)
 }
 
 func (u *UI) cancel(w http.ResponseWriter, r *http.Request, _ string) {

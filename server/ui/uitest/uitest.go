@@ -95,6 +95,10 @@ func Login(t testing.TB, base, tok string) Session {
 	return s
 }
 
+// anyRun is a run id for the pages WantRefused asks: a refusal comes
+// before the run is read.
+const anyRun = "run_01J0000000000000000000000R"
+
 // WantRefused checks that session s is refused on every page and action
 // of the view at base, for invocation inv and worker wrk: the fleet page is
 // the login form (and shows no invocation), another page goes to it, the
@@ -112,6 +116,12 @@ func WantRefused(t testing.TB, base string, s Session, inv, wrk, why string) {
 		{"POST", "/ui/invocations/" + inv + "/cancel", url.Values{"csrf": {s.CSRF}, "back": {"/ui/"}}},
 		{"POST", "/ui/workers/" + wrk + "/drain", url.Values{"csrf": {s.CSRF}}},
 		{"POST", "/ui/workers/" + wrk + "/setup", url.Values{"csrf": {s.CSRF}, "command": {"touch /tmp/lakeshore-refused-session"}}},
+		{"GET", "/ui/runs", nil},
+		{"GET", "/ui/runs/live", nil},
+		{"GET", "/ui/runs/" + anyRun, nil},
+		{"GET", "/ui/runs/" + anyRun + "/live", nil},
+		{"POST", "/ui/runs/" + anyRun + "/cancel", url.Values{"csrf": {s.CSRF}}},
+		{"POST", "/ui/runs/" + anyRun + "/retry", url.Values{"csrf": {s.CSRF}}},
 		{"POST", "/ui/logout", url.Values{"csrf": {s.CSRF}}},
 	} {
 		resp, body := Do(t, base, s.Cookie, rq.method, rq.path, rq.form)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # make demo: the main job on the embedded store. Starts `lakeshore dev`,
-# three nymphs, submits a batch, shows it run, kills one worker (the daemon
+# three nymphs, submits a run of jobs, shows it run, kills one worker (the daemon
 # and every process it started, as when an instance vanishes) while it
 # runs two invocations, and ends with proof that the kill landed on running
 # work, that it was redelivered, and that every invocation finished exactly
@@ -55,12 +55,10 @@ for _ in $(seq 100); do
 done
 "$BIN/lakeshore" ls workers
 
-say "submit $N invocations to queue $QUEUE (each sleeps 1-3 s, appends to a ledger, writes a result)"
+say "submit a run of $N jobs to queue $QUEUE (each sleeps 1-3 s, appends to a ledger, writes a result)"
 BODY='echo "attempt $NYMPH_ATTEMPT on $NYMPH_WORKER_ID: working"; echo "start $NYMPH_INVOCATION_ID $NYMPH_ATTEMPT $NYMPH_WORKER_ID" >>"$LEDGER"; sleep $((RANDOM % 3 + 1)); echo "{\"attempt\": $NYMPH_ATTEMPT}" >"$NYMPH_RESULT_FILE"; echo "end $NYMPH_INVOCATION_ID $NYMPH_ATTEMPT $NYMPH_WORKER_ID" >>"$LEDGER"; echo "attempt $NYMPH_ATTEMPT: done"'
-for i in $(seq "$N"); do
-  "$BIN/lakeshore" submit --queue "$QUEUE" --env "LEDGER=$LEDGER" --idempotency-key "demo-$i" -- sh -c "$BODY" >/dev/null
-done
-echo "submitted $N"
+RUN=$("$BIN/lakeshore" run submit --queue "$QUEUE" --name demo --env "LEDGER=$LEDGER" --matrix "i=$(seq -s, "$N")" -- sh -c "$BODY" 2>/dev/null)
+echo "submitted run $RUN: $N jobs (lakeshore run submit --matrix i=1,...,$N)"
 
 say "running (one line a second) — worker-2 is killed with SIGKILL once 6 have finished and it runs 2"
 w2=$("$BIN/lakeshore" ls workers --label worker-2 | awk 'NR > 1 {print $1; exit}')
@@ -111,19 +109,24 @@ if [ -s "$TMP/killed" ]; then
     $4 == w && ($2 in held) {if ($1 == "start") s[$2 " " $3] = 1; else delete s[$2 " " $3]}
     END {n = 0; for (k in s) n++; print n}' "$TMP/killed" "$LEDGER")
 fi
-echo "submitted:                 $N"
+run_line=$("$BIN/lakeshore" run wait "$RUN" 2>/dev/null | tail -1 || true)
+run_results=$("$BIN/lakeshore" run results "$RUN" | grep -c '"state":"succeeded"' || true)
+echo "submitted:                 $N   (run $RUN)"
 echo "succeeded:                 $succeeded"
 echo "done_count:                $done_count   (terminal transitions, each counted once)"
 echo "bodies started / finished: $starts / $ends   (a body killed with its instance never finishes)"
 echo "killed mid-run:            $killed_bodies   (bodies worker-2 was running when it was killed)"
 echo "redelivered invocations:   $redelivered   (attempt > 1: they were running on worker-2)"
+echo "the run:                   $run_line"
+echo "its result lines:          $run_results   (lakeshore run results: one a job, the counted attempt's)"
 if [ ! -s "$TMP/killed" ]; then
   echo "RESULT: FAILED — worker-2 was never killed while it ran 2 invocations: this run proves nothing"; exit 1
 fi
 if [ "$killed_bodies" -lt 1 ] || [ "$redelivered" -lt 1 ]; then
   echo "RESULT: FAILED — the kill landed on no running work ($killed_bodies bodies killed mid-run, $redelivered redelivered)"; exit 1
 fi
-if [ "$succeeded" = "$N" ] && [ "$done_count" = "$N" ]; then
+if [ "$succeeded" = "$N" ] && [ "$done_count" = "$N" ] && [ "$run_results" = "$N" ] &&
+  [[ "$run_line" == *" done $N/$N succeeded=$N "* ]]; then
   echo "RESULT: every invocation finished exactly once — none lost, none double-counted."
 else
   echo "RESULT: MISMATCH"; exit 1

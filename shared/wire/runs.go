@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"bytes"
 	"encoding/json"
 	"regexp"
 	"slices"
@@ -115,7 +116,7 @@ func (r *RunRequest) jobs() ([]domain.RunJob, error) {
 	out := make([]domain.RunJob, len(r.Jobs))
 	for i, j := range r.Jobs {
 		sub := r.defaults()
-		if len(j.Input) > 0 {
+		if hasInput(j.Input) {
 			sub.Input = j.Input
 		}
 		if j.Argv != nil {
@@ -140,6 +141,12 @@ func (r *RunRequest) jobs() ([]domain.RunJob, error) {
 		out[i] = domain.RunJob{Spec: spec}
 	}
 	return out, nil
+}
+
+// hasInput reports whether in is an input: neither absent nor JSON null
+// (a job's null input, like its other fields' null, takes the run's).
+func hasInput(in json.RawMessage) bool {
+	return len(in) > 0 && string(bytes.TrimSpace(in)) != "null"
 }
 
 // defaults is the submit every job starts from.

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/dreamlake/lakeshore/shared/wire"
@@ -49,5 +50,32 @@ func TestRunInputFile(t *testing.T) {
 	}
 	if _, err := os.Lstat(filepath.Join(runnerTestDir(r, none), InputFileName)); err == nil {
 		t.Errorf("a run without input has an input.json")
+	}
+}
+
+// TestRunInputFileRunAs: under --run-as the input file is the account's,
+// so its body can read it.
+func TestRunInputFileRunAs(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("--run-as needs root")
+	}
+	ra, err := LookupRunAs("nobody", 0)
+	if err != nil {
+		t.Skipf("no nobody account here: %v", err)
+	}
+	r := runnerTestNew(t, func(c *Config) { c.RunAs = ra })
+	// The test's own directories above the workdir (never the system's
+	// temporary directory itself) become searchable by the account.
+	for p := filepath.Dir(r.cfg.Workdir); strings.HasPrefix(p, os.TempDir()+string(filepath.Separator)); p = filepath.Dir(p) {
+		if err := os.Chmod(p, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const input = `{"as":"nobody"}`
+	inv := wire.RunInvocation{InvocationID: "inv_runas", Input: json.RawMessage(input),
+		Argv: runnerTestSh(`cat "$NYMPH_INPUT_FILE" > "$NYMPH_RESULT_FILE"`)}
+	o := runnerTestOutcome(t, runnerTestStart(t, r, inv))
+	if o.State != wire.StateSucceeded || string(o.ResultBlob) != input {
+		t.Fatalf("outcome %+v (stderr %q), want succeeded with the input %s as its result", o, o.StderrTail, input)
 	}
 }

@@ -353,6 +353,9 @@ func invocationView(inv domain.Invocation) wire.Invocation {
 	if inv.ResultBlob != "" {
 		v.ResultBlob = json.RawMessage(inv.ResultBlob)
 	}
+	if inv.Input != "" {
+		v.Input = json.RawMessage(inv.Input)
+	}
 	for _, a := range inv.Attempts {
 		v.Attempts = append(v.Attempts, wire.Attempt{
 			Attempt: a.Attempt, WorkerID: a.WorkerID, ClaimedAt: a.ClaimedAt, EndedAt: timePtr(a.EndedAt),

@@ -161,6 +161,10 @@ func TestRunBadInput(t *testing.T) {
 			Jobs: []wire.RunJob{{}, {TimeoutS: -1}}}, "jobs[1]"},
 		{"a job without argv", wire.RunRequest{Queue: "q", Jobs: []wire.RunJob{{Argv: []string{"true"}}, {}}}, "jobs[1]"},
 		{"bad queue", wire.RunRequest{Queue: "../x", Argv: []string{"true"}, Jobs: []wire.RunJob{{}}}, "queue"},
+		{"a job's input past the limit", wire.RunRequest{Queue: "q", Argv: []string{"true"},
+			Jobs: []wire.RunJob{{}, {Input: bigInput}}}, "jobs[1]: input is 262146 bytes"},
+		{"the run's input past the limit", wire.RunRequest{Queue: "q", Argv: []string{"true"},
+			Jobs: []wire.RunJob{{}}, Input: bigInput}, "input is 262146 bytes"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			h.unchanged(t, func() {
@@ -172,6 +176,9 @@ func TestRunBadInput(t *testing.T) {
 		})
 	}
 }
+
+// bigInput is a JSON string 2 bytes past wire.MaxInputBytes.
+var bigInput = json.RawMessage(`"` + strings.Repeat("x", wire.MaxInputBytes) + `"`)
 
 func seq(n int) []string {
 	out := make([]string, n)

@@ -116,6 +116,7 @@ type invocationRecord struct {
 	MaxAttempts     int                    `dynamodbav:"max_attempts"`
 	Argv            []string               `dynamodbav:"argv"`
 	Env             map[string]string      `dynamodbav:"env,omitempty"`
+	Input           string                 `dynamodbav:"input,omitempty"`
 	RunConfig       runConfigRecord        `dynamodbav:"run_config"`
 	TimeoutS        int                    `dynamodbav:"timeout_s,omitempty"`
 	HostKey         string                 `dynamodbav:"host_key,omitempty"`
@@ -253,6 +254,7 @@ func toInvocationRecord(v domain.Invocation) invocationRecord {
 		MaxAttempts:     v.MaxAttempts,
 		Argv:            v.Argv,
 		Env:             v.Env,
+		Input:           v.Input,
 		RunConfig:       toRunConfigRecord(v.RunConfig),
 		TimeoutS:        v.TimeoutS,
 		HostKey:         v.HostKey,
@@ -285,6 +287,7 @@ func (r invocationRecord) domain() domain.Invocation {
 		MaxAttempts:     r.MaxAttempts,
 		Argv:            r.Argv,
 		Env:             r.Env,
+		Input:           r.Input,
 		RunConfig:       r.RunConfig.domain(),
 		TimeoutS:        r.TimeoutS,
 		HostKey:         r.HostKey,

@@ -122,11 +122,13 @@ type Invocation struct {
 	MaxAttempts int
 	Argv        []string
 	Env         map[string]string
-	RunConfig   RunConfig
-	TimeoutS    int
-	HostKey     string
-	WorkerID    string
-	Attempts    []Attempt
+	// Input is the body's input as compact JSON ("" for none).
+	Input     string
+	RunConfig RunConfig
+	TimeoutS  int
+	HostKey   string
+	WorkerID  string
+	Attempts  []Attempt
 	// Retry is the opt-in retry policy (nil: none).
 	Retry *RetryPolicy
 	// RetryAt, while set, is when a retried invocation becomes claimable:
@@ -223,6 +225,8 @@ type Spec struct {
 	MaxAttempts    int
 	Retry          *RetryPolicy
 	IdempotencyKey string
+	// Input is the body's input as compact JSON ("" for none).
+	Input string
 	// RequestHash is what the idempotency key remembers of the request
 	// that first used it ("" without a key): a replay under the key must
 	// carry the same.
@@ -245,6 +249,7 @@ func NewInvocation(id string, spec Spec, now time.Time) Invocation {
 		HostKey:        hostkey.Of(spec.RunConfig.HostSetup),
 		Retry:          spec.Retry,
 		IdempotencyKey: spec.IdempotencyKey,
+		Input:          spec.Input,
 		CreatedAt:      now,
 	}
 }

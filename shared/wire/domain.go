@@ -18,7 +18,7 @@ import (
 func (r SubmitRequest) Spec() domain.Spec {
 	spec := domain.Spec{
 		Queue: r.Queue, Argv: r.Argv, Env: r.Env, RunConfig: domain.RunConfig(r.RunConfig),
-		TimeoutS: r.TimeoutS, MaxAttempts: r.MaxAttempts, IdempotencyKey: r.IdempotencyKey,
+		TimeoutS: r.TimeoutS, MaxAttempts: r.MaxAttempts, IdempotencyKey: r.IdempotencyKey, Input: string(r.Input),
 	}
 	if r.Retry != nil {
 		spec.Retry = &domain.RetryPolicy{ExitCodes: r.Retry.ExitCodes, Timeout: r.Retry.Timeout, BackoffS: r.Retry.BackoffS}
@@ -99,6 +99,9 @@ func CommandOf(c domain.Command) Command {
 	if inv := c.Run; inv != nil {
 		out.Invocation = &RunInvocation{InvocationID: inv.ID, Attempt: inv.Attempt, Argv: inv.Argv, Env: inv.Env,
 			RunConfig: RunConfig(inv.RunConfig), TimeoutS: inv.TimeoutS, HostKey: inv.HostKey}
+		if inv.Input != "" {
+			out.Invocation.Input = json.RawMessage(inv.Input)
+		}
 	}
 	return out
 }

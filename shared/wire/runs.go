@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"bytes"
 	"encoding/json"
 	"regexp"
 	"slices"
@@ -25,8 +26,8 @@ const (
 
 // RunRequest is POST /v1/runs: a run of jobs on one queue, listed (Jobs)
 // or the product of a matrix's axes (Matrix), never both. The run's argv,
-// env, run_config, timeout_s, max_attempts and retry are every job's
-// defaults; a listed job's own fields replace them. In a matrix run,
+// env, run_config, timeout_s, max_attempts, retry and input are every
+// job's defaults; a listed job's own fields replace them. In a matrix run,
 // "{axis}" in argv (not after a "$", so a shell's ${VAR} is left alone)
 // is replaced by the job's value on that axis.
 type RunRequest struct {
@@ -44,6 +45,10 @@ type RunRequest struct {
 	// first value.
 	Matrix map[string][]string `json:"matrix,omitempty"`
 	Jobs   []RunJob            `json:"jobs,omitempty"`
+	// Input is every job's input (a listed job's own replaces it). Last,
+	// and omitted when unset, so the idempotency hash of a request without
+	// it is what it always was.
+	Input json.RawMessage `json:"input,omitempty"`
 }
 
 // RunJob is one listed job of a run: what it sets replaces the run's.
@@ -95,6 +100,9 @@ func (r *RunRequest) jobs() ([]domain.RunJob, error) {
 	if err := checkText("idempotency_key", r.IdempotencyKey, MaxIDLen, false); err != nil {
 		return nil, err
 	}
+	if err := checkInput("input", &r.Input); err != nil {
+		return nil, err
+	}
 	switch {
 	case r.Matrix != nil && r.Jobs != nil:
 		return nil, invalid("a run takes matrix or jobs, not both")
@@ -107,10 +115,10 @@ func (r *RunRequest) jobs() ([]domain.RunJob, error) {
 	}
 	out := make([]domain.RunJob, len(r.Jobs))
 	for i, j := range r.Jobs {
-		if len(j.Input) > 0 {
-			return nil, invalid("jobs[%d].input: a job's input is not supported by this control plane yet; pass it in env or argv", i)
-		}
 		sub := r.defaults()
+		if hasInput(j.Input) {
+			sub.Input = j.Input
+		}
 		if j.Argv != nil {
 			sub.Argv = j.Argv
 		}
@@ -135,10 +143,16 @@ func (r *RunRequest) jobs() ([]domain.RunJob, error) {
 	return out, nil
 }
 
+// hasInput reports whether in is an input: neither absent nor JSON null
+// (a job's null input, like its other fields' null, takes the run's).
+func hasInput(in json.RawMessage) bool {
+	return len(in) > 0 && string(bytes.TrimSpace(in)) != "null"
+}
+
 // defaults is the submit every job starts from.
 func (r *RunRequest) defaults() SubmitRequest {
 	s := SubmitRequest{Queue: r.Queue, Argv: r.Argv, Env: r.Env, RunConfig: r.RunConfig,
-		TimeoutS: r.TimeoutS, MaxAttempts: r.MaxAttempts}
+		TimeoutS: r.TimeoutS, MaxAttempts: r.MaxAttempts, Input: r.Input}
 	if r.Retry != nil {
 		p := *r.Retry
 		s.Retry = &p

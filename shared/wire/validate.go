@@ -29,6 +29,10 @@ const (
 	MaxEnvBytes        = 32 << 10 // sum of key and value lengths
 	MaxQueueLen        = 64
 	MaxResultBlobBytes = 128 << 10
+	// MaxInputBytes bounds an invocation's input in its compact JSON
+	// form. A single submit's whole body is bounded by MaxBodyBytes too,
+	// so its input must fit in what the rest of the request leaves.
+	MaxInputBytes      = 256 << 10
 	MaxTailBytes       = 4 << 10
 	MaxSetupCommands   = 64 // host_setup, run_setup
 	MaxExitCodes       = 32 // retry.exit_codes, run_config.requeue_exit_codes
@@ -556,7 +560,32 @@ func (r *SubmitRequest) Validate() error {
 			return err
 		}
 	}
+	if err := checkInput("input", &r.Input); err != nil {
+		return err
+	}
 	return checkText("idempotency_key", r.IdempotencyKey, MaxIDLen, false)
+}
+
+// checkInput checks an invocation's input: a JSON value of at most
+// MaxInputBytes once compacted. It leaves *in compact (JSON null: none),
+// so what is stored and handed to the body is what was checked.
+func checkInput(field string, in *json.RawMessage) error {
+	if len(*in) == 0 {
+		return nil
+	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, *in); err != nil {
+		return invalid("%s is not valid JSON: %v", field, err)
+	}
+	if buf.Len() > MaxInputBytes {
+		return invalid("%s is %d bytes of compact JSON; the limit is %d", field, buf.Len(), MaxInputBytes)
+	}
+	if buf.String() == "null" {
+		*in = nil
+		return nil
+	}
+	*in = json.RawMessage(buf.Bytes())
+	return nil
 }
 
 // checkSent refuses a max_attempts or retry.backoff_s of 0 sent

@@ -249,6 +249,9 @@ type RunInvocation struct {
 	RunConfig    RunConfig         `json:"run_config"`
 	TimeoutS     int               `json:"timeout_s,omitempty"`
 	HostKey      string            `json:"host_key,omitempty"`
+	// Input is the invocation's input (compact JSON; absent: none): nymph
+	// writes it to input.json in the run directory.
+	Input json.RawMessage `json:"input,omitempty"`
 }
 
 // Command is one instruction in a poll answer; Type says which fields are set.
@@ -323,6 +326,11 @@ type SubmitRequest struct {
 	// whose worker was lost run again). Last, and omitted when unset, so the
 	// idempotency hash of a request without it is what it always was.
 	Retry *RetryPolicy `json:"retry,omitempty"`
+	// Input is the body's input: any JSON value, at most MaxInputBytes in
+	// its compact form, handed to the body as the file NYMPH_INPUT_FILE
+	// names. After Retry, and omitted when unset, so the idempotency hash
+	// of a request without it is what it always was.
+	Input json.RawMessage `json:"input,omitempty"`
 }
 
 // RetryPolicy is a submit's retry of a failing body (docs/states.md):
@@ -374,6 +382,9 @@ type Invocation struct {
 	HostKey         string            `json:"host_key,omitempty"`
 	CancelRequested bool              `json:"cancel_requested,omitempty"`
 	IdempotencyKey  string            `json:"idempotency_key,omitempty"`
+	// Input is the submit's input, shown as sent (the user's data, like
+	// argv; not redacted as env values are).
+	Input json.RawMessage `json:"input,omitempty"`
 	// RunID and RunIndex name the run this invocation is a job of.
 	RunID      string       `json:"run_id,omitempty"`
 	RunIndex   *int         `json:"run_index,omitempty"`

@@ -66,6 +66,15 @@ func (r *Run) run(workerID string) Outcome {
 	if err := os.Remove(resultPath); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return failedOutcome(ErrorTypeWorkdirFailed, fmt.Sprintf("remove a stale result file: %v", err), nil)
 	}
+	if len(r.inv.Input) > 0 {
+		var cred *syscall.Credential
+		if cfg.RunAs != nil {
+			cred = cfg.RunAs.Cred
+		}
+		if err := writeInput(filepath.Join(dir, InputFileName), r.inv.Input, cred); err != nil {
+			return failedOutcome(ErrorTypeWorkdirFailed, err.Error(), nil)
+		}
+	}
 	stdout, err := createLog(filepath.Join(dir, StdoutFileName))
 	if err != nil {
 		return failedOutcome(ErrorTypeWorkdirFailed, err.Error(), nil)

@@ -52,14 +52,44 @@ func createLog(path string) (*os.File, error) {
 // bodyEnv is the environment of a run's processes: base, then the run
 // config's env, then the invocation's, then the NYMPH_* variables, which
 // nothing overrides.
+// NYMPH_INPUT_FILE is set only for an invocation that carries input.
 func bodyEnv(base []string, inv wire.RunInvocation, workerID, dir string) []string {
-	return mergeEnv(base, inv.RunConfig.Env, inv.Env, map[string]string{
+	nymph := map[string]string{
 		"NYMPH_INVOCATION_ID": inv.InvocationID,
 		"NYMPH_ATTEMPT":       strconv.Itoa(inv.Attempt),
 		"NYMPH_WORKER_ID":     workerID,
 		"NYMPH_WORKDIR":       dir,
 		"NYMPH_RESULT_FILE":   filepath.Join(dir, ResultFileName),
-	})
+	}
+	if len(inv.Input) > 0 {
+		nymph["NYMPH_INPUT_FILE"] = filepath.Join(dir, InputFileName)
+	}
+	return mergeEnv(base, inv.RunConfig.Env, inv.Env, nymph)
+}
+
+// writeInput writes an invocation's input to path, made afresh: a file a
+// body left there (a restarted daemon re-running an attempt), even a
+// symlink, is removed, never written through. With --run-as the file is
+// the account's, so its body can read it.
+func writeInput(path string, input []byte, cred *syscall.Credential) error {
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove a stale %s: %w", filepath.Base(path), err)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return fmt.Errorf("create %s: %w", filepath.Base(path), err)
+	}
+	_, err = f.Write(input)
+	if err == nil && cred != nil {
+		err = f.Chown(int(cred.Uid), int(cred.Gid))
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("write %s: %w", filepath.Base(path), err)
+	}
+	return nil
 }
 
 // mergeEnv layers maps over base ("K=V" entries; ones without "=" are

@@ -42,6 +42,7 @@ const (
 // Names of the files the runner keeps in each run directory.
 const (
 	ResultFileName = "result.json"
+	InputFileName  = "input.json"
 	StdoutFileName = "stdout.log"
 	StderrFileName = "stderr.log"
 )

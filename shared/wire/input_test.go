@@ -152,3 +152,20 @@ func TestRunInput(t *testing.T) {
 		}
 	}
 }
+
+// TestSubmitRowBudget: input, argv, env and run_config together past
+// MaxSpecBytes are refused (the invocation's row, with a full result,
+// would pass DynamoDB's 400 KB item limit); an input at its own limit
+// with the rest at the budget is accepted.
+func TestSubmitRowBudget(t *testing.T) {
+	input := json.RawMessage(`"` + strings.Repeat("x", wire.MaxInputBytes-2) + `"`)
+	rest := wire.MaxSpecBytes - wire.MaxInputBytes
+	ok := wire.SubmitRequest{Queue: "q", Argv: []string{strings.Repeat("a", rest)}, Input: input}
+	if err := ok.Validate(); err != nil {
+		t.Fatalf("a submit at the budget: %v", err)
+	}
+	over := wire.SubmitRequest{Queue: "q", Argv: []string{strings.Repeat("a", rest), "y"}, Input: input}
+	if err := over.Validate(); wire.CodeOf(err) != wire.CodeInvalid || !strings.Contains(err.Error(), "400 KB") {
+		t.Fatalf("a submit one byte past the budget: %v, want invalid naming the item limit", err)
+	}
+}

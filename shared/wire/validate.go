@@ -32,7 +32,13 @@ const (
 	// MaxInputBytes bounds an invocation's input in its compact JSON
 	// form. A single submit's whole body is bounded by MaxBodyBytes too,
 	// so its input must fit in what the rest of the request leaves.
-	MaxInputBytes      = 256 << 10
+	MaxInputBytes = 256 << 10
+	// MaxSpecBytes bounds what a submit's input, argv, env and run_config
+	// take together (an input at its limit leaves 4 KiB for the rest):
+	// with a result (MaxResultBlobBytes), the output tails and the attempt
+	// history, the invocation's row stays under DynamoDB's 400 KB item
+	// limit, which the emulators do not enforce.
+	MaxSpecBytes       = MaxInputBytes + 4<<10
 	MaxTailBytes       = 4 << 10
 	MaxSetupCommands   = 64 // host_setup, run_setup
 	MaxExitCodes       = 32 // retry.exit_codes, run_config.requeue_exit_codes
@@ -563,7 +569,26 @@ func (r *SubmitRequest) Validate() error {
 	if err := checkInput("input", &r.Input); err != nil {
 		return err
 	}
+	if n := r.rowBytes(); n > MaxSpecBytes {
+		return invalid("input, argv, env and run_config are %d bytes together; the limit is %d (an invocation's row, with its result and output tails, must stay under DynamoDB's 400 KB item limit)", n, MaxSpecBytes)
+	}
 	return checkText("idempotency_key", r.IdempotencyKey, MaxIDLen, false)
+}
+
+// rowBytes is about what r's fields take of its invocation's row.
+func (r *SubmitRequest) rowBytes() int {
+	n := len(r.Input) + len(r.RunConfig.Workdir)
+	for _, list := range [][]string{r.Argv, r.RunConfig.HostSetup, r.RunConfig.RunSetup} {
+		for _, a := range list {
+			n += len(a)
+		}
+	}
+	for _, env := range []map[string]string{r.Env, r.RunConfig.Env} {
+		for k, v := range env {
+			n += len(k) + len(v)
+		}
+	}
+	return n
 }
 
 // checkInput checks an invocation's input: a JSON value of at most

@@ -13,7 +13,9 @@ without either owning, or overwriting, the shared top-level name::
         print(line["index"], line["state"], line["result"])
 
 ``dls.lifecycle`` is for bodies, the processes nymph runs: their phase, the
-worker's host key, drain hooks and requeue. Standard library only,
+worker's host key, setup and drain hooks and requeue. ``@dls.body`` and
+``dls.serve()`` make a Python function a body: serve() runs the setup hooks,
+calls the function with the invocation's input and records its result. Standard library only,
 Python >= 3.8.
 
 Every submodule is imported here: ``import lakeshore`` (the older name) is
@@ -24,5 +26,10 @@ same module objects and their state.
 from . import lifecycle
 from . import client
 from .client import APIError, Client, LakeshoreError, Run, RunStatus
+# The submodule dreamlake.lakeshore.serve (a package, so that
+# `python -m dreamlake.lakeshore.serve` runs its __main__ without loading
+# it twice) is loaded by this import; the name serve then means its function.
+from .serve import ServeError, body, serve
 
-__all__ = ["lifecycle", "client", "Client", "Run", "RunStatus", "LakeshoreError", "APIError"]
+__all__ = ["lifecycle", "client", "Client", "Run", "RunStatus", "LakeshoreError", "APIError",
+           "body", "serve", "ServeError"]

@@ -13,6 +13,10 @@ instead of recording an outcome::
         save_checkpoint(budget=lifecycle.deadline())
         lifecycle.requeue()   # last: nymph ends the body once it accepts
 
+Scripts served by ``dreamlake.lakeshore.serve()`` also register setup
+hooks here: ``@lifecycle.on_host_setup`` (once per process, before the first
+body) and ``@lifecycle.on_run_setup`` (before every body); serve() runs them.
+
 Outside nymph (the variable unset) everything stays out of the way: phase(),
 host_key(), info() and deadline() return None, wait_draining() returns None,
 on_shutdown registers nothing that ever runs, and requeue() returns False.
@@ -36,7 +40,7 @@ import urllib.request
 __all__ = [
     "ENV_URL", "SETUP", "READY", "DRAINING", "LifecycleError",
     "phase", "host_key", "info", "deadline", "wait_draining",
-    "on_shutdown", "requeue",
+    "on_shutdown", "on_host_setup", "on_run_setup", "requeue",
 ]
 
 ENV_URL = "NYMPH_LIFECYCLE_URL"
@@ -44,6 +48,10 @@ ENV_URL = "NYMPH_LIFECYCLE_URL"
 SETUP = "setup"        # the run's setup commands are still running
 READY = "ready"        # the body runs and no drain has started
 DRAINING = "draining"  # flush and exit (or requeue) before deadline()
+# nymph's last phase (the grace is over, everything is being ended). A body
+# reads it as DRAINING: for a body both mean "flush and go", and phase()
+# answers only the three above.
+_TERMINATING = "terminating"
 
 # Probes (phase, host_key, info, deadline) must not stall a body that only
 # wants to log or branch on the answer.
@@ -147,12 +155,21 @@ def info():
         return None
 
 
-def phase():
-    """'setup', 'ready' or 'draining'; None outside nymph or when the endpoint
-    cannot be read."""
-    view = info()
+def _phase_of(view):
+    """The phase a view names as a body reads it: SETUP, READY or DRAINING
+    ('terminating' reads DRAINING), or None for anything else."""
     value = view.get("phase") if view else None
-    return value if isinstance(value, str) and value else None
+    if value == _TERMINATING:
+        return DRAINING
+    return value if value in (SETUP, READY, DRAINING) else None
+
+
+def phase():
+    """'setup', 'ready' or 'draining', and nothing else: nymph's
+    'terminating' (the grace is over) reads 'draining'. None outside nymph,
+    when the endpoint cannot be read, or when it names a phase this library
+    does not know."""
+    return _phase_of(info())
 
 
 def host_key():
@@ -167,7 +184,7 @@ def deadline():
     """Seconds left in the drain's grace window (0.0 once it has passed), or
     None when not draining, outside nymph, or the endpoint cannot be read."""
     view = info()
-    if not view or view.get("phase") != DRAINING:
+    if _phase_of(view) != DRAINING:
         return None
     end = _parse_time(view.get("deadline"))
     if end is None:
@@ -229,7 +246,7 @@ def wait_draining(timeout=None):
                 raise
             delay, pause = pause, min(2 * pause, _MAX_PAUSE)
         else:
-            if view.get("phase") == DRAINING:
+            if _phase_of(view) == DRAINING:
                 return view
             # Answered early (nymph shutting down, or a phase change short
             # of draining): the short pause keeps a server that never holds
@@ -309,10 +326,45 @@ def on_shutdown(fn):
     The hooks run on a daemon thread: if the main program exits first, they
     stop with it.
     """
-    if not callable(fn):
-        raise TypeError("on_shutdown decorates a function: use @lifecycle.on_shutdown, without parentheses")
+    _check_hook(fn, "on_shutdown")
     if _base() is not None:
         _hooks.add(fn)
+    return fn
+
+
+def _check_hook(fn, name):
+    if not callable(fn):
+        raise TypeError("%s decorates a function: use @lifecycle.%s, without parentheses" % (name, name))
+
+
+# The setup hooks, in registration order. dreamlake.lakeshore.serve() runs
+# them; they register inside nymph and outside it alike, so a body script
+# run by hand warms up as it does under nymph.
+_host_setup_hooks = []
+_run_setup_hooks = []
+
+
+def on_host_setup(fn):
+    """Decorator: serve() runs fn() once per process, before the first
+    body it calls (with the other on_host_setup hooks, in registration
+    order). The place to load what every invocation the process serves
+    shares: a model's weights, a tokenizer. Returns fn unchanged.
+
+    Each body process today serves one invocation, so the hooks run once
+    per invocation; a resident process will run them once for many.
+    """
+    _check_hook(fn, "on_host_setup")
+    _host_setup_hooks.append(fn)
+    return fn
+
+
+def on_run_setup(fn):
+    """Decorator: serve() runs fn() before every body call, in the
+    invocation's run directory (the working directory nymph starts the body
+    in), after the on_host_setup hooks; in registration order. Returns fn
+    unchanged."""
+    _check_hook(fn, "on_run_setup")
+    _run_setup_hooks.append(fn)
     return fn
 
 

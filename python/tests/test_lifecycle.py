@@ -145,6 +145,28 @@ class LifecycleTest(unittest.TestCase):
         self.assertEqual(lifecycle.host_key(), "hk1_abc")
         self.assertIsNone(lifecycle.deadline())
 
+    def test_phase_mapping(self):
+        # phase() answers setup, ready or draining and nothing else:
+        # nymph's terminating reads draining, an unknown phase None.
+        for sent, want in (("setup", "setup"), ("ready", "ready"), ("draining", "draining"),
+                           ("terminating", "draining"), ("booting", None), ("", None), (7, None)):
+            with self.subTest(sent=sent):
+                self.fake.view["phase"] = sent
+                self.assertEqual(lifecycle.phase(), want)
+        self.unset()
+        self.assertIsNone(lifecycle.phase())
+
+    def test_terminating_is_draining(self):
+        # The grace is over: deadline() reads 0 and a wait answers, as for
+        # draining.
+        with self.fake.cond:
+            self.fake.view["phase"] = "terminating"
+            self.fake.view["deadline"] = rfc3339(time.time() - 5)
+        self.assertEqual(lifecycle.deadline(), 0.0)
+        view = lifecycle.wait_draining(timeout=BOUND)
+        self.assertIsNotNone(view)
+        self.assertEqual(view["phase"], "terminating")
+
     def test_no_host_key(self):
         self.fake.view["host_key"] = ""
         self.assertIsNone(lifecycle.host_key())

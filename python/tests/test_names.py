@@ -32,12 +32,26 @@ class NamesTest(unittest.TestCase):
         for name in dls.__all__:
             self.assertIs(getattr(lakeshore, name), getattr(dls, name), name)
 
+    def test_serve_is_the_function(self):
+        # dreamlake.lakeshore.serve is a submodule and dls.serve the
+        # function it holds: importing the submodule by name keeps it so.
+        import dreamlake.lakeshore as dls
+        import dreamlake.lakeshore.serve  # noqa: F401
+        import lakeshore.serve  # noqa: F401
+        mod = sys.modules["dreamlake.lakeshore.serve"]
+        self.assertIs(sys.modules["lakeshore.serve"], mod)
+        self.assertIs(dls.serve, mod.serve)
+        self.assertIs(dls.body, mod.body)
+        self.assertTrue(callable(dls.serve))
+
     def test_every_submodule_is_aliased(self):
         # The alias maps the submodules dreamlake.lakeshore imported; one
         # it does not import would load twice under the old name.
         import lakeshore  # noqa: F401
-        files = sorted(p.stem for p in (ROOT / "dreamlake" / "lakeshore").glob("*.py") if p.stem != "__init__")
-        self.assertEqual(files, ["client", "lifecycle"])
+        pkg = ROOT / "dreamlake" / "lakeshore"
+        files = sorted([p.stem for p in pkg.glob("*.py") if p.stem != "__init__"] +
+                       [p.parent.name for p in pkg.glob("*/__init__.py")])
+        self.assertEqual(files, ["client", "lifecycle", "serve"])
         for stem in files:
             self.assertIs(sys.modules["lakeshore." + stem], sys.modules["dreamlake.lakeshore." + stem], stem)
 
@@ -70,9 +84,11 @@ class NamesTest(unittest.TestCase):
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
             got = sorted(str(p.relative_to(out)) for p in pathlib.Path(out).rglob("*.py"))
             self.assertEqual(got, ["dreamlake/lakeshore/__init__.py", "dreamlake/lakeshore/client.py",
-                                   "dreamlake/lakeshore/lifecycle.py", "lakeshore/__init__.py"])
+                                   "dreamlake/lakeshore/lifecycle.py", "dreamlake/lakeshore/serve/__init__.py",
+                                   "dreamlake/lakeshore/serve/__main__.py", "lakeshore/__init__.py"])
             check = ("from dreamlake import lakeshore as dls; import lakeshore; "
-                     "assert lakeshore.lifecycle is dls.lifecycle and dls.Client and dls.lifecycle.phase")
+                     "assert lakeshore.lifecycle is dls.lifecycle and dls.Client and dls.lifecycle.phase; "
+                     "assert lakeshore.serve is dls.serve and callable(dls.serve) and dls.body")
             subprocess.run([sys.executable, "-c", check], cwd=tmp, env=dict(env, PYTHONPATH=out),
                            check=True, timeout=60)
 

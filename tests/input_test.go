@@ -1,13 +1,10 @@
 package tests
 
 import (
-	"context"
 	"encoding/json"
-	"net/http"
 	"testing"
 	"time"
 
-	"github.com/dreamlake/lakeshore/shared/waittest"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
@@ -18,8 +15,6 @@ import (
 func TestRunInputEndToEnd(t *testing.T) {
 	t.Parallel()
 	d := startDev(t, backends[0])
-	op := d.Operator()
-	ctx := context.Background()
 	startNymph(t, d, "input", "--capacity", "2")
 
 	req := wire.RunRequest{Queue: "q", Name: "input",
@@ -30,19 +25,8 @@ func TestRunInputEndToEnd(t *testing.T) {
 			{},
 			{Input: json.RawMessage(`"third"`)},
 		}}
-	var created wire.RunCreated
-	if status, err := op.Do(ctx, "submit run", http.MethodPost, "/v1/runs", nil, req, &created); err != nil || status != http.StatusCreated {
-		t.Fatalf("submit run: %d %v", status, err)
-	}
-	waittest.UntilState(t, 2*time.Minute, "the run done", func() (bool, string) {
-		var run wire.Run
-		if _, err := op.Do(ctx, "get run", http.MethodGet, "/v1/runs/"+created.RunID, nil, nil, &run); err != nil {
-			return false, err.Error()
-		}
-		return run.State == wire.RunDone, run.State
-	})
+	results := runToEnd(t, d, req, 2*time.Minute)
 	want := []string{`{"prompt":"first","n":[1,2]}`, `{"default":true}`, `"third"`}
-	results := runResults(t, d, created.RunID)
 	if len(results) != len(want) {
 		t.Fatalf("%d result lines, want %d", len(results), len(want))
 	}

@@ -81,6 +81,13 @@ class ServeTest(unittest.TestCase):
     def assertOK(self, p):
         self.assertEqual(p.returncode, 0, "stdout: %s\nstderr: %s" % (p.stdout, p.stderr))
 
+    def assertFailed(self, p, s, *texts):
+        """Exit status 1, each of texts on stderr, no result file."""
+        self.assertEqual(p.returncode, 1, p.stderr)
+        for text in texts:
+            self.assertIn(text, p.stderr)
+        self.assertFalse(s.result.exists())
+
     def test_hooks_in_order_once_each(self):
         s = Script(self, HOOKED)
         p = s.run('{"x":1}')
@@ -115,41 +122,24 @@ class ServeTest(unittest.TestCase):
     def test_failing_host_setup(self):
         s = Script(self, HOOKED.replace('def host_b(): note("host_b")',
                                         'def host_b(): raise RuntimeError("no weights here")'))
-        p = s.run('{"x":1}')
-        self.assertEqual(p.returncode, 1, p.stderr)
-        self.assertIn("on_host_setup hook", p.stderr)
-        self.assertIn("host_b", p.stderr)
-        self.assertIn("Traceback (most recent call last)", p.stderr)
-        self.assertIn("RuntimeError: no weights here", p.stderr)
-        self.assertFalse(s.result.exists())
+        self.assertFailed(s.run('{"x":1}'), s, "on_host_setup hook", "host_b",
+                          "Traceback (most recent call last)", "RuntimeError: no weights here")
         self.assertEqual(s.hooks(), ["host_a"])  # nothing after the failing hook
 
     def test_failing_run_setup(self):
         s = Script(self, HOOKED.replace('def run_b(): note("run_b")', 'def run_b(): 1 / 0'))
-        p = s.run()
-        self.assertEqual(p.returncode, 1, p.stderr)
-        self.assertIn("on_run_setup hook", p.stderr)
-        self.assertIn("ZeroDivisionError", p.stderr)
-        self.assertFalse(s.result.exists())
+        self.assertFailed(s.run(), s, "on_run_setup hook", "run_b", "Traceback", "ZeroDivisionError")
         self.assertNotIn("body", s.hooks())
 
     def test_failing_body(self):
         s = Script(self, HOOKED.replace('return {"echo": inp, "n": 1}', 'raise KeyError("missing")'))
-        p = s.run('{}')
-        self.assertEqual(p.returncode, 1, p.stderr)
-        self.assertIn("the body", p.stderr)
-        self.assertIn("KeyError: 'missing'", p.stderr)
-        self.assertFalse(s.result.exists())
+        self.assertFailed(s.run('{}'), s, "the body", "evaluate", "Traceback", "KeyError: 'missing'")
 
     def test_result_not_json(self):
         for bad in ("{1, 2}", "float('nan')", "{'a': object()}"):
             with self.subTest(bad=bad):
                 s = Script(self, HOOKED.replace('return {"echo": inp, "n": 1}', "return " + bad))
-                p = s.run('{}')
-                self.assertEqual(p.returncode, 1, p.stderr)
-                self.assertIn("not JSON-serialisable", p.stderr)
-                self.assertIn("evaluate", p.stderr)
-                self.assertFalse(s.result.exists())
+                self.assertFailed(s.run('{}'), s, "not JSON-serialisable", "evaluate")
 
     def test_none_leaves_the_result_file_alone(self):
         # A body that appends its own JSON lines and returns None keeps them.
@@ -160,11 +150,8 @@ class ServeTest(unittest.TestCase):
 
     def test_bad_input(self):
         s = Script(self, HOOKED)
-        p = s.run('{"x": ')
-        self.assertEqual(p.returncode, 1, p.stderr)
-        self.assertIn("NYMPH_INPUT_FILE is not JSON", p.stderr)
+        self.assertFailed(s.run('{"x": '), s, "NYMPH_INPUT_FILE is not JSON")
         self.assertNotIn("body", s.hooks())
-        self.assertFalse(s.result.exists())
 
     def test_module_function(self):
         # A module without @dls.body or a __main__ block.
@@ -191,10 +178,7 @@ class ServeTest(unittest.TestCase):
 
     def test_module_function_other_than_registered(self):
         s = Script(self, HOOKED + "\ndef other(inp): return 0\n", name="hooked.py")
-        p = s.run('5', argv=["-m", "dreamlake.lakeshore.serve", "hooked:other"])
-        self.assertEqual(p.returncode, 1, p.stderr)
-        self.assertIn("registers", p.stderr)
-        self.assertFalse(s.result.exists())
+        self.assertFailed(s.run('5', argv=["-m", "dreamlake.lakeshore.serve", "hooked:other"]), s, "registers")
 
     def test_module_function_usage(self):
         s = Script(self, HOOKED, name="hooked.py")

@@ -69,7 +69,7 @@ class FakeNymph:
                         else:
                             fake.waits += 1
                             fake.cond.notify_all()
-                            fake.cond.wait_for(lambda: fake.view["phase"] == "draining" or fake.closing,
+                            fake.cond.wait_for(lambda: fake.view["phase"] in ("draining", "terminating") or fake.closing,
                                                timeout=BOUND)
                 with fake.cond:
                     view = dict(fake.view)

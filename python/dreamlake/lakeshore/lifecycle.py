@@ -48,8 +48,9 @@ ENV_URL = "NYMPH_LIFECYCLE_URL"
 SETUP = "setup"        # the run's setup commands are still running
 READY = "ready"        # the body runs and no drain has started
 DRAINING = "draining"  # flush and exit (or requeue) before deadline()
-# nymph's last phase (the grace is over, everything is being ended). A body
-# reads it as DRAINING: for a body both mean "flush and go", and phase()
+# nymph's last phase (the grace is over, everything is being ended). Its
+# endpoint reads DRAINING then, deadline past; should one send this, a body
+# reads it as DRAINING all the same: both mean "flush and go", and phase()
 # answers only the three above.
 _TERMINATING = "terminating"
 

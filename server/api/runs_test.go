@@ -255,3 +255,32 @@ func TestRunRetryFailed(t *testing.T) {
 		}
 	}
 }
+
+// TestRunsNewestFirst: GET /v1/runs lists runs newest first, and ?queue=
+// only that queue's.
+func TestRunsNewestFirst(t *testing.T) {
+	h := newHarness(t)
+	var made []string
+	for _, q := range []string{"a", "b", "a"} {
+		var c wire.RunCreated
+		h.do(http.MethodPost, "/v1/runs", operatorToken, wire.RunRequest{Queue: q, Argv: []string{"true"},
+			Jobs: []wire.RunJob{{}}}).want(t, http.StatusCreated, &c)
+		made = append(made, c.RunID)
+	}
+	var all, ofA wire.RunList
+	h.do(http.MethodGet, "/v1/runs", operatorToken, nil).want(t, http.StatusOK, &all)
+	h.do(http.MethodGet, "/v1/runs?queue=a", operatorToken, nil).want(t, http.StatusOK, &ofA)
+	ids := func(l wire.RunList) []string {
+		var out []string
+		for _, r := range l.Runs {
+			out = append(out, r.RunID)
+		}
+		return out
+	}
+	if got, want := ids(all), []string{made[2], made[1], made[0]}; !slices.Equal(got, want) {
+		t.Errorf("GET /v1/runs = %v, want newest first %v", got, want)
+	}
+	if got, want := ids(ofA), []string{made[2], made[0]}; !slices.Equal(got, want) {
+		t.Errorf("GET /v1/runs?queue=a = %v, want %v", got, want)
+	}
+}

@@ -45,6 +45,9 @@ type RunRequest struct {
 	// first value.
 	Matrix map[string][]string `json:"matrix,omitempty"`
 	Jobs   []RunJob            `json:"jobs,omitempty"`
+	// expanded holds the jobs Validate made, so RunSpec does not expand
+	// and check up to MaxRunJobs again.
+	expanded []domain.RunJob
 	// Input is every job's input (a listed job's own replaces it). Last,
 	// and omitted when unset, so the idempotency hash of a request without
 	// it is what it always was.
@@ -73,14 +76,18 @@ const MaxAxisValueBytes = 1024
 // Validate checks r and every job it makes (each as its own submit would
 // be checked; an error names the job's index).
 func (r *RunRequest) Validate() error {
-	_, err := r.jobs()
+	jobs, err := r.jobs()
+	r.expanded = jobs
 	return err
 }
 
 // RunSpec is what r asks for, its jobs in index order. Call it on a
 // request Decode validated.
 func (r RunRequest) RunSpec() domain.RunSpec {
-	jobs, _ := r.jobs()
+	jobs := r.expanded
+	if jobs == nil {
+		jobs, _ = r.jobs()
+	}
 	spec := domain.RunSpec{Queue: r.Queue, Name: r.Name, Jobs: jobs, IdempotencyKey: r.IdempotencyKey}
 	if r.IdempotencyKey != "" {
 		b, _ := json.Marshal(r)

@@ -374,11 +374,19 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 		Workdir: cfg.Workdir, KillAfter: cfg.KillAfter,
 		BaseEnv: process.DefaultBaseEnv(os.Getenv, cfg.PassEnv...), Logger: a.log, RunAs: a.runAs,
 		Clock: cfg.Clock, Ledger: ledger,
+		WarmCapacity: cfg.Capacity, WarmKeepAlive: cfg.WarmKeepAlive,
+	}
+	if a.views != nil {
+		rcfg.Runtime = a.views // warm processes pull their invocations there (docs/warm.md)
 	}
 	if a.testRunnerConfig != nil {
 		a.testRunnerConfig(&rcfg)
 	}
 	a.runner = process.New(rcfg)
+	// Warm processes end before the runtime API they pull from (deferred
+	// earlier, so it stops later): told to end, they get the grace to run
+	// their on_shutdown hooks, the drain having told them already.
+	defer a.runner.CloseWarm(cfg.KillAfter)
 	a.logs = logship.New(logship.Config{Retryable: client.Retryable, Clock: cfg.Clock, Logger: a.log})
 	logsCtx, stopLogs := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopLogs()

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"github.com/dreamlake/lakeshore/agent/internal/process"
 	"log/slog"
 	"net/http"
 	"net/netip"
@@ -41,6 +42,9 @@ type Config struct {
 	// reads its lifecycle view at (NYMPH_LIFECYCLE_URL; lifecycle.go):
 	// port 0 picks a free one; "" or "off" serves none.
 	LifecycleAddr string
+	// WarmKeepAlive is how long a resident body's idle warm process is
+	// kept (--warm-keep-alive; docs/warm.md); 0: the default.
+	WarmKeepAlive time.Duration
 	MachineID     string
 	PollInterval  time.Duration // 0: what the control plane answers (hello's poll_interval_s)
 	// KeepRuns is how long a finished run's directory stays once its ack is
@@ -123,6 +127,7 @@ func DefaultConfig() Config {
 		KeepRunsSize:   DefaultKeepRunsSize,
 		IntrospectAddr: "127.0.0.1:7788",
 		LifecycleAddr:  "127.0.0.1:0",
+		WarmKeepAlive:  process.DefaultWarmKeepAlive,
 		HelloAttempts:  DefaultHelloAttempts,
 		OnRebalance:    OnRebalanceLog,
 	}
@@ -170,7 +175,7 @@ func (c Config) withDefaults() (Config, error) {
 	if c.StateDir == "" {
 		return c, fmt.Errorf("--state-dir is required")
 	}
-	if c.Grace < 0 || c.KillAfter < 0 || c.KeepAlive < 0 || c.PollInterval < 0 || c.KeepRuns < 0 {
+	if c.Grace < 0 || c.KillAfter < 0 || c.KeepAlive < 0 || c.PollInterval < 0 || c.KeepRuns < 0 || c.WarmKeepAlive < 0 {
 		return c, fmt.Errorf("durations must not be negative")
 	}
 	if c.KeepRunsSize < 0 {

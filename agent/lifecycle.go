@@ -79,6 +79,7 @@ func (a *Agent) drainNotice(st *state, deadline time.Time) {
 	if a.views != nil {
 		a.views.Drain(deadline)
 	}
+	a.runner.DrainWarm()
 	for id, r := range st.runs {
 		sig := drainSignalOf(r.drainSignal)
 		if sig == 0 || r.signalled {

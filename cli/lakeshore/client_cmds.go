@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -109,6 +110,8 @@ type submitOptions struct {
 	retryBackoff   time.Duration
 	drainSignal    string
 	requeueCodes   []int
+	resident       bool
+	input          string
 	wait           bool
 	logs           bool
 	waitTimeout    time.Duration
@@ -170,6 +173,8 @@ func (s *submitOptions) registerJobFlags(f *pflag.FlagSet) {
 	f.DurationVar(&s.retryBackoff, "retry-backoff", 0, "wait before the first retry, 1s-15m (rounded up to seconds), doubling each time, at most 15m (default 10s)")
 	f.StringVar(&s.drainSignal, "drain-signal", "", "signal the body's process group gets as its worker starts to drain, inside the grace window: SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1 or SIGUSR2 (default: none)")
 	f.IntSliceVar(&s.requeueCodes, "requeue-exit-code", nil, "a body that exits with this status while its worker drains is handed back to the queue (attempt + 1) instead of recorded; repeatable or comma-separated")
+	f.StringVar(&s.input, "input", "", "the body's input, a JSON value (@FILE reads it from a file): nymph writes it to NYMPH_INPUT_FILE, and a Python body gets it as its argument; at most 256 KiB")
+	f.BoolVar(&s.resident, "resident", false, "run ARGV as a resident body: nymph keeps it warm and hands it invocation after invocation through NYMPH_RUNTIME_API (Python: dls.serve(); docs/warm.md)")
 }
 
 // jobRequest is the submit the job flags ask for, without argv or key.
@@ -199,9 +204,13 @@ func (s *submitOptions) jobRequest(f *pflag.FlagSet) (wire.SubmitRequest, error)
 			Workdir:          s.workdir,
 			DrainSignal:      s.drainSignal,
 			RequeueExitCodes: s.requeueCodes,
+			Resident:         s.resident,
 		},
 		TimeoutS:    int((s.timeout + time.Second - 1) / time.Second),
 		MaxAttempts: s.maxAttempts,
+	}
+	if req.Input, err = readInputFlag(s.input); err != nil {
+		return wire.SubmitRequest{}, err
 	}
 	if len(s.retryCodes) > 0 || s.retryTimeout || f.Changed("retry-backoff") {
 		req.Retry = &wire.RetryPolicy{ExitCodes: s.retryCodes, Timeout: s.retryTimeout, BackoffS: backoffS}
@@ -568,4 +577,23 @@ func withWaitTimeout(ctx context.Context, d time.Duration) (context.Context, con
 		return context.WithCancel(ctx)
 	}
 	return context.WithTimeoutCause(ctx, d, fmt.Errorf("--wait-timeout %s passed", d))
+}
+
+// readInputFlag reads --input: a JSON value, or @FILE holding one ("":
+// none). The control plane checks the size.
+func readInputFlag(v string) (json.RawMessage, error) {
+	if v == "" {
+		return nil, nil
+	}
+	b := []byte(v)
+	if name, ok := strings.CutPrefix(v, "@"); ok {
+		var err error
+		if b, err = os.ReadFile(name); err != nil {
+			return nil, fmt.Errorf("--input: %w", err)
+		}
+	}
+	if !json.Valid(b) {
+		return nil, errors.New("--input: not a JSON value (a string needs its quotes: --input '\"text\"')")
+	}
+	return json.RawMessage(b), nil
 }

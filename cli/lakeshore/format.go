@@ -172,6 +172,9 @@ func describeInvocation(w io.Writer, inv wire.Invocation, now time.Time) error {
 	if len(inv.RunConfig.RequeueExitCodes) > 0 {
 		row("Requeue on exit", joinInts(inv.RunConfig.RequeueExitCodes)+" (while its worker drains)")
 	}
+	if inv.RunConfig.Resident {
+		row("Resident", "yes (served by a warm process)")
+	}
 	row("Host key", inv.HostKey)
 	if inv.TimeoutS > 0 {
 		row("Timeout", (time.Duration(inv.TimeoutS) * time.Second).String())

@@ -121,7 +121,7 @@ func runRunSubmit(cmd *cobra.Command, o *clientOptions, s *runSubmitOptions, arg
 		return err
 	}
 	req := wire.RunRequest{Queue: job.Queue, Name: s.name, Argv: argv, Env: job.Env, RunConfig: job.RunConfig,
-		TimeoutS: job.TimeoutS, MaxAttempts: job.MaxAttempts, Retry: job.Retry}
+		TimeoutS: job.TimeoutS, MaxAttempts: job.MaxAttempts, Retry: job.Retry, Input: job.Input}
 	switch {
 	case len(s.matrix) > 0 && s.jobsFile != "":
 		return errors.New("--matrix and --jobs exclude each other: a run is a matrix's product or a list of jobs")

@@ -171,6 +171,7 @@ type runConfigRecord struct {
 	// DrainSignal and RequeueExitCodes: docs/lifecycle.md.
 	DrainSignal      string `dynamodbav:"drain_signal,omitempty"`
 	RequeueExitCodes []int  `dynamodbav:"requeue_exit_codes,omitempty"`
+	Resident         bool   `dynamodbav:"resident,omitempty"`
 }
 
 // errorInfoRecord is the stored form of domain.ErrorInfo.

@@ -116,6 +116,9 @@ type RunConfig struct {
 	// asks to be handed back (docs/lifecycle.md).
 	DrainSignal      string
 	RequeueExitCodes []int
+	// Resident bodies run on warm processes that serve invocation after
+	// invocation (docs/warm.md).
+	Resident bool
 }
 
 // ErrorInfo is an invocation's error: a type an operator can group by and

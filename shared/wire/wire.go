@@ -230,6 +230,11 @@ type RunConfig struct {
 	// queue instead of recorded (docs/lifecycle.md).
 	DrainSignal      string `json:"drain_signal,omitempty"`
 	RequeueExitCodes []int  `json:"requeue_exit_codes,omitempty"`
+	// Resident makes the body resident: nymph keeps a warm process per
+	// run config and hands it invocation after invocation through its
+	// runtime API (NYMPH_RUNTIME_API), so state the process loaded stays
+	// for the next body (docs/warm.md).
+	Resident bool `json:"resident,omitempty"`
 }
 
 // DrainSignals are the signals run_config.drain_signal may name.

@@ -118,6 +118,7 @@ func parseFlagsTo(args []string, getenv func(string) string, out io.Writer) (age
 	fs.BoolVar(&c.AdoptHostSetup, "adopt-host-setup", false, "a generic worker (no host setup) that, idle, may be asked to run queued work's host_setup and take on its host key (docs/provision.md)")
 	fs.StringVar(&c.IntrospectAddr, "introspect-addr", def.IntrospectAddr, "loopback address for /status, /readyz, /livez (\"off\" disables)")
 	fs.StringVar(&c.LifecycleAddr, "lifecycle-addr", def.LifecycleAddr, "loopback address of the endpoint bodies read their lifecycle at (NYMPH_LIFECYCLE_URL; port 0: any free one; \"off\" disables)")
+	fs.DurationVar(&c.WarmKeepAlive, "warm-keep-alive", def.WarmKeepAlive, "how long a resident body's idle warm process is kept (run_config.resident; docs/warm.md)")
 	fs.StringVar(&c.MachineID, "machine-id", "", "machine id (default: EC2 instance id, /etc/machine-id, hostname)")
 	fs.DurationVar(&c.PollInterval, "poll-interval", def.PollInterval, "poll interval (0: what the control plane answers)")
 	fs.DurationVar(&c.KeepRuns, "keep-runs", def.KeepRuns, "keep a finished run's directory this long after it ended (0: remove it once its ack is answered)")

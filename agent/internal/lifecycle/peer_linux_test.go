@@ -11,11 +11,10 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/dreamlake/lakeshore/agent/internal/process"
 )
 
 // dialEnv switches the test binary into a caller of the endpoint (see
@@ -152,15 +151,23 @@ func listenLoopback(t *testing.T, members func(pgid int) []int) *Server {
 // (IPv4) endpoint over an AF_INET6 socket connected to ::ffff:127.0.0.1
 // (the kernel lists that socket in /proc/net/tcp6, not tcp) reads its
 // view; a process of another group over the same kind of socket still
-// reads nothing. Both are real processes, each a group of its own; the
-// run's group is found by the daemon's own member listing.
+// reads nothing. Both are real processes, each a group of its own (of
+// one member: the package that lists a group's members, process, serves
+// warm processes from this one, so its listing is not imported here).
 func TestRunViewDualStackCaller(t *testing.T) {
-	s := listenLoopback(t, process.GroupMembers)
+	var memberPgid atomic.Int64
+	s := listenLoopback(t, func(pgid int) []int {
+		if int64(pgid) == memberPgid.Load() {
+			return []int{pgid}
+		}
+		return nil
+	})
 	h, err := s.Add(Run{HostKey: "hk1_abc", WorkerID: "wrk_1", InvocationID: "inv_1", Attempt: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	member := startCaller(t, h.URL())
+	memberPgid.Store(int64(member.pgid))
 	stranger := startCaller(t, h.URL())
 	started := make(chan struct{})
 	close(started)

@@ -6,6 +6,9 @@
 //	GET  <url>?wait=draining  → the same, once the drain starts (or the run ends)
 //	POST <url>/requeue        → "done flushing: hand me back" (202; 409 unless draining)
 //
+// Warm processes of resident bodies pull their invocations from the same
+// server, at a URL of their own (runtime.go).
+//
 // The URL's last segment is a secret of the run, and a request is answered
 // only to a process of the run's process group (Linux: the caller's socket
 // is looked up in /proc; peer_linux.go), so no other run — another
@@ -29,6 +32,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
 // Phases a body reads. Booting and terminating have no spelling here: no
@@ -81,8 +86,14 @@ type Server struct {
 	// process of group pgid: inGroup, which tests replace.
 	peer func(remote, local netip.AddrPort, pgid int, members func(pgid int) []int) error
 
+	// nextHold bounds a held GET next; maxResult bounds a posted result
+	// (runtime.go).
+	nextHold  time.Duration
+	maxResult int
+
 	mu       sync.Mutex
 	runs     map[[sha256.Size]byte]*entry
+	warm     map[[sha256.Size]byte]*Warm
 	draining bool
 	deadline time.Time
 	drained  chan struct{} // closed as the drain starts
@@ -133,8 +144,9 @@ func Listen(addr string, cfg Config) (*Server, error) {
 // newServer is a Server answering at base, not yet serving.
 func newServer(cfg Config, base string) *Server {
 	return &Server{
-		cfg: cfg, log: cfg.Logger, base: base, peer: inGroup,
-		runs: map[[sha256.Size]byte]*entry{}, drained: make(chan struct{}), closing: make(chan struct{}),
+		cfg: cfg, log: cfg.Logger, base: base, peer: inGroup, nextHold: DefaultNextHold, maxResult: wire.MaxResultBlobBytes,
+		runs: map[[sha256.Size]byte]*entry{}, warm: map[[sha256.Size]byte]*Warm{},
+		drained: make(chan struct{}), closing: make(chan struct{}),
 	}
 }
 
@@ -246,6 +258,10 @@ func isClosed(c <-chan struct{}) bool {
 // must be one of its processes, then GET reads (or waits for) the view
 // and POST …/requeue hands the run back.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if rest, ok := strings.CutPrefix(r.URL.Path, runtimePrefix); ok {
+		s.serveRuntime(w, r, rest)
+		return
+	}
 	rest, ok := strings.CutPrefix(r.URL.Path, pathPrefix)
 	if !ok {
 		writeError(w, http.StatusNotFound, "not found")
@@ -259,7 +275,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no such run (it may have ended)")
 		return
 	}
-	if err := s.allowed(r, e); err != nil {
+	s.mu.Lock()
+	group := e.group
+	s.mu.Unlock()
+	if err := s.allowedGroup(r, group); err != nil {
 		s.log.Warn("lifecycle endpoint: refused a caller that is not a process of the run",
 			"invocation_id", e.run.InvocationID, "attempt", e.run.Attempt, "remote", r.RemoteAddr, "error", err.Error())
 		writeError(w, http.StatusForbidden, "only the run's own processes may read its lifecycle view")
@@ -278,8 +297,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// allowed checks that the caller is a process of e's run.
-func (s *Server) allowed(r *http.Request, e *entry) error {
+// allowedGroup checks that the caller is a process of the process group
+// group reports (nil, or 0: none runs, and nobody is let in).
+func (s *Server) allowedGroup(r *http.Request, group func() int) error {
 	remote, err := netip.ParseAddrPort(r.RemoteAddr)
 	if err != nil {
 		return fmt.Errorf("remote address %q: %w", r.RemoteAddr, err)
@@ -292,9 +312,6 @@ func (s *Server) allowed(r *http.Request, e *entry) error {
 	if err != nil {
 		return fmt.Errorf("local address %q: %w", la, err)
 	}
-	s.mu.Lock()
-	group := e.group
-	s.mu.Unlock()
 	pgid := 0
 	if group != nil {
 		pgid = group()

@@ -181,6 +181,9 @@ func (r *Run) supervised(workerID, dir, bodyDir string, stdout, stderr *os.File)
 		r.seal()
 		return failedOutcome(ErrorTypeStartFailed, "argv is empty", nil)
 	}
+	if r.inv.RunConfig.Resident {
+		return r.serveResident(workerID, dir, bodyDir, stdout, stderr, timeout)
+	}
 	path, err := lookPathIn(r.inv.Argv[0], envValue(env, "PATH"))
 	if err != nil {
 		r.seal()

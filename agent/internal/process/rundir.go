@@ -54,6 +54,11 @@ func createLog(path string) (*os.File, error) {
 // nothing overrides.
 // NYMPH_INPUT_FILE is set only for an invocation that carries input.
 func bodyEnv(base []string, inv wire.RunInvocation, workerID, dir string) []string {
+	return mergeEnv(base, inv.RunConfig.Env, inv.Env, nymphVars(inv, workerID, dir))
+}
+
+// nymphVars are the NYMPH_* variables of a run whose directory is dir.
+func nymphVars(inv wire.RunInvocation, workerID, dir string) map[string]string {
 	nymph := map[string]string{
 		"NYMPH_INVOCATION_ID": inv.InvocationID,
 		"NYMPH_ATTEMPT":       strconv.Itoa(inv.Attempt),
@@ -64,7 +69,7 @@ func bodyEnv(base []string, inv wire.RunInvocation, workerID, dir string) []stri
 	if len(inv.Input) > 0 {
 		nymph["NYMPH_INPUT_FILE"] = filepath.Join(dir, InputFileName)
 	}
-	return mergeEnv(base, inv.RunConfig.Env, inv.Env, nymph)
+	return nymph
 }
 
 // writeInput writes an invocation's input to path, made afresh: a file a

@@ -78,6 +78,15 @@ type Config struct {
 	// attempt's directory.
 	RunAs *RunAs
 
+	// Runtime, if set, is the runtime API warm processes pull their
+	// invocations from; without it a resident run fails to start.
+	// WarmCapacity bounds the warm processes kept (the daemon's
+	// --capacity); WarmKeepAlive is how long an idle one is kept (zero:
+	// DefaultWarmKeepAlive).
+	Runtime       RuntimeAPI
+	WarmCapacity  int
+	WarmKeepAlive time.Duration
+
 	// LiveMembers reports the processes of group pgid that still run
 	// (default: read from /proc); tests make a group outlive its SIGKILL.
 	LiveMembers func(pgid int) []int
@@ -107,8 +116,9 @@ type Hooks struct {
 // descendant that leaves the group (setsid, a daemonising double fork)
 // escapes termination; containing that needs cgroups.
 type Runner struct {
-	cfg Config
-	log *slog.Logger
+	cfg  Config
+	log  *slog.Logger
+	warm *pool // nil without a runtime API
 }
 
 // NewRunner returns a runner for cfg, with its zero fields defaulted.
@@ -128,7 +138,14 @@ func New(cfg Config) *Runner {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Runner{cfg: cfg, log: log}
+	if cfg.WarmKeepAlive <= 0 {
+		cfg.WarmKeepAlive = DefaultWarmKeepAlive
+	}
+	r := &Runner{cfg: cfg, log: log}
+	if cfg.Runtime != nil {
+		r.warm = &pool{r: r, live: map[*warmProc]bool{}}
+	}
+	return r
 }
 
 // DefaultBaseEnv reports a minimal clean environment for bodies, read through

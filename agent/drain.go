@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dreamlake/lakeshore/agent/internal/health"
+	"github.com/dreamlake/lakeshore/agent/internal/process"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
@@ -106,6 +107,15 @@ func (a *Agent) settle(ctx context.Context, st *state, r *running) {
 			msg = "cleanup not confirmed: processes of the run outlived SIGKILL; handing it back (counted in inflight_abandoned) although they may still be running"
 		}
 		a.log.Error(msg, "invocation_id", id, "attempt", attempt, "pid", r.run.Pid(), "pgid", pgid, "pids", pids)
+	}
+	if o.Abandoned && o.Error != nil && o.Error.Type == process.ErrorTypeProcessLost {
+		// Its warm process died under it, as a worker may: no ack; the next
+		// poll leaves it out, and the control plane hands it out again
+		// (attempt + 1), as it does a lost worker's (docs/warm.md).
+		a.retention.Release(id, attempt)
+		a.log.Warn("the warm process died while the body ran; the next poll hands the invocation back",
+			"invocation_id", id, "attempt", attempt, "error", o.Error.Message)
+		return
 	}
 	if o.Abandoned {
 		// No ack will come for it: the next attempt runs elsewhere, or here

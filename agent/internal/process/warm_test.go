@@ -16,6 +16,7 @@ import (
 
 	"github.com/dreamlake/lakeshore/agent/internal/lifecycle"
 	"github.com/dreamlake/lakeshore/agent/internal/process/proctest"
+	"github.com/dreamlake/lakeshore/shared/clock"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
@@ -102,7 +103,7 @@ func TestWarmHelperProcess(t *testing.T) {
 
 // warmTestRunner is a runner with a runtime API (a real lifecycle
 // server on a loopback port) and capacity warm processes.
-func warmTestRunner(t *testing.T, capacity int) *Runner {
+func warmTestRunner(t *testing.T, capacity int, mods ...func(*Config)) *Runner {
 	t.Helper()
 	s, err := lifecycle.Listen("127.0.0.1:0", lifecycle.Config{Members: GroupMembers})
 	if err != nil {
@@ -112,6 +113,9 @@ func warmTestRunner(t *testing.T, capacity int) *Runner {
 		c.Runtime = s
 		c.WarmCapacity = capacity
 		c.BaseEnv = append(c.BaseEnv, "GOCOVERDIR="+os.TempDir())
+		for _, m := range mods {
+			m(c)
+		}
 	})
 	t.Cleanup(func() {
 		r.CloseWarm(time.Second)
@@ -292,4 +296,25 @@ func TestWarmWithoutRuntimeAPI(t *testing.T) {
 	r := runnerTestNew(t)
 	o := runnerTestOutcome(t, runnerTestStart(t, r, warmTestInv("inv_1", "serve", `{}`)))
 	runnerTestError(t, o, ErrorTypeStartFailed, "runtime API")
+}
+
+// TestWarmKeepAlive: an idle warm process is kept while it is younger
+// than WarmKeepAlive and told to end once it is older.
+func TestWarmKeepAlive(t *testing.T) {
+	fake := clock.NewFake(time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC))
+	r := warmTestRunner(t, 1, func(c *Config) {
+		c.Clock = fake.Clock()
+		c.WarmKeepAlive = time.Minute
+	})
+	warmTestResult(t, runnerTestOutcome(t, runnerTestStart(t, r, warmTestInv("inv_1", "serve", `{}`))))
+	fake.Advance(59 * time.Second)
+	r.ExpireWarm()
+	if n := r.WarmProcesses(); n != 1 {
+		t.Fatalf("%d warm processes before the keep-alive passed, want 1", n)
+	}
+	fake.Advance(time.Second)
+	r.ExpireWarm()
+	if n := r.WarmProcesses(); n != 0 {
+		t.Fatalf("%d warm processes once the keep-alive passed, want 0", n)
+	}
 }

@@ -304,7 +304,7 @@ func runPages[T any](t *testing.T, d *devServer, id string, records bool) []T {
 	var out []T
 	next := "0"
 	for pages := 0; next != ""; pages++ {
-		if pages > 10 {
+		if pages > wire.MaxRunJobs/3+1 {
 			t.Fatalf("results of %s never ended", id)
 		}
 		u := fmt.Sprintf("%s/v1/runs/%s/results?from=%s&limit=3&records=%v", d.URL, id, next, records)

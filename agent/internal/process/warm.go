@@ -9,8 +9,9 @@ package process
 // A warm process runs like a body: its own session and process group,
 // Pdeathsig, a ledger record (so a SIGKILLed daemon's successor kills it),
 // the clean environment, --run-as. It starts in a directory of its own,
-// <Workdir>/.warm/<id>, and is keyed by its argv and the whole run config:
-// a process never serves an invocation of another run config. The pool
+// <Workdir>/.warm/<id>, and is keyed by its argv, the whole run config and
+// its env (processEnv): a process never serves an invocation of another
+// run config or env. The pool
 // holds at most Config.WarmCapacity of them, one invocation each at a
 // time; an idle one is stopped after WarmKeepAlive, or sooner when a
 // process of another key needs its place.
@@ -25,12 +26,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
 	"unsafe"
 
 	"github.com/dreamlake/lakeshore/agent/internal/lifecycle"
+	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
@@ -116,16 +119,30 @@ func (p *warmProc) group() int {
 // stop terminates the process's group (SIGTERM, KillAfter, SIGKILL).
 func (p *warmProc) stop() { p.stopOnce.Do(func() { close(p.stopc) }) }
 
-// residentKey is the key a warm process serves: the body's argv and its
-// whole run config. An invocation's own env is not in it: that is set per
-// invocation.
+// residentKey is the key a warm process serves: the body's argv, its
+// whole run config and its process env.
 func residentKey(inv wire.RunInvocation) string {
 	b, _ := json.Marshal(struct {
-		Argv      []string       `json:"argv"`
-		RunConfig wire.RunConfig `json:"run_config"`
-	}{inv.Argv, inv.RunConfig})
+		Argv      []string          `json:"argv"`
+		RunConfig wire.RunConfig    `json:"run_config"`
+		Env       map[string]string `json:"env"`
+	}{inv.Argv, inv.RunConfig, processEnv(inv)})
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
+}
+
+// processEnv is the part of an invocation's env a warm process starts
+// with: all of it but what tells one job of a run from another
+// (LAKESHORE_RUN_ID, LAKESHORE_RUN_INDEX, LAKESHORE_MATRIX_*), which is set
+// per invocation, so the jobs of a run share their processes.
+func processEnv(inv wire.RunInvocation) map[string]string {
+	env := map[string]string{}
+	for k, v := range inv.Env {
+		if k != domain.EnvRunID && k != domain.EnvRunIndex && !strings.HasPrefix(k, domain.EnvMatrixPrefix) {
+			env[k] = v
+		}
+	}
+	return env
 }
 
 // acquire returns a warm process of inv's key, busy for the caller, with
@@ -184,7 +201,7 @@ func (w *pool) start(p *warmProc, inv wire.RunInvocation, stdout, stderr *os.Fil
 	if err := os.MkdirAll(p.dir, 0o700); err != nil {
 		return fail(fmt.Errorf("create the warm process's directory: %w", err))
 	}
-	env := mergeEnv(cfg.BaseEnv, inv.RunConfig.Env, map[string]string{EnvRuntimeAPI: api.URL()})
+	env := mergeEnv(cfg.BaseEnv, inv.RunConfig.Env, processEnv(inv), map[string]string{EnvRuntimeAPI: api.URL()})
 	var sys *syscall.SysProcAttr
 	if cfg.RunAs != nil {
 		if err := handOver(cfg.Workdir, p.dir, p.dir, cfg.RunAs.Cred); err != nil {

@@ -96,7 +96,7 @@ func TestWarmHelperProcess(t *testing.T) {
 			post(id+"/result", nil)
 			continue
 		}
-		res, _ := json.Marshal(map[string]any{"model": token, "input": task.Input, "workdir": task.Workdir, "x": task.Env["X"]})
+		res, _ := json.Marshal(map[string]any{"model": token, "input": task.Input, "workdir": task.Workdir, "x": task.Env["LAKESHORE_MATRIX_X"]})
 		post(id+"/result", res)
 	}
 }
@@ -150,15 +150,16 @@ func warmTestResult(t *testing.T, o Outcome) map[string]any {
 }
 
 // TestWarmServesInvocationsOnOneProcess: invocations of one run config
-// share one warm process (its "model" loaded once), each gets its own
-// input, env and workdir, and each run's stdout.log holds its own output
-// only; another run config gets a process of its own.
+// and env share one warm process (its "model" loaded once), even as their
+// run index and matrix cell differ; each gets its own input, env and
+// workdir, and each run's stdout.log holds its own output only. Another
+// run config, or another env, gets a process of its own.
 func TestWarmServesInvocationsOnOneProcess(t *testing.T) {
 	r := warmTestRunner(t, 2)
 	var model string
 	for i := range 4 {
 		inv := warmTestInv(fmt.Sprintf("inv_%d", i), "serve", fmt.Sprintf(`{"n":%d}`, i))
-		inv.Env = map[string]string{"X": fmt.Sprint("x", i)}
+		inv.Env = map[string]string{"LAKESHORE_RUN_INDEX": fmt.Sprint(i), "LAKESHORE_MATRIX_X": fmt.Sprint("x", i), "SHARED": "1"}
 		o := runnerTestOutcome(t, runnerTestStart(t, r, inv))
 		m := warmTestResult(t, o)
 		if i == 0 {
@@ -182,8 +183,13 @@ func TestWarmServesInvocationsOnOneProcess(t *testing.T) {
 	if m := warmTestResult(t, runnerTestOutcome(t, runnerTestStart(t, r, other))); m["model"] == model {
 		t.Fatal("another run config was served by the first one's process")
 	}
+	otherEnv := warmTestInv("inv_other_env", "serve", `{}`)
+	otherEnv.Env = map[string]string{"SHARED": "2"}
+	if m := warmTestResult(t, runnerTestOutcome(t, runnerTestStart(t, r, otherEnv))); m["model"] == model {
+		t.Fatal("an invocation of another env was served by the first one's process")
+	}
 	if n := r.WarmProcesses(); n != 2 {
-		t.Fatalf("%d warm processes, want 2", n)
+		t.Fatalf("%d warm processes at capacity 2", n)
 	}
 }
 

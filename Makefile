@@ -111,6 +111,7 @@ bench: build tools lambdas
 	$(GO) test -run '^$$' -bench LambdaColdStart -benchtime 5x ./tests/
 	$(GO) test -run '^$$' -bench Dispatch -benchtime 1x -timeout 30m ./tests/
 	$(GO) test -run '^$$' -bench DrainNotice -benchtime 3x ./tests/
+	$(GO) test -run '^$$' -bench WarmStart -benchtime 1x ./tests/
 	@echo "deploy bootstraps ($(LAMBDA_ARCH), dist/; target <= 15 MB):"
 	@for f in $(FUNCTIONS); do stat -c '  %n %s bytes' $(DIST)/$$f/bootstrap; done
 	bash scripts/footprint.sh

@@ -163,7 +163,9 @@ class Resident:
         """Runs the script until it exits; returns (status, stdout, stderr).
         stdout and stderr are files, not pipes, so the fake can read what
         the process has written when a post arrives."""
-        e = {k: v for k, v in os.environ.items() if not k.startswith("NYMPH_")}
+        # Without PYTHONUNBUFFERED, as nymph starts bodies: stdout to a file
+        # is block-buffered, so only a flush puts a line there.
+        e = {k: v for k, v in os.environ.items() if not k.startswith("NYMPH_") and k != "PYTHONUNBUFFERED"}
         e.update(PYTHONPATH=str(ROOT), PYTHONDONTWRITEBYTECODE="1", HOOK_LOG=str(self.log),
                  NYMPH_RUNTIME_API=self.fake.url)
         e.update(env)

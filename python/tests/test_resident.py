@@ -432,5 +432,46 @@ class ResidentTest(unittest.TestCase):
         self.assertNotIn("lifecycle", r.fake.paths("GET"))
 
 
+class WarmExampleTest(unittest.TestCase):
+    """examples/warm/eval.py, served resident and plain."""
+
+    EXAMPLE = ROOT.parent / "examples" / "warm" / "eval.py"
+
+    def test_resident_loads_once(self):
+        r = Resident(self, "", [])
+        dirs = [r.dir / ("job%d" % i) for i in range(3)]
+        for d in dirs:
+            d.mkdir()
+        r.fake.script = [inv(i, workdir=str(d), input={"i": i}) for i, d in enumerate(dirs)]
+        loads = r.dir / "loads.log"
+        code, stdout, stderr = r.run(argv=[str(self.EXAMPLE)], WARM_LOAD_S="0.2", WARM_LOAD_LOG=str(loads))
+        self.assertEqual(code, 0, stderr)
+        results = [r.fake.doc("inv_%d/result" % i) for i in range(3)]
+        self.assertEqual(len(loads.read_text().splitlines()), 1)
+        self.assertEqual({x["model"] for x in results}, {loads.read_text().strip()})
+        self.assertEqual(len({x["pid"] for x in results}), 1)
+        self.assertEqual([x["input"] for x in results], [{"i": 0}, {"i": 1}, {"i": 2}])
+        self.assertEqual([x["scratch"] for x in results], [str((d / "scratch").resolve()) for d in dirs])
+        self.assertTrue(all(isinstance(x["score"], float) for x in results))
+
+    def test_plain_loads_per_process(self):
+        tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(tmp.cleanup)
+        loads = pathlib.Path(tmp.name) / "loads.log"
+        e = {k: v for k, v in os.environ.items() if not k.startswith("NYMPH_")}
+        e.update(PYTHONPATH=str(ROOT), PYTHONDONTWRITEBYTECODE="1", WARM_LOAD_S="0", WARM_LOAD_LOG=str(loads))
+        results = []
+        for _ in range(2):
+            p = subprocess.run([sys.executable, str(self.EXAMPLE)], cwd=tmp.name, env=e, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, universal_newlines=True, timeout=TIMEOUT)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            results.append(json.loads(p.stdout))
+        tokens = loads.read_text().split()
+        self.assertEqual(len(tokens), 2)
+        self.assertEqual([x["model"] for x in results], tokens)
+        self.assertNotEqual(tokens[0], tokens[1])
+        self.assertIsNone(results[0]["input"])
+
+
 if __name__ == "__main__":
     unittest.main()

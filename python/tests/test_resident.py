@@ -272,7 +272,7 @@ class ResidentTest(unittest.TestCase):
         # SystemExit from the body fails its invocation only.
         err = r.fake.doc("inv_2/error")
         self.assertEqual(err["error_type"], "SystemExit")
-        self.assertIn("sys.exit(3)", err["error_message"])
+        self.assertEqual(err["error_message"], "the body __main__.evaluate called sys.exit(3)")
         self.assertEqual(r.fake.doc("inv_3/result")["calls"], 3)  # still the same process
         self.assertNotIn("inv_1/result", r.fake.posts)
         self.assertNotIn("inv_2/result", r.fake.posts)

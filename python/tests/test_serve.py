@@ -1,7 +1,6 @@
 """Tests of dls.body / dls.serve() in plain mode (resident mode:
-test_resident.py): each runs a body script in
-a subprocess with a temporary directory and nymph's variables, as nymph
-would."""
+test_resident.py): each runs a body script in a subprocess with a temporary
+directory and nymph's variables, as nymph would."""
 
 import json
 import os

@@ -156,18 +156,19 @@ def _fail(message, error_type="ServeError"):
     return _Failure(error_type, message)
 
 
-def _guarded(what, catch, fn, *args):
-    """fn(*args); an exception of a catch type prints what and its
-    traceback on stderr and raises _Failure."""
+def _guarded(who, catch, fn, *args):
+    """fn(*args) (who names it: "the body m.f"); an exception of a catch
+    type prints that who failed and its traceback on stderr and raises
+    _Failure."""
     try:
         return fn(*args)
     except catch as e:
-        print(_PREFIX + what, file=sys.stderr)
+        print(_PREFIX + who + " failed:", file=sys.stderr)
         lines = traceback.format_exception(type(e), e, e.__traceback__)
         sys.stderr.write("".join(lines))
         sys.stderr.flush()
         if isinstance(e, SystemExit):
-            message = "sys.exit(%r) in %s" % (e.code, what.rstrip(":"))
+            message = "%s called sys.exit(%r)" % (who, e.code)
         else:
             message = str(e)
         raise _Failure(type(e).__name__, message, "".join(lines).splitlines()) from None
@@ -189,7 +190,7 @@ def _host_setup(catch):
 
 def _run_hooks(kind, hooks, catch):
     for hook in list(hooks):
-        _guarded("%s hook %s failed:" % (kind, _name(hook)), catch, hook)
+        _guarded("%s hook %s" % (kind, _name(hook)), catch, hook)
 
 
 def _invoke(fn, inp, catch):
@@ -197,7 +198,7 @@ def _invoke(fn, inp, catch):
     then the body. Returns the result as compact JSON, or None when the
     body returned None. Raises _Failure."""
     _run_hooks("on_run_setup", lifecycle._run_setup_hooks, catch)
-    result = _guarded("the body %s failed:" % _name(fn), catch, fn, inp)
+    result = _guarded("the body %s" % _name(fn), catch, fn, inp)
     return None if result is None else _encode(fn, result)
 
 

@@ -10,9 +10,10 @@ import sys
 import tempfile
 import textwrap
 import threading
-import http.server
 import unittest
 from urllib.parse import urlsplit, parse_qs
+
+from . import fakehttp
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent  # python/
 SECRET = "7rtsecretpath"  # the runtime API's secret path segment; no output may show it
@@ -28,13 +29,13 @@ def inv(n, **fields):
     return doc
 
 
-class FakeRuntime:
+class FakeRuntime(fakehttp.Fake):
     """nymph's runtime API for one warm process. GET next answers from
     script, in order: a dict is an invocation (200), an int a bare status
     (204, 500...); once script is used up, 410."""
 
     def __init__(self, script, stdout_path=None):
-        self.cond = threading.Condition()
+        super().__init__()
         self.script = list(script)
         self.requests = []      # (method, path after the base, body bytes), in order
         self.posts = {}         # path after the base -> body bytes
@@ -44,28 +45,10 @@ class FakeRuntime:
                      "invocation_id": "", "attempt": 0}
         self.on_lifecycle_get = None  # called (under cond) on each GET lifecycle without wait
         self.before_next = None       # called (not under cond) before GET next answers
-        self.closing = False
         fake = self
         prefix = "/v1/runtime/" + SECRET + "/"
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def answer(self, code, doc=None, headers=()):
-                data = b"" if doc is None else json.dumps(doc).encode()
-                try:
-                    self.send_response(code)
-                    for k, v in headers:
-                        self.send_header(k, v)
-                    if doc is not None:
-                        self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-                except OSError:
-                    pass  # the client gave up on a held wait
-
+        class Handler(fakehttp.JSONHandler):
             def route(self, method):
                 url = urlsplit(self.path)
                 if not url.path.startswith(prefix):
@@ -117,9 +100,7 @@ class FakeRuntime:
             def do_POST(self):
                 self.route("POST")
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
-        self.thread.start()
+        self.server = fakehttp.start(Handler)
 
     @property
     def url(self):
@@ -132,13 +113,6 @@ class FakeRuntime:
     def doc(self, path):
         """The JSON a post to path carried."""
         return json.loads(self.posts[path].decode("utf-8"))
-
-    def close(self):
-        with self.cond:
-            self.closing = True
-            self.cond.notify_all()
-        self.server.shutdown()
-        self.server.server_close()
 
 
 class Resident:

@@ -340,12 +340,8 @@ class _RuntimeAPI:
 
 def _error_of(answer):
     """': message' of an {"error": "message"} answer, or ''."""
-    try:
-        doc = json.loads(answer.decode("utf-8"))
-    except ValueError:
-        return ""
-    message = doc.get("error") if isinstance(doc, dict) else None
-    return ": " + message if isinstance(message, str) and message else ""
+    message = lifecycle._error_message(answer)
+    return ": " + message if message else ""
 
 
 def _serve_resident(fn, base):

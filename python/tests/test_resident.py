@@ -10,6 +10,7 @@ import sys
 import tempfile
 import textwrap
 import threading
+import time
 import unittest
 from urllib.parse import urlsplit, parse_qs
 
@@ -316,6 +317,21 @@ class ResidentTest(unittest.TestCase):
         self.assertExit(r.run(), 0)
         self.assertEqual(r.fake.doc("inv_1/result")["echo"], "late")
         self.assertEqual(r.fake.paths(), ["next", "next", "next", "inv_1/result", "next"])
+
+    def test_read_timeout_asks_again(self):
+        # A GET next held past the client's read timeout is asked again.
+        src = HOOKED.replace("MODEL = {}", "sys.modules['dreamlake.lakeshore.serve']._NEXT_TIMEOUT = 0.2\nMODEL = {}")
+        r = Resident(self, src, [inv(1, input="after a timeout")])
+        held = threading.Event()
+
+        def hold_the_first():
+            if not held.is_set():
+                held.set()
+                time.sleep(1.0)  # past the client's 0.2 s; answered to a closed connection
+        r.fake.before_next = hold_the_first
+        self.assertExit(r.run(), 0)
+        self.assertEqual(r.fake.doc("inv_1/result")["echo"], "after a timeout")
+        self.assertGreaterEqual(r.fake.paths().count("next"), 3)
 
     def test_unservable(self):
         for status in (500, 403, 404):

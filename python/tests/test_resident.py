@@ -281,6 +281,23 @@ class ResidentTest(unittest.TestCase):
         self.assertEqual(r.hooks(), ["host", "run:a:one", "body", "run:b:two", "body",
                                      "run:%s:-" % r.dir.name, "body"])
 
+    def test_bad_invocation_fails_alone(self):
+        r = Resident(self, HOOKED, [])
+        r.fake.script = [inv(1, workdir=str(r.dir / "missing")), inv(2, workdir=0), inv(3, env={"JOB_VAR": 1}),
+                         inv(4, env={"A=B": "x"}), inv(5, input="fine")]
+        _, stderr = self.assertExit(r.run(), 0)
+        for n, text in ((1, "cannot enter the invocation's workdir and env"),
+                        (2, "the invocation's workdir is not a string"),
+                        (3, "the invocation's env is not an object of strings"),
+                        (4, "cannot enter the invocation's workdir and env")):
+            with self.subTest(n=n):
+                err = r.fake.doc("inv_%d/error" % n)
+                self.assertEqual(err["error_type"], "BadInvocation")
+                self.assertIn(text, err["error_message"])
+                self.assertIn(text, stderr)
+        five = r.fake.doc("inv_5/result")
+        self.assertEqual((five["echo"], five["cwd"], five["calls"]), ("fine", str(r.dir.resolve()), 1))
+
     def test_bad_result_is_an_error(self):
         r = Resident(self, HOOKED, [inv(1, input="set"), inv(2, input=3)])
         _, stderr = self.assertExit(r.run(), 0)

@@ -387,6 +387,8 @@ def _serve_one(api, fn, inv, home):
 def _enter(inv):
     """Change into the invocation's workdir and set its env. Raises _Failure."""
     workdir, env = inv.get("workdir"), inv.get("env") or {}
+    if workdir is not None and not isinstance(workdir, str):  # os.chdir would take an int as a descriptor
+        raise _fail("the invocation's workdir is not a string", "BadInvocation")
     if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
         raise _fail("the invocation's env is not an object of strings", "BadInvocation")
     try:

@@ -36,7 +36,8 @@ happened. What survives from one body to the next is what lives in the
 process: module globals, such as what the on_host_setup hooks loaded, and
 anything else a body keeps in memory; the working directory and the
 environment are per invocation. A hook or the body that raises (SystemExit
-included) or a result that is not JSON fails that invocation only: the
+included), a result that is not JSON (BadResult) or a workdir or env that
+cannot be entered (BadInvocation) fails that invocation only: the
 traceback goes to stderr, the error to nymph, and the next invocation is
 served. An on_host_setup hook that raises is reported to nymph and the
 process exits 1. When nymph ends the process (410 Gone) the on_shutdown hooks

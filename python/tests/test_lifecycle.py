@@ -1,7 +1,6 @@
 """Tests of dreamlake.lakeshore.lifecycle against a fake lifecycle endpoint on loopback."""
 
 import datetime
-import http.server
 import io
 import json
 import os
@@ -15,6 +14,8 @@ from urllib.parse import urlsplit, parse_qs
 
 from dreamlake.lakeshore import lifecycle
 
+from . import fakehttp
+
 SECRET = "3q9testsecret"  # the run's secret path segment; no error may show it
 BOUND = 10.0  # how long a test waits for what should happen at once
 
@@ -23,11 +24,12 @@ def rfc3339(t):
     return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-class FakeNymph:
+class FakeNymph(fakehttp.Fake):
     """Implements the lifecycle endpoint's contract for one run."""
 
-    def __init__(self):
-        self.cond = threading.Condition()
+    def __init__(self, path="/v1/lifecycle/" + SECRET):
+        super().__init__()
+        self.path = path  # the endpoint's path
         self.view = {"phase": "ready", "host_key": "hk1_abc", "worker_id": "w-1",
                      "invocation_id": "inv-1", "attempt": 2, "extra": "ignored"}
         self.waits = 0        # held wait requests that arrived
@@ -35,29 +37,14 @@ class FakeNymph:
         self.early_waits = 0  # answer this many waits at once, not draining
         self.fail_waits = 0   # answer this many waits with 503
         self.status = None    # when set, answer everything with this status
-        self.closing = False
         fake = self
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def answer(self, code, doc):
-                body = json.dumps(doc).encode()
-                try:
-                    self.send_response(code)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(body)))
-                    self.end_headers()
-                    self.wfile.write(body)
-                except OSError:
-                    pass  # the client gave up on a held wait
-
+        class Handler(fakehttp.JSONHandler):
             def do_GET(self):
                 url = urlsplit(self.path)
                 if fake.status:
                     return self.answer(fake.status, {"error": "refused"})
-                if url.path != "/v1/lifecycle/" + SECRET:
+                if url.path != fake.path:
                     return self.answer(404, {"error": "unknown URL"})
                 if parse_qs(url.query).get("wait") == ["draining"]:
                     with fake.cond:
@@ -78,7 +65,7 @@ class FakeNymph:
             def do_POST(self):
                 if fake.status:
                     return self.answer(fake.status, {"error": "refused"})
-                if self.path != "/v1/lifecycle/" + SECRET + "/requeue":
+                if self.path != fake.path + "/requeue":
                     return self.answer(404, {"error": "unknown URL"})
                 with fake.cond:
                     if fake.view["phase"] != "draining":
@@ -87,13 +74,11 @@ class FakeNymph:
                     view = dict(fake.view)
                 self.answer(202, view)
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
-        self.thread.start()
+        self.server = fakehttp.start(Handler)
 
     @property
     def url(self):
-        return "http://127.0.0.1:%d/v1/lifecycle/%s" % (self.server.server_port, SECRET)
+        return "http://127.0.0.1:%d%s" % (self.server.server_port, self.path)
 
     def drain(self, seconds=3600):
         with self.cond:
@@ -105,13 +90,6 @@ class FakeNymph:
         with self.cond:
             if not self.cond.wait_for(lambda: self.waits >= n, timeout=BOUND):
                 raise AssertionError("no held wait arrived")
-
-    def close(self):
-        with self.cond:
-            self.closing = True
-            self.cond.notify_all()
-        self.server.shutdown()
-        self.server.server_close()
 
 
 def dead_url():
@@ -129,6 +107,7 @@ class LifecycleTest(unittest.TestCase):
         env = mock.patch.dict(os.environ, {lifecycle.ENV_URL: self.fake.url})
         env.start()
         self.addCleanup(env.stop)
+        os.environ.pop(lifecycle.ENV_RUNTIME_API, None)  # patch.dict restores it
         # Fresh hook state per test; the module's own is process-wide.
         hooks = mock.patch.object(lifecycle, "_hooks", lifecycle._Hooks())
         hooks.start()
@@ -197,6 +176,31 @@ class LifecycleTest(unittest.TestCase):
                 with self.assertRaises(lifecycle.LifecycleError) as cm:
                     lifecycle.requeue()
                 self.assertNotIn(SECRET, str(cm.exception))
+
+    def test_resident_process(self):
+        # A resident process has NYMPH_RUNTIME_API, no NYMPH_LIFECYCLE_URL:
+        # its lifecycle endpoint is the runtime API's /lifecycle.
+        self.unset()
+        runtime = FakeNymph(path="/v1/runtime/" + SECRET + "/lifecycle")
+        self.addCleanup(runtime.close)
+        runtime.view["host_key"] = "hk1_resident"
+        os.environ[lifecycle.ENV_RUNTIME_API] = runtime.url[:-len("/lifecycle")] + "/"
+        self.assertEqual(lifecycle.host_key(), "hk1_resident")
+        runtime.drain()
+        self.assertTrue(lifecycle.requeue())
+        self.assertEqual(runtime.requeues, 1)
+        # NYMPH_LIFECYCLE_URL, when set, wins.
+        os.environ[lifecycle.ENV_URL] = self.fake.url
+        self.assertEqual(lifecycle.host_key(), "hk1_abc")
+        # Errors name the variable read, never the URL.
+        for var in (lifecycle.ENV_URL, lifecycle.ENV_RUNTIME_API):
+            with self.subTest(var=var):
+                os.environ[var] = "ftp://x/" + SECRET
+                with self.assertRaises(lifecycle.LifecycleError) as cm:
+                    lifecycle.requeue()
+                self.assertEqual(str(cm.exception), var + " is not an http URL")
+                del os.environ[var]
+        self.assertIsNone(lifecycle.phase())  # both unset: outside nymph
 
     def test_wait_draining(self):
         self.fake.early_waits = 1  # answered early once, then an error: both retried

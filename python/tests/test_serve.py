@@ -1,6 +1,6 @@
-"""Tests of dls.body / dls.serve() in plain mode: each runs a body script in
-a subprocess with a temporary directory and nymph's variables, as nymph
-would."""
+"""Tests of dls.body / dls.serve() in plain mode (resident mode:
+test_resident.py): each runs a body script in a subprocess with a temporary
+directory and nymph's variables, as nymph would."""
 
 import json
 import os
@@ -204,20 +204,6 @@ class ServeTest(unittest.TestCase):
         p = s.run()
         self.assertNotEqual(p.returncode, 0)
         self.assertIn("ServeError: no body to serve", p.stderr)
-
-    def test_runtime_api_is_refused(self):
-        s = Script(self, HOOKED)
-        p = s.run('{}', NYMPH_RUNTIME_API="127.0.0.1:9/2018-06-01/runtime")
-        self.assertNotEqual(p.returncode, 0)
-        self.assertIn("resident bodies are not supported by this version of dreamlake.lakeshore yet", p.stderr)
-        self.assertEqual(s.hooks(), [])  # nothing ran
-        self.assertFalse(s.result.exists())
-        # The same through python -m.
-        s = Script(self, HOOKED, name="hooked.py")
-        p = s.run('{}', argv=["-m", "dreamlake.lakeshore.serve", "hooked:evaluate"], NYMPH_RUNTIME_API="x")
-        self.assertEqual(p.returncode, 1, p.stderr)
-        self.assertIn("resident bodies are not supported", p.stderr)
-        self.assertEqual(s.hooks(), [])
 
     def test_hooks_reject_parentheses(self):
         import dreamlake.lakeshore as dls

@@ -1,7 +1,9 @@
 """Talk to nymph's lifecycle endpoint from a body.
 
 nymph puts the URL of a per-run loopback endpoint in each body's environment
-as NYMPH_LIFECYCLE_URL. Through it a body reads its phase and the worker's
+as NYMPH_LIFECYCLE_URL; a resident process (one nymph hands invocation after
+invocation, see dreamlake.lakeshore.serve) has NYMPH_RUNTIME_API instead, and
+its lifecycle endpoint is that API's /lifecycle. Through it a body reads its phase and the worker's
 host key, waits for a drain, runs shutdown hooks within the drain's grace
 window, and, once it has flushed, hands its invocation back to the queue
 instead of recording an outcome::
@@ -17,11 +19,11 @@ Scripts served by ``dreamlake.lakeshore.serve()`` also register setup
 hooks here: ``@lifecycle.on_host_setup`` (once per process, before the first
 body) and ``@lifecycle.on_run_setup`` (before every body); serve() runs them.
 
-Outside nymph (the variable unset) everything stays out of the way: phase(),
+Outside nymph (both variables unset) everything stays out of the way: phase(),
 host_key(), info() and deadline() return None, wait_draining() returns None,
 on_shutdown registers nothing that ever runs, and requeue() returns False.
 
-The URL's path is a secret of the run, so nothing here prints it; errors say
+Either URL's path is a secret of the run, so nothing here prints it; errors say
 "the lifecycle endpoint" instead. Standard library only, Python >= 3.8.
 """
 
@@ -44,6 +46,9 @@ __all__ = [
 ]
 
 ENV_URL = "NYMPH_LIFECYCLE_URL"
+# A resident process's runtime API; its lifecycle endpoint is this plus
+# "/lifecycle". NYMPH_LIFECYCLE_URL, when set, wins.
+ENV_RUNTIME_API = "NYMPH_RUNTIME_API"
 
 SETUP = "setup"        # the run's setup commands are still running
 READY = "ready"        # the body runs and no drain has started
@@ -88,9 +93,18 @@ class _BadURL(LifecycleError):
 
 
 def _base():
-    """The endpoint's URL without a trailing slash, or None outside nymph."""
+    """The endpoint's URL without a trailing slash, or None outside nymph:
+    NYMPH_LIFECYCLE_URL, else NYMPH_RUNTIME_API's /lifecycle."""
     url = os.environ.get(ENV_URL, "").strip().rstrip("/")
-    return url or None
+    if url:
+        return url
+    api = os.environ.get(ENV_RUNTIME_API, "").strip().rstrip("/")
+    return api + "/lifecycle" if api else None
+
+
+def _variable():
+    """The name of the variable _base() reads, for error messages."""
+    return ENV_URL if os.environ.get(ENV_URL, "").strip() else ENV_RUNTIME_API
 
 
 def _call(url, method, timeout):
@@ -99,7 +113,7 @@ def _call(url, method, timeout):
     Raises LifecycleError; its message never holds the URL.
     """
     if not url.startswith(("http://", "https://")):
-        raise _BadURL(ENV_URL + " is not an http URL")
+        raise _BadURL(_variable() + " is not an http URL")
     data = b"" if method == "POST" else None
     try:
         req = urllib.request.Request(url, data=data, method=method,
@@ -120,7 +134,7 @@ def _call(url, method, timeout):
         raise LifecycleError("the lifecycle endpoint is unreachable: %s" % (e.reason,)) from None
     except (ValueError, http.client.InvalidURL):
         # A malformed URL; the exception's text may quote it.
-        raise _BadURL(ENV_URL + " is not a valid URL") from None
+        raise _BadURL(_variable() + " is not a valid URL") from None
     except (OSError, http.client.HTTPException) as e:
         # Timeouts and resets mid-answer; their text holds no URL.
         raise LifecycleError("the lifecycle endpoint failed: %s" % (e,)) from None
@@ -262,7 +276,8 @@ class _Hooks:
     """The on_shutdown hooks and the one thread that waits for the drain."""
 
     def __init__(self):
-        self.lock = threading.Lock()
+        # A Condition: run_now waits on it for the thread running hooks.
+        self.lock = threading.Condition()
         self.pending = []       # registered, not yet run
         self.watching = False   # the waiting thread is started
         self.running = False    # a thread is running hooks
@@ -298,6 +313,7 @@ class _Hooks:
             with self.lock:
                 if not self.pending:
                     self.running = False
+                    self.lock.notify_all()
                     return
                 fn = self.pending.pop(0)
             try:
@@ -306,6 +322,19 @@ class _Hooks:
                 name = getattr(fn, "__qualname__", repr(fn))
                 print("lakeshore.lifecycle: shutdown hook %s failed:" % name, file=sys.stderr)
                 traceback.print_exc(file=sys.stderr)
+
+
+    def run_now(self):
+        """Run the pending hooks on the calling thread, as the drain would,
+        and return once none is pending or running. A hook that another
+        thread is running is waited for, not run again: each hook runs at
+        most once, whoever runs it."""
+        with self.lock:
+            self.drained = True
+            while self.running:
+                self.lock.wait()
+            self.running = True
+        self.run()
 
 
 def _start(target):
@@ -351,8 +380,9 @@ def on_host_setup(fn):
     order). The place to load what every invocation the process serves
     shares: a model's weights, a tokenizer. Returns fn unchanged.
 
-    Each body process today serves one invocation, so the hooks run once
-    per invocation; a resident process will run them once for many.
+    A plain body process serves one invocation, so the hooks run once per
+    invocation; a resident process runs them once for all it serves, and
+    what they leave in module globals stays for every later body.
     """
     _check_hook(fn, "on_host_setup")
     _host_setup_hooks.append(fn)
@@ -362,8 +392,9 @@ def on_host_setup(fn):
 def on_run_setup(fn):
     """Decorator: serve() runs fn() before every body call, in the
     invocation's run directory (the working directory nymph starts the body
-    in), after the on_host_setup hooks; in registration order. Returns fn
-    unchanged."""
+    in, or the workdir a resident process is handed) and with its
+    environment, after the on_host_setup hooks; in registration order.
+    Returns fn unchanged."""
     _check_hook(fn, "on_run_setup")
     _run_setup_hooks.append(fn)
     return fn

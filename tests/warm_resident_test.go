@@ -107,6 +107,30 @@ func TestWarmResidentLoadsOncePerProcess(t *testing.T) {
 			t.Fatalf("the results name %d loads, want both warm processes': %v", len(seen), seen)
 		}
 	}
+	// A matrix run's jobs share the warm processes too, each seeing its
+	// own cell (LAKESHORE_MATRIX_*, set per invocation).
+	loads := filepath.Join(t.TempDir(), "loads")
+	env := warmPythonEnv(t)
+	env["WARM_LOAD_S"], env["WARM_LOAD_LOG"] = "0", loads
+	results := runToEnd(t, d, wire.RunRequest{Queue: "q", Name: "matrix",
+		Argv: []string{"python3", warmScript(t, "../examples/warm/eval.py")}, Env: env,
+		RunConfig: wire.RunConfig{Resident: true}, Matrix: map[string][]string{"task": {"a", "b"}, "shard": {"0", "1", "2"}}}, time.Minute)
+	cells := map[string]bool{}
+	for _, r := range results {
+		var got struct {
+			Input map[string]string `json:"input"`
+		}
+		if err := json.Unmarshal(r.Result, &got); err != nil || r.State != wire.StateSucceeded {
+			t.Fatalf("matrix job %d: %s %s", r.Index, r.State, r.Result)
+		}
+		cells[got.Input["shard"]+got.Input["task"]] = true
+	}
+	if len(results) != 6 || len(cells) != 6 {
+		t.Fatalf("matrix results %d with %d distinct cells, want 6 and 6", len(results), len(cells))
+	}
+	if n := len(readLines(t, loads)); n < 1 || n > 2 {
+		t.Fatalf("the matrix run loaded the model %d times, want once per warm process (1 or 2)", n)
+	}
 }
 
 // warmCrashRig is a nymph of its own queue serving the crash-table body.

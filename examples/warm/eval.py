@@ -15,8 +15,9 @@ Environment:
                  so a test can count the loads
 
 The result is {"model": <token of the process's load>, "pid": <the process>,
-"input": <the input>, "score": <a number derived from the input>,
-"scratch": <the scratch directory on_run_setup made in the workdir>}.
+"input": <the input; for a matrix job without one, its cell>,
+"score": <a number derived from the input>, "scratch": <the scratch
+directory on_run_setup made in the workdir>}.
 """
 
 import json
@@ -48,8 +49,19 @@ def scratch():
     os.makedirs("scratch", exist_ok=True)
 
 
+def matrix_cell():
+    """The job's matrix cell ({"task": "mmlu", "shard": "0"}) when it is a
+    job of a matrix run (nymph sets LAKESHORE_MATRIX_<AXIS> per
+    invocation), else None."""
+    prefix = "LAKESHORE_MATRIX_"
+    cell = {k[len(prefix):].lower(): v for k, v in os.environ.items() if k.startswith(prefix)}
+    return cell or None
+
+
 @dls.body
 def evaluate(inp):
+    if inp is None:
+        inp = matrix_cell()  # a matrix job: its cell is its input
     data = json.dumps(inp, sort_keys=True).encode("utf-8")
     return {"model": MODEL["token"], "pid": os.getpid(), "input": inp,
             "score": (zlib.crc32(data) % 1000) * MODEL["weight"] / 1000.0,

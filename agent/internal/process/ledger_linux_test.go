@@ -197,6 +197,13 @@ func TestRunnerRecordsGroupsInTheLedger(t *testing.T) {
 		RunConfig: wire.RunConfig{RunSetup: []string{"true"}}}
 	run := runnerTestStart(t, r, inv)
 	proctest.WaitFile(t, filepath.Join(dir, "started"))
+	// The body can write its file before the runner, on its side of the
+	// fork, has recorded it: Started is closed once it has.
+	select {
+	case <-run.Started():
+	case <-time.After(proctest.Wait):
+		t.Fatal("the run never reported its body started")
+	}
 	rec, err := readBodyRecord(filepath.Join(l.Dir(), "inv_LEDGER-3.json"))
 	if err != nil {
 		t.Fatalf("record while the body runs: %v", err)

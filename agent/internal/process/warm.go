@@ -577,6 +577,19 @@ func (r *Run) serveResident(workerID, dir, bodyDir string, stdout, stderr *os.Fi
 		w.release(p)
 		return r.residentOutcome(dir, rep)
 	}
+	hostSetupFailed := func(rep lifecycle.Reply) Outcome {
+		r.seal()
+		p.api.Withdraw()
+		t := time.NewTimer(r.runner.cfg.KillAfter + time.Second)
+		defer t.Stop()
+		select {
+		case <-p.exited:
+		case <-t.C:
+			p.stop()
+			<-p.exited
+		}
+		return failedOutcome(ErrorTypeHostSetupFailed, "on_host_setup failed: "+rep.Message, nil)
+	}
 	neverAsked := func(how string) Outcome {
 		return failedOutcome(ErrorTypeStartFailed, fmt.Sprintf("the resident body %s before it asked for an invocation (GET $%s/next): "+
 			"a resident body serves nymph's runtime API (Python: dls.serve())", how, EnvRuntimeAPI), nil)
@@ -593,21 +606,13 @@ func (r *Run) serveResident(workerID, dir, bodyDir string, stdout, stderr *os.Fi
 		case rep := <-offer.Reply():
 			return answered(rep)
 		case rep := <-p.api.InitFailed():
-			r.seal()
-			p.api.Withdraw()
-			t := time.NewTimer(r.runner.cfg.KillAfter + time.Second)
-			select {
-			case <-p.exited:
-			case <-t.C:
-				p.stop()
-				<-p.exited
-			}
-			t.Stop()
-			return failedOutcome(ErrorTypeHostSetupFailed, "on_host_setup failed: "+rep.Message, nil)
+			return hostSetupFailed(rep)
 		case <-p.exited:
 			select {
 			case rep := <-offer.Reply():
 				return answered(rep)
+			case rep := <-p.api.InitFailed():
+				return hostSetupFailed(rep) // it reported, then exited: the report says why
 			default:
 			}
 			r.seal()

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -203,5 +204,25 @@ func TestRuntimeAPIRefusesOthers(t *testing.T) {
 	case <-offer.Taken():
 		t.Fatal("a stranger took the task")
 	default:
+	}
+}
+
+// TestRuntimeAPIWaitsForTheGroup: a process may call before the daemon
+// has noted its process group (its fork returned, the goroutine that
+// notes it not yet run): the request waits for the group, and is then
+// checked against it, not refused for want of one.
+func TestRuntimeAPIWaitsForTheGroup(t *testing.T) {
+	s := runtimeTestServer(t)
+	var pgid atomic.Int64
+	w, err := s.AddWarm(func() int { return int(pgid.Load()) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		time.Sleep(100 * time.Millisecond)
+		pgid.Store(4242)
+	}()
+	if code, b := runtimeDo(t, "GET", w.URL()+"/lifecycle", nil); code != http.StatusOK {
+		t.Fatalf("a call before the group was noted: %d %s, want 200 once it is", code, b)
 	}
 }

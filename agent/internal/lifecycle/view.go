@@ -314,12 +314,45 @@ func (s *Server) allowedGroup(r *http.Request, group func() int) error {
 	}
 	pgid := 0
 	if group != nil {
-		pgid = group()
+		pgid = waitGroup(r.Context(), group)
 	}
 	if pgid == 0 {
 		return errors.New("the run has no process running")
 	}
 	return s.peer(unmap(remote), unmap(local), pgid, s.cfg.Members)
+}
+
+// groupWait bounds how long a request waits for its run's process group
+// to be known. The daemon learns a group's id as its fork returns, and a
+// process it just started may call before the daemon's goroutine has
+// noted it (a loaded machine delays that goroutine): the caller then
+// waits, and is checked against the group once it is known. A caller
+// whose run has no process (it ended, or never started) is refused after
+// the wait.
+const groupWait = 2 * time.Second
+
+// waitGroup reads group until it names a process group (non-zero), the
+// request ends, or groupWait passes; 0 then.
+func waitGroup(ctx context.Context, group func() int) int {
+	if pgid := group(); pgid != 0 {
+		return pgid
+	}
+	deadline := time.NewTimer(groupWait)
+	defer deadline.Stop()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return 0
+		case <-deadline.C:
+			return group()
+		case <-tick.C:
+			if pgid := group(); pgid != 0 {
+				return pgid
+			}
+		}
+	}
 }
 
 func (s *Server) get(w http.ResponseWriter, r *http.Request, e *entry) {

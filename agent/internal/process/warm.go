@@ -540,17 +540,33 @@ func taskEnv(inv wire.RunInvocation, workerID, dir string, extra map[string]stri
 //     invocation is handed out again as a lost worker's;
 //   - a stop (cancel, timeout, the daemon's kill) terminates the process:
 //     the outcome is the stop's, as for a plain body.
+//
+// An idle process found dead before it took the invocation (it died
+// waiting) costs nothing: the invocation goes to a new one.
 func (r *Run) serveResident(workerID, dir, bodyDir string, stdout, stderr *os.File, timeout time.Duration) Outcome {
-	w := r.runner.warm
-	if w == nil {
+	if r.runner.warm == nil {
 		r.seal()
 		return failedOutcome(ErrorTypeStartFailed, "run_config.resident needs nymph's runtime API, which this daemon does not serve (--lifecycle-addr off)", nil)
 	}
+	for {
+		o, diedIdle := r.serveOn(workerID, dir, bodyDir, stdout, stderr, timeout)
+		if !diedIdle {
+			return o
+		}
+		r.log.Warn("the idle warm process given this invocation had died; starting a new one")
+	}
+}
+
+// serveOn serves the run on one warm process (serveResident). diedIdle
+// reports an idle process that died before it took the invocation: the
+// run is not sealed, and may try another.
+func (r *Run) serveOn(workerID, dir, bodyDir string, stdout, stderr *os.File, timeout time.Duration) (o Outcome, diedIdle bool) {
+	w := r.runner.warm
 	p, fresh, err := w.acquire(r.inv, stdout, stderr)
 	if err != nil {
 		r.seal()
 		r.log.Error("warm process could not start", "error", err.Error())
-		return failedOutcome(ErrorTypeStartFailed, err.Error(), nil)
+		return failedOutcome(ErrorTypeStartFailed, err.Error(), nil), false
 	}
 	r.setGroup(p.group())
 	defer r.setGroup(0)
@@ -563,7 +579,7 @@ func (r *Run) serveResident(workerID, dir, bodyDir string, stdout, stderr *os.Fi
 	if err != nil {
 		p.stop()
 		r.seal()
-		return failedOutcome(ErrorTypeInternal, err.Error(), nil)
+		return failedOutcome(ErrorTypeInternal, err.Error(), nil), false
 	}
 	var startBy <-chan time.Time
 	if fresh && timeout <= 0 {
@@ -604,35 +620,38 @@ func (r *Run) serveResident(workerID, dir, bodyDir string, stdout, stderr *os.Fi
 			r.log.Info("body started on a warm process", "warm_process", p.id, "pid", r.pid, "fresh", fresh)
 			r.markStarted()
 		case rep := <-offer.Reply():
-			return answered(rep)
+			return answered(rep), false
 		case rep := <-p.api.InitFailed():
-			return hostSetupFailed(rep)
+			return hostSetupFailed(rep), false
 		case <-p.exited:
 			select {
 			case rep := <-offer.Reply():
-				return answered(rep)
+				return answered(rep), false
 			case rep := <-p.api.InitFailed():
-				return hostSetupFailed(rep) // it reported, then exited: the report says why
+				return hostSetupFailed(rep), false // it reported, then exited: the report says why
 			default:
+			}
+			if !taken && !fresh {
+				return Outcome{}, true // it died idle: not this invocation's doing
 			}
 			r.seal()
 			code := p.res.exitCode()
 			if !taken {
-				return neverAsked(p.res.describe())
+				return neverAsked(p.res.describe()), false
 			}
 			r.log.Warn("the warm process died while its body ran; handing the invocation back as a lost worker's", "warm_process", p.id, "how", p.res.describe())
 			return Outcome{State: wire.StateFailed, Abandoned: true, ExitCode: &code,
-				Error: &wire.ErrorInfo{Type: ErrorTypeProcessLost, Message: "the warm process died while the body ran (" + p.res.describe() + "); handed out again"}}
+				Error: &wire.ErrorInfo{Type: ErrorTypeProcessLost, Message: "the warm process died while the body ran (" + p.res.describe() + "); handed out again"}}, false
 		case <-startBy:
 			r.seal()
 			p.api.Withdraw()
 			p.stop()
 			<-p.exited
-			return neverAsked("did not ask within " + WarmStartTimeout.String() + " of its start (the on_host_setup hooks included)")
+			return neverAsked("did not ask within " + WarmStartTimeout.String() + " of its start (the on_host_setup hooks included)"), false
 		case <-r.stopc:
 			select {
 			case rep := <-offer.Reply():
-				return answered(rep) // answered before the stop reached it: that outcome stands
+				return answered(rep), false // answered before the stop reached it: that outcome stands
 			default:
 			}
 			reason := r.seal()
@@ -641,13 +660,13 @@ func (r *Run) serveResident(workerID, dir, bodyDir string, stdout, stderr *os.Fi
 			<-p.exited
 			r.noteGroup("warm process", p.res)
 			if reason == stopTimeout && !taken {
-				return neverAsked(fmt.Sprintf("timed out after %s (timeout_s %d)", timeout, r.inv.TimeoutS))
+				return neverAsked(fmt.Sprintf("timed out after %s (timeout_s %d)", timeout, r.inv.TimeoutS)), false
 			}
 			where := ""
 			if !taken {
 				where = " before the body started"
 			}
-			return r.stoppedOutcome(reason, where, p.res, timeout)
+			return r.stoppedOutcome(reason, where, p.res, timeout), false
 		}
 	}
 }

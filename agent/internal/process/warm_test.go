@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -96,7 +97,7 @@ func TestWarmHelperProcess(t *testing.T) {
 			post(id+"/result", nil)
 			continue
 		}
-		res, _ := json.Marshal(map[string]any{"model": token, "input": task.Input, "workdir": task.Workdir, "x": task.Env["LAKESHORE_MATRIX_X"]})
+		res, _ := json.Marshal(map[string]any{"model": token, "pid": os.Getpid(), "input": task.Input, "workdir": task.Workdir, "x": task.Env["LAKESHORE_MATRIX_X"]})
 		post(id+"/result", res)
 	}
 }
@@ -330,5 +331,39 @@ func TestWarmKeepAlive(t *testing.T) {
 	r.ExpireWarm()
 	if n := r.WarmProcesses(); n != 0 {
 		t.Fatalf("%d warm processes once the keep-alive passed, want 0", n)
+	}
+}
+
+// TestWarmIdleProcessDeadBeforeItTakesWork: an idle warm process that
+// died (its death not yet reaped when the next invocation is handed to
+// it) costs that invocation nothing: a new process serves it.
+func TestWarmIdleProcessDeadBeforeItTakesWork(t *testing.T) {
+	reap := make(chan struct{})
+	var first atomic.Bool
+	r := warmTestRunner(t, 1, func(c *Config) {
+		c.Hooks.BeforeWait = func(int) {
+			if first.CompareAndSwap(false, true) {
+				<-reap // the first process's death stays unseen until the test says
+			}
+		}
+	})
+	t.Cleanup(func() {
+		select {
+		case <-reap:
+		default:
+			close(reap)
+		}
+	})
+	res := warmTestResult(t, runnerTestOutcome(t, runnerTestStart(t, r, warmTestInv("inv_1", "serve", `{}`))))
+	pid := int(res["pid"].(float64))
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	run := runnerTestStart(t, r, warmTestInv("inv_2", "serve", `{}`))
+	time.Sleep(50 * time.Millisecond) // the run offers its invocation to the dead process
+	close(reap)
+	second := warmTestResult(t, runnerTestOutcome(t, run))
+	if second["model"] == res["model"] {
+		t.Fatal("the dead process answered")
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/dreamlake/lakeshore/agent"
+	"github.com/dreamlake/lakeshore/agent/internal/process"
 )
 
 // TestParseFlagsDurations: every duration flag, and its NYMPH_ variable,
@@ -14,16 +15,18 @@ import (
 func TestParseFlagsDurations(t *testing.T) {
 	required := []string{"--control-plane", "http://127.0.0.1:1", "--enroll-token", "e", "--queue", "q"}
 	read := map[string]func(agent.Config) time.Duration{
-		"grace":         func(c agent.Config) time.Duration { return c.Grace },
-		"kill-after":    func(c agent.Config) time.Duration { return c.KillAfter },
-		"keep-alive":    func(c agent.Config) time.Duration { return c.KeepAlive },
-		"poll-interval": func(c agent.Config) time.Duration { return c.PollInterval },
+		"grace":           func(c agent.Config) time.Duration { return c.Grace },
+		"kill-after":      func(c agent.Config) time.Duration { return c.KillAfter },
+		"keep-alive":      func(c agent.Config) time.Duration { return c.KeepAlive },
+		"poll-interval":   func(c agent.Config) time.Duration { return c.PollInterval },
+		"warm-keep-alive": func(c agent.Config) time.Duration { return c.WarmKeepAlive },
 	}
 	unset := map[string]time.Duration{
-		"grace":         agent.DefaultGrace,
-		"kill-after":    agent.DefaultKillAfter,
-		"keep-alive":    0, // never exit for idleness
-		"poll-interval": 0, // what the control plane answers
+		"grace":           agent.DefaultGrace,
+		"kill-after":      agent.DefaultKillAfter,
+		"keep-alive":      0, // never exit for idleness
+		"poll-interval":   0, // what the control plane answers
+		"warm-keep-alive": process.DefaultWarmKeepAlive,
 	}
 	for flag, get := range read {
 		env := "NYMPH_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))

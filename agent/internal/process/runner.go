@@ -82,7 +82,7 @@ type Config struct {
 	// invocations from; without it a resident run fails to start.
 	// WarmCapacity bounds the warm processes kept (the daemon's
 	// --capacity); WarmKeepAlive is how long an idle one is kept (zero:
-	// DefaultWarmKeepAlive).
+	// it ends once idle, at the next ExpireWarm).
 	Runtime       RuntimeAPI
 	WarmCapacity  int
 	WarmKeepAlive time.Duration
@@ -137,9 +137,6 @@ func New(cfg Config) *Runner {
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
-	}
-	if cfg.WarmKeepAlive <= 0 {
-		cfg.WarmKeepAlive = DefaultWarmKeepAlive
 	}
 	r := &Runner{cfg: cfg, log: log}
 	if cfg.Runtime != nil {

@@ -396,35 +396,15 @@ func (s *Server) initError(w http.ResponseWriter, r *http.Request, p *Warm) {
 	writeJSON(w, http.StatusAccepted, map[string]string{"status": "recorded"})
 }
 
-// WarmView is what a warm process's lifecycle view answers.
-type WarmView struct {
-	Phase        string     `json:"phase"`
-	HostKey      string     `json:"host_key"`
-	WorkerID     string     `json:"worker_id"`
-	InvocationID string     `json:"invocation_id"`
-	Attempt      int        `json:"attempt"`
-	Deadline     *time.Time `json:"deadline,omitempty"`
-}
-
-// warmView answers the process's view: setup until its first GET next,
-// then ready, draining once the daemon drains.
+// warmView answers the process's view (a View): setup until its first
+// GET next, then ready, draining once the daemon drains; the invocation
+// it serves, if any.
 func (s *Server) warmView(w http.ResponseWriter, r *http.Request, p *Warm) {
-	switch wait := r.URL.Query().Get("wait"); wait {
-	case "":
-	case PhaseDraining:
-		select {
-		case <-s.drained:
-		case <-p.ended:
-		case <-s.closing:
-		case <-r.Context().Done():
-			return
-		}
-	default:
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("wait=%q: only wait=draining is known", wait))
+	if !s.awaitAsked(w, r, p.ended) {
 		return
 	}
 	s.mu.Lock()
-	v := WarmView{Phase: PhaseReady, HostKey: p.last.HostKey, WorkerID: p.last.WorkerID}
+	v := View{Phase: PhaseReady, HostKey: p.last.HostKey, WorkerID: p.last.WorkerID}
 	if p.task != nil && p.task.isTaken {
 		v.InvocationID, v.Attempt = p.task.task.InvocationID, p.task.task.Attempt
 	}

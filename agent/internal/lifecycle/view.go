@@ -356,18 +356,7 @@ func waitGroup(ctx context.Context, group func() int) int {
 }
 
 func (s *Server) get(w http.ResponseWriter, r *http.Request, e *entry) {
-	switch wait := r.URL.Query().Get("wait"); wait {
-	case "":
-	case PhaseDraining:
-		select {
-		case <-s.drained:
-		case <-e.ended:
-		case <-s.closing:
-		case <-r.Context().Done():
-			return
-		}
-	default:
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("wait=%q: only wait=draining is known", wait))
+	if !s.awaitAsked(w, r, e.ended) {
 		return
 	}
 	s.mu.Lock()
@@ -394,6 +383,28 @@ func (s *Server) requeue(w http.ResponseWriter, e *entry) {
 		}
 	}
 	writeJSON(w, http.StatusAccepted, v)
+}
+
+// awaitAsked waits for what a view request's ?wait= asks (only
+// "draining": the drain's start, or ended closing) and reports whether to
+// answer with the view; false once it answered an error itself, or the
+// request ended.
+func (s *Server) awaitAsked(w http.ResponseWriter, r *http.Request, ended <-chan struct{}) bool {
+	switch wait := r.URL.Query().Get("wait"); wait {
+	case "":
+	case PhaseDraining:
+		select {
+		case <-s.drained:
+		case <-ended:
+		case <-s.closing:
+		case <-r.Context().Done():
+			return false
+		}
+	default:
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("wait=%q: only wait=draining is known", wait))
+		return false
+	}
+	return true
 }
 
 // unmap reads an IPv4-mapped IPv6 address as the IPv4 one, as the socket

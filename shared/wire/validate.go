@@ -264,11 +264,18 @@ func checkCapabilities(field string, c *Capabilities) error {
 }
 
 // clip shortens a value quoted back in an error message.
-func clip(s string) string {
-	if len(s) <= 64 {
+func clip(s string) string { return ClipString(s, 64) }
+
+// ClipString shortens s to at most n bytes on a rune boundary, for quoting
+// caller-supplied strings in messages.
+func ClipString(s string, n int) string {
+	if len(s) <= n {
 		return s
 	}
-	return s[:64] + "…"
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
 }
 
 // Validate checks a hello.

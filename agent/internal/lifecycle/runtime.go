@@ -25,6 +25,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
 // runtimePrefix is where the warm processes' runtime APIs live.
@@ -314,7 +316,7 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, p *Warm, id stri
 	o := p.task
 	if o == nil || !o.isTaken || o.task.InvocationID != id {
 		s.mu.Unlock()
-		writeError(w, http.StatusNotFound, fmt.Sprintf("%q is not the invocation this process holds", clip(id, 200)))
+		writeError(w, http.StatusNotFound, fmt.Sprintf("%q is not the invocation this process holds", wire.ClipString(id, 200)))
 		return
 	}
 	p.task = nil
@@ -372,7 +374,7 @@ func errorReply(errType string, body []byte) Reply {
 	if rep.ErrorType != "" {
 		msg = rep.ErrorType + ": " + msg
 	}
-	return Reply{ErrorType: errType, Message: clip(strings.TrimSuffix(msg, ": "), 2000)}
+	return Reply{ErrorType: errType, Message: wire.ClipString(strings.TrimSuffix(msg, ": "), 2000)}
 }
 
 // initError takes the process's report that its host setup failed.
@@ -417,14 +419,4 @@ func (s *Server) warmView(w http.ResponseWriter, r *http.Request, p *Warm) {
 	}
 	s.mu.Unlock()
 	writeJSON(w, http.StatusOK, v)
-}
-
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "…"
 }

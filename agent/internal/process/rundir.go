@@ -284,15 +284,7 @@ func (t *tailBuffer) String() string {
 
 // ClipString shortens s to at most n bytes on a rune boundary, for quoting
 // caller-supplied strings in messages.
-func ClipString(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "…"
-}
+func ClipString(s string, n int) string { return wire.ClipString(s, n) }
 
 // clipMessage makes msg fit an ack's error message: valid UTF-8 of at most
 // wire.MaxMessageBytes.

@@ -226,6 +226,37 @@ func TestWarmResidentCrashTable(t *testing.T) {
 		r.succeededOnceAt(t, inv, 2)
 	})
 
+	t.Run("each invocation's logs hold its own lines", func(t *testing.T) {
+		t.Parallel()
+		r := newWarmCrashRig(t, d, "logs")
+		var invs []wire.Invocation
+		for range 3 {
+			inv := r.submit(t, `{}`, 0, nil)
+			r.succeededOnceAt(t, inv, 1)
+			invs = append(invs, inv)
+		}
+		if pids := r.lines(t, "loads"); len(pids) != 1 {
+			t.Fatalf("%d loads: the three were not served by one warm process", len(pids))
+		}
+		for _, inv := range invs {
+			var text string
+			waittest.Until(t, time.Minute, "the logs of "+inv.InvocationID+" shipped", func() bool {
+				page, err := r.op.Logs(context.Background(), inv.InvocationID, 1, 0)
+				if err != nil {
+					return false
+				}
+				text = ""
+				for _, c := range page.Chunks {
+					text += string(c.Data)
+				}
+				return page.EOF
+			})
+			if want := "body of " + inv.InvocationID + " attempt 1"; strings.TrimSpace(text) != want {
+				t.Fatalf("logs of %s: %q, want only %q", inv.InvocationID, text, want)
+			}
+		}
+	})
+
 	t.Run("the body hangs past its timeout", func(t *testing.T) {
 		t.Parallel()
 		r := newWarmCrashRig(t, d, "hang")

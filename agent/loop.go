@@ -99,6 +99,7 @@ func (a *Agent) loop(ctx context.Context, st *state, hello wire.HelloRequest) (e
 			a.health.Tick()
 			a.health.SetInflight(len(st.runs))
 			a.runner.ExpireWarm()
+			a.health.SetWarm(a.runner.WarmProcesses())
 			// Keep-alive counts whenever no invocation runs, whatever the
 			// phase: a worker that cannot become ready (a failed or hung
 			// setup, a workdir it cannot write) must not burn its instance

@@ -120,6 +120,7 @@ type Tracker struct {
 	hostKey       string
 	queue         string
 	inflight      int
+	warm          int
 	pollerRunning bool
 	failed        string
 	stopped       bool
@@ -268,6 +269,14 @@ func (h *Tracker) SetInflight(n int) {
 	h.inflight = n
 }
 
+// SetWarm records the number of warm processes of resident bodies up now
+// (docs/warm.md), busy or idle.
+func (h *Tracker) SetWarm(n int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.warm = n
+}
+
 // PollerRunning records whether the poll loop is running.
 func (h *Tracker) PollerRunning(running bool) {
 	h.mu.Lock()
@@ -322,17 +331,19 @@ func isReasonToken(s string) bool {
 // payloads, tokens, argv, env or error messages. Ages are seconds; an age of
 // something that has not happened yet is null.
 type Snapshot struct {
-	WorkerID      string `json:"worker_id"`
-	Queue         string `json:"queue"`
-	HostKey       string `json:"host_key"`
-	Phase         string `json:"phase"`
-	RunState      string `json:"run_state"`
-	Ready         bool   `json:"ready"`
-	ReadyReason   string `json:"ready_reason"`
-	Live          bool   `json:"live"`
-	LiveReason    string `json:"live_reason"`
-	Inflight      int    `json:"inflight"`
-	PollerRunning bool   `json:"poller_running"`
+	WorkerID    string `json:"worker_id"`
+	Queue       string `json:"queue"`
+	HostKey     string `json:"host_key"`
+	Phase       string `json:"phase"`
+	RunState    string `json:"run_state"`
+	Ready       bool   `json:"ready"`
+	ReadyReason string `json:"ready_reason"`
+	Live        bool   `json:"live"`
+	LiveReason  string `json:"live_reason"`
+	Inflight    int    `json:"inflight"`
+	// WarmProcesses counts the warm processes of resident bodies up now.
+	WarmProcesses int  `json:"warm_processes"`
+	PollerRunning bool `json:"poller_running"`
 
 	UptimeS          float64  `json:"uptime_s"`
 	SinceLastTickS   *float64 `json:"since_last_tick_s"`
@@ -405,6 +416,7 @@ func (h *Tracker) Snapshot() Snapshot {
 		Phase:         h.phase.Name,
 		RunState:      h.runState,
 		Inflight:      h.inflight,
+		WarmProcesses: h.warm,
 		PollerRunning: h.pollerRunning,
 		UptimeS:       now.Sub(h.created).Seconds(),
 		Roles:         make(map[string]RoleStatus, len(h.roles)),

@@ -372,6 +372,7 @@ func TestHealthSnapshotAges(t *testing.T) {
 	c.Advance(2 * time.Second)
 	healthServing(h) // tick and poll ok at t=2s
 	h.SetInflight(2)
+	h.SetWarm(1)
 	c.Advance(3 * time.Second)
 	h.RequestStarted(RoleAck) // outstanding since t=5s
 	c.Advance(4 * time.Second)
@@ -383,7 +384,7 @@ func TestHealthSnapshotAges(t *testing.T) {
 
 	s := h.Snapshot()
 	if s.WorkerID != "wrk_01JD2K0000000000000000000A" || s.HostKey != "hk1_abc" || s.Queue != "gpu" ||
-		s.Phase != wire.PhaseReady || s.RunState != RunPolling || s.Inflight != 2 || !s.PollerRunning {
+		s.Phase != wire.PhaseReady || s.RunState != RunPolling || s.Inflight != 2 || s.WarmProcesses != 1 || !s.PollerRunning {
 		t.Errorf("identity and state = %+v", s)
 	}
 	if s.UptimeS != 10 {
@@ -428,7 +429,7 @@ func TestHealthSnapshotFields(t *testing.T) {
 	}
 	want := []string{
 		"worker_id", "queue", "host_key", "phase", "run_state",
-		"ready", "ready_reason", "live", "live_reason", "inflight", "poller_running",
+		"ready", "ready_reason", "live", "live_reason", "inflight", "warm_processes", "poller_running",
 		"uptime_s", "since_last_tick_s", "since_last_poll_ok_s", "roles",
 	}
 	if got := healthSortedKeys(top); !slices.Equal(got, healthSorted(want)) {

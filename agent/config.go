@@ -2,7 +2,6 @@ package agent
 
 import (
 	"fmt"
-	"github.com/dreamlake/lakeshore/agent/internal/process"
 	"log/slog"
 	"net/http"
 	"net/netip"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dreamlake/lakeshore/agent/internal/notify"
+	"github.com/dreamlake/lakeshore/agent/internal/process"
 	"github.com/dreamlake/lakeshore/agent/internal/sigv4"
 	"github.com/dreamlake/lakeshore/shared/clock"
 	"github.com/dreamlake/lakeshore/shared/wire"
@@ -43,7 +43,7 @@ type Config struct {
 	// port 0 picks a free one; "" or "off" serves none.
 	LifecycleAddr string
 	// WarmKeepAlive is how long a resident body's idle warm process is
-	// kept (--warm-keep-alive; docs/warm.md); 0: the default.
+	// kept (--warm-keep-alive; docs/warm.md); 0: none is kept idle.
 	WarmKeepAlive time.Duration
 	MachineID     string
 	PollInterval  time.Duration // 0: what the control plane answers (hello's poll_interval_s)

@@ -341,7 +341,7 @@ func (w *pool) expire(keepAlive time.Duration) {
 // now (running their on_shutdown hooks), the busy ones once their
 // invocation is answered.
 func (r *Runner) DrainWarm() {
-	if r.warm == nil {
+	if r == nil || r.warm == nil {
 		return
 	}
 	r.warm.mu.Lock()
@@ -357,7 +357,7 @@ func (r *Runner) DrainWarm() {
 // ExpireWarm stops the warm processes idle for WarmKeepAlive or longer;
 // the daemon calls it every second or so.
 func (r *Runner) ExpireWarm() {
-	if r.warm != nil {
+	if r != nil && r.warm != nil {
 		r.warm.expire(r.cfg.WarmKeepAlive)
 	}
 }
@@ -367,7 +367,7 @@ func (r *Runner) ExpireWarm() {
 // returns once all are gone (or, for a
 // group that outlives SIGKILL, once its cleanup was given up on).
 func (r *Runner) CloseWarm(wait time.Duration) {
-	if r.warm == nil {
+	if r == nil || r.warm == nil {
 		return
 	}
 	w := r.warm
@@ -402,7 +402,7 @@ func (r *Runner) CloseWarm(wait time.Duration) {
 
 // WarmProcesses reports how many warm processes run now.
 func (r *Runner) WarmProcesses() int {
-	if r.warm == nil {
+	if r == nil || r.warm == nil {
 		return 0
 	}
 	r.warm.mu.Lock()

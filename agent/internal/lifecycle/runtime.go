@@ -132,15 +132,17 @@ func (o *Offered) Reply() <-chan Reply { return o.reply }
 
 // AddWarm registers a warm process whose process group group reports,
 // and returns its registration; its URL goes into the process's
-// environment as NYMPH_RUNTIME_API.
-func (s *Server) AddWarm(group func() int) (*Warm, error) {
+// environment as NYMPH_RUNTIME_API. Its view names hostKey and workerID
+// from the start (its on_host_setup may ask), then its invocations'.
+func (s *Server) AddWarm(group func() int, hostKey, workerID string) (*Warm, error) {
 	var b [32]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return nil, fmt.Errorf("runtime API: secret: %w", err)
 	}
 	secret := base64.RawURLEncoding.EncodeToString(b[:])
 	w := &Warm{s: s, key: sha256.Sum256([]byte(secret)), url: s.base + runtimePrefix + secret, group: group,
-		offered: make(chan struct{}, 1), initErr: make(chan Reply, 1), ended: make(chan struct{})}
+		offered: make(chan struct{}, 1), initErr: make(chan Reply, 1), ended: make(chan struct{}),
+		last: Task{HostKey: hostKey, WorkerID: workerID}}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.warm[w.key] = w

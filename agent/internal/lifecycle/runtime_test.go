@@ -57,12 +57,13 @@ func runtimeDo(t *testing.T, method, url string, body []byte) (int, []byte) {
 // its type and message; a shutdown answers 410.
 func TestRuntimeAPI(t *testing.T) {
 	s := runtimeTestServer(t)
-	w, err := s.AddWarm(func() int { return 4242 })
+	w, err := s.AddWarm(func() int { return 4242 }, "hk1_abc", "wrk_1")
 	if err != nil {
 		t.Fatal(err)
 	}
 	base := w.URL()
-	if code, b := runtimeDo(t, "GET", base+"/lifecycle", nil); code != http.StatusOK || !strings.Contains(string(b), `"phase":"setup"`) {
+	if code, b := runtimeDo(t, "GET", base+"/lifecycle", nil); code != http.StatusOK || !strings.Contains(string(b), `"phase":"setup"`) ||
+		!strings.Contains(string(b), `"host_key":"hk1_abc"`) || !strings.Contains(string(b), `"worker_id":"wrk_1"`) {
 		t.Fatalf("view before the first next: %d %s", code, b)
 	}
 	if code, _ := runtimeDo(t, "GET", base+"/next", nil); code != http.StatusNoContent {
@@ -160,7 +161,7 @@ func TestRuntimeAPI(t *testing.T) {
 // before its first next, once.
 func TestRuntimeAPIInitError(t *testing.T) {
 	s := runtimeTestServer(t)
-	w, err := s.AddWarm(func() int { return 4242 })
+	w, err := s.AddWarm(func() int { return 4242 }, "hk1_abc", "wrk_1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,11 +178,11 @@ func TestRuntimeAPIInitError(t *testing.T) {
 // A process not started yet (group 0) lets nobody in.
 func TestRuntimeAPIRefusesOthers(t *testing.T) {
 	s := runtimeTestServer(t)
-	other, err := s.AddWarm(func() int { return 4343 }) // another run's process: not this test's
+	other, err := s.AddWarm(func() int { return 4343 }, "", "") // another run's process: not this test's
 	if err != nil {
 		t.Fatal(err)
 	}
-	unstarted, err := s.AddWarm(func() int { return 0 })
+	unstarted, err := s.AddWarm(func() int { return 0 }, "", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,7 +215,7 @@ func TestRuntimeAPIRefusesOthers(t *testing.T) {
 func TestRuntimeAPIWaitsForTheGroup(t *testing.T) {
 	s := runtimeTestServer(t)
 	var pgid atomic.Int64
-	w, err := s.AddWarm(func() int { return int(pgid.Load()) })
+	w, err := s.AddWarm(func() int { return int(pgid.Load()) }, "", "")
 	if err != nil {
 		t.Fatal(err)
 	}

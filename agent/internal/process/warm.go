@@ -71,7 +71,7 @@ const (
 // RuntimeAPI is where warm processes pull their invocations from
 // (lifecycle.Server).
 type RuntimeAPI interface {
-	AddWarm(group func() int) (*lifecycle.Warm, error)
+	AddWarm(group func() int, hostKey, workerID string) (*lifecycle.Warm, error)
 }
 
 // pool is the runner's warm processes.
@@ -148,7 +148,7 @@ func processEnv(inv wire.RunInvocation) map[string]string {
 // acquire returns a warm process of inv's key, busy for the caller, with
 // its output going to stdout and stderr: an idle one, or a new one (fresh)
 // whose start it waits for.
-func (w *pool) acquire(inv wire.RunInvocation, stdout, stderr *os.File) (p *warmProc, fresh bool, err error) {
+func (w *pool) acquire(inv wire.RunInvocation, workerID string, stdout, stderr *os.File) (p *warmProc, fresh bool, err error) {
 	key := residentKey(inv)
 	w.mu.Lock()
 	for _, q := range w.procs {
@@ -178,7 +178,7 @@ func (w *pool) acquire(inv wire.RunInvocation, stdout, stderr *os.File) (p *warm
 	w.procs = append(w.procs, p)
 	w.live[p] = true
 	w.mu.Unlock()
-	if err := w.start(p, inv, stdout, stderr); err != nil {
+	if err := w.start(p, inv, workerID, stdout, stderr); err != nil {
 		w.remove(p)
 		return nil, true, err
 	}
@@ -186,9 +186,9 @@ func (w *pool) acquire(inv wire.RunInvocation, stdout, stderr *os.File) (p *warm
 }
 
 // start starts p for inv and waits until it runs.
-func (w *pool) start(p *warmProc, inv wire.RunInvocation, stdout, stderr *os.File) error {
+func (w *pool) start(p *warmProc, inv wire.RunInvocation, workerID string, stdout, stderr *os.File) error {
 	cfg := w.r.cfg
-	api, err := cfg.Runtime.AddWarm(p.group)
+	api, err := cfg.Runtime.AddWarm(p.group, inv.HostKey, workerID)
 	if err != nil {
 		return err
 	}
@@ -562,7 +562,7 @@ func (r *Run) serveResident(workerID, dir, bodyDir string, stdout, stderr *os.Fi
 // run is not sealed, and may try another.
 func (r *Run) serveOn(workerID, dir, bodyDir string, stdout, stderr *os.File, timeout time.Duration) (o Outcome, diedIdle bool) {
 	w := r.runner.warm
-	p, fresh, err := w.acquire(r.inv, stdout, stderr)
+	p, fresh, err := w.acquire(r.inv, workerID, stdout, stderr)
 	if err != nil {
 		r.seal()
 		r.log.Error("warm process could not start", "error", err.Error())

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/dreamlake/lakeshore/agent/internal/lifecycle"
+	"github.com/dreamlake/lakeshore/agent/internal/publish/publishtest"
 	"github.com/dreamlake/lakeshore/shared/client"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
@@ -25,7 +26,7 @@ import (
 // rig is one run's directories, a file outside them, a publisher and a
 // fake control plane.
 type rig struct {
-	plane   *fakePlane
+	plane   *publishtest.Plane
 	pub     *Publisher
 	target  Target
 	outside string // a directory beside the run's, holding secret.txt
@@ -44,17 +45,20 @@ func newRig(t *testing.T) *rig {
 		}
 	}
 	write(t, filepath.Join(outside, "secret.txt"), "not the body's")
-	plane := newFakePlane(t)
+	plane := publishtest.New(t)
+	plane.Token = workerToken
 	tmp := filepath.Join(base, "state", "publish")
 	pub, err := New(Config{TempDir: tmp, CallTimeout: 30 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return &rig{plane: plane, pub: pub, outside: outside, tmp: tmp, target: Target{
-		API: client.New(plane.srv.URL, workerToken), WorkerID: "wrk_1", InvocationID: "inv_1", Attempt: 2,
+		API: client.New(plane.URL, workerToken), WorkerID: "wrk_1", InvocationID: "inv_1", Attempt: 2,
 		RunDir: runDir, BodyDir: bodyDir,
 	}}
 }
+
+const workerToken = "worker-token"
 
 func write(t *testing.T, path, s string) {
 	t.Helper()
@@ -109,7 +113,7 @@ func TestPublishFile(t *testing.T) {
 		if err != nil {
 			t.Fatalf("publish %q: %v", c.path, err)
 		}
-		got, rec, ok := r.plane.got(c.want)
+		got, rec, ok := r.plane.Got(c.want)
 		if !ok || string(got) != c.wantBytes || a != rec || a.Name != c.want || a.Attempt != 2 ||
 			a.Size != int64(len(c.wantBytes)) || a.SHA256 != sum([]byte(c.wantBytes)) || a.ContentType != c.wantType {
 			t.Errorf("publish %q as %q: answered %+v, stored %d bytes (%v) recorded %+v", c.path, c.name, a, len(got), ok, rec)
@@ -145,7 +149,7 @@ func TestPublishDirectory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, _, ok := r.plane.got("out")
+	got, _, ok := r.plane.Got("out")
 	if !ok || a.Name != "out" || a.ContentType != DirectoryContentType || a.Size != int64(len(got)) || a.SHA256 != sum(got) {
 		t.Fatalf("answered %+v; stored %d bytes (%v)", a, len(got), ok)
 	}
@@ -248,7 +252,7 @@ func TestPublishRefusals(t *testing.T) {
 			t.Errorf("%s: the error shows the outside file's content", c.what)
 		}
 	}
-	if n := r.plane.presignCount(); n != 0 {
+	if n := r.plane.Presigns(); n != 0 {
 		t.Fatalf("the control plane was asked %d times", n)
 	}
 	if _, err := r.publish("ok.txt", ""); err != nil {
@@ -272,14 +276,14 @@ func TestPublishControlPlaneRefusals(t *testing.T) {
 		{presign: wire.Errorf(wire.CodeUnavailable, "store down"), status: http.StatusBadGateway},
 		{complete: wire.Errorf(wire.CodeConflict, "the attempt ended"), status: http.StatusConflict},
 	} {
-		r.plane.mu.Lock()
-		r.plane.refusePresign, r.plane.refuseComplete = c.presign, c.complete
-		r.plane.mu.Unlock()
+		r.plane.Lock()
+		r.plane.RefusePresign, r.plane.RefuseComplete = c.presign, c.complete
+		r.plane.Unlock()
 		_, err := r.publish("ok.txt", "")
 		if got := statusOf(err); got != c.status {
 			t.Errorf("presign %v, complete %v: %v (status %d), want %d", c.presign, c.complete, err, got, c.status)
 		}
-		if _, _, ok := r.plane.got("ok.txt"); ok {
+		if _, _, ok := r.plane.Got("ok.txt"); ok {
 			t.Fatalf("recorded despite %v %v", c.presign, c.complete)
 		}
 	}
@@ -290,7 +294,7 @@ func TestPublishControlPlaneRefusals(t *testing.T) {
 // are assembled to the same bytes; a directory too.
 func TestPublishMultipart(t *testing.T) {
 	r := newRig(t)
-	r.plane.threshold, r.plane.partSize = 1000, 1000
+	r.plane.Threshold, r.plane.PartSize = 1000, 1000
 	var b bytes.Buffer
 	for i := range 3500 {
 		b.WriteByte(byte(i * 7))
@@ -302,16 +306,13 @@ func TestPublishMultipart(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		got, _, _ := r.plane.got(name)
+		got, _, _ := r.plane.Got(name)
 		want, _ := os.ReadFile(filepath.Join(r.target.BodyDir, name))
 		if !bytes.Equal(got, want) || a.SHA256 != sum(want) {
 			t.Fatalf("%s: stored %d bytes, want %d", name, len(got), len(want))
 		}
 	}
-	r.plane.mu.Lock()
-	parts := len(r.plane.uploads["up1"].parts)
-	r.plane.mu.Unlock()
-	if parts != 4 {
+	if parts := r.plane.Parts("up1"); parts != 4 {
 		t.Fatalf("3500 bytes went in %d parts, want 4", parts)
 	}
 	for i := range 20 {
@@ -320,7 +321,7 @@ func TestPublishMultipart(t *testing.T) {
 	if _, err := r.publish("dir", ""); err != nil {
 		t.Fatal(err)
 	}
-	got, _, _ := r.plane.got("dir")
+	got, _, _ := r.plane.Got("dir")
 	if files, _ := untar(t, got); len(files) != 20 || len(got) <= 1000 {
 		t.Fatalf("the directory packed to %d bytes holding %d files", len(got), len(files))
 	}
@@ -333,12 +334,12 @@ func TestPublishChangedFile(t *testing.T) {
 	r := newRig(t)
 	path := filepath.Join(r.target.BodyDir, "ckpt")
 	write(t, path, "version one")
-	r.plane.onPresign = func() { write(t, path, "version two") }
+	r.plane.OnPresign = func() { write(t, path, "version two") }
 	_, err := r.publish("ckpt", "")
 	if statusOf(err) != http.StatusConflict || !strings.Contains(err.Error(), "changed") {
 		t.Fatalf("a file changed during its upload: %v", err)
 	}
-	if _, _, ok := r.plane.got("ckpt"); ok {
+	if _, _, ok := r.plane.Got("ckpt"); ok {
 		t.Fatal("recorded a changed file")
 	}
 }
@@ -358,7 +359,7 @@ func TestPublishSizeLimit(t *testing.T) {
 	if _, err := r.publish("file", ""); statusOf(err) != http.StatusRequestEntityTooLarge {
 		t.Fatalf("an oversized file: %v", err)
 	}
-	if n := r.plane.presignCount(); n != 0 {
+	if n := r.plane.Presigns(); n != 0 {
 		t.Fatalf("the control plane was asked %d times", n)
 	}
 	left, _ := os.ReadDir(r.tmp)

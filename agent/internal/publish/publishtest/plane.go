@@ -1,4 +1,9 @@
-package publish
+// Package publishtest is a fake control plane's artifact routes for tests
+// of nymph's publish: the two daemon routes and a store behind
+// presigned-PUT-shaped URLs, on loopback. It checks what it is sent (the
+// worker token, the requests' own rules, each part's ETag, the assembled
+// bytes' size and sha256) and keeps what it recorded.
+package publishtest
 
 import (
 	"bytes"
@@ -18,26 +23,31 @@ import (
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
-// fakePlane is a control plane's artifact routes and a store behind
-// presigned-PUT-shaped URLs, on loopback: it checks what it is sent
-// (the worker token, the request's own rules, each part's ETag, the
-// assembled bytes' size and sha256) and keeps what it recorded.
-type fakePlane struct {
-	t   *testing.T
-	srv *httptest.Server
-	// threshold and partSize: an upload larger than threshold goes in
-	// parts of partSize.
-	threshold, partSize int64
+// Plane is the fake. Set its fields before the first request.
+type Plane struct {
+	t *testing.T
+	// URL is where it listens.
+	URL string
+	// Threshold and PartSize: an upload larger than Threshold goes in
+	// parts of PartSize (the wire defaults unless set).
+	Threshold, PartSize int64
+	// Token is the worker token the routes want ("": any bearer token).
+	Token string
+	// Next answers every other route (nil: 404), so the fake can stand in
+	// front of a real control plane.
+	Next http.Handler
 
-	mu       sync.Mutex
-	presigns int
-	uploads  map[string]*fakeUpload
-	stored   map[string][]byte // by artifact name
-	recorded map[string]wire.Artifact
-	// refusePresign, refuseComplete: answer that call with this error.
-	refusePresign, refuseComplete *wire.Error
-	// onPresign runs as a presign is answered.
-	onPresign func()
+	mu         sync.Mutex
+	presigns   int
+	uploads    map[string]*fakeUpload
+	stored     map[string][]byte // by artifact name
+	recorded   map[string]wire.Artifact
+	uploadReqs map[string]wire.ArtifactUploadRequest // by artifact name, the last
+	// RefusePresign, RefuseComplete: answer that call with this error
+	// (set under Lock).
+	RefusePresign, RefuseComplete *wire.Error
+	// OnPresign runs as a presign is answered.
+	OnPresign func()
 }
 
 type fakeUpload struct {
@@ -45,32 +55,50 @@ type fakeUpload struct {
 	parts map[int][]byte // part number (0: a single upload) → bytes
 }
 
-const workerToken = "worker-token"
-
-func newFakePlane(t *testing.T) *fakePlane {
-	f := &fakePlane{t: t, threshold: wire.MultipartThreshold, partSize: wire.MultipartPartBytes,
-		uploads: map[string]*fakeUpload{}, stored: map[string][]byte{}, recorded: map[string]wire.Artifact{}}
-	f.srv = httptest.NewServer(f)
-	t.Cleanup(f.srv.Close)
+// New starts a Plane for the length of the test.
+func New(t *testing.T) *Plane {
+	f := &Plane{t: t, Threshold: wire.MultipartThreshold, PartSize: wire.MultipartPartBytes,
+		uploads: map[string]*fakeUpload{}, stored: map[string][]byte{}, recorded: map[string]wire.Artifact{},
+		uploadReqs: map[string]wire.ArtifactUploadRequest{}}
+	srv := httptest.NewServer(f)
+	t.Cleanup(srv.Close)
+	f.URL = srv.URL
 	return f
 }
 
-func (f *fakePlane) answer(w http.ResponseWriter, status int, v any) {
+// Lock and Unlock guard the fields a test changes while requests run.
+func (f *Plane) Lock()   { f.mu.Lock() }
+func (f *Plane) Unlock() { f.mu.Unlock() }
+
+func (f *Plane) answer(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-func (f *fakePlane) refuse(w http.ResponseWriter, e *wire.Error) {
+func (f *Plane) refuse(w http.ResponseWriter, e *wire.Error) {
 	f.answer(w, wire.Status(e.Code), wire.ErrorBody{Error: wire.ErrorDetail{Code: e.Code, Message: e.Message}})
 }
 
-func (f *fakePlane) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (f *Plane) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if strings.HasPrefix(r.URL.Path, "/put/") {
 		f.put(w, r)
 		return
 	}
-	if r.Header.Get("Authorization") != "Bearer "+workerToken {
+	if r.URL.Path != "/v1/daemon/artifacts" && r.URL.Path != "/v1/daemon/artifacts/complete" {
+		if f.Next == nil {
+			f.refuse(w, wire.Errorf(wire.CodeNoRoute, "no route"))
+			return
+		}
+		f.Next.ServeHTTP(w, r)
+		return
+	}
+	auth := r.Header.Get("Authorization")
+	authorized := auth == "Bearer "+f.Token
+	if f.Token == "" {
+		authorized = strings.HasPrefix(auth, "Bearer ") && len(auth) > len("Bearer ")
+	}
+	if !authorized {
 		f.refuse(w, wire.Errorf(wire.CodeUnauthorized, "no worker token"))
 		return
 	}
@@ -89,15 +117,13 @@ func (f *fakePlane) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		f.complete(w, req)
-	default:
-		f.refuse(w, wire.Errorf(wire.CodeNoRoute, "no route"))
 	}
 }
 
-func (f *fakePlane) presign(w http.ResponseWriter, req wire.ArtifactUploadRequest) {
+func (f *Plane) presign(w http.ResponseWriter, req wire.ArtifactUploadRequest) {
 	f.mu.Lock()
 	f.presigns++
-	refusal, hook := f.refusePresign, f.onPresign
+	refusal, hook := f.RefusePresign, f.OnPresign
 	f.mu.Unlock()
 	if err := req.Validate(); err != nil {
 		f.t.Errorf("nymph sent an invalid presign request: %v", err)
@@ -114,14 +140,15 @@ func (f *fakePlane) presign(w http.ResponseWriter, req wire.ArtifactUploadReques
 	f.mu.Lock()
 	id := fmt.Sprintf("up%d", f.presigns)
 	f.uploads[id] = &fakeUpload{req: req, parts: map[int][]byte{}}
+	f.uploadReqs[req.Name] = req
 	f.mu.Unlock()
 	up := wire.ArtifactUpload{UploadID: id, Method: http.MethodPut, ExpiresAt: time.Now().Add(time.Hour)}
-	if req.Size <= f.threshold {
-		up.URL = f.srv.URL + "/put/" + id + "/0?X-Signature=secret"
+	if req.Size <= f.Threshold {
+		up.URL = f.URL + "/put/" + id + "/0?X-Signature=secret"
 	} else {
-		up.PartSize = f.partSize
-		for n := int64(1); (n-1)*f.partSize < req.Size; n++ {
-			up.Parts = append(up.Parts, wire.ArtifactPart{Number: int(n), URL: fmt.Sprintf("%s/put/%s/%d?X-Signature=secret", f.srv.URL, id, n)})
+		up.PartSize = f.PartSize
+		for n := int64(1); (n-1)*f.PartSize < req.Size; n++ {
+			up.Parts = append(up.Parts, wire.ArtifactPart{Number: int(n), URL: fmt.Sprintf("%s/put/%s/%d?X-Signature=secret", f.URL, id, n)})
 		}
 		// Handed out of order: nymph must not rely on the order.
 		for i, j := 0, len(up.Parts)-1; i < j; i, j = i+1, j-1 {
@@ -136,7 +163,7 @@ func etagOf(b []byte) string {
 	return `"` + hex.EncodeToString(s[:8]) + `"`
 }
 
-func (f *fakePlane) put(w http.ResponseWriter, r *http.Request) {
+func (f *Plane) put(w http.ResponseWriter, r *http.Request) {
 	id, num, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/put/"), "/")
 	n, err := strconv.Atoi(num)
 	if r.Method != http.MethodPut || err != nil || r.URL.Query().Get("X-Signature") != "secret" || r.Header.Get("Authorization") != "" {
@@ -159,7 +186,7 @@ func (f *fakePlane) put(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("ETag", etagOf(b))
 }
 
-func (f *fakePlane) complete(w http.ResponseWriter, req wire.ArtifactCompleteRequest) {
+func (f *Plane) complete(w http.ResponseWriter, req wire.ArtifactCompleteRequest) {
 	if err := req.Validate(); err != nil {
 		f.t.Errorf("nymph sent an invalid complete request: %v", err)
 		f.refuse(w, wire.Errorf(wire.CodeInvalid, "%v", err))
@@ -167,8 +194,8 @@ func (f *fakePlane) complete(w http.ResponseWriter, req wire.ArtifactCompleteReq
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.refuseComplete != nil {
-		f.refuse(w, f.refuseComplete)
+	if f.RefuseComplete != nil {
+		f.refuse(w, f.RefuseComplete)
 		return
 	}
 	up := f.uploads[req.UploadID]
@@ -199,15 +226,33 @@ func (f *fakePlane) complete(w http.ResponseWriter, req wire.ArtifactCompleteReq
 	f.answer(w, http.StatusOK, a)
 }
 
-// got reports what was stored under name.
-func (f *fakePlane) got(name string) ([]byte, wire.Artifact, bool) {
+// Got reports what was stored and recorded under name, and whether it was.
+func (f *Plane) Got(name string) ([]byte, wire.Artifact, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	b, ok := f.stored[name]
 	return bytes.Clone(b), f.recorded[name], ok
 }
 
-func (f *fakePlane) presignCount() int {
+// Request reports the last presign request for name.
+func (f *Plane) Request(name string) wire.ArtifactUploadRequest {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.uploadReqs[name]
+}
+
+// Parts reports how many PUTs upload id received.
+func (f *Plane) Parts(id string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if up := f.uploads[id]; up != nil {
+		return len(up.parts)
+	}
+	return 0
+}
+
+// Presigns reports how many presign requests arrived.
+func (f *Plane) Presigns() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.presigns

@@ -120,14 +120,15 @@ func TestAgentPublishes(t *testing.T) {
 		if _, err := os.Stat(marker); err == nil {
 			break
 		}
-		if time.Now().After(deadline) {
+		cur, err := op.GetInvocation(t.Context(), inv.InvocationID)
+		if time.Now().After(deadline) || err == nil && wire.Terminal(cur.State) {
 			b, _ := os.ReadFile(stderrLog)
 			a.Stop()
 			a.Stop()
 			<-done
 			t.Fatalf("the body never got to the drain; its stderr: %s", b)
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond)
 	}
 	a.Stop()
 	select {

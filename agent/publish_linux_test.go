@@ -107,7 +107,7 @@ func TestAgentPublishes(t *testing.T) {
 	a, err := New(Config{
 		ControlPlane: plane.URL, EnrollToken: apitest.EnrollToken, Queue: "q",
 		Workdir: filepath.Join(dir, "work"), StateDir: filepath.Join(dir, "state"), MachineID: "publisher",
-		IntrospectAddr: "off", LifecycleAddr: "127.0.0.1:0", Grace: time.Minute, KillAfter: time.Second,
+		IntrospectAddr: "off", LifecycleAddr: "127.0.0.1:0", Grace: time.Minute, KillAfter: time.Second, KeepRuns: time.Hour,
 		Logger: slog.New(slog.DiscardHandler), Notifier: nopNotifier{},
 	})
 	if err != nil {

@@ -53,7 +53,8 @@ func (e *PublishError) Error() string {
 func (e *PublishError) Unwrap() error { return e.Err }
 
 // AttachPublish ties the run's publish route to publish: until it is
-// attached, or once the run has ended, a publish is refused (409).
+// attached a publish is refused (503), and once the run has ended too
+// (409; 404 once its handle is closed).
 func (h *Handle) AttachPublish(publish PublishFunc) {
 	h.s.mu.Lock()
 	defer h.s.mu.Unlock()
@@ -81,8 +82,12 @@ func (s *Server) publish(w http.ResponseWriter, r *http.Request, e *entry) {
 	s.mu.Lock()
 	publish := e.publish
 	s.mu.Unlock()
-	if publish == nil || isClosed(e.ended) {
+	switch {
+	case isClosed(e.ended):
 		writeError(w, http.StatusConflict, "this run cannot publish: its attempt has ended")
+		return
+	case publish == nil:
+		writeError(w, http.StatusServiceUnavailable, "this nymph cannot publish artifacts")
 		return
 	}
 	a, err := publish(r.Context(), req)

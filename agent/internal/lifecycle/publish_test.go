@@ -83,7 +83,7 @@ func TestPublishRoute(t *testing.T) {
 	started := make(chan struct{})
 	close(started)
 	h.Attach(started, func() int { return 4242 }, func() {})
-	if code, v := post(t, h.URL()+"/publish", `{"path": "out.txt", "name": "x"}`); code != http.StatusConflict {
+	if code, v := post(t, h.URL()+"/publish", `{"path": "out.txt", "name": "x"}`); code != http.StatusServiceUnavailable {
 		t.Fatalf("before a publisher is attached: %d %v", code, v)
 	}
 	rec := &publishRecorder{}

@@ -83,6 +83,10 @@ func (a *Agent) attachView(r *running, run *process.Run) {
 	}
 	t := publish.Target{API: r.session.api, WorkerID: r.session.workerID, InvocationID: run.InvocationID(), Attempt: run.Attempt(),
 		RunDir: dir, BodyDir: bodyDir}
+	if a.runAs != nil {
+		uid := a.runAs.Cred.Uid
+		t.Owner = &uid
+	}
 	r.view.AttachPublish(func(ctx context.Context, req lifecycle.PublishRequest) (wire.Artifact, error) {
 		return a.publisher.Publish(ctx, t, req.Path, req.Name)
 	})

@@ -38,10 +38,11 @@ func (l *limitWriter) Write(b []byte) (int, error) {
 // pack writes the directory rel of root as a tar.gz to a file of
 // Config.TempDir and reports it with its size and digest, read as it was
 // written. Entries are named relative to the directory; only directories
-// and regular files go in (mode bits, modification time; no owner), each
+// and regular files the body owns go in (mode bits, modification time; no
+// owner), each
 // opened through a root of the directory, so nothing outside it is read
 // whatever the body does to the tree meanwhile.
-func (p *Publisher) pack(root *os.Root, rel, path string) (c content, err error) {
+func (p *Publisher) pack(root *os.Root, rel, path string, owned func(fs.FileInfo) bool) (c content, err error) {
 	dir, err := root.OpenRoot(rel)
 	if err != nil {
 		return content{}, refuse(http.StatusBadRequest, "%q cannot be published: %v", path, unquote(err))
@@ -83,7 +84,7 @@ func (p *Publisher) pack(root *os.Root, rel, path string) (c content, err error)
 			}
 			return tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: name + "/", Mode: int64(info.Mode().Perm()), ModTime: info.ModTime()})
 		case d.Type().IsRegular():
-			added, err := addFile(tw, dir, name)
+			added, err := addFile(tw, dir, name, owned)
 			if !added && err == nil {
 				skipped++
 			}
@@ -112,8 +113,9 @@ func (p *Publisher) pack(root *os.Root, rel, path string) (c content, err error)
 }
 
 // addFile adds the regular file name of dir to tw, reporting false when
-// it is no regular file by the time it is opened (it is then left out).
-func addFile(tw *tar.Writer, dir *os.Root, name string) (bool, error) {
+// it is no regular file by the time it is opened, or not owned (it is then
+// left out).
+func addFile(tw *tar.Writer, dir *os.Root, name string, owned func(fs.FileInfo) bool) (bool, error) {
 	f, err := dir.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if errors.Is(err, fs.ErrNotExist) {
 		return false, nil // removed meanwhile
@@ -126,7 +128,7 @@ func addFile(tw *tar.Writer, dir *os.Root, name string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	if !info.Mode().IsRegular() {
+	if !info.Mode().IsRegular() || !owned(info) {
 		return false, nil
 	}
 	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: name, Size: info.Size(), Mode: int64(info.Mode().Perm()), ModTime: info.ModTime()}); err != nil {

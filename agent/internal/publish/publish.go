@@ -114,6 +114,20 @@ type Target struct {
 	// BodyDir is the body's working directory, inside RunDir: a relative
 	// path is read from there.
 	RunDir, BodyDir string
+	// Owner, when set, is the uid of the --run-as account bodies run as:
+	// nymph reads as root then, so only files that account owns are sent
+	// (a hard link to another account's file is not the body's to
+	// publish, whatever directory it sits in).
+	Owner *uint32
+}
+
+// owned reports whether info is of a file t's body may publish.
+func (t Target) owned(info fs.FileInfo) bool {
+	if t.Owner == nil {
+		return true
+	}
+	st, ok := info.Sys().(*syscall.Stat_t)
+	return ok && st.Uid == *t.Owner
 }
 
 // refuse is a publish refused with status.
@@ -166,6 +180,8 @@ func (p *Publisher) Publish(ctx context.Context, t Target, path, name string) (w
 	}
 	var c content
 	switch {
+	case st.Mode().IsRegular() && !t.owned(st):
+		return wire.Artifact{}, refuse(http.StatusBadRequest, "%q is not the body's own file", path)
 	case st.Mode().IsRegular():
 		c = content{f: f, size: st.Size(), contentType: typeOf(name)}
 		if c.size > p.cfg.MaxBytes {
@@ -175,7 +191,7 @@ func (p *Publisher) Publish(ctx context.Context, t Target, path, name string) (w
 			return wire.Artifact{}, refuse(http.StatusConflict, "read %q: %v", path, err)
 		}
 	case st.IsDir():
-		tmp, err := p.pack(root, rel, path)
+		tmp, err := p.pack(root, rel, path, t.owned)
 		if err != nil {
 			return wire.Artifact{}, err
 		}

@@ -379,3 +379,35 @@ func randomBytes(n int) []byte {
 	}
 	return b
 }
+
+// TestPublishOwner: under --run-as (Target.Owner) only the account's own
+// files are sent: another's file is refused, and left out of a directory.
+func TestPublishOwner(t *testing.T) {
+	r := newRig(t)
+	write(t, filepath.Join(r.target.BodyDir, "dir", "mine.txt"), "mine")
+	write(t, filepath.Join(r.target.BodyDir, "f.txt"), "mine")
+	me := uint32(os.Getuid())
+	other := me + 1
+	r.target.Owner = &other
+	if _, err := r.publish("f.txt", ""); statusOf(err) != http.StatusBadRequest {
+		t.Fatalf("another account's file: %v", err)
+	}
+	if _, err := r.publish("dir", "d1"); err != nil {
+		t.Fatal(err)
+	}
+	got, _, _ := r.plane.Got("d1")
+	if files, _ := untar(t, got); len(files) != 0 {
+		t.Fatalf("another account's files were packed: %v", files)
+	}
+	r.target.Owner = &me
+	if _, err := r.publish("f.txt", ""); err != nil {
+		t.Fatalf("the account's own file: %v", err)
+	}
+	if _, err := r.publish("dir", "d2"); err != nil {
+		t.Fatal(err)
+	}
+	got, _, _ = r.plane.Got("d2")
+	if files, _ := untar(t, got); files["mine.txt"] != "mine" {
+		t.Fatalf("the account's own files: %v", files)
+	}
+}

@@ -47,8 +47,10 @@ def publish(path, name=None, timeout=None):
     nymph bounds each step of the upload, so by default this waits as long as
     the upload takes; timeout (seconds) bounds the wait for each answer.
 
-    Returns None outside nymph (NYMPH_LIFECYCLE_URL unset), as the other
-    lifecycle calls stay out of the way there. Raises LifecycleError with
+    Returns None outside nymph (neither NYMPH_LIFECYCLE_URL nor
+    NYMPH_RUNTIME_API set), as the other lifecycle calls stay out of the way
+    there; in a resident process outside an invocation it raises
+    LifecycleError, as there is no attempt to publish into. Raises LifecycleError with
     nymph's message when it refuses, its status telling why: 400 a bad name
     or path, 404 no such path, 409 the attempt has ended, 413 over a limit,
     502 the upload failed.
@@ -61,9 +63,9 @@ def publish(path, name=None, timeout=None):
     base = os.environ.get(lifecycle.ENV_URL, "").strip().rstrip("/")
     if not base:
         if os.environ.get(lifecycle.ENV_RUNTIME_API, "").strip():
-            # A resident process between invocations: no attempt to
-            # publish into.
-            raise LifecycleError("publish: no invocation is running in this process")
+            # A resident process outside an invocation (serve() sets the
+            # variable for each one): no attempt to publish into.
+            raise LifecycleError("publish: no invocation to publish into here (%s is unset)" % lifecycle.ENV_URL)
         return None
     payload = {"path": os.path.abspath(path)}
     if name:

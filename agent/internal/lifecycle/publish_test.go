@@ -1,12 +1,10 @@
 package lifecycle
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"io"
 	"net/http"
-	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -17,23 +15,7 @@ import (
 // post sends body to url and decodes the JSON answer.
 func post(t *testing.T, url, body string) (int, map[string]any) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader([]byte(body)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	var m map[string]any
-	if err := json.Unmarshal(b, &m); err != nil {
-		t.Fatalf("answered %d, not JSON: %q", resp.StatusCode, b)
-	}
-	return resp.StatusCode, m
+	return callWith(t, http.MethodPost, url, strings.NewReader(body))
 }
 
 // publishRecorder is a PublishFunc that records its requests and answers
@@ -65,17 +47,7 @@ func (p *publishRecorder) calls() []PublishRequest {
 // reaches the publisher; a publisher's refusal keeps its status; once
 // the run ended nothing is published.
 func TestPublishRoute(t *testing.T) {
-	self := os.Getpid()
-	s, err := Listen("127.0.0.1:0", Config{Members: func(pgid int) []int {
-		if pgid == 4242 {
-			return []int{self}
-		}
-		return nil
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	s := runtimeTestServer(t)
 	h, err := s.Add(Run{InvocationID: "inv_1", Attempt: 3})
 	if err != nil {
 		t.Fatal(err)

@@ -207,7 +207,9 @@ type Artifact struct {
 // A refusal is a *StatusError: 400 a bad name or path, 404 no such path,
 // 409 the attempt has ended, 413 over a limit, 502 the upload failed.
 // Publishing a name again replaces the earlier artifact of that name.
-func Publish(ctx context.Context, path, name string) (Artifact, error) { return std.publish(ctx, path, name) }
+func Publish(ctx context.Context, path, name string) (Artifact, error) {
+	return std.publish(ctx, path, name)
+}
 
 func (c *client) publish(ctx context.Context, path, name string) (Artifact, error) {
 	const op = "publish at the lifecycle endpoint"

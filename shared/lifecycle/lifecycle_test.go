@@ -30,9 +30,9 @@ type fakeNymph struct {
 	view      View
 	drained   chan struct{} // closed when the phase becomes draining
 	requeues  int
-	earlyWait int // answer this many waits at once, not draining
-	failWait  int // answer this many waits with 503
-	status    int // when set, answer every request with this status
+	earlyWait int                 // answer this many waits at once, not draining
+	failWait  int                 // answer this many waits with 503
+	status    int                 // when set, answer every request with this status
 	published []map[string]string // publish requests' bodies
 }
 

@@ -99,6 +99,7 @@ func TestPublishFile(t *testing.T) {
 	content := strings.Repeat("prediction\n", 1000)
 	write(t, filepath.Join(r.target.BodyDir, "preds.txt"), content)
 	write(t, filepath.Join(r.target.RunDir, "model.bin"), "\x00\x01weights")
+	write(t, filepath.Join(r.target.BodyDir, "empty.json"), "")
 	if err := os.Symlink("../model.bin", filepath.Join(r.target.BodyDir, "latest")); err != nil {
 		t.Fatal(err)
 	}
@@ -108,6 +109,7 @@ func TestPublishFile(t *testing.T) {
 		{filepath.Join(r.target.RunDir, "model.bin"), "", "model.bin", "\x00\x01weights", "application/octet-stream"},
 		{"latest", "model", "model", "\x00\x01weights", "application/octet-stream"},
 		{"../model.bin", "m2", "m2", "\x00\x01weights", "application/octet-stream"},
+		{"empty.json", "", "empty.json", "", "application/json"},
 	} {
 		a, err := r.publish(c.path, c.name)
 		if err != nil {

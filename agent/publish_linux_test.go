@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dreamlake/lakeshore/agent/internal/publish/publishtest"
+	"github.com/dreamlake/lakeshore/shared/artifacttest"
 	"github.com/dreamlake/lakeshore/server/api/apitest"
 	"github.com/dreamlake/lakeshore/shared/client"
 	"github.com/dreamlake/lakeshore/shared/lifecycle"
@@ -93,7 +93,7 @@ func publishHelper(marker string) int {
 // whole, recorded under the worker, invocation and attempt that ran it.
 func TestAgentPublishes(t *testing.T) {
 	p := apitest.New(t)
-	plane := publishtest.New(t)
+	plane := artifacttest.New(t)
 	plane.Next = p.Handler
 	dir := t.TempDir()
 	marker := filepath.Join(dir, "ready")

@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/dreamlake/lakeshore/agent/internal/lifecycle"
-	"github.com/dreamlake/lakeshore/agent/internal/publish/publishtest"
+	"github.com/dreamlake/lakeshore/shared/artifacttest"
 	"github.com/dreamlake/lakeshore/shared/client"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
@@ -26,7 +26,7 @@ import (
 // rig is one run's directories, a file outside them, a publisher and a
 // fake control plane.
 type rig struct {
-	plane   *publishtest.Plane
+	plane   *artifacttest.Plane
 	pub     *Publisher
 	target  Target
 	outside string // a directory beside the run's, holding secret.txt
@@ -45,7 +45,7 @@ func newRig(t *testing.T) *rig {
 		}
 	}
 	write(t, filepath.Join(outside, "secret.txt"), "not the body's")
-	plane := publishtest.New(t)
+	plane := artifacttest.New(t)
 	plane.Token = workerToken
 	tmp := filepath.Join(base, "state", "publish")
 	pub, err := New(Config{TempDir: tmp, CallTimeout: 30 * time.Second})

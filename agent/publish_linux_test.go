@@ -17,8 +17,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dreamlake/lakeshore/shared/artifacttest"
 	"github.com/dreamlake/lakeshore/server/api/apitest"
+	"github.com/dreamlake/lakeshore/shared/artifacttest"
 	"github.com/dreamlake/lakeshore/shared/client"
 	"github.com/dreamlake/lakeshore/shared/lifecycle"
 	"github.com/dreamlake/lakeshore/shared/wire"

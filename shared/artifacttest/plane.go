@@ -1,5 +1,5 @@
-// Package artifacttest is a fake of the control plane's artifact routes, for tests
-// of nymph's publish: the two daemon routes and a store behind
+// Package artifacttest is a fake of the control plane's artifact routes,
+// for tests of nymph's publish: the two daemon routes and a store behind
 // presigned-PUT-shaped URLs, on loopback. It checks what it is sent (the
 // worker token, the requests' own rules, each part's ETag, the assembled
 // bytes' size and sha256) and keeps what it recorded.

@@ -375,11 +375,26 @@ func (p *Publisher) put(ctx context.Context, rawURL string, headers map[string]s
 		return "", fmt.Errorf("PUT: %w", err)
 	}
 	defer resp.Body.Close()
-	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return "", fmt.Errorf("PUT answered %d: %s", resp.StatusCode, strings.ToValidUTF8(strings.TrimSpace(string(msg)), "?"))
+		return "", fmt.Errorf("PUT answered %d%s", resp.StatusCode, storeCode(msg))
 	}
 	return resp.Header.Get("ETag"), nil
+}
+
+// storeCode is the error code of a storage error answer (S3's
+// <Code>…</Code>) as " (Code)", or "". Nothing else of the answer is
+// kept: S3 quotes the request's signature and canonical form back, and
+// the error reaches the body and the log.
+func storeCode(answer []byte) string {
+	_, rest, ok := strings.Cut(string(answer), "<Code>")
+	code, _, ok2 := strings.Cut(rest, "</Code>")
+	if !ok || !ok2 || len(code) > 64 || strings.IndexFunc(code, func(r rune) bool {
+		return !('a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9')
+	}) >= 0 {
+		return ""
+	}
+	return " (" + code + ")"
 }
 
 // controlPlaneRefusal is the control plane's answer as the body hears it:

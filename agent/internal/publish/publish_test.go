@@ -11,6 +11,7 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -412,4 +413,37 @@ func TestPublishOwner(t *testing.T) {
 	if files, _ := untar(t, got); files["mine.txt"] != "mine" {
 		t.Fatalf("the account's own files: %v", files)
 	}
+}
+
+// TestPublishPutRefused: a storage refusal of a PUT fails the publish
+// (502) with the store's error code and nothing else of its answer (S3
+// quotes the signature back), and nothing is recorded.
+func TestPublishPutRefused(t *testing.T) {
+	r := newRig(t)
+	write(t, filepath.Join(r.target.BodyDir, "ok.txt"), "ok")
+	store := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusForbidden)
+		io.WriteString(w, `<?xml version="1.0"?><Error><Code>SignatureDoesNotMatch</Code><SignatureProvided>s3cr3tsig</SignatureProvided></Error>`)
+	}))
+	t.Cleanup(store.Close)
+	r.target.API = redirectPuts{ControlPlane: r.target.API, url: store.URL + "/put?X-Amz-Signature=s3cr3tsig"}
+	_, err := r.publish("ok.txt", "")
+	if statusOf(err) != http.StatusBadGateway || !strings.Contains(err.Error(), "403 (SignatureDoesNotMatch)") || strings.Contains(err.Error(), "s3cr3tsig") {
+		t.Fatalf("a refused PUT: %v", err)
+	}
+	if _, _, ok := r.plane.Got("ok.txt"); ok {
+		t.Fatal("recorded")
+	}
+}
+
+// redirectPuts answers presigns with url as the upload's.
+type redirectPuts struct {
+	ControlPlane
+	url string
+}
+
+func (p redirectPuts) PresignArtifact(ctx context.Context, req wire.ArtifactUploadRequest) (wire.ArtifactUpload, error) {
+	up, err := p.ControlPlane.PresignArtifact(ctx, req)
+	up.URL = p.url
+	return up, err
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/dreamlake/lakeshore/agent/internal/machineid"
 	"github.com/dreamlake/lakeshore/agent/internal/notify"
 	"github.com/dreamlake/lakeshore/agent/internal/process"
+	"github.com/dreamlake/lakeshore/agent/internal/publish"
 	"github.com/dreamlake/lakeshore/agent/internal/spot"
 	"github.com/dreamlake/lakeshore/agent/internal/wakeclient"
 	"github.com/dreamlake/lakeshore/shared/client"
@@ -46,6 +47,9 @@ type Agent struct {
 	// views is the lifecycle endpoint bodies read (lifecycle.go); nil
 	// when it could not listen.
 	views *lifecycle.Server
+	// publisher does the work of the bodies' publish requests (nil with
+	// no endpoint).
+	publisher *publish.Publisher
 
 	notify *notify.Service // READY/STOPPING/STATUS to a service manager
 	runAs  *process.RunAs  // --run-as, resolved at New; nil: the daemon's account

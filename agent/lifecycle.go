@@ -3,12 +3,15 @@ package agent
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"syscall"
 	"time"
 
 	"github.com/dreamlake/lakeshore/agent/internal/lifecycle"
 	"github.com/dreamlake/lakeshore/agent/internal/process"
+	"github.com/dreamlake/lakeshore/agent/internal/publish"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
@@ -34,6 +37,15 @@ func (a *Agent) startViews() (stop func()) {
 		return func() {}
 	}
 	a.views = s
+	// A packed directory waits in the state directory, which no body
+	// sees; what a killed daemon left there is of no use.
+	tmp := filepath.Join(a.cfg.StateDir, "publish")
+	if err := os.RemoveAll(tmp); err != nil {
+		a.log.Warn("cannot clear the directory of packed artifacts", "error", err.Error())
+	}
+	if a.publisher, err = publish.New(publish.Config{TempDir: tmp, Logger: a.log}); err != nil {
+		a.log.Warn("bodies cannot publish artifacts", "error", err.Error())
+	}
 	return func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
@@ -56,13 +68,28 @@ func (a *Agent) openView(st *state, inv wire.RunInvocation) (*lifecycle.Handle, 
 }
 
 // attachView ties r's view to its processes: a request is answered only
-// to them, and a requeue ends the run (its outcome is then settled as
-// requeued, whatever it was).
-func attachView(r *running, run *process.Run) {
+// to them, a requeue ends the run (its outcome is then settled as
+// requeued, whatever it was), and a publish records an artifact of its
+// attempt from its run directory, with the worker token of the session
+// that claimed it.
+func (a *Agent) attachView(r *running, run *process.Run) {
 	if r.view == nil {
 		return
 	}
 	r.view.Attach(run.Started(), run.Group, run.Kill)
+	dir, bodyDir, err := run.Dirs()
+	if a.publisher == nil || err != nil {
+		return
+	}
+	t := publish.Target{API: r.session.api, WorkerID: r.session.workerID, InvocationID: run.InvocationID(), Attempt: run.Attempt(),
+		RunDir: dir, BodyDir: bodyDir}
+	if a.runAs != nil {
+		uid := a.runAs.Cred.Uid
+		t.Owner = &uid
+	}
+	r.view.AttachPublish(func(ctx context.Context, req lifecycle.PublishRequest) (wire.Artifact, error) {
+		return a.publisher.Publish(ctx, t, req.Path, req.Name)
+	})
 }
 
 // closeView forgets r's view: its URL answers 404 from now on.

@@ -267,7 +267,7 @@ func (a *Agent) startRun(ctx context.Context, st *state, c wire.Command, runDone
 	run := a.runner.Start(*inv, st.sess.workerID, env)
 	r := &running{run: run, session: st.sess, view: view, requeueExitCodes: inv.RunConfig.RequeueExitCodes,
 		drainSignal: inv.RunConfig.DrainSignal}
-	attachView(r, run)
+	a.attachView(r, run)
 	stdout, stderr := r.run.LogFiles()
 	a.logs.Track(st.sess.api, st.sess.workerID, inv.InvocationID, inv.Attempt, stdout, stderr)
 	st.runs[inv.InvocationID] = r

@@ -51,7 +51,7 @@ class NamesTest(unittest.TestCase):
         pkg = ROOT / "dreamlake" / "lakeshore"
         files = sorted([p.stem for p in pkg.glob("*.py") if p.stem != "__init__"] +
                        [p.parent.name for p in pkg.glob("*/__init__.py")])
-        self.assertEqual(files, ["client", "lifecycle", "serve"])
+        self.assertEqual(files, ["client", "lifecycle", "run", "serve"])
         for stem in files:
             self.assertIs(sys.modules["lakeshore." + stem], sys.modules["dreamlake.lakeshore." + stem], stem)
 
@@ -84,11 +84,13 @@ class NamesTest(unittest.TestCase):
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
             got = sorted(str(p.relative_to(out)) for p in pathlib.Path(out).rglob("*.py"))
             self.assertEqual(got, ["dreamlake/lakeshore/__init__.py", "dreamlake/lakeshore/client.py",
-                                   "dreamlake/lakeshore/lifecycle.py", "dreamlake/lakeshore/serve/__init__.py",
+                                   "dreamlake/lakeshore/lifecycle.py", "dreamlake/lakeshore/run.py",
+                                   "dreamlake/lakeshore/serve/__init__.py",
                                    "dreamlake/lakeshore/serve/__main__.py", "lakeshore/__init__.py"])
             check = ("from dreamlake import lakeshore as dls; import lakeshore; "
                      "assert lakeshore.lifecycle is dls.lifecycle and dls.Client and dls.lifecycle.phase; "
-                     "assert lakeshore.serve is dls.serve and callable(dls.serve) and dls.body")
+                     "assert lakeshore.serve is dls.serve and callable(dls.serve) and dls.body; "
+                     "assert lakeshore.run is dls.run and callable(dls.run.publish)")
             subprocess.run([sys.executable, "-c", check], cwd=tmp, env=dict(env, PYTHONPATH=out),
                            check=True, timeout=60)
 

@@ -70,6 +70,8 @@ class FakeRuntime(fakehttp.Fake):
                     return self.lifecycle(parse_qs(url.query).get("wait") == ["draining"])
                 if method == "POST" and path in ("init/error",) or path.endswith(("/result", "/error")):
                     return self.answer(202, {"status": "recorded"})
+                if method == "POST" and path.endswith("/publish"):
+                    return self.answer(201, {"name": json.loads(data.decode())["name"], "attempt": 1, "size": 3})
                 return self.answer(404, {"error": "unknown URL"})
 
             def next(self):
@@ -280,6 +282,30 @@ class ResidentTest(unittest.TestCase):
         self.assertIsNone(three["inv"])  # NYMPH_INVOCATION_ID came with the env, and went with it
         self.assertEqual(r.hooks(), ["host", "run:a:one", "body", "run:b:two", "body",
                                      "run:%s:-" % r.dir.name, "body"])
+
+    def test_publish_per_invocation(self):
+        # serve() sets NYMPH_LIFECYCLE_URL for each invocation, so
+        # run.publish reaches that invocation's endpoint, with a relative
+        # path made absolute against its workdir; once the invocation is
+        # over there is nothing to publish into.
+        body = textwrap.dedent("""
+            import dreamlake.lakeshore as dls
+
+            @dls.body
+            def evaluate(inp):
+                return dls.run.publish(inp, name="out")
+        """) + MAIN
+        r = Resident(self, body, [])
+        a = r.dir / "a"
+        a.mkdir()
+        r.fake.script = [
+            inv(1, workdir=str(a), input="preds.txt", env={"NYMPH_LIFECYCLE_URL": r.fake.url + "/lc1"}),
+            inv(2, input="preds.txt"),
+        ]
+        self.assertExit(r.run(), 0)
+        self.assertEqual(r.fake.doc("lc1/publish"), {"path": str(a.resolve() / "preds.txt"), "name": "out"})
+        self.assertEqual(r.fake.doc("inv_1/result"), {"name": "out", "attempt": 1, "size": 3})
+        self.assertIn("NYMPH_LIFECYCLE_URL is unset", r.fake.doc("inv_2/error")["error_message"])
 
     def test_bad_invocation_fails_alone(self):
         r = Resident(self, HOOKED, [])

@@ -5,7 +5,8 @@
 // as NYMPH_LIFECYCLE_URL. Through it a body reads its phase (setup, ready,
 // draining), the worker's host key and its invocation (Get, Phase, HostKey);
 // waits for a drain (WaitDraining); runs shutdown hooks within the drain's
-// grace window (OnShutdown); and, once it has flushed, hands its invocation
+// grace window (OnShutdown); publishes files and directories as artifacts
+// of its attempt (Publish); and, once it has flushed, hands its invocation
 // back to the queue instead of recording an outcome (Requeue).
 //
 // Outside nymph (the variable unset) the package stays out of the way: Phase
@@ -19,6 +20,7 @@
 package lifecycle
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -27,6 +29,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -179,6 +182,52 @@ func (c *client) requeue(ctx context.Context) error {
 	return wrap("requeue at the lifecycle endpoint", err)
 }
 
+// Artifact is a published artifact as the control plane recorded it.
+// Fields the endpoint adds later are ignored.
+type Artifact struct {
+	Name    string `json:"name"`
+	Attempt int    `json:"attempt"`
+	Size    int64  `json:"size"`
+	// SHA256 is the content's digest, lower-case hex; a directory's
+	// content is its tar.gz.
+	SHA256      string    `json:"sha256"`
+	ContentType string    `json:"content_type,omitempty"`
+	CreatedAt   time.Time `json:"created_at,omitzero"`
+}
+
+// Publish publishes the file or directory at path as the artifact name of
+// this attempt ("" names it by path's base name), and reports it once
+// recorded. A relative path is made absolute against the process's working
+// directory; the path must lie inside the run's directory (a symbolic link
+// out of it is refused). A directory is sent as a tar.gz of its regular
+// files and directories. It works while the run drains, so a shutdown hook
+// can flush a checkpoint this way, and ends with ctx (a large artifact
+// takes as long as its upload).
+//
+// A refusal is a *StatusError: 400 a bad name or path, 404 no such path,
+// 409 the attempt has ended, 413 over a limit, 502 the upload failed.
+// Publishing a name again replaces the earlier artifact of that name.
+func Publish(ctx context.Context, path, name string) (Artifact, error) {
+	return std.publish(ctx, path, name)
+}
+
+func (c *client) publish(ctx context.Context, path, name string) (Artifact, error) {
+	const op = "publish at the lifecycle endpoint"
+	if path == "" {
+		return Artifact{}, wrap(op, errors.New("path is empty"))
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return Artifact{}, wrap(op, fmt.Errorf("make %q absolute: %w", path, err))
+	}
+	body, err := json.Marshal(map[string]string{"path": abs, "name": name})
+	if err != nil {
+		return Artifact{}, wrap(op, err)
+	}
+	var a Artifact
+	return a, wrap(op, c.send(ctx, http.MethodPost, "/publish", body, &a))
+}
+
 func (c *client) waitDraining(ctx context.Context) (View, error) {
 	const op = "wait for draining at the lifecycle endpoint"
 	pause := minPause
@@ -224,19 +273,37 @@ func permanent(err error) bool {
 // do sends one request to the endpoint (suffix appended to its URL) and
 // decodes the view it answers. Its errors never hold the URL.
 func (c *client) do(ctx context.Context, method, suffix string) (View, error) {
+	var v View
+	if err := c.send(ctx, method, suffix, nil, &v); err != nil {
+		return View{}, err
+	}
+	return v, nil
+}
+
+// send sends one request to the endpoint (suffix appended to its URL),
+// with body as JSON when it is not nil, and decodes the answer into out.
+// Its errors never hold the URL.
+func (c *client) send(ctx context.Context, method, suffix string, body []byte, out any) error {
 	base := strings.TrimRight(strings.TrimSpace(c.url()), "/")
 	if base == "" {
-		return View{}, ErrNotUnderNymph
+		return ErrNotUnderNymph
 	}
 	// Parse errors quote the URL, so they are replaced, not wrapped.
 	if u, err := url.Parse(base); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return View{}, errBadURL
+		return errBadURL
 	}
-	req, err := http.NewRequestWithContext(ctx, method, base+suffix, nil)
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, base+suffix, rd)
 	if err != nil {
-		return View{}, errBadURL
+		return errBadURL
 	}
 	req.Header.Set("Accept", "application/json")
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		// A *url.Error quotes the URL: keep only its cause (which
@@ -244,27 +311,26 @@ func (c *client) do(ctx context.Context, method, suffix string) (View, error) {
 		// to errors.Is).
 		var ue *url.Error
 		if errors.As(err, &ue) {
-			return View{}, ue.Err
+			return ue.Err
 		}
-		return View{}, err
+		return err
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
+	answer, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
 	if err != nil {
-		return View{}, fmt.Errorf("read the answer: %w", err)
+		return fmt.Errorf("read the answer: %w", err)
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		var e struct {
 			Error string `json:"error"`
 		}
-		_ = json.Unmarshal(body, &e) // a body that is not JSON leaves no message
-		return View{}, &StatusError{Code: resp.StatusCode, Message: e.Error}
+		_ = json.Unmarshal(answer, &e) // a body that is not JSON leaves no message
+		return &StatusError{Code: resp.StatusCode, Message: e.Error}
 	}
-	var v View
-	if err := json.Unmarshal(body, &v); err != nil {
-		return View{}, fmt.Errorf("decode the answer: %w", err)
+	if err := json.Unmarshal(answer, out); err != nil {
+		return fmt.Errorf("decode the answer: %w", err)
 	}
-	return v, nil
+	return nil
 }
 
 // wrap puts the operation in front of err; ErrNotUnderNymph stays bare so it

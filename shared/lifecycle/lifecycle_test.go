@@ -30,9 +30,10 @@ type fakeNymph struct {
 	view      View
 	drained   chan struct{} // closed when the phase becomes draining
 	requeues  int
-	earlyWait int // answer this many waits at once, not draining
-	failWait  int // answer this many waits with 503
-	status    int // when set, answer every request with this status
+	earlyWait int                 // answer this many waits at once, not draining
+	failWait  int                 // answer this many waits with 503
+	status    int                 // when set, answer every request with this status
+	published []map[string]string // publish requests' bodies
 }
 
 func newFakeNymph(t *testing.T) *fakeNymph {
@@ -124,6 +125,21 @@ func (f *fakeNymph) serve(w http.ResponseWriter, r *http.Request) {
 		}
 		f.requeues++
 		f.answer(w, http.StatusAccepted, f.view)
+	case r.URL.Path == base+"/publish" && r.Method == http.MethodPost:
+		var req map[string]string
+		if r.Header.Get("Content-Type") != "application/json" || json.NewDecoder(r.Body).Decode(&req) != nil {
+			f.answer(w, http.StatusBadRequest, map[string]string{"error": "bad JSON"})
+			return
+		}
+		f.mu.Lock()
+		f.published = append(f.published, req)
+		f.mu.Unlock()
+		if strings.HasSuffix(req["path"], "/missing") {
+			f.answer(w, http.StatusNotFound, map[string]string{"error": "does not exist in the run directory"})
+			return
+		}
+		f.answer(w, http.StatusCreated, map[string]any{"name": req["name"], "attempt": 2, "size": 5, "sha256": "ab12",
+			"content_type": "text/plain", "created_at": "2026-12-03T13:00:00Z", "counted": false})
 	default:
 		f.answer(w, http.StatusNotFound, map[string]string{"error": "unknown URL"})
 	}

@@ -2,6 +2,9 @@
 // heartbeats, runs queued invocations and exits cleanly on a signal, an idle
 // timeout or a drain command. Every flag may also be set as NYMPH_<FLAG> in
 // upper snake case (NYMPH_CONTROL_PLANE, NYMPH_ENROLL_TOKEN, …).
+//
+// Inside a body, `nymph publish PATH [--name NAME]` publishes a file or
+// directory of the run as an artifact of its attempt (publish.go).
 package main
 
 import (
@@ -37,6 +40,9 @@ func run(args []string, getenv func(string) string) int {
 // runIO is run with its output streams: help and --version go to stdout,
 // errors and the log to stderr.
 func runIO(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "publish" {
+		return runPublish(args[1:], stdout, stderr)
+	}
 	if len(args) == 0 && getenv("NYMPH_CONTROL_PLANE") == "" {
 		// A bare nymph: say how to run it rather than what is missing.
 		fmt.Fprintln(stderr, "usage: nymph --control-plane URL --enroll-token T --queue Q [flags]  (nymph --help lists them)")

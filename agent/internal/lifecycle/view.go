@@ -5,6 +5,7 @@
 //	GET  <url>                → the view: phase, host_key, worker_id, invocation_id, attempt, deadline once draining
 //	GET  <url>?wait=draining  → the same, once the drain starts (or the run ends)
 //	POST <url>/requeue        → "done flushing: hand me back" (202; 409 unless draining)
+//	POST <url>/publish        → publish a file or directory of the run as an artifact (publish.go)
 //
 // Warm processes of resident bodies pull their invocations from the same
 // server, at a URL of their own (runtime.go).
@@ -14,7 +15,7 @@
 // is looked up in /proc; peer_linux.go), so no other run — another
 // invocation, another uid — reads it even when it learns the URL. It
 // exposes no token, nothing of other runs, and nothing writable but the
-// requeue.
+// requeue and the run's own artifacts.
 package lifecycle
 
 import (
@@ -111,6 +112,8 @@ type entry struct {
 	group    func() int
 	requeue  func()
 	requeued bool
+	// publish does a publish request's work (AttachPublish); nil: none.
+	publish PublishFunc
 }
 
 // Listen starts a server on addr (a loopback address; port 0 picks one).
@@ -255,8 +258,9 @@ func isClosed(c <-chan struct{}) bool {
 }
 
 // ServeHTTP answers one request: the secret names the run, the caller
-// must be one of its processes, then GET reads (or waits for) the view
-// and POST …/requeue hands the run back.
+// must be one of its processes, then GET reads (or waits for) the view,
+// POST …/requeue hands the run back and POST …/publish publishes an
+// artifact.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if rest, ok := strings.CutPrefix(r.URL.Path, runtimePrefix); ok {
 		s.serveRuntime(w, r, rest)
@@ -289,8 +293,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.get(w, r, e)
 	case action == "requeue" && r.Method == http.MethodPost:
 		s.requeue(w, e)
-	case action == "" || action == "requeue":
-		w.Header().Set("Allow", map[string]string{"": "GET", "requeue": "POST"}[action])
+	case action == "publish" && r.Method == http.MethodPost:
+		s.publish(w, r, e)
+	case action == "" || action == "requeue" || action == "publish":
+		w.Header().Set("Allow", map[string]string{"": "GET", "requeue": "POST", "publish": "POST"}[action])
 		writeError(w, http.StatusMethodNotAllowed, r.Method+" is not allowed here")
 	default:
 		writeError(w, http.StatusNotFound, "not found")

@@ -15,9 +15,15 @@ import (
 // call makes one request of the endpoint and decodes its JSON answer.
 func call(t *testing.T, method, url string) (int, map[string]any) {
 	t.Helper()
+	return callWith(t, method, url, nil)
+}
+
+// callWith is call sending body.
+func callWith(t *testing.T, method, url string, body io.Reader) (int, map[string]any) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, url, nil)
+	req, err := http.NewRequestWithContext(ctx, method, url, body)
 	if err != nil {
 		t.Fatal(err)
 	}

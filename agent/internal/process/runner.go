@@ -382,6 +382,13 @@ func (r *Run) LogFiles() (stdout, stderr string) {
 	return filepath.Join(dir, StdoutFileName), filepath.Join(dir, StderrFileName)
 }
 
+// Dirs reports the run directory and the directory the body works in
+// (run_config.workdir inside it), or an error for a run whose directories
+// cannot be named (it never starts).
+func (r *Run) Dirs() (dir, bodyDir string, err error) {
+	return runDirs(r.runner.cfg.Workdir, r.inv)
+}
+
 // InvocationID reports the id of the invocation this run belongs to.
 func (r *Run) InvocationID() string { return r.inv.InvocationID }
 

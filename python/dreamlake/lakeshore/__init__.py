@@ -13,7 +13,8 @@ without either owning, or overwriting, the shared top-level name::
         print(line["index"], line["state"], line["result"])
 
 ``dls.lifecycle`` is for bodies, the processes nymph runs: their phase, the
-worker's host key, setup and drain hooks and requeue. ``@dls.body`` and
+worker's host key, setup and drain hooks and requeue; ``dls.run.publish``
+publishes a body's file or directory as an artifact of its attempt. ``@dls.body`` and
 ``dls.serve()`` make a Python function a body: serve() runs the setup hooks,
 calls the function with the invocation's input and records its result. Standard library only,
 Python >= 3.8.
@@ -24,6 +25,7 @@ same module objects and their state.
 """
 
 from . import lifecycle
+from . import run
 from . import client
 from .client import APIError, Client, LakeshoreError, Run, RunStatus
 # The submodule dreamlake.lakeshore.serve (a package, so that
@@ -31,5 +33,5 @@ from .client import APIError, Client, LakeshoreError, Run, RunStatus
 # it twice) is loaded by this import; the name serve then means its function.
 from .serve import ServeError, body, serve
 
-__all__ = ["lifecycle", "client", "Client", "Run", "RunStatus", "LakeshoreError", "APIError",
+__all__ = ["lifecycle", "run", "client", "Client", "Run", "RunStatus", "LakeshoreError", "APIError",
            "body", "serve", "ServeError"]

@@ -107,17 +107,21 @@ def _variable():
     return ENV_URL if os.environ.get(ENV_URL, "").strip() else ENV_RUNTIME_API
 
 
-def _call(url, method, timeout):
-    """Send one request and return the view dict it answers.
+def _call(url, method, timeout, payload=None):
+    """Send one request (payload, when given, as its JSON body) and return
+    the JSON object it answers (a view, or a published artifact).
 
     Raises LifecycleError; its message never holds the URL.
     """
     if not url.startswith(("http://", "https://")):
         raise _BadURL(_variable() + " is not an http URL")
     data = b"" if method == "POST" else None
+    headers = {"Accept": "application/json"}
+    if payload is not None:
+        data = json.dumps(payload).encode("utf-8")
+        headers["Content-Type"] = "application/json"
     try:
-        req = urllib.request.Request(url, data=data, method=method,
-                                     headers={"Accept": "application/json"})
+        req = urllib.request.Request(url, data=data, method=method, headers=headers)
         with _opener.open(req, timeout=timeout) as resp:
             body = resp.read(_MAX_BODY)
     except urllib.error.HTTPError as e:

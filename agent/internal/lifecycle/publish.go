@@ -68,7 +68,7 @@ func (s *Server) publish(w http.ResponseWriter, r *http.Request, e *entry) {
 	var req PublishRequest
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxPublishRequest))
 	if err := dec.Decode(&req); err != nil {
-		writeError(w, http.StatusBadRequest, "the body must be a JSON object {\"path\": ..., \"name\": ...}: "+clip(err.Error(), 200))
+		writeError(w, http.StatusBadRequest, "the body must be a JSON object {\"path\": ..., \"name\": ...}: "+wire.ClipString(err.Error(), 200))
 		return
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
@@ -98,7 +98,7 @@ func (s *Server) publish(w http.ResponseWriter, r *http.Request, e *entry) {
 			status = pe.Status
 		}
 		s.log.Warn("publish refused", "invocation_id", e.run.InvocationID, "attempt", e.run.Attempt, "status", status, "error", err.Error())
-		writeError(w, status, clip(err.Error(), 1000))
+		writeError(w, status, wire.ClipString(err.Error(), 1000))
 		return
 	}
 	s.log.Info("published an artifact", "invocation_id", e.run.InvocationID, "attempt", e.run.Attempt,

@@ -1,0 +1,203 @@
+package blobs
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+	"github.com/aws/smithy-go"
+
+	"github.com/dreamlake/lakeshore/shared/wire"
+)
+
+// uploadMeta is the object metadata a single upload's PUT must carry (it
+// is signed into the URL): its upload id, so Complete knows the object is
+// this upload's and not an earlier one of the same key and size.
+const uploadMeta = "lakeshore-upload"
+
+// S3 is a Store in an S3 bucket: key k is the object k. A single upload is
+// a presigned PutObject that S3 checks against the SHA-256 announced; a
+// multipart one is created when it is presigned and each part is a
+// presigned UploadPart; Complete completes it.
+type S3 struct {
+	client  *s3.Client
+	presign *s3.PresignClient
+	bucket  string
+	cfg     config
+}
+
+var _ Store = (*S3)(nil)
+
+// NewS3 returns an S3 store over bucket, reached with client (its
+// credentials sign the URLs, so they are what the URLs may do).
+func NewS3(client *s3.Client, bucket string, opts ...Option) *S3 {
+	return &S3{client: client, presign: s3.NewPresignClient(client), bucket: bucket, cfg: newConfig(opts)}
+}
+
+// PresignPut presigns a PutObject, or creates a multipart upload and
+// presigns an UploadPart per part.
+func (s *S3) PresignPut(ctx context.Context, key string, size int64, sha256Hex, contentType string, ttl time.Duration) (wire.ArtifactUpload, error) {
+	if err := checkKey(key); err != nil {
+		return wire.ArtifactUpload{}, err
+	}
+	digest, err := hex.DecodeString(sha256Hex)
+	if err != nil || !isSHA256Hex(sha256Hex) {
+		return wire.ArtifactUpload{}, wire.Errorf(wire.CodeInvalid, "sha256 must be 64 lower-case hex digits")
+	}
+	n, err := s.cfg.parts(size)
+	if err != nil {
+		return wire.ArtifactUpload{}, err
+	}
+	out := wire.ArtifactUpload{Method: http.MethodPut, ExpiresAt: s.cfg.clock.Now().Add(ttl)}
+	expires := s3.WithPresignExpires(ttl)
+	var ct *string
+	if contentType != "" {
+		ct = aws.String(contentType)
+	}
+	if n == 0 {
+		if out.UploadID, err = randomID(); err != nil {
+			return wire.ArtifactUpload{}, err
+		}
+		req, err := s.presign.PresignPutObject(ctx, &s3.PutObjectInput{
+			Bucket:         aws.String(s.bucket),
+			Key:            aws.String(key),
+			ContentLength:  aws.Int64(size),
+			ContentType:    ct,
+			ChecksumSHA256: aws.String(base64.StdEncoding.EncodeToString(digest)),
+			Metadata:       map[string]string{uploadMeta: out.UploadID},
+		}, expires)
+		if err != nil {
+			return wire.ArtifactUpload{}, fmt.Errorf("blobs: presign put %s: %w", key, err)
+		}
+		out.URL, out.Headers = req.URL, headersToSend(req)
+		return out, nil
+	}
+	created, err := s.client.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{
+		Bucket: aws.String(s.bucket), Key: aws.String(key), ContentType: ct,
+	})
+	if err != nil {
+		return wire.ArtifactUpload{}, fmt.Errorf("blobs: create multipart upload %s: %w", key, err)
+	}
+	out.UploadID, out.PartSize = aws.ToString(created.UploadId), s.cfg.partSize
+	out.Parts = make([]wire.ArtifactPart, n)
+	for i := range n {
+		req, err := s.presign.PresignUploadPart(ctx, &s3.UploadPartInput{
+			Bucket:        aws.String(s.bucket),
+			Key:           aws.String(key),
+			UploadId:      created.UploadId,
+			PartNumber:    aws.Int32(int32(i + 1)),
+			ContentLength: aws.Int64(s.cfg.partLen(size, i+1)),
+		}, expires)
+		if err != nil {
+			s.abort(key, out.UploadID)
+			return wire.ArtifactUpload{}, fmt.Errorf("blobs: presign part %d of %s: %w", i+1, key, err)
+		}
+		out.Parts[i] = wire.ArtifactPart{Number: i + 1, URL: req.URL}
+	}
+	return out, nil
+}
+
+// headersToSend reports the headers signed into req that the uploader
+// must send; Host and Content-Length are the HTTP client's own to set.
+func headersToSend(req *v4.PresignedHTTPRequest) map[string]string {
+	h := map[string]string{}
+	for k, vs := range req.SignedHeader {
+		if k = http.CanonicalHeaderKey(k); k != "Host" && k != "Content-Length" && len(vs) > 0 {
+			h[k] = vs[0]
+		}
+	}
+	return h
+}
+
+// Complete checks a single upload's object, or completes a multipart
+// upload (aborting it when S3 refuses the parts), and checks the size
+// stored. What is the caller's to fix fails with a wire.CodeInvalid error.
+func (s *S3) Complete(ctx context.Context, key, uploadID string, parts []wire.ArtifactPart, size int64) error {
+	if err := checkKey(key); err != nil {
+		return err
+	}
+	if len(parts) == 0 {
+		return s.checkObject(ctx, key, uploadID, size)
+	}
+	if err := checkParts(parts); err != nil {
+		return err
+	}
+	completed := make([]types.CompletedPart, len(parts))
+	for i, p := range parts {
+		completed[i] = types.CompletedPart{PartNumber: aws.Int32(int32(p.Number)), ETag: aws.String(p.ETag)}
+	}
+	_, err := s.client.CompleteMultipartUpload(ctx, &s3.CompleteMultipartUploadInput{
+		Bucket:          aws.String(s.bucket),
+		Key:             aws.String(key),
+		UploadId:        aws.String(uploadID),
+		MultipartUpload: &types.CompletedMultipartUpload{Parts: completed},
+	})
+	var api smithy.APIError
+	if errors.As(err, &api) {
+		switch api.ErrorCode() {
+		case "NoSuchUpload":
+			return incomplete("no upload %s of %s is open", uploadID, key)
+		case "InvalidPart", "InvalidPartOrder", "EntityTooSmall":
+			s.abort(key, uploadID)
+			return incomplete("%s: %s", key, api.ErrorMessage())
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("blobs: complete %s: %w", key, err)
+	}
+	return s.checkObject(ctx, key, "", size)
+}
+
+// checkObject checks that key holds size bytes and, when upload is set,
+// that they are that single upload's.
+func (s *S3) checkObject(ctx context.Context, key, upload string, size int64) error {
+	head, err := s.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(s.bucket), Key: aws.String(key)})
+	var notFound *types.NotFound
+	if errors.As(err, &notFound) {
+		return incomplete("nothing was uploaded to %s", key)
+	} else if err != nil {
+		return fmt.Errorf("blobs: complete %s: %w", key, err)
+	}
+	if upload != "" && head.Metadata[uploadMeta] != upload {
+		return incomplete("%s holds another upload's content, not %s's", key, upload)
+	}
+	if got := aws.ToInt64(head.ContentLength); got != size {
+		return incomplete("%s holds %d bytes, not %d", key, got, size)
+	}
+	return nil
+}
+
+// abort drops a multipart upload that cannot complete, so its parts stop
+// costing storage now rather than when the bucket's lifecycle rule aborts
+// it. A failure leaves that rule to do it.
+func (s *S3) abort(key, uploadID string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, _ = s.client.AbortMultipartUpload(ctx, &s3.AbortMultipartUploadInput{
+		Bucket: aws.String(s.bucket), Key: aws.String(key), UploadId: aws.String(uploadID),
+	})
+}
+
+// PresignGet presigns a GetObject that downloads as filename.
+func (s *S3) PresignGet(ctx context.Context, key, filename string, ttl time.Duration) (string, error) {
+	if err := checkKey(key); err != nil {
+		return "", err
+	}
+	req, err := s.presign.PresignGetObject(ctx, &s3.GetObjectInput{
+		Bucket:                     aws.String(s.bucket),
+		Key:                        aws.String(key),
+		ResponseContentDisposition: aws.String(attachment(filename)),
+	}, s3.WithPresignExpires(ttl))
+	if err != nil {
+		return "", fmt.Errorf("blobs: presign get %s: %w", key, err)
+	}
+	return req.URL, nil
+}

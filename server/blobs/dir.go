@@ -138,7 +138,7 @@ func (d *Dir) Complete(ctx context.Context, key, uploadID string, parts []wire.A
 		}
 		return d.publish(stage, stage+"/whole", key)
 	}
-	if err := checkParts(parts); err != nil {
+	if err := d.cfg.checkParts(parts, size); err != nil {
 		return err
 	}
 	tmp, f, err := d.tempFile(stage)

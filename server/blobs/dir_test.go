@@ -424,7 +424,7 @@ func TestDirMultipart(t *testing.T) {
 		{"parts out of order", swapped, 2500},
 		{"an etag of another part", wrongETag, 2500},
 		{"a part missing", list()[:6], 2500},
-		{"a part not uploaded", append(list(), wire.ArtifactPart{Number: 8, ETag: etags[0]}), 2500},
+		{"a part too many", append(list(), wire.ArtifactPart{Number: 8, ETag: etags[0]}), 2500},
 		{"another size", list(), 2499},
 		{"no etag", []wire.ArtifactPart{{Number: 1}}, 2500},
 	} {
@@ -434,6 +434,21 @@ func TestDirMultipart(t *testing.T) {
 		if status, _ := s.get(t, key); status != http.StatusNotFound {
 			t.Errorf("after complete with %s, GET: %d, want 404", tc.name, status)
 		}
+	}
+	// A part listed but never uploaded.
+	partial, err := s.dir.PresignPut(ctx, key, int64(len(data)), sum, "", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range partial.Parts {
+		if p.Number != 4 {
+			if status, _, body := do(t, partial.Method, p.URL, chunk(p.Number), nil, false); status != http.StatusOK {
+				t.Fatalf("PUT part %d: %d %s", p.Number, status, body)
+			}
+		}
+	}
+	if err := s.dir.Complete(ctx, key, partial.UploadID, list(), 2500); !errors.Is(err, wire.ErrInvalid) || !strings.Contains(err.Error(), "part 4 of") {
+		t.Errorf("complete with part 4 not uploaded: %v, want invalid", err)
 	}
 	// Another key cannot complete with this upload's parts.
 	if err := s.dir.Complete(ctx, "artifacts/inv/3/x", up.UploadID, list(), 2500); !errors.Is(err, wire.ErrInvalid) {

@@ -69,9 +69,19 @@ func incomplete(format string, args ...any) error {
 	return wire.Errorf(wire.CodeInvalid, "upload incomplete: "+format, args...)
 }
 
-// checkParts checks that a complete call lists parts 1..n, each once, in
-// order, each with an ETag.
-func checkParts(parts []wire.ArtifactPart) error {
+// checkParts checks that a complete call of an upload of size bytes lists
+// its parts 1..n, each once, in order, each with an ETag, n being the
+// count PresignPut gave: S3 would assemble fewer parts into a shorter
+// object, in place of the artifact at the key, before its size could be
+// checked.
+func (c config) checkParts(parts []wire.ArtifactPart, size int64) error {
+	n, err := c.parts(size)
+	if err != nil {
+		return incomplete("%v", err)
+	}
+	if len(parts) != n {
+		return incomplete("%d parts listed; an upload of %d bytes has %d", len(parts), size, n)
+	}
 	for i, p := range parts {
 		if p.Number != i+1 {
 			return incomplete("part %d listed where part %d belongs (list parts 1..n in order)", p.Number, i+1)

@@ -127,7 +127,7 @@ func (s *S3) Complete(ctx context.Context, key, uploadID string, parts []wire.Ar
 	if len(parts) == 0 {
 		return s.checkObject(ctx, key, uploadID, size)
 	}
-	if err := checkParts(parts); err != nil {
+	if err := s.cfg.checkParts(parts, size); err != nil {
 		return err
 	}
 	completed := make([]types.CompletedPart, len(parts))
@@ -138,6 +138,7 @@ func (s *S3) Complete(ctx context.Context, key, uploadID string, parts []wire.Ar
 		Bucket:          aws.String(s.bucket),
 		Key:             aws.String(key),
 		UploadId:        aws.String(uploadID),
+		MpuObjectSize:   aws.Int64(size),
 		MultipartUpload: &types.CompletedMultipartUpload{Parts: completed},
 	})
 	var api smithy.APIError

@@ -1,0 +1,228 @@
+package blobs_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/dreamlake/lakeshore/server/blobs"
+	"github.com/dreamlake/lakeshore/server/store/storetest"
+	"github.com/dreamlake/lakeshore/shared/wire"
+)
+
+// motoBucket returns a client of the shared moto_server's S3 and a new,
+// empty bucket on it.
+func motoBucket(t *testing.T) (*s3.Client, string) {
+	t.Helper()
+	endpoint := storetest.MotoEndpoint(t)
+	client := s3.New(s3.Options{
+		Region:       storetest.Region,
+		Credentials:  credentials.NewStaticCredentialsProvider("local", "local", ""),
+		BaseEndpoint: aws.String(endpoint),
+		UsePathStyle: true,
+	})
+	bucket := strings.TrimSuffix(storetest.Prefix(t), "-")
+	if _, err := client.CreateBucket(context.Background(), &s3.CreateBucketInput{Bucket: aws.String(bucket)}); err != nil {
+		t.Fatalf("create bucket: %v", err)
+	}
+	return client, bucket
+}
+
+func TestS3SinglePutGet(t *testing.T) {
+	client, bucket := motoBucket(t)
+	store := blobs.NewS3(client, bucket)
+	ctx := context.Background()
+	key := blobs.Key("inv-1", 1, "predictions é.jsonl")
+	data, sum := content(t, 1<<20+17)
+	up, err := store.PresignPut(ctx, key, int64(len(data)), sum, "application/jsonl", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if up.Method != http.MethodPut || up.URL == "" || len(up.Parts) != 0 {
+		t.Fatalf("upload = %+v, want one PUT", up)
+	}
+	// Completing before the PUT finds nothing.
+	if err := store.Complete(ctx, key, up.UploadID, nil, int64(len(data))); !errors.Is(err, wire.ErrInvalid) {
+		t.Fatalf("complete before the PUT: %v, want invalid", err)
+	}
+	if status, _, body := do(t, up.Method, up.URL, data, up.Headers, false); status != http.StatusOK {
+		t.Fatalf("PUT: %d %s", status, body)
+	}
+	for _, tc := range []struct {
+		name   string
+		upload string
+		size   int64
+	}{
+		{"another upload", "0123", int64(len(data))},
+		{"another size", up.UploadID, int64(len(data)) - 1},
+	} {
+		if err := store.Complete(ctx, key, tc.upload, nil, tc.size); !errors.Is(err, wire.ErrInvalid) {
+			t.Errorf("complete of %s: %v, want invalid", tc.name, err)
+		}
+	}
+	if err := store.Complete(ctx, key, up.UploadID, nil, int64(len(data))); err != nil {
+		t.Fatal(err)
+	}
+	u, err := store.PresignGet(ctx, key, "predictions é.jsonl", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Get(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := readAll(t, resp)
+	if resp.StatusCode != http.StatusOK || !bytes.Equal(got, data) {
+		t.Fatalf("GET: %d, %d bytes; want 200 and the %d bytes put", resp.StatusCode, len(got), len(data))
+	}
+	// moto ignores response-content-disposition; S3 answers with it.
+	q, err := url.Parse(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cd := q.Query().Get("response-content-disposition"); cd != `attachment; filename*=utf-8''predictions%20%C3%A9.jsonl` {
+		t.Errorf("response-content-disposition = %q", cd)
+	}
+	if ct := resp.Header.Get("Content-Type"); ct != "application/jsonl" {
+		t.Errorf("Content-Type = %q, want the one presigned", ct)
+	}
+}
+
+// The presigned PUT binds the SHA-256 and the length announced: S3 refuses
+// a PUT of other content (moto does not check it, so this test reads the
+// signature's header list).
+func TestS3SinglePutSignsChecksum(t *testing.T) {
+	client, bucket := motoBucket(t)
+	store := blobs.NewS3(client, bucket)
+	data, sum := content(t, 4096)
+	up, err := store.PresignPut(context.Background(), "artifacts/inv/1/x", int64(len(data)), sum, "", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	digest := sha256.Sum256(data)
+	if got := up.Headers["X-Amz-Checksum-Sha256"]; got != base64.StdEncoding.EncodeToString(digest[:]) {
+		t.Errorf("X-Amz-Checksum-Sha256 to send = %q, want the content's", got)
+	}
+	u, err := url.Parse(up.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	signed := strings.Split(u.Query().Get("X-Amz-SignedHeaders"), ";")
+	for _, h := range []string{"content-length", "x-amz-checksum-sha256", "x-amz-meta-lakeshore-upload"} {
+		if !slices.Contains(signed, h) {
+			t.Errorf("signed headers %v lack %s", signed, h)
+		}
+	}
+}
+
+func TestS3Multipart(t *testing.T) {
+	const part = 5 << 20 // S3's smallest part but the last
+	client, bucket := motoBucket(t)
+	store := blobs.NewS3(client, bucket, blobs.WithMultipart(part, part))
+	ctx := context.Background()
+	key := "artifacts/inv/2/checkpoint.tar.gz"
+	old, _ := content(t, 100)
+	if _, err := client.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String(key), Body: bytes.NewReader(old)}); err != nil {
+		t.Fatal(err)
+	}
+	data, sum := content(t, 2*part+1234)
+	up, err := store.PresignPut(ctx, key, int64(len(data)), sum, "application/gzip", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if up.URL != "" || up.PartSize != part || len(up.Parts) != 3 {
+		t.Fatalf("upload = %+v, want 3 parts of %d", up, part)
+	}
+	parts := make([]wire.ArtifactPart, len(up.Parts))
+	for i := len(up.Parts) - 1; i >= 0; i-- {
+		p := up.Parts[i]
+		status, etag, body := do(t, up.Method, p.URL, data[i*part:min((i+1)*part, len(data))], nil, false)
+		if status != http.StatusOK || etag == "" {
+			t.Fatalf("PUT part %d: %d etag %q %s", p.Number, status, etag, body)
+		}
+		parts[i] = wire.ArtifactPart{Number: p.Number, ETag: etag}
+	}
+	if err := store.Complete(ctx, key, up.UploadID, parts[:2], int64(len(data))); !errors.Is(err, wire.ErrInvalid) {
+		t.Errorf("complete with a part missing: %v, want invalid", err)
+	}
+	if got, err := client.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)}); err != nil {
+		t.Fatal(err)
+	} else if b := readBody(t, got.Body); !bytes.Equal(b, old) {
+		t.Fatalf("after a refused complete the key holds %d bytes, not the %d already there", len(b), len(old))
+	}
+	if err := store.Complete(ctx, key, up.UploadID, parts, int64(len(data))); err != nil {
+		t.Fatal(err)
+	}
+	u, err := store.PresignGet(ctx, key, "checkpoint.tar.gz", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Get(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := readAll(t, resp); resp.StatusCode != http.StatusOK || !bytes.Equal(got, data) {
+		t.Fatalf("GET: %d, %d bytes; want the %d bytes put", resp.StatusCode, len(got), len(data))
+	}
+}
+
+// A complete call that names a part S3 does not hold fails as the
+// caller's error, and aborts the upload.
+func TestS3MultipartBadETagAborts(t *testing.T) {
+	const part = 5 << 20
+	client, bucket := motoBucket(t)
+	store := blobs.NewS3(client, bucket, blobs.WithMultipart(part, part))
+	ctx := context.Background()
+	key := "artifacts/inv/3/x"
+	data, sum := content(t, part+1)
+	up, err := store.PresignPut(ctx, key, int64(len(data)), sum, "", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts := make([]wire.ArtifactPart, 2)
+	for i, p := range up.Parts {
+		status, etag, body := do(t, up.Method, p.URL, data[i*part:min((i+1)*part, len(data))], nil, false)
+		if status != http.StatusOK {
+			t.Fatalf("PUT part %d: %d %s", p.Number, status, body)
+		}
+		parts[i] = wire.ArtifactPart{Number: p.Number, ETag: etag}
+	}
+	parts[1].ETag = `"0123456789abcdef0123456789abcdef"`
+	if err := store.Complete(ctx, key, up.UploadID, parts, int64(len(data))); !errors.Is(err, wire.ErrInvalid) {
+		t.Fatalf("complete with a wrong etag: %v, want invalid", err)
+	}
+	listed, err := client.ListMultipartUploads(ctx, &s3.ListMultipartUploadsInput{Bucket: aws.String(bucket)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(listed.Uploads) != 0 {
+		t.Errorf("uploads still open after a failed complete: %d, want 0", len(listed.Uploads))
+	}
+}
+
+func readAll(t *testing.T, resp *http.Response) []byte {
+	t.Helper()
+	return readBody(t, resp.Body)
+}
+
+func readBody(t *testing.T, body io.ReadCloser) []byte {
+	t.Helper()
+	defer func() { _ = body.Close() }()
+	var b bytes.Buffer
+	if _, err := b.ReadFrom(body); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}

@@ -20,6 +20,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/dreamlake/lakeshore/shared/wire"
@@ -29,6 +30,15 @@ import (
 // <baseURL>/v1/blobs/<key>?…. Mount the handler at Prefix without
 // stripping it (the signature covers the key the path names).
 const Prefix = "/v1/blobs/"
+
+// A staged upload untouched for stagingMaxAge is abandoned: older than
+// any URL that could still add to it. pruneStaging looks for them at most
+// every pruneEvery, as S3's lifecycle rule aborts incomplete multipart
+// uploads.
+const (
+	stagingMaxAge = MaxTTL + 24*time.Hour
+	pruneEvery    = time.Hour
+)
 
 // stagingDir, at the top of a Dir's root, holds uploads until they are
 // complete; no key may name it.
@@ -48,6 +58,9 @@ type Dir struct {
 	base   string
 	secret []byte
 	cfg    config
+
+	mu     sync.Mutex
+	pruned time.Time // when pruneStaging last looked
 }
 
 var _ Store = (*Dir)(nil)
@@ -92,14 +105,16 @@ func (d *Dir) PresignPut(ctx context.Context, key string, size int64, sha256Hex,
 	if err != nil {
 		return wire.ArtifactUpload{}, err
 	}
-	if ttl <= 0 {
-		return wire.ArtifactUpload{}, fmt.Errorf("blobs: presign %s: ttl %v is not positive", key, ttl)
+	if err := checkTTL(key, ttl); err != nil {
+		return wire.ArtifactUpload{}, err
 	}
 	upload, err := randomID()
 	if err != nil {
 		return wire.ArtifactUpload{}, err
 	}
-	expires := d.cfg.clock.Now().Add(ttl).Truncate(time.Second)
+	now := d.cfg.clock.Now()
+	d.pruneStaging(now)
+	expires := now.Add(ttl).Truncate(time.Second)
 	out := wire.ArtifactUpload{UploadID: upload, Method: http.MethodPut, ExpiresAt: expires}
 	if contentType != "" {
 		out.Headers = map[string]string{"Content-Type": contentType}
@@ -207,8 +222,8 @@ func (d *Dir) PresignGet(ctx context.Context, key, filename string, ttl time.Dur
 	if err := checkKey(key); err != nil {
 		return "", err
 	}
-	if ttl <= 0 {
-		return "", fmt.Errorf("blobs: presign %s: ttl %v is not positive", key, ttl)
+	if err := checkTTL(key, ttl); err != nil {
+		return "", err
 	}
 	exp := strconv.FormatInt(d.cfg.clock.Now().Add(ttl).Unix(), 10)
 	q := url.Values{"filename": {filename}, "expires": {exp}}
@@ -247,6 +262,29 @@ func (d *Dir) sign(fields ...string) string {
 // finds nothing.
 func (d *Dir) stage(key, upload string) string {
 	return stagingDir + "/" + d.sign("stage", key, upload)
+}
+
+// pruneStaging drops the staged uploads last touched before now less
+// stagingMaxAge. It is best effort: what it cannot remove it finds again.
+func (d *Dir) pruneStaging(now time.Time) {
+	d.mu.Lock()
+	due := now.Sub(d.pruned) >= pruneEvery
+	if due {
+		d.pruned = now
+	}
+	d.mu.Unlock()
+	if !due {
+		return
+	}
+	entries, err := fs.ReadDir(d.root.FS(), stagingDir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if info, err := e.Info(); err == nil && now.Sub(info.ModTime()) > stagingMaxAge {
+			_ = d.root.RemoveAll(stagingDir + "/" + e.Name())
+		}
+	}
 }
 
 func partFile(stage string, n int) string { return fmt.Sprintf("%s/part-%05d", stage, n) }

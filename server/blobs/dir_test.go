@@ -35,7 +35,8 @@ type dirServer struct {
 func newDirServer(t *testing.T, opts ...blobs.Option) *dirServer {
 	t.Helper()
 	srv := httptest.NewUnstartedServer(nil)
-	fake := clock.NewFake(time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC))
+	// Real time to start with: staged uploads' ages are their files'.
+	fake := clock.NewFake(time.Now())
 	root := filepath.Join(t.TempDir(), "artifacts")
 	opts = append([]blobs.Option{blobs.WithClock(fake.Clock())}, opts...)
 	d, err := blobs.NewDir(root, "http://"+srv.Listener.Addr().String(), []byte("test secret"), opts...)
@@ -143,8 +144,8 @@ func TestDirSinglePutGet(t *testing.T) {
 	if up.Method != http.MethodPut || len(up.Parts) != 0 || !strings.Contains(up.URL, blobs.Prefix) {
 		t.Fatalf("upload = %+v, want one PUT under %s", up, blobs.Prefix)
 	}
-	if !up.ExpiresAt.Equal(s.clock.Now().Add(ttl)) {
-		t.Errorf("ExpiresAt = %v, want %v", up.ExpiresAt, s.clock.Now().Add(ttl))
+	if want := s.clock.Now().Add(ttl).Truncate(time.Second); !up.ExpiresAt.Equal(want) {
+		t.Errorf("ExpiresAt = %v, want %v", up.ExpiresAt, want)
 	}
 	status, etag, body := do(t, up.Method, up.URL, data, up.Headers, true)
 	if status != http.StatusOK || etag != `"`+sum+`"` {
@@ -435,6 +436,20 @@ func TestDirMultipart(t *testing.T) {
 			t.Errorf("after complete with %s, GET: %d, want 404", tc.name, status)
 		}
 	}
+	// Another key cannot complete with this upload's parts.
+	if err := s.dir.Complete(ctx, "artifacts/inv/3/x", up.UploadID, list(), 2500); !errors.Is(err, wire.ErrInvalid) {
+		t.Errorf("complete of another key with this upload: %v, want invalid", err)
+	}
+	if err := s.dir.Complete(ctx, key, up.UploadID, list(), 2500); err != nil {
+		t.Fatal(err)
+	}
+	if status, got := s.get(t, key); status != http.StatusOK || !bytes.Equal(got, data) {
+		t.Fatalf("GET: %d, %d bytes; want the %d bytes put", status, len(got), len(data))
+	}
+	if f := files(t, s.root); len(f) != 1 || f[0] != key {
+		t.Errorf("files under the root: %v, want only %s", f, key)
+	}
+
 	// A part listed but never uploaded.
 	partial, err := s.dir.PresignPut(ctx, key, int64(len(data)), sum, "", ttl)
 	if err != nil {
@@ -449,19 +464,6 @@ func TestDirMultipart(t *testing.T) {
 	}
 	if err := s.dir.Complete(ctx, key, partial.UploadID, list(), 2500); !errors.Is(err, wire.ErrInvalid) || !strings.Contains(err.Error(), "part 4 of") {
 		t.Errorf("complete with part 4 not uploaded: %v, want invalid", err)
-	}
-	// Another key cannot complete with this upload's parts.
-	if err := s.dir.Complete(ctx, "artifacts/inv/3/x", up.UploadID, list(), 2500); !errors.Is(err, wire.ErrInvalid) {
-		t.Errorf("complete of another key with this upload: %v, want invalid", err)
-	}
-	if err := s.dir.Complete(ctx, key, up.UploadID, list(), 2500); err != nil {
-		t.Fatal(err)
-	}
-	if status, got := s.get(t, key); status != http.StatusOK || !bytes.Equal(got, data) {
-		t.Fatalf("GET: %d, %d bytes; want the %d bytes put", status, len(got), len(data))
-	}
-	if f := files(t, s.root); len(f) != 1 || f[0] != key {
-		t.Errorf("files under the root: %v, want only %s", f, key)
 	}
 }
 
@@ -505,5 +507,41 @@ func TestDirPresignRefused(t *testing.T) {
 	}
 	if _, err := blobs.NewDir(t.TempDir(), "not a url", nil); err == nil {
 		t.Error("NewDir with a bad base URL succeeded")
+	}
+}
+
+// An upload abandoned for longer than any URL could add to it is dropped;
+// one in progress is kept.
+func TestDirPrunesAbandonedUploads(t *testing.T) {
+	s := newDirServer(t, blobs.WithMultipart(10, 10))
+	ctx := context.Background()
+	data, sum := content(t, 20)
+	stage := func(key string) string {
+		t.Helper()
+		up, err := s.dir.PresignPut(ctx, key, 20, sum, "", ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if status, _, body := do(t, up.Method, up.Parts[0].URL, data[:10], nil, false); status != http.StatusOK {
+			t.Fatalf("PUT: %d %s", status, body)
+		}
+		return up.UploadID
+	}
+	stage("artifacts/a/1/x")
+	staged := files(t, s.root)
+	if len(staged) != 1 {
+		t.Fatalf("staged files: %v, want 1", staged)
+	}
+	old := time.Now().Add(-blobs.MaxTTL - 25*time.Hour)
+	if err := os.Chtimes(filepath.Join(s.root, filepath.Dir(staged[0])), old, old); err != nil {
+		t.Fatal(err)
+	}
+	s.clock.Advance(time.Hour)
+	stage("artifacts/b/1/x")
+	if f := files(t, s.root); len(f) != 1 || f[0] == staged[0] {
+		t.Fatalf("staged files: %v, want only the fresh upload's", f)
+	}
+	if _, err := s.dir.PresignPut(ctx, "artifacts/x", 1, sum, "", blobs.MaxTTL+time.Second); err == nil {
+		t.Error("PresignPut with a ttl past MaxTTL succeeded")
 	}
 }

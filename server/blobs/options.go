@@ -1,6 +1,9 @@
 package blobs
 
 import (
+	"fmt"
+	"time"
+
 	"github.com/dreamlake/lakeshore/shared/clock"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
@@ -36,6 +39,18 @@ func WithMultipart(threshold, partSize int64) Option {
 			cfg.threshold, cfg.partSize = threshold, partSize
 		}
 	}
+}
+
+// MaxTTL is the longest a URL a store signs stays valid: S3's ceiling on
+// a presigned URL, which Dir keeps too.
+const MaxTTL = 7 * 24 * time.Hour
+
+// checkTTL refuses a ttl a URL of key cannot have.
+func checkTTL(key string, ttl time.Duration) error {
+	if ttl <= 0 || ttl > MaxTTL {
+		return fmt.Errorf("blobs: presign %s: ttl %v is not within (0, %v]", key, ttl, MaxTTL)
+	}
+	return nil
 }
 
 // maxParts is S3's ceiling on the parts of one upload; Dir keeps it too,

@@ -56,6 +56,9 @@ func (s *S3) PresignPut(ctx context.Context, key string, size int64, sha256Hex, 
 	if err != nil {
 		return wire.ArtifactUpload{}, err
 	}
+	if err := checkTTL(key, ttl); err != nil {
+		return wire.ArtifactUpload{}, err
+	}
 	out := wire.ArtifactUpload{Method: http.MethodPut, ExpiresAt: s.cfg.clock.Now().Add(ttl)}
 	expires := s3.WithPresignExpires(ttl)
 	var ct *string
@@ -190,6 +193,9 @@ func (s *S3) abort(key, uploadID string) {
 // PresignGet presigns a GetObject that downloads as filename.
 func (s *S3) PresignGet(ctx context.Context, key, filename string, ttl time.Duration) (string, error) {
 	if err := checkKey(key); err != nil {
+		return "", err
+	}
+	if err := checkTTL(key, ttl); err != nil {
 		return "", err
 	}
 	req, err := s.presign.PresignGetObject(ctx, &s3.GetObjectInput{

@@ -483,12 +483,15 @@ func randomID() (string, error) {
 	return hex.EncodeToString(b[:]), nil
 }
 
+// isUploadID reports whether s is an upload id randomID made.
+func isUploadID(s string) bool { return len(s) == 32 && isHex(s) }
+
 func hexSum(h hash.Hash) string { return hex.EncodeToString(h.Sum(nil)) }
 
-func isSHA256Hex(s string) bool {
-	if len(s) != 64 {
-		return false
-	}
+func isSHA256Hex(s string) bool { return len(s) == 64 && isHex(s) }
+
+// isHex reports whether s is lower-case hex digits.
+func isHex(s string) bool {
 	for _, c := range s {
 		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
 			return false

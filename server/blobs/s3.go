@@ -18,15 +18,20 @@ import (
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
-// uploadMeta is the object metadata a single upload's PUT must carry (it
-// is signed into the URL): its upload id, so Complete knows the object is
-// this upload's and not an earlier one of the same key and size.
-const uploadMeta = "lakeshore-upload"
+// s3Staging prefixes where a single upload lands until Complete copies it
+// to its key: uploads/<upload>/<key>, so an upload reaches only the key it
+// was presigned for, and never replaces an artifact before it is complete.
+// The bucket's lifecycle should expire it after a day or two (abandoned
+// uploads); Complete deletes it.
+const s3Staging = "uploads/"
 
 // S3 is a Store in an S3 bucket: key k is the object k. A single upload is
-// a presigned PutObject that S3 checks against the SHA-256 announced; a
-// multipart one is created when it is presigned and each part is a
-// presigned UploadPart; Complete completes it.
+// a presigned PutObject to a staging key (s3Staging) that S3 checks
+// against the SHA-256 and length announced, which Complete copies to k; a
+// multipart one is created when it is presigned, each part is a presigned
+// UploadPart, and Complete completes it. The store's credentials need
+// s3:PutObject, s3:GetObject and s3:DeleteObject on the bucket, and
+// s3:AbortMultipartUpload.
 type S3 struct {
 	client  *s3.Client
 	presign *s3.PresignClient
@@ -71,11 +76,10 @@ func (s *S3) PresignPut(ctx context.Context, key string, size int64, sha256Hex, 
 		}
 		req, err := s.presign.PresignPutObject(ctx, &s3.PutObjectInput{
 			Bucket:         aws.String(s.bucket),
-			Key:            aws.String(key),
+			Key:            aws.String(stagedKey(out.UploadID, key)),
 			ContentLength:  aws.Int64(size),
 			ContentType:    ct,
 			ChecksumSHA256: aws.String(base64.StdEncoding.EncodeToString(digest)),
-			Metadata:       map[string]string{uploadMeta: out.UploadID},
 		}, expires)
 		if err != nil {
 			return wire.ArtifactUpload{}, fmt.Errorf("blobs: presign put %s: %w", key, err)
@@ -99,6 +103,11 @@ func (s *S3) PresignPut(ctx context.Context, key string, size int64, sha256Hex, 
 			PartNumber:    aws.Int32(int32(i + 1)),
 			ContentLength: aws.Int64(s.cfg.partLen(size, i+1)),
 		}, expires)
+		if err == nil && len(headersToSend(req)) != 0 {
+			// The wire carries headers for a single PUT only; a part
+			// signs just its length.
+			err = fmt.Errorf("the URL needs headers %v", headersToSend(req))
+		}
 		if err != nil {
 			s.abort(key, out.UploadID)
 			return wire.ArtifactUpload{}, fmt.Errorf("blobs: presign part %d of %s: %w", i+1, key, err)
@@ -128,7 +137,7 @@ func (s *S3) Complete(ctx context.Context, key, uploadID string, parts []wire.Ar
 		return err
 	}
 	if len(parts) == 0 {
-		return s.checkObject(ctx, key, uploadID, size)
+		return s.completeSingle(ctx, key, uploadID, size)
 	}
 	if err := s.cfg.checkParts(parts, size); err != nil {
 		return err
@@ -157,21 +166,45 @@ func (s *S3) Complete(ctx context.Context, key, uploadID string, parts []wire.Ar
 	if err != nil {
 		return fmt.Errorf("blobs: complete %s: %w", key, err)
 	}
-	return s.checkObject(ctx, key, "", size)
+	return s.checkObject(ctx, key, size)
 }
 
-// checkObject checks that key holds size bytes and, when upload is set,
-// that they are that single upload's.
-func (s *S3) checkObject(ctx context.Context, key, upload string, size int64) error {
+// stagedKey reports where the single upload upload of key lands.
+func stagedKey(upload, key string) string { return s3Staging + upload + "/" + key }
+
+// completeSingle copies the single upload's object to key, when it holds
+// size bytes, and deletes it.
+func (s *S3) completeSingle(ctx context.Context, key, uploadID string, size int64) error {
+	if !isUploadID(uploadID) {
+		return incomplete("%s is not an upload id of a single upload", uploadID)
+	}
+	staged := stagedKey(uploadID, key)
+	if err := s.checkObject(ctx, staged, size); err != nil {
+		return err
+	}
+	_, err := s.client.CopyObject(ctx, &s3.CopyObjectInput{
+		Bucket:            aws.String(s.bucket),
+		Key:               aws.String(key),
+		CopySource:        aws.String(escapeKey(s.bucket + "/" + staged)),
+		ChecksumAlgorithm: types.ChecksumAlgorithmSha256,
+	})
+	if err != nil {
+		return fmt.Errorf("blobs: complete %s: copy %s: %w", key, staged, err)
+	}
+	if _, err := s.client.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String(s.bucket), Key: aws.String(staged)}); err != nil {
+		return fmt.Errorf("blobs: complete %s: delete %s: %w", key, staged, err)
+	}
+	return nil
+}
+
+// checkObject checks that key holds size bytes.
+func (s *S3) checkObject(ctx context.Context, key string, size int64) error {
 	head, err := s.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(s.bucket), Key: aws.String(key)})
 	var notFound *types.NotFound
 	if errors.As(err, &notFound) {
 		return incomplete("nothing was uploaded to %s", key)
 	} else if err != nil {
 		return fmt.Errorf("blobs: complete %s: %w", key, err)
-	}
-	if upload != "" && head.Metadata[uploadMeta] != upload {
-		return incomplete("%s holds another upload's content, not %s's", key, upload)
 	}
 	if got := aws.ToInt64(head.ContentLength); got != size {
 		return incomplete("%s holds %d bytes, not %d", key, got, size)

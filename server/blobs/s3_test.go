@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"io"
 	"net/http"
@@ -60,20 +61,41 @@ func TestS3SinglePutGet(t *testing.T) {
 	if status, _, body := do(t, up.Method, up.URL, data, up.Headers, false); status != http.StatusOK {
 		t.Fatalf("PUT: %d %s", status, body)
 	}
+	// Uploaded but not complete: the key is not there yet.
+	if _, err := client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)}); err == nil {
+		t.Fatal("the key is there before complete")
+	}
+	other, _ := content(t, 16)
+	// An upload id is only ours: one that holds a "/" could name the
+	// staged upload of a key that ends like this one.
+	nested := "artifacts/b/1/y/" + key
+	upNested, err := store.PresignPut(ctx, nested, int64(len(data)), sum, "", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if status, _, body := do(t, upNested.Method, upNested.URL, data, upNested.Headers, false); status != http.StatusOK {
+		t.Fatalf("PUT: %d %s", status, body)
+	}
 	for _, tc := range []struct {
-		name   string
-		upload string
-		size   int64
+		name, key, upload string
+		size              int64
 	}{
-		{"another upload", "0123", int64(len(data))},
-		{"another size", up.UploadID, int64(len(data)) - 1},
+		{"another upload", key, hex.EncodeToString(other), int64(len(data))},
+		{"an upload id not ours", key, upNested.UploadID + "/artifacts/b/1/y", int64(len(data))},
+		{"another key", "artifacts/inv-2/1/x", up.UploadID, int64(len(data))},
+		{"another size", key, up.UploadID, int64(len(data)) - 1},
 	} {
-		if err := store.Complete(ctx, key, tc.upload, nil, tc.size); !errors.Is(err, wire.ErrInvalid) {
+		if err := store.Complete(ctx, tc.key, tc.upload, nil, tc.size); !errors.Is(err, wire.ErrInvalid) {
 			t.Errorf("complete of %s: %v, want invalid", tc.name, err)
 		}
 	}
 	if err := store.Complete(ctx, key, up.UploadID, nil, int64(len(data))); err != nil {
 		t.Fatal(err)
+	}
+	if listed, err := client.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: aws.String(bucket), Prefix: aws.String("uploads/" + up.UploadID)}); err != nil {
+		t.Fatal(err)
+	} else if len(listed.Contents) != 0 {
+		t.Errorf("the upload is still staged after complete: %s", aws.ToString(listed.Contents[0].Key))
 	}
 	u, err := store.PresignGet(ctx, key, "predictions é.jsonl", ttl)
 	if err != nil {
@@ -120,7 +142,7 @@ func TestS3SinglePutSignsChecksum(t *testing.T) {
 		t.Fatal(err)
 	}
 	signed := strings.Split(u.Query().Get("X-Amz-SignedHeaders"), ";")
-	for _, h := range []string{"content-length", "x-amz-checksum-sha256", "x-amz-meta-lakeshore-upload"} {
+	for _, h := range []string{"content-length", "x-amz-checksum-sha256"} {
 		if !slices.Contains(signed, h) {
 			t.Errorf("signed headers %v lack %s", signed, h)
 		}

@@ -95,17 +95,8 @@ func (d *Dir) Close() error { return d.root.Close() }
 
 // PresignPut reports a single PUT, or one PUT per part, to Handler.
 func (d *Dir) PresignPut(ctx context.Context, key string, size int64, sha256Hex, contentType string, ttl time.Duration) (wire.ArtifactUpload, error) {
-	if err := checkKey(key); err != nil {
-		return wire.ArtifactUpload{}, err
-	}
-	if !isSHA256Hex(sha256Hex) {
-		return wire.ArtifactUpload{}, wire.Errorf(wire.CodeInvalid, "sha256 must be 64 lower-case hex digits")
-	}
-	n, err := d.cfg.parts(size)
+	n, err := d.cfg.checkPut(key, size, sha256Hex, ttl)
 	if err != nil {
-		return wire.ArtifactUpload{}, err
-	}
-	if err := checkTTL(key, ttl); err != nil {
 		return wire.ArtifactUpload{}, err
 	}
 	upload, err := randomID()

@@ -109,27 +109,73 @@ func files(t *testing.T, root string) []string {
 // get downloads key through a presigned GET and reports its status and body.
 func (s *dirServer) get(t *testing.T, key string) (int, []byte) {
 	t.Helper()
-	u, err := s.dir.PresignGet(context.Background(), key, "x", ttl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	status, _, body := do(t, http.MethodGet, u, nil, nil, false)
-	return status, body
+	resp, body := fetch(t, s.dir, key, "x")
+	return resp.StatusCode, body
 }
 
 // publish uploads data to key as one PUT and completes it.
 func (s *dirServer) publish(t *testing.T, key string, data []byte, sum string) {
 	t.Helper()
-	up, err := s.dir.PresignPut(context.Background(), key, int64(len(data)), sum, "", ttl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if status, _, body := do(t, up.Method, up.URL, data, up.Headers, false); status != http.StatusOK {
-		t.Fatalf("PUT: %d %s", status, body)
-	}
+	up := putSingle(t, s.dir, key, data, sum)
 	if err := s.dir.Complete(context.Background(), key, up.UploadID, nil, int64(len(data))); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// presign presigns an upload of data to key in store.
+func presign(t *testing.T, store blobs.Store, key string, data []byte, sum, contentType string) wire.ArtifactUpload {
+	t.Helper()
+	up, err := store.PresignPut(context.Background(), key, int64(len(data)), sum, contentType, ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return up
+}
+
+// putSingle presigns a single upload of data to key in store and PUTs it.
+func putSingle(t *testing.T, store blobs.Store, key string, data []byte, sum string) wire.ArtifactUpload {
+	t.Helper()
+	up := presign(t, store, key, data, sum, "")
+	if status, _, body := do(t, up.Method, up.URL, data, up.Headers, false); status != http.StatusOK {
+		t.Fatalf("PUT %s: %d %s", key, status, body)
+	}
+	return up
+}
+
+// putParts PUTs the parts of data to up's URLs, the last first, and
+// reports the parts to complete with.
+func putParts(t *testing.T, up wire.ArtifactUpload, data []byte) []wire.ArtifactPart {
+	t.Helper()
+	parts := make([]wire.ArtifactPart, len(up.Parts))
+	for i := len(up.Parts) - 1; i >= 0; i-- {
+		p := up.Parts[i]
+		chunk := data[int64(i)*up.PartSize : min(int64(i+1)*up.PartSize, int64(len(data)))]
+		status, etag, body := do(t, up.Method, p.URL, chunk, nil, false)
+		if status != http.StatusOK || etag == "" {
+			t.Fatalf("PUT part %d: %d etag %q %s", p.Number, status, etag, body)
+		}
+		parts[i] = wire.ArtifactPart{Number: p.Number, ETag: etag}
+	}
+	return parts
+}
+
+// fetch downloads key from store through a presigned GET.
+func fetch(t *testing.T, store blobs.Store, key, filename string) (*http.Response, []byte) {
+	t.Helper()
+	u, err := store.PresignGet(context.Background(), key, filename, ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Get(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, body
 }
 
 func TestDirSinglePutGet(t *testing.T) {
@@ -158,18 +204,9 @@ func TestDirSinglePutGet(t *testing.T) {
 	if err := s.dir.Complete(ctx, key, up.UploadID, nil, int64(len(data))); err != nil {
 		t.Fatal(err)
 	}
-	u, err := s.dir.PresignGet(ctx, key, "predictions é.jsonl", ttl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.Get(u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := io.ReadAll(resp.Body)
-	_ = resp.Body.Close()
-	if err != nil || resp.StatusCode != http.StatusOK || !bytes.Equal(got, data) {
-		t.Fatalf("GET: %d, %d bytes (%v); want 200 and the %d bytes put", resp.StatusCode, len(got), err, len(data))
+	resp, got := fetch(t, s.dir, key, "predictions é.jsonl")
+	if resp.StatusCode != http.StatusOK || !bytes.Equal(got, data) {
+		t.Fatalf("GET: %d, %d bytes; want 200 and the %d bytes put", resp.StatusCode, len(got), len(data))
 	}
 	if cd := resp.Header.Get("Content-Disposition"); cd != `attachment; filename*=utf-8''predictions%20%C3%A9.jsonl` {
 		t.Errorf("Content-Disposition = %q", cd)
@@ -356,13 +393,7 @@ func TestDirKeyEscape(t *testing.T) {
 		t.Errorf("GET through a symlink out of the root: %d %q, want 404", status, body)
 	}
 	data, sum := content(t, 10)
-	up, err = s.dir.PresignPut(ctx, "artifacts/inv/1/x", 10, sum, "", ttl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if status, _, body := do(t, up.Method, up.URL, data, nil, false); status != http.StatusOK {
-		t.Fatalf("PUT: %d %s", status, body)
-	}
+	up = putSingle(t, s.dir, "artifacts/inv/1/x", data, sum)
 	if err := s.dir.Complete(ctx, "artifacts/inv/1/x", up.UploadID, nil, 10); err == nil {
 		t.Error("complete through a symlink out of the root succeeded")
 	}
@@ -472,13 +503,7 @@ func TestDirCompleteOtherKey(t *testing.T) {
 	s := newDirServer(t)
 	ctx := context.Background()
 	data, sum := content(t, 10)
-	up, err := s.dir.PresignPut(ctx, "artifacts/a/1/x", 10, sum, "", ttl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if status, _, _ := do(t, up.Method, up.URL, data, nil, false); status != http.StatusOK {
-		t.Fatal(status)
-	}
+	up := putSingle(t, s.dir, "artifacts/a/1/x", data, sum)
 	if err := s.dir.Complete(ctx, "artifacts/b/1/x", up.UploadID, nil, 10); !errors.Is(err, wire.ErrInvalid) {
 		t.Fatalf("complete of another key: %v, want invalid", err)
 	}

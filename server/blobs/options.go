@@ -45,6 +45,21 @@ func WithMultipart(threshold, partSize int64) Option {
 // a presigned URL, which Dir keeps too.
 const MaxTTL = 7 * 24 * time.Hour
 
+// checkPut checks what PresignPut is asked for, and reports how many
+// parts the upload goes in (0: a single PUT).
+func (c config) checkPut(key string, size int64, sha256Hex string, ttl time.Duration) (int, error) {
+	if err := checkKey(key); err != nil {
+		return 0, err
+	}
+	if !isSHA256Hex(sha256Hex) {
+		return 0, wire.Errorf(wire.CodeInvalid, "sha256 must be 64 lower-case hex digits")
+	}
+	if err := checkTTL(key, ttl); err != nil {
+		return 0, err
+	}
+	return c.parts(size)
+}
+
 // checkTTL refuses a ttl a URL of key cannot have.
 func checkTTL(key string, ttl time.Duration) error {
 	if ttl <= 0 || ttl > MaxTTL {

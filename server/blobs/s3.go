@@ -50,19 +50,13 @@ func NewS3(client *s3.Client, bucket string, opts ...Option) *S3 {
 // PresignPut presigns a PutObject, or creates a multipart upload and
 // presigns an UploadPart per part.
 func (s *S3) PresignPut(ctx context.Context, key string, size int64, sha256Hex, contentType string, ttl time.Duration) (wire.ArtifactUpload, error) {
-	if err := checkKey(key); err != nil {
-		return wire.ArtifactUpload{}, err
-	}
-	digest, err := hex.DecodeString(sha256Hex)
-	if err != nil || !isSHA256Hex(sha256Hex) {
-		return wire.ArtifactUpload{}, wire.Errorf(wire.CodeInvalid, "sha256 must be 64 lower-case hex digits")
-	}
-	n, err := s.cfg.parts(size)
+	n, err := s.cfg.checkPut(key, size, sha256Hex, ttl)
 	if err != nil {
 		return wire.ArtifactUpload{}, err
 	}
-	if err := checkTTL(key, ttl); err != nil {
-		return wire.ArtifactUpload{}, err
+	digest, err := hex.DecodeString(sha256Hex)
+	if err != nil {
+		return wire.ArtifactUpload{}, fmt.Errorf("blobs: presign %s: %w", key, err)
 	}
 	out := wire.ArtifactUpload{Method: http.MethodPut, ExpiresAt: s.cfg.clock.Now().Add(ttl)}
 	expires := s3.WithPresignExpires(ttl)

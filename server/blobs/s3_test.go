@@ -69,13 +69,7 @@ func TestS3SinglePutGet(t *testing.T) {
 	// An upload id is only ours: one that holds a "/" could name the
 	// staged upload of a key that ends like this one.
 	nested := "artifacts/b/1/y/" + key
-	upNested, err := store.PresignPut(ctx, nested, int64(len(data)), sum, "", ttl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if status, _, body := do(t, upNested.Method, upNested.URL, data, upNested.Headers, false); status != http.StatusOK {
-		t.Fatalf("PUT: %d %s", status, body)
-	}
+	upNested := putSingle(t, store, nested, data, sum)
 	for _, tc := range []struct {
 		name, key, upload string
 		size              int64
@@ -101,11 +95,7 @@ func TestS3SinglePutGet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := http.Get(u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := readAll(t, resp)
+	resp, got := fetch(t, store, key, "predictions é.jsonl")
 	if resp.StatusCode != http.StatusOK || !bytes.Equal(got, data) {
 		t.Fatalf("GET: %d, %d bytes; want 200 and the %d bytes put", resp.StatusCode, len(got), len(data))
 	}
@@ -160,22 +150,11 @@ func TestS3Multipart(t *testing.T) {
 		t.Fatal(err)
 	}
 	data, sum := content(t, 2*part+1234)
-	up, err := store.PresignPut(ctx, key, int64(len(data)), sum, "application/gzip", ttl)
-	if err != nil {
-		t.Fatal(err)
-	}
+	up := presign(t, store, key, data, sum, "application/gzip")
 	if up.URL != "" || up.PartSize != part || len(up.Parts) != 3 {
 		t.Fatalf("upload = %+v, want 3 parts of %d", up, part)
 	}
-	parts := make([]wire.ArtifactPart, len(up.Parts))
-	for i := len(up.Parts) - 1; i >= 0; i-- {
-		p := up.Parts[i]
-		status, etag, body := do(t, up.Method, p.URL, data[i*part:min((i+1)*part, len(data))], nil, false)
-		if status != http.StatusOK || etag == "" {
-			t.Fatalf("PUT part %d: %d etag %q %s", p.Number, status, etag, body)
-		}
-		parts[i] = wire.ArtifactPart{Number: p.Number, ETag: etag}
-	}
+	parts := putParts(t, up, data)
 	if err := store.Complete(ctx, key, up.UploadID, parts[:2], int64(len(data))); !errors.Is(err, wire.ErrInvalid) {
 		t.Errorf("complete with a part missing: %v, want invalid", err)
 	}
@@ -187,15 +166,7 @@ func TestS3Multipart(t *testing.T) {
 	if err := store.Complete(ctx, key, up.UploadID, parts, int64(len(data))); err != nil {
 		t.Fatal(err)
 	}
-	u, err := store.PresignGet(ctx, key, "checkpoint.tar.gz", ttl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.Get(u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := readAll(t, resp); resp.StatusCode != http.StatusOK || !bytes.Equal(got, data) {
+	if resp, got := fetch(t, store, key, "checkpoint.tar.gz"); resp.StatusCode != http.StatusOK || !bytes.Equal(got, data) {
 		t.Fatalf("GET: %d, %d bytes; want the %d bytes put", resp.StatusCode, len(got), len(data))
 	}
 }
@@ -209,18 +180,8 @@ func TestS3MultipartBadETagAborts(t *testing.T) {
 	ctx := context.Background()
 	key := "artifacts/inv/3/x"
 	data, sum := content(t, part+1)
-	up, err := store.PresignPut(ctx, key, int64(len(data)), sum, "", ttl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	parts := make([]wire.ArtifactPart, 2)
-	for i, p := range up.Parts {
-		status, etag, body := do(t, up.Method, p.URL, data[i*part:min((i+1)*part, len(data))], nil, false)
-		if status != http.StatusOK {
-			t.Fatalf("PUT part %d: %d %s", p.Number, status, body)
-		}
-		parts[i] = wire.ArtifactPart{Number: p.Number, ETag: etag}
-	}
+	up := presign(t, store, key, data, sum, "")
+	parts := putParts(t, up, data)
 	parts[1].ETag = `"0123456789abcdef0123456789abcdef"`
 	if err := store.Complete(ctx, key, up.UploadID, parts, int64(len(data))); !errors.Is(err, wire.ErrInvalid) {
 		t.Fatalf("complete with a wrong etag: %v, want invalid", err)
@@ -232,11 +193,6 @@ func TestS3MultipartBadETagAborts(t *testing.T) {
 	if len(listed.Uploads) != 0 {
 		t.Errorf("uploads still open after a failed complete: %d, want 0", len(listed.Uploads))
 	}
-}
-
-func readAll(t *testing.T, resp *http.Response) []byte {
-	t.Helper()
-	return readBody(t, resp.Body)
 }
 
 func readBody(t *testing.T, body io.ReadCloser) []byte {

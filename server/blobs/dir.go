@@ -147,6 +147,9 @@ func (d *Dir) Complete(ctx context.Context, key, uploadID string, parts []wire.A
 	if err := d.cfg.checkParts(parts, size); err != nil {
 		return err
 	}
+	if _, err := d.root.Stat(stage); errors.Is(err, fs.ErrNotExist) {
+		return incomplete("nothing was uploaded to %s as %s", key, uploadID)
+	}
 	tmp, f, err := d.tempFile(stage)
 	if err != nil {
 		return fmt.Errorf("blobs: complete %s: %w", key, err)
@@ -171,9 +174,6 @@ func (d *Dir) Complete(ctx context.Context, key, uploadID string, parts []wire.A
 	if total != size {
 		return incomplete("%s's parts hold %d bytes, not %d", key, total, size)
 	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("blobs: complete %s: %w", key, err)
-	}
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("blobs: complete %s: %w", key, err)
 	}
@@ -193,9 +193,13 @@ func (d *Dir) appendPart(f io.Writer, stage string, n int) (int64, string, error
 	return written, hexSum(h), err
 }
 
-// publish moves the finished file from to key and drops the upload's
+// publish moves the finished file from to key, on disk first since the
+// artifact is recorded once Complete returns, and drops the upload's
 // staging directory.
 func (d *Dir) publish(stage, from, key string) error {
+	if err := d.syncFile(from); err != nil {
+		return fmt.Errorf("blobs: complete %s: %w", key, err)
+	}
 	if err := d.root.MkdirAll(path.Dir(key), 0o700); err != nil {
 		return fmt.Errorf("blobs: complete %s: %w", key, err)
 	}
@@ -206,6 +210,15 @@ func (d *Dir) publish(stage, from, key string) error {
 		return fmt.Errorf("blobs: complete %s: drop staging: %w", key, err)
 	}
 	return nil
+}
+
+func (d *Dir) syncFile(name string) error {
+	f, err := d.root.OpenFile(name, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	err = f.Sync()
+	return errors.Join(err, f.Close())
 }
 
 // PresignGet reports a GET of key from Handler.

@@ -467,6 +467,9 @@ func TestDirMultipart(t *testing.T) {
 			t.Errorf("after complete with %s, GET: %d, want 404", tc.name, status)
 		}
 	}
+	if err := s.dir.Complete(ctx, key, "0123456789abcdef0123456789abcdef", list(), 2500); !errors.Is(err, wire.ErrInvalid) {
+		t.Errorf("complete of an upload never made: %v, want invalid", err)
+	}
 	// Another key cannot complete with this upload's parts.
 	if err := s.dir.Complete(ctx, "artifacts/inv/3/x", up.UploadID, list(), 2500); !errors.Is(err, wire.ErrInvalid) {
 		t.Errorf("complete of another key with this upload: %v, want invalid", err)
@@ -479,6 +482,9 @@ func TestDirMultipart(t *testing.T) {
 	}
 	if f := files(t, s.root); len(f) != 1 || f[0] != key {
 		t.Errorf("files under the root: %v, want only %s", f, key)
+	}
+	if staged, err := os.ReadDir(filepath.Join(s.root, ".uploads")); err != nil || len(staged) != 0 {
+		t.Errorf("staging after complete: %d entries (%v), want none", len(staged), err)
 	}
 
 	// A part listed but never uploaded.

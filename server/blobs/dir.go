@@ -160,14 +160,15 @@ func (d *Dir) Complete(ctx context.Context, key, uploadID string, parts []wire.A
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("blobs: complete %s: %w", key, err)
 		}
-		n, sum, err := d.appendPart(f, stage, p.Number)
+		etag := strings.Trim(p.ETag, `"`)
+		if !isSHA256Hex(etag) {
+			return incomplete("part %d of %s: etag %s is not one this store answered", p.Number, key, p.ETag)
+		}
+		n, err := appendFile(f, d.root, partFile(stage, p.Number, etag))
 		if errors.Is(err, fs.ErrNotExist) {
-			return incomplete("part %d of %s was not uploaded", p.Number, key)
+			return incomplete("no part %d of %s with etag %s was uploaded", p.Number, key, p.ETag)
 		} else if err != nil {
 			return fmt.Errorf("blobs: complete %s: part %d: %w", key, p.Number, err)
-		}
-		if strings.Trim(p.ETag, `"`) != sum {
-			return incomplete("part %d of %s: etag %s is not the part uploaded", p.Number, key, p.ETag)
 		}
 		total += n
 	}
@@ -180,17 +181,15 @@ func (d *Dir) Complete(ctx context.Context, key, uploadID string, parts []wire.A
 	return d.publish(stage, tmp, key)
 }
 
-// appendPart copies part n of the upload staged at stage to f and reports
-// its length and SHA-256.
-func (d *Dir) appendPart(f io.Writer, stage string, n int) (int64, string, error) {
-	part, err := d.root.Open(partFile(stage, n))
+// appendFile appends the file name in root to f (file to file, so the
+// kernel copies it) and reports its length.
+func appendFile(f *os.File, root *os.Root, name string) (int64, error) {
+	src, err := root.Open(name)
 	if err != nil {
-		return 0, "", err
+		return 0, err
 	}
-	defer func() { _ = part.Close() }()
-	h := sha256.New()
-	written, err := io.Copy(io.MultiWriter(f, h), part)
-	return written, hexSum(h), err
+	defer func() { _ = src.Close() }()
+	return f.ReadFrom(src)
 }
 
 // publish moves the finished file from to key, on disk first since the
@@ -291,7 +290,13 @@ func (d *Dir) pruneStaging(now time.Time) {
 	}
 }
 
-func partFile(stage string, n int) string { return fmt.Sprintf("%s/part-%05d", stage, n) }
+// partFile names part n of the upload staged at stage by the SHA-256 of
+// its content, which is its ETag: Complete finds the part a list names
+// by it, and a part PUT again with other content is another file, so a
+// name always matches its content.
+func partFile(stage string, n int, sha256Hex string) string {
+	return fmt.Sprintf("%s/part-%05d.%s", stage, n, sha256Hex)
+}
 
 // tempFile creates a new file in stage (created if missing).
 func (d *Dir) tempFile(stage string) (string, *os.File, error) {
@@ -356,15 +361,15 @@ func (d *Dir) servePut(w http.ResponseWriter, r *http.Request, key string) {
 		http.Error(w, "bad size", http.StatusBadRequest)
 		return
 	}
-	target := "whole"
 	stage := d.stage(key, upload)
+	target := func(string) string { return stage + "/whole" }
 	if part != "" {
 		n, err := strconv.Atoi(part)
 		if err != nil || n < 1 || n > maxParts {
 			http.Error(w, "bad part", http.StatusBadRequest)
 			return
 		}
-		target = path.Base(partFile(stage, n))
+		target = func(sum string) string { return partFile(stage, n, sum) }
 	}
 	if r.ContentLength >= 0 && r.ContentLength != size {
 		http.Error(w, fmt.Sprintf("body is %d bytes; the upload is %d", r.ContentLength, size), http.StatusBadRequest)
@@ -380,9 +385,9 @@ func (d *Dir) servePut(w http.ResponseWriter, r *http.Request, key string) {
 }
 
 // receive streams body to a new file in stage, and when it is size bytes
-// and (if want is set) has SHA-256 want, moves it to stage/target. It
-// reports the content's SHA-256, or the status to answer and why.
-func (d *Dir) receive(body io.Reader, stage, target string, size int64, want string) (string, int, error) {
+// and (if want is set) has SHA-256 want, moves it to target(its SHA-256).
+// It reports the content's SHA-256, or the status to answer and why.
+func (d *Dir) receive(body io.Reader, stage string, target func(sha256Hex string) string, size int64, want string) (string, int, error) {
 	tmp, f, err := d.tempFile(stage)
 	if err != nil {
 		return "", http.StatusInternalServerError, errors.New("cannot store the upload")
@@ -409,7 +414,7 @@ func (d *Dir) receive(body io.Reader, stage, target string, size int64, want str
 	if err := f.Close(); err != nil {
 		return "", http.StatusInternalServerError, errors.New("cannot store the upload")
 	}
-	if err := d.root.Rename(tmp, stage+"/"+target); err != nil {
+	if err := d.root.Rename(tmp, target(got)); err != nil {
 		return "", http.StatusInternalServerError, errors.New("cannot store the upload")
 	}
 	kept = true

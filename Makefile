@@ -74,9 +74,10 @@ lint:
 ## nymph links no server/ package; the Lambdas that serve no routes do not
 ## link the router, and none links the Prometheus client; shared/domain
 ## imports nothing of this module but the hostkey leaf; the store and the
-## use cases import no wire type; only the mains build a control.Service;
-## no binary links a test-support package; in nymph only agent/internal/imds
-## imports the SDK's IMDS client
+## use cases import no wire type; server/blobs links no other server/
+## package; only the mains build a control.Service; no binary links a
+## test-support package; in nymph only agent/internal/imds imports the
+## SDK's IMDS client
 check:
 	@bad=$$($(GO) list -deps ./shared/... | grep -E 'lakeshore/(server|agent|functions|cli)(/|$$)' || true); \
 		if [ -n "$$bad" ]; then echo "shared/ imports: $$bad (shared/ is what the server and nymph both link)"; exit 1; fi
@@ -96,6 +97,8 @@ check:
 		bad=$$($(GO) list -f '{{join .Imports "\n"}}' ./server/$$p | grep -E 'lakeshore/(shared/wire|server/api|server/lambdahttp)$$' || true); \
 		if [ -n "$$bad" ]; then echo "server/$$p imports: $$bad (the core speaks domain; the HTTP edge maps it to the wire)"; exit 1; fi; \
 	done
+	@bad=$$($(GO) list -deps ./server/blobs | grep 'lakeshore/server/' | grep -v 'lakeshore/server/blobs$$' || true); \
+		if [ -n "$$bad" ]; then echo "server/blobs links: $$bad (the blob stores are a leaf: the edge and the mains wire them)"; exit 1; fi
 	@bad=$$(grep -rl 'control\.New(' --include='*.go' shared server agent | grep -v '_test\.go$$' | grep -vE '^server/(lambdamain|api/apitest|store/storetest)/' || true); \
 		if [ -n "$$bad" ]; then echo "control.New outside a main: $$bad (one Service per process: its main builds it)"; exit 1; fi
 	@bad=$$($(GO) list -deps ./cli/... ./agent/cmd/... ./functions/... | grep -E '^testing$$|lakeshore/.*test$$' || true); \

@@ -137,3 +137,11 @@ func (s *Store) get(w http.ResponseWriter, r *http.Request) {
 	}
 	_, _ = w.Write(b)
 }
+
+// Tamper replaces the content stored at key, as a store that lost or
+// corrupted it would serve it.
+func (s *Store) Tamper(key string, b []byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.objects[key] = b
+}

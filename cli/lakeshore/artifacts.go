@@ -36,9 +36,7 @@ func newArtifactsCmd() *cobra.Command {
 			return errors.New("say what to do: lakeshore artifacts ls|get")
 		},
 	}
-	f := cmd.PersistentFlags()
-	f.StringVar(&o.url, "url", "", "control plane URL (env "+envURL+", default "+defaultURL+")")
-	f.StringVar(&o.token, "token", "", "operator token (env "+envToken+"; lakeshore dev prints one)")
+	o.registerTarget(cmd)
 	cmd.AddCommand(newArtifactsLsCmd(o), newArtifactsGetCmd(o))
 	return cmd
 }

@@ -45,14 +45,22 @@ var _ blobs.Store = (*Store)(nil)
 // New starts a Store for the length of the test.
 func New(t testing.TB) *Store {
 	t.Helper()
+	s, stop := Start()
+	t.Cleanup(stop)
+	return s
+}
+
+// Start starts a Store and reports it and what stops it (for a fixture
+// that outlives one test). Upload ids count from "up1", so a fixture
+// that presigns in a fixed order knows them.
+func Start() (*Store, func()) {
 	s := &Store{pending: map[string]upload{}, objects: map[string][]byte{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("PUT /put/{id}", s.put)
 	mux.HandleFunc("GET /get", s.get)
 	srv := httptest.NewServer(mux)
-	t.Cleanup(srv.Close)
 	s.URL = srv.URL
-	return s
+	return s, srv.Close
 }
 
 // Presigns reports how many uploads were presigned.
@@ -83,8 +91,9 @@ func (s *Store) PresignPut(_ context.Context, key string, size int64, sha256Hex,
 		ExpiresAt: time.Now().Add(ttl)}, nil
 }
 
-// Complete moves upload uploadID's content to key: it must have been put,
-// with size bytes.
+// Complete copies upload uploadID's content to key: it must have been
+// put, with size bytes. The upload stays completable, so a fixture whose
+// tables are put back can complete it again.
 func (s *Store) Complete(_ context.Context, key, uploadID string, _ []wire.ArtifactPart, size int64) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -97,7 +106,6 @@ func (s *Store) Complete(_ context.Context, key, uploadID string, _ []wire.Artif
 	case int64(len(u.body)) != size:
 		return fmt.Errorf("upload %s of %s: %d bytes, want %d", uploadID, key, len(u.body), size)
 	}
-	delete(s.pending, uploadID)
 	s.objects[key] = u.body
 	return nil
 }

@@ -42,10 +42,16 @@ type clientOptions struct {
 // the command runs, not here, so the token never shows up as a default in
 // --help.
 func (o *clientOptions) register(cmd *cobra.Command) {
+	o.registerTarget(cmd)
+	cmd.PersistentFlags().StringVarP(&o.output, "output", "o", outputText, "output format: text or json")
+}
+
+// registerTarget adds --url and --token alone, for a command whose
+// subcommands give -o another meaning (artifacts get -o PATH).
+func (o *clientOptions) registerTarget(cmd *cobra.Command) {
 	f := cmd.PersistentFlags()
 	f.StringVar(&o.url, "url", "", "control plane URL (env "+envURL+", default "+defaultURL+")")
 	f.StringVar(&o.token, "token", "", "operator token (env "+envToken+"; lakeshore dev prints one)")
-	f.StringVarP(&o.output, "output", "o", outputText, "output format: text or json")
 }
 
 // client checks the shared flags and returns a client for them.

@@ -38,5 +38,6 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(newTablesCmd())
 	root.AddCommand(newTemplateCmd())
 	addClientCommands(root)
+	root.AddCommand(newArtifactsCmd())
 	return root
 }

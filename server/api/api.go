@@ -116,12 +116,17 @@ func (s *Server) routeTable() map[string]handlerFunc {
 		"POST /v1/daemon/bye":   s.bye,
 		"POST /v1/daemon/logs":  s.logs,
 		"GET /v1/healthz":       s.healthz,
+
+		"POST /v1/daemon/artifacts":          s.presignArtifact,
+		"POST /v1/daemon/artifacts/complete": s.completeArtifact,
 	}
 	for pattern, h := range map[string]handlerFunc{
 		"POST /v1/invocations":               s.submit,
 		"GET /v1/invocations":                s.listInvocations,
 		"GET /v1/invocations/{id}":           s.getInvocation,
 		"GET /v1/invocations/{id}/logs":      s.invocationLogs,
+		"GET /v1/invocations/{id}/artifacts": s.invocationArtifacts,
+		"GET /v1/runs/{id}/artifacts":        s.runArtifacts,
 		"POST /v1/invocations/{id}/cancel":   s.cancel,
 		"GET /v1/workers":                    s.listWorkers,
 		"GET /v1/workers/{id}":               s.getWorker,

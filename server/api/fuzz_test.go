@@ -53,6 +53,8 @@ import (
 
 	"github.com/dreamlake/lakeshore/server/api"
 	"github.com/dreamlake/lakeshore/server/api/apitest"
+	"github.com/dreamlake/lakeshore/server/blobs"
+	"github.com/dreamlake/lakeshore/server/blobs/blobstest"
 	"github.com/dreamlake/lakeshore/server/control"
 	"github.com/dreamlake/lakeshore/server/store"
 	"github.com/dreamlake/lakeshore/server/store/embedded"
@@ -169,9 +171,10 @@ func newFuzzPlane() (*fuzzPlane, error) {
 	st.Clock = clock.Of(now)
 	st.IDs = &ids.Generator{Clock: clock.Of(now)}
 	logs := &bytes.Buffer{}
+	bs, _ := blobstest.Start() // lives as long as the process's fixture
 	srv, err := apitest.Build(apitest.Config{Store: st,
 		Config: api.Config{EnrollToken: enrollToken, OperatorToken: operatorToken, Logger: slog.New(slog.NewJSONHandler(logs, nil))},
-		Control: control.Config{Clock: clock.Of(now),
+		Control: control.Config{Clock: clock.Of(now), Blobs: blobs.UseCases{Store: bs},
 			// A long poll re-checks a few times and never really waits.
 			MaxPollWait: 250 * time.Millisecond,
 			Sleep:       func(context.Context, time.Duration) error { return nil }},
@@ -237,6 +240,17 @@ func newFuzzPlane() (*fuzzPlane, error) {
 	if got := run(poll(a, wire.PollRequest{Phase: wire.PhaseReady, Invocations: []string{}})); got != running && b.err == nil {
 		b.fail(fmt.Errorf("A claimed %s, want %s", got, running))
 	}
+	// A's attempt of R has an upload pending (fuzzUpload), its bytes put.
+	var up wire.ArtifactUpload
+	b.call("POST", "/v1/daemon/artifacts", a.Token, wire.ArtifactUploadRequest{WorkerID: a.WorkerID, InvocationID: running,
+		Attempt: 1, Name: "out.txt", Size: int64(len(fuzzArtifact)), SHA256: fuzzArtifactSHA}, 200, &up)
+	if b.err == nil {
+		if up.UploadID != fuzzUpload {
+			b.fail(fmt.Errorf("fixture: upload id %q, want %q", up.UploadID, fuzzUpload))
+		} else if err := putBody(up, fuzzArtifact); err != nil {
+			b.fail(err)
+		}
+	}
 	// B and C poll once (active); B gets a setup command it has not run; C
 	// is drained. Then the queue gets work nobody has claimed.
 	poll(wb, wire.PollRequest{Phase: wire.PhaseReady, Invocations: []string{}})
@@ -286,6 +300,30 @@ func newFuzzPlane() (*fuzzPlane, error) {
 		return nil, err
 	}
 	return p, nil
+}
+
+// The fixture's pending artifact upload: its content, digest and id.
+const (
+	fuzzArtifact    = "out\n"
+	fuzzArtifactSHA = "54034ac5c6e9ea95734ec2b729fd6d62abf64af34a9f9ce5d466cb788191a73d"
+	fuzzUpload      = "up1"
+)
+
+// putBody PUTs body where upload up says.
+func putBody(up wire.ArtifactUpload, body string) error {
+	req, err := http.NewRequest(up.Method, up.URL, strings.NewReader(body))
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("fixture: PUT %s: %d", up.URL, resp.StatusCode)
+	}
+	return nil
 }
 
 // fuzzBuilder sends the fixture's setup requests, keeping the first error.
@@ -610,6 +648,9 @@ const (
 	pathAck   = "/v1/daemon/ack"
 	pathBye   = "/v1/daemon/bye"
 	pathLogs  = "/v1/daemon/logs"
+
+	pathArtifacts        = "/v1/daemon/artifacts"
+	pathArtifactComplete = "/v1/daemon/artifacts/complete"
 )
 
 // A well-formed host key and ids of nothing in the fixture.
@@ -725,6 +766,57 @@ func FuzzLogs(f *testing.F) {
 	))
 }
 
+func FuzzArtifacts(f *testing.F) {
+	upload := func(worker, inv string, attempt int, name, size, sha string) string {
+		return fmt.Sprintf(`{"worker_id":%q,"invocation_id":%q,"attempt":%d,"name":%q,"size":%s,"sha256":%q}`,
+			worker, inv, attempt, name, size, sha)
+	}
+	valid := upload("$A", "$R", 1, "preds.jsonl", "12", fuzzArtifactSHA)
+	fuzzDaemonRoute(f, pathArtifacts, withBrokenBodies(valid, tokA,
+		daemonSeed{tokA, valid, 200},
+		daemonSeed{tokA, `{"worker_id":"$A","invocation_id":"$R","attempt":1,"name":"ckpt","size":0,"sha256":"` + fuzzArtifactSHA + `","content_type":"` + wire.ContentTypeDir + `"}`, 200},
+		daemonSeed{tokA, upload("$A", "$R", 1, "out.txt", "4", fuzzArtifactSHA), 200}, // replaces the pending one
+		daemonSeed{tokA, upload("$A", "$R", 2, "x", "1", fuzzArtifactSHA), 403},
+		daemonSeed{tokA, upload("$A", "$Q", 1, "x", "1", fuzzArtifactSHA), 403},
+		daemonSeed{tokB, upload("$B", "$R", 1, "x", "1", fuzzArtifactSHA), 403},
+		daemonSeed{tokA, upload("$A", "$D", 1, "x", "1", fuzzArtifactSHA), 409},
+		daemonSeed{tokA, upload("$A", fuzzNoInv, 1, "x", "1", fuzzArtifactSHA), 404},
+		daemonSeed{tokA, upload("$A", "$R", 1, "x", "6000000000", fuzzArtifactSHA), 400},
+		daemonSeed{tokA, upload("$A", "$R", 1, "../x", "1", fuzzArtifactSHA), 400},
+		daemonSeed{tokA, `{"worker_id":"$A","invocation_id":"$R","attempt":1,"name":"a\u0001b","size":1,"sha256":"` + fuzzArtifactSHA + `"}`, 400},
+		daemonSeed{tokA, upload("$A", "$R", 1, strings.Repeat("n", 129), "1", fuzzArtifactSHA), 400},
+		daemonSeed{tokA, upload("$A", "$R", 1, "x", "-1", fuzzArtifactSHA), 400},
+		daemonSeed{tokA, upload("$A", "$R", 1, "x", "1", "ABC"), 400},
+		daemonSeed{tokA, upload("$A", "$R", 0, "x", "1", fuzzArtifactSHA), 400},
+		daemonSeed{tokA, upload("$B", "$R", 1, "x", "1", fuzzArtifactSHA), 403},
+		daemonSeed{tokASuperseded, valid, 401},
+		daemonSeed{tokAForged, valid, 401},
+		daemonSeed{tokOperator, valid, 401},
+	))
+}
+
+func FuzzArtifactComplete(f *testing.F) {
+	complete := func(worker, inv string, attempt int, name, upload string) string {
+		return fmt.Sprintf(`{"worker_id":%q,"invocation_id":%q,"attempt":%d,"name":%q,"upload_id":%q}`,
+			worker, inv, attempt, name, upload)
+	}
+	valid := complete("$A", "$R", 1, "out.txt", fuzzUpload)
+	fuzzDaemonRoute(f, pathArtifactComplete, withBrokenBodies(valid, tokA,
+		daemonSeed{tokA, valid, 200},
+		daemonSeed{tokA, `{"worker_id":"$A","invocation_id":"$R","attempt":1,"name":"out.txt","upload_id":"up1","parts":[{"number":1,"etag":"\"e\""}]}`, 200},
+		daemonSeed{tokA, complete("$A", "$R", 1, "out.txt", "up2"), 409},
+		daemonSeed{tokA, complete("$A", "$R", 1, "other.txt", fuzzUpload), 409},
+		daemonSeed{tokA, complete("$A", "$D", 1, "out.txt", fuzzUpload), 409},
+		daemonSeed{tokA, complete("$A", "$R", 2, "out.txt", fuzzUpload), 403},
+		daemonSeed{tokB, complete("$B", "$R", 1, "out.txt", fuzzUpload), 403},
+		daemonSeed{tokA, complete("$A", fuzzNoInv, 1, "out.txt", fuzzUpload), 404},
+		daemonSeed{tokA, complete("$A", "$R", 1, "out.txt", ""), 400},
+		daemonSeed{tokA, complete("$A", "$R", 1, "a/b", fuzzUpload), 400},
+		daemonSeed{tokASuperseded, valid, 401},
+		daemonSeed{tokAForged, valid, 401},
+	))
+}
+
 // Operator POST routes, picked by the route selector (modulo 5); {id} is
 // the fuzzed id, path-escaped, so any bytes reach the handler's id check.
 var fuzzOperatorPosts = []string{
@@ -819,6 +911,7 @@ var fuzzGets = []string{
 	"workers/$A/setup-results", "workers/$B/setup-results",
 	"queues/default", "queues/gpu", "queues/nothing-here", "healthz", "hosts",
 	"runs", "runs?queue=batch", "runs/$U", "runs/$U/results", "runs/$U/results?records=true&from=1&limit=1",
+	"invocations/$R/artifacts", "invocations/$D/artifacts", "runs/$U/artifacts",
 }
 
 // FuzzOperatorGet fuzzes every GET route: the input is the path and query
@@ -855,6 +948,11 @@ func FuzzOperatorGet(f *testing.F) {
 	add(400, tokOperator, "invocations/$R/logs?after=-1")
 	add(404, tokOperator, "invocations/$R/logs?attempt=5")
 	add(404, tokOperator, "invocations/"+fuzzNoInv+"/logs")
+	add(404, tokOperator, "invocations/"+fuzzNoInv+"/artifacts")
+	add(400, tokOperator, "invocations/$A/artifacts")
+	add(400, tokOperator, "runs/$R/artifacts")
+	add(401, tokA, "invocations/$R/artifacts")
+	add(401, tokNone, "runs/$U/artifacts")
 	add(405, tokOperator, "daemon/poll")
 	add(405, tokOperator, "invocations/$R/cancel")
 	add(401, tokNone, "invocations")
@@ -881,7 +979,7 @@ func TestFuzzTargetsCoverRoutes(t *testing.T) {
 			reached[pattern] = true
 		}
 	}
-	for _, p := range []string{pathHello, pathPoll, pathAck, pathBye, pathLogs} {
+	for _, p := range []string{pathHello, pathPoll, pathAck, pathBye, pathLogs, pathArtifacts, pathArtifactComplete} {
 		reach("POST", p)
 	}
 	for _, p := range fuzzOperatorPosts {

@@ -45,6 +45,8 @@ type Store interface {
 	Claim(ctx context.Context, w domain.Worker, queue string, max int) (store.ClaimResult, error)
 	Requeue(ctx context.Context, id, workerID string, loss domain.Loss) (domain.Invocation, bool, error)
 	Ack(ctx context.Context, id string, o domain.Outcome, auth store.Authorize, tokenHash string) (store.AckResult, error)
+	ChangeArtifacts(ctx context.Context, id, workerID string, auth store.Authorize, tokenHash string,
+		change func(domain.Invocation, time.Time) (domain.Invocation, error)) (domain.Invocation, error)
 	Cancel(ctx context.Context, id string) (domain.Invocation, error)
 	CreateRun(ctx context.Context, spec domain.RunSpec) (domain.Run, bool, error)
 	PutJobs(ctx context.Context, jobs []domain.Invocation) (int, error)
@@ -107,6 +109,8 @@ type Service struct {
 	randMu          sync.Mutex
 	rand            *rand.Rand // nil: the global source
 	retention       time.Duration
+	blobs           Blobs
+	artifactLimits  domain.ArtifactLimits
 }
 
 // Config is what a Service needs; zero values take the defaults.
@@ -153,11 +157,19 @@ type Config struct {
 	// after the sweep is done with it (default
 	// domain.DefaultWorkerRetention; the store's, whose rows expire then).
 	WorkerRetention time.Duration
+	// Blobs is where artifacts' bytes go (nil: artifacts are not
+	// configured, and their use cases answer ErrNoBlobs). A main sets it
+	// to blobs.UseCases{Store: s} for its blob store (docs/artifacts.md).
+	Blobs Blobs
+	// ArtifactLimits bound what one attempt publishes (zero fields: the
+	// domain defaults).
+	ArtifactLimits domain.ArtifactLimits
 }
 
 // New returns a Service over c.Store.
 func New(c Config) *Service {
-	s := &Service{store: c.Store, staleAfter: c.StaleAfter, maxWait: c.MaxPollWait, sleep: c.Sleep, clock: c.Clock, wake: c.Wake, longPoll: c.LongPoll, poster: c.Poster, wakeURL: c.WakeURL, metrics: c.Metrics, submitted: c.Submitted, log: c.Logger, rand: c.Rand, retention: c.WorkerRetention}
+	s := &Service{store: c.Store, staleAfter: c.StaleAfter, maxWait: c.MaxPollWait, sleep: c.Sleep, clock: c.Clock, wake: c.Wake, longPoll: c.LongPoll, poster: c.Poster, wakeURL: c.WakeURL, metrics: c.Metrics, submitted: c.Submitted, log: c.Logger, rand: c.Rand, retention: c.WorkerRetention,
+		blobs: c.Blobs, artifactLimits: c.ArtifactLimits.OrDefault()}
 	if s.retention <= 0 {
 		s.retention = domain.DefaultWorkerRetention
 	}

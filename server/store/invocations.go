@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
@@ -421,4 +422,47 @@ func (s *Store) Held(ctx context.Context, workerID string) ([]domain.Invocation,
 		return nil, err
 	}
 	return out, nil
+}
+
+// ChangeArtifacts applies change, a domain transition of the artifacts of
+// an attempt worker workerID holds (domain.Invocation.StartUpload,
+// CompleteUpload), to invocation id and saves it: one versioned put, in a
+// transaction with the worker's token check, so it lands only while the
+// invocation is as change saw it (the attempt still held and running)
+// and the token is not revoked. The token is checked first (auth), before
+// anything about the invocation is revealed. It reports the invocation
+// as saved.
+func (s *Store) ChangeArtifacts(ctx context.Context, id, workerID string, auth Authorize, tokenHash string,
+	change func(domain.Invocation, time.Time) (domain.Invocation, error)) (domain.Invocation, error) {
+	var result domain.Invocation
+	err := retryVersion("artifacts of "+id, func() error {
+		found, w, err := s.readForAck(ctx, id, workerID)
+		if err != nil {
+			return err
+		}
+		if w == nil {
+			return UnknownWorker(workerID, auth)
+		}
+		if auth != nil {
+			if err := auth(*w); err != nil {
+				return err
+			}
+		}
+		if found == nil {
+			return domain.Errorf(domain.KindNotFound, "invocation %s not found", id)
+		}
+		next, err := change(*found, s.now())
+		if err != nil {
+			return err
+		}
+		switch err := s.putAndCount(ctx, found.Version, &next, s.tokenCheck(workerID, tokenHash)); {
+		case errors.Is(err, errExtraCondition):
+			return ErrWorkerToken
+		case err != nil:
+			return err
+		}
+		result = next
+		return nil
+	})
+	return result, err
 }

@@ -98,6 +98,19 @@ type attemptRecord struct {
 	Reason    string    `dynamodbav:"reason,omitempty"`
 	Recorded  bool      `dynamodbav:"recorded,omitempty"`
 	Retried   bool      `dynamodbav:"retried,omitempty"`
+	// Artifacts: one record per name (docs/artifacts.md).
+	Artifacts []artifactRecord `dynamodbav:"artifacts,omitempty"`
+}
+
+// artifactRecord is the stored form of domain.Artifact.
+type artifactRecord struct {
+	Name        string    `dynamodbav:"name"`
+	Size        int64     `dynamodbav:"size"`
+	SHA256      string    `dynamodbav:"sha256"`
+	ContentType string    `dynamodbav:"content_type,omitempty"`
+	CreatedAt   time.Time `dynamodbav:"created_at"`
+	Pending     bool      `dynamodbav:"pending,omitempty"`
+	UploadID    string    `dynamodbav:"upload_id,omitempty"`
 }
 
 // retryPolicyRecord is the stored form of domain.RetryPolicy.
@@ -242,9 +255,17 @@ func (r workerRecord) domain() domain.Worker {
 	}
 }
 
-func toAttemptRecord(v domain.Attempt) attemptRecord { return attemptRecord(v) }
+func toAttemptRecord(v domain.Attempt) attemptRecord {
+	return attemptRecord{Attempt: v.Attempt, WorkerID: v.WorkerID, ClaimedAt: v.ClaimedAt, EndedAt: v.EndedAt,
+		Outcome: v.Outcome, ExitCode: v.ExitCode, Reason: v.Reason, Recorded: v.Recorded, Retried: v.Retried,
+		Artifacts: sliceMap(v.Artifacts, func(a domain.Artifact) artifactRecord { return artifactRecord(a) })}
+}
 
-func (r attemptRecord) domain() domain.Attempt { return domain.Attempt(r) }
+func (r attemptRecord) domain() domain.Attempt {
+	return domain.Attempt{Attempt: r.Attempt, WorkerID: r.WorkerID, ClaimedAt: r.ClaimedAt, EndedAt: r.EndedAt,
+		Outcome: r.Outcome, ExitCode: r.ExitCode, Reason: r.Reason, Recorded: r.Recorded, Retried: r.Retried,
+		Artifacts: sliceMap(r.Artifacts, func(a artifactRecord) domain.Artifact { return domain.Artifact(a) })}
+}
 
 func toInvocationRecord(v domain.Invocation) invocationRecord {
 	return invocationRecord{

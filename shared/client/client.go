@@ -433,14 +433,15 @@ func clip(s string) string {
 // Retryable reports whether err is worth trying again later: a transport
 // failure, or an answer saying the control plane or its store is briefly
 // unable (5xx, 429). A 4xx answer is not: the same request gets the same
-// answer. Context cancellation is not either.
+// answer; nor is 501 not_implemented (a feature this control plane is not
+// configured for). Context cancellation is not either.
 func Retryable(err error) bool {
 	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return false
 	}
 	var we *wire.Error
 	if errors.As(err, &we) {
-		return wire.Status(we.Code) >= 500
+		return wire.Status(we.Code) >= 500 && we.Code != wire.CodeNotImplemented
 	}
 	return true
 }

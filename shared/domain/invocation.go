@@ -30,6 +30,9 @@ type Attempt struct {
 	Recorded bool
 	// Retried marks a failed attempt the retry policy ran again.
 	Retried bool
+	// Artifacts are what its body published (docs/artifacts.md), one
+	// record per name.
+	Artifacts []Artifact
 }
 
 // RetryPolicy is an invocation's opt-in retry of a failing body (the

@@ -2,6 +2,7 @@ package domain
 
 import (
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -214,7 +215,7 @@ func TestInvocationTransitionDetails(t *testing.T) {
 
 	claimed, err := st["requeued"].Claim(Worker{ID: "c"}, now)
 	if err != nil || claimed.Attempt != 3 || claimed.WorkerID != "c" || !claimed.StartedAt.Equal(now) ||
-		len(claimed.Attempts) != 3 || claimed.Attempts[2] != (Attempt{Attempt: 3, WorkerID: "c", ClaimedAt: now}) {
+		len(claimed.Attempts) != 3 || !reflect.DeepEqual(claimed.Attempts[2], Attempt{Attempt: 3, WorkerID: "c", ClaimedAt: now}) {
 		t.Errorf("claim: %+v %v", claimed, err)
 	}
 	if len(st["requeued"].Attempts) != 2 {

@@ -6,6 +6,8 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/dreamlake/lakeshore/shared/domain"
 )
 
 // Artifacts: files a body publishes through nymph (docs/artifacts.md).
@@ -22,10 +24,10 @@ const (
 	// DefaultMaxArtifactBytes bounds one artifact: 5 GiB, S3's largest
 	// single PUT, is the ceiling of a presigned single upload; past
 	// MultipartThreshold an upload goes in parts.
-	DefaultMaxArtifactBytes int64 = 5 << 30
+	DefaultMaxArtifactBytes = domain.DefaultMaxArtifactBytes
 	// DefaultMaxArtifactsPerAttempt bounds how many artifacts one attempt
 	// records (a name published again replaces, and does not count twice).
-	DefaultMaxArtifactsPerAttempt = 100
+	DefaultMaxArtifactsPerAttempt = domain.DefaultMaxArtifactsPerAttempt
 	// MultipartThreshold: an artifact larger than this is uploaded in
 	// parts of MultipartPartBytes (the last one shorter).
 	MultipartThreshold int64 = 100 << 20
@@ -181,4 +183,59 @@ func checkAttemptRef(worker, invocation string, attempt int) error {
 		return invalid("attempt %d: attempts count from 1", attempt)
 	}
 	return nil
+}
+
+// ContentTypeDir is the content type of a directory artifact: a gzipped
+// tar of the directory's tree, entries relative to it (no leading "/",
+// no ".."). `lakeshore artifacts get` unpacks such an artifact into a
+// directory unless asked for the archive (--raw); any other content type
+// is one file.
+const ContentTypeDir = "application/vnd.lakeshore.dir+tar+gzip"
+
+// Worker reports the worker the request acts for.
+func (r *ArtifactUploadRequest) Worker() string { return r.WorkerID }
+
+// Worker reports the worker the request acts for.
+func (r *ArtifactCompleteRequest) Worker() string { return r.WorkerID }
+
+// Request reports the upload request's domain form.
+func (r ArtifactUploadRequest) Request() domain.ArtifactRequest {
+	return domain.ArtifactRequest{WorkerID: r.WorkerID, InvocationID: r.InvocationID, Attempt: r.Attempt,
+		Artifact: domain.Artifact{Name: r.Name, Size: r.Size, SHA256: r.SHA256, ContentType: r.ContentType}}
+}
+
+// Completion reports the complete request's domain form.
+func (r ArtifactCompleteRequest) Completion() domain.ArtifactCompletion {
+	return domain.ArtifactCompletion{WorkerID: r.WorkerID, InvocationID: r.InvocationID, Attempt: r.Attempt,
+		Name: r.Name, UploadID: r.UploadID, Parts: domainParts(r.Parts)}
+}
+
+// ArtifactUploadOf reports the wire form of an upload.
+func ArtifactUploadOf(u domain.ArtifactUpload) ArtifactUpload {
+	return ArtifactUpload{UploadID: u.UploadID, Method: u.Method, URL: u.URL, Headers: u.Headers,
+		PartSize: u.PartSize, Parts: ArtifactPartsOf(u.Parts), ExpiresAt: u.ExpiresAt}
+}
+
+// Domain reports an upload's domain form.
+func (u ArtifactUpload) Domain() domain.ArtifactUpload {
+	return domain.ArtifactUpload{UploadID: u.UploadID, Method: u.Method, URL: u.URL, Headers: u.Headers,
+		PartSize: u.PartSize, Parts: domainParts(u.Parts), ExpiresAt: u.ExpiresAt}
+}
+
+// ArtifactPartsOf reports the wire form of upload parts (nil for none).
+func ArtifactPartsOf(parts []domain.ArtifactPart) []ArtifactPart {
+	var out []ArtifactPart
+	for _, p := range parts {
+		out = append(out, ArtifactPart(p))
+	}
+	return out
+}
+
+// domainParts reports the domain form of upload parts (nil for none).
+func domainParts(parts []ArtifactPart) []domain.ArtifactPart {
+	var out []domain.ArtifactPart
+	for _, p := range parts {
+		out = append(out, domain.ArtifactPart(p))
+	}
+	return out
 }

@@ -25,6 +25,9 @@ const (
 	CodeUnavailable  Code = "unavailable"   // 503: the store did not answer
 	CodeNotAllowed   Code = "not_allowed"   // 405: wrong method for the route
 	CodeNoRoute      Code = "no_such_route" // 404: no such route
+	// CodeNotImplemented: 501, a feature this control plane is not
+	// configured for (artifacts without a blob store).
+	CodeNotImplemented Code = "not_implemented"
 )
 
 // statuses is the one code ⇄ status table: the server answers Status(code),
@@ -45,6 +48,7 @@ var statuses = []struct {
 	{CodeWorkerGone, 410},
 	{CodeTooLarge, 413},
 	{CodeInternal, 500},
+	{CodeNotImplemented, 501},
 	{CodeUnavailable, 503},
 }
 

@@ -14,6 +14,7 @@ import (
 	"syscall"
 
 	"github.com/dreamlake/lakeshore/agent/internal/lifecycle"
+	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
 // errTooLarge stops a pack that went past Config.MaxBytes.
@@ -109,7 +110,7 @@ func (p *Publisher) pack(root *os.Root, rel, path string, owned func(fs.FileInfo
 	if skipped > 0 {
 		p.log.Info("packed a directory artifact without its links and special files", "skipped", skipped)
 	}
-	return content{f: f, size: out.n, sha256: hex.EncodeToString(h.Sum(nil)), contentType: DirectoryContentType}, nil
+	return content{f: f, size: out.n, sha256: hex.EncodeToString(h.Sum(nil)), contentType: wire.ContentTypeDir}, nil
 }
 
 // addFile adds the regular file name of dir to tw, reporting false when

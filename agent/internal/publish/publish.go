@@ -30,11 +30,6 @@ import (
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
-// DirectoryContentType is the content type of a directory artifact: a
-// gzip-compressed tar of the directory's tree, its entries relative to the
-// directory itself, which a fetch unpacks.
-const DirectoryContentType = "application/vnd.lakeshore.directory+tar+gzip"
-
 // Defaults of Config's bounds.
 const (
 	// DefaultCallTimeout bounds each control-plane call (presign,
@@ -141,7 +136,7 @@ func refuse(status int, format string, args ...any) *lifecycle.PublishError {
 //
 // A regular file is sent as it is, its content type read from its name's
 // extension (else application/octet-stream); a directory is sent as a
-// tar.gz of its regular files and directories (DirectoryContentType):
+// tar.gz of its regular files and directories (wire.ContentTypeDir):
 // symbolic links and special files inside it are skipped, so the archive
 // never holds a link that points anywhere once unpacked. The path itself
 // may be a symbolic link as long as it resolves inside the run directory.

@@ -153,7 +153,7 @@ func TestPublishDirectory(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, _, ok := r.plane.Got("out")
-	if !ok || a.Name != "out" || a.ContentType != DirectoryContentType || a.Size != int64(len(got)) || a.SHA256 != sum(got) {
+	if !ok || a.Name != "out" || a.ContentType != wire.ContentTypeDir || a.Size != int64(len(got)) || a.SHA256 != sum(got) {
 		t.Fatalf("answered %+v; stored %d bytes (%v)", a, len(got), ok)
 	}
 	files, dirs := untar(t, got)

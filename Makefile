@@ -107,7 +107,7 @@ check:
 
 ## bench: store benchmarks (claims/s, conflicts/claim, requests/lifecycle, a 10,000-job run), each
 ## Lambda's cold start under the emulator and size, how soon a body hears a drain,
-## and the daemon's footprint
+## a 256 MiB artifact's publish (MB/s, nymph's RSS while it uploads) and the daemon's footprint
 bench: build tools lambdas
 	$(GO) test -run '^$$' -bench 'Claim|Lifecycle' -benchtime 200x ./server/store/
 	$(GO) test -run '^$$' -bench 'BenchmarkRun' -benchtime 1x ./server/store/
@@ -115,6 +115,7 @@ bench: build tools lambdas
 	$(GO) test -run '^$$' -bench Dispatch -benchtime 1x -timeout 30m ./tests/
 	$(GO) test -run '^$$' -bench DrainNotice -benchtime 3x ./tests/
 	$(GO) test -run '^$$' -bench WarmStart -benchtime 1x ./tests/
+	$(GO) test -run '^$$' -bench Publish -benchtime 1x ./tests/
 	@echo "deploy bootstraps ($(LAMBDA_ARCH), dist/; target <= 15 MB):"
 	@for f in $(FUNCTIONS); do stat -c '  %n %s bytes' $(DIST)/$$f/bootstrap; done
 	bash scripts/footprint.sh

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -184,7 +185,7 @@ rm -f big`
 		return time.Unix(0, ns)
 	}
 	start, end := nanos("start"), nanos("end")
-	f := publishFigures{invocationID: inv.InvocationID, sha256: mark("sum"), took: end.Sub(start), idleRSS: slicesMax(idle), hwm: hwm}
+	f := publishFigures{invocationID: inv.InvocationID, sha256: mark("sum"), took: end.Sub(start), idleRSS: slices.Max(idle), hwm: hwm}
 	for _, s := range samples {
 		switch {
 		case s.at.Before(start):
@@ -198,14 +199,6 @@ rm -f big`
 		tb.Fatalf("no samples around the publish (%d during it, took %v)", f.samples, f.took)
 	}
 	return f
-}
-
-func slicesMax(v []int64) int64 {
-	m := v[0]
-	for _, x := range v[1:] {
-		m = max(m, x)
-	}
-	return m
 }
 
 // checkPublished checks the artifact "big" of invocation id is listed at

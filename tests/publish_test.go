@@ -3,6 +3,7 @@ package tests
 import (
 	"bytes"
 	"context"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/dreamlake/lakeshore/shared/pythontest"
+	"github.com/dreamlake/lakeshore/shared/waittest"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
@@ -80,6 +82,13 @@ ln -s /etc/passwd leak
 				}
 			}
 
+			// Another invocation's body, told a running body's lifecycle URL,
+			// cannot publish into that attempt (403), and neither can a process
+			// outside every run.
+			if b.name == "embedded" {
+				publishIntoAnother(t, d)
+			}
+
 			// A Python body publishes from on_shutdown while it drains and is
 			// handed back; its next attempt, on another nymph, publishes its
 			// final output.
@@ -140,4 +149,72 @@ func artifactNames(l wire.ArtifactList) string {
 	}
 	slices.Sort(names)
 	return strings.Join(names, ",")
+}
+
+// publishIntoAnother: a body that sleeps, its lifecycle URL written to a
+// file, and a second body on the same nymph that runs `nymph publish`
+// against that URL: refused, and nothing is recorded on the first.
+func publishIntoAnother(t *testing.T, d *devServer) {
+	t.Helper()
+	op := d.Operator()
+	ctx := context.Background()
+	startNymph(t, d, "pair", "--queue", "pair", "--capacity", "2")
+	shared := t.TempDir()
+	victim, _, err := op.Submit(ctx, wire.SubmitRequest{Queue: "pair", Argv: []string{"/bin/sh", "-c",
+		`echo x > mine; echo "$NYMPH_LIFECYCLE_URL" > "$D/url.tmp" && mv "$D/url.tmp" "$D/url"; while [ ! -f "$D/done" ]; do sleep 0.1; done`},
+		Env: map[string]string{"D": shared}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	readLinesUntil(t, filepath.Join(shared, "url"))
+	thief, _, err := op.Submit(ctx, wire.SubmitRequest{Queue: "pair", Argv: []string{"/bin/sh", "-c",
+		`echo stolen > loot; NYMPH_LIFECYCLE_URL=$(cat "$D/url") "$NYMPH" publish loot; echo "exit: $?"`},
+		Env: map[string]string{"D": shared, "NYMPH": bin(t, "nymph")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := waitTerminal(t, op, thief.InvocationID, time.Minute)
+	if !strings.Contains(got.StdoutTail, "exit: 1") || !strings.Contains(got.StderrTail, "403") {
+		t.Errorf("another invocation's publish into a running attempt: stdout %q stderr %q; want refused with 403", got.StdoutTail, got.StderrTail)
+	}
+	url := readLinesUntil(t, filepath.Join(shared, "url"))[0]
+	if code := httpPost(t, url+"/publish", `{"path":"mine"}`); code != 403 {
+		t.Errorf("a process outside every run publishing: %d, want 403", code)
+	}
+	if err := os.WriteFile(filepath.Join(shared, "done"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	waitTerminal(t, op, victim.InvocationID, time.Minute)
+	list, err := op.InvocationArtifacts(ctx, victim.InvocationID)
+	if err != nil || len(list.Artifacts) != 0 {
+		t.Errorf("the first body's artifacts: %s (%v), want none", artifactNames(list), err)
+	}
+}
+
+// readLinesUntil waits for path to exist and reports its lines.
+func readLinesUntil(t *testing.T, path string) []string {
+	t.Helper()
+	var lines []string
+	waittest.Until(t, time.Minute, filepath.Base(path)+" written", func() bool {
+		lines = readLines(t, path)
+		return len(lines) > 0
+	})
+	return lines
+}
+
+// httpPost POSTs body to url from the test process and reports the status.
+func httpPost(t *testing.T, url, body string) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("POST: %v", err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
 }

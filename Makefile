@@ -144,6 +144,7 @@ FUZZPARALLEL ?= 2
 FUZZMINIMIZE ?= 5s
 FUZZ_TARGETS := shared/wire:FuzzDecode server/api:FuzzHello server/api:FuzzPoll server/api:FuzzAck \
 	server/api:FuzzBye server/api:FuzzLogs server/api:FuzzOperatorPost server/api:FuzzOperatorGet \
+	server/api:FuzzArtifacts server/api:FuzzArtifactComplete \
 	server/ui:FuzzUIForms agent/internal/lifecycle:FuzzLifecycleView
 .PHONY: fuzz
 fuzz:

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,13 +14,17 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/spf13/cobra"
 
 	"github.com/dreamlake/lakeshore/server/api"
 	"github.com/dreamlake/lakeshore/server/auth"
+	"github.com/dreamlake/lakeshore/server/blobs"
 	lsconfig "github.com/dreamlake/lakeshore/server/config"
 	"github.com/dreamlake/lakeshore/server/control"
 	"github.com/dreamlake/lakeshore/server/hoststatus"
@@ -57,6 +63,11 @@ type devOptions struct {
 	wakeChannel      bool
 	claimShards      int
 	provision        lsconfig.Provision
+	// artifactsDir and artifactsBucket: where artifacts' bytes go
+	// (devArtifacts); artifactsEnv tells the Lambda bootstraps.
+	artifactsDir    string
+	artifactsBucket string
+	artifactsEnv    []string
 }
 
 // wakeChannel is where the dev server serves the wake channel: the socket
@@ -120,6 +131,8 @@ bootstrap, and the Lambdas post through the emulated management API).`,
 	f.IntVar(&o.provision.MaxHosts, "provision-max-hosts", 0, "the most hosts the provisioner keeps launched at once (0: provisioning off)")
 	f.IntVar(&o.provision.MaxHostsPerKey, "provision-max-hosts-per-key", 0, "the most launched hosts for one queue and host key (0: only --provision-max-hosts)")
 	f.DurationVar(&o.provision.Interval, "provision-interval", lsconfig.DefaultProvisionInterval, "how often the provisioner looks at the queues")
+	f.StringVar(&o.artifactsDir, "artifacts-dir", "", "keep artifacts' bytes in this directory, behind URLs this server signs (default: a temporary directory removed on exit, unless --store aws, which uses --artifacts-bucket); docs/artifacts.md")
+	f.StringVar(&o.artifactsBucket, "artifacts-bucket", "lakeshore-dev-artifacts", "with --store aws and no --artifacts-dir, the S3 bucket artifacts go to (the SDK config, AWS_ENDPOINT_URL for moto; created if missing)")
 	return cmd
 }
 
@@ -244,6 +257,11 @@ func runDev(ctx context.Context, o devOptions) error {
 		default:
 		}
 	}
+	arts, err := devArtifacts(ctx, &o, "http://"+ln.Addr().String(), log)
+	if err != nil {
+		return err
+	}
+	defer arts.close()
 	// /metrics (docs/metrics.md): the events of the use cases this process
 	// runs, and the gauges read from the store at each scrape.
 	var svc *control.Service
@@ -253,7 +271,8 @@ func runDev(ctx context.Context, o devOptions) error {
 	// The process's one Service: the router's use cases, the sweep's and
 	// the wake channel's, over one wake hub.
 	svc = control.New(control.Config{Store: st, StaleAfter: o.staleAfter, Logger: log, Wake: hub, WakeURL: wc.url,
-		Poster: poster, Metrics: recorder, LongPoll: o.longPoll, Submitted: nudge, WorkerRetention: st.WorkerRetention})
+		Poster: poster, Metrics: recorder, LongPoll: o.longPoll, Submitted: nudge, WorkerRetention: st.WorkerRetention,
+		Blobs: blobs.UseCases{Store: arts.store}})
 	var handler http.Handler
 	var sweepOnce, pollHostsOnce, provisionOnce func(context.Context) error
 	if o.lambdas != "" {
@@ -297,6 +316,9 @@ func runDev(ctx context.Context, o devOptions) error {
 	}
 	if o.wakeChannel {
 		handler = withWakeChannel(handler, sockets)
+	}
+	if arts.dir != nil {
+		handler = withBlobs(handler, arts.dir.Handler())
 	}
 	handler = withMetrics(handler, recorder.Handler())
 
@@ -380,6 +402,68 @@ func loopbackAddr(addr string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// withBlobs serves the artifacts directory's signed URLs (blobs.Prefix)
+// beside the routes.
+func withBlobs(routes, dir http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, blobs.Prefix) {
+			dir.ServeHTTP(w, r)
+			return
+		}
+		routes.ServeHTTP(w, r)
+	})
+}
+
+// devArtifactsStore is where `lakeshore dev` keeps artifacts' bytes.
+type devArtifactsStore struct {
+	store blobs.Store
+	dir   *blobs.Dir // served at blobs.Prefix; nil for S3
+	close func()
+}
+
+// devArtifacts opens the artifacts' store: --artifacts-dir (or, on the
+// embedded store, a temporary directory removed on exit) behind URLs this
+// server signs at base, or with --store aws the S3 bucket
+// --artifacts-bucket (created if missing). It sets what the Lambda
+// bootstraps are told of it (o.artifactsEnv).
+func devArtifacts(ctx context.Context, o *devOptions, base string, log *slog.Logger) (devArtifactsStore, error) {
+	if o.storeKind == "aws" && o.artifactsDir == "" {
+		cfg, err := config.LoadDefaultConfig(ctx, config.WithLogger(logjson.SDK(log)))
+		if err != nil {
+			return devArtifactsStore{}, fmt.Errorf("load AWS config: %w", err)
+		}
+		s3c := s3.NewFromConfig(cfg, func(so *s3.Options) { so.UsePathStyle = cfg.BaseEndpoint != nil })
+		_, err = s3c.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(o.artifactsBucket)})
+		var owned *s3types.BucketAlreadyOwnedByYou
+		if err != nil && !errors.As(err, &owned) {
+			return devArtifactsStore{}, fmt.Errorf("create the artifacts bucket %s: %w", o.artifactsBucket, err)
+		}
+		o.artifactsEnv = []string{lsconfig.EnvArtifactsBucket + "=" + o.artifactsBucket}
+		return devArtifactsStore{store: blobs.NewS3FromConfig(cfg, o.artifactsBucket), close: func() {}}, nil
+	}
+	root, cleanup := o.artifactsDir, func() {}
+	if root == "" {
+		tmp, err := os.MkdirTemp("", "lakeshore-dev-artifacts-")
+		if err != nil {
+			return devArtifactsStore{}, fmt.Errorf("artifacts directory: %w", err)
+		}
+		root, cleanup = tmp, func() { _ = os.RemoveAll(tmp) }
+	}
+	secret := make([]byte, 32)
+	if _, err := rand.Read(secret); err != nil {
+		cleanup()
+		return devArtifactsStore{}, fmt.Errorf("artifacts secret: %w", err)
+	}
+	dir, err := blobs.NewDir(root, base, secret)
+	if err != nil {
+		cleanup()
+		return devArtifactsStore{}, fmt.Errorf("artifacts directory %s: %w", root, err)
+	}
+	o.artifactsEnv = []string{lsconfig.EnvArtifactsDir + "=" + root, lsconfig.EnvArtifactsURL + "=" + base,
+		lsconfig.EnvArtifactsSecret + "=" + hex.EncodeToString(secret)}
+	return devArtifactsStore{store: dir, dir: dir, close: func() { _ = dir.Close(); cleanup() }}, nil
 }
 
 // withWakeChannel serves the wake channel's paths with sockets and

@@ -373,6 +373,7 @@ func lambdaEnv(environ []string, o devOptions, endpoint, invokeURL string, wake 
 	if wake.url != "" {
 		env = append(env, lsconfig.EnvWakeURL+"="+wake.url, lsconfig.EnvWakeEndpoint+"="+wake.endpoint, lsconfig.EnvWakeSecret+"="+wake.secret)
 	}
+	env = append(env, o.artifactsEnv...) // where artifacts go (devArtifacts)
 	if p := o.provision; p.MaxHosts > 0 {
 		// The provisioner function's settings, as template.yaml gives
 		// them, and the api function's nudge of it through invokeURL.

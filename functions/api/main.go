@@ -9,13 +9,14 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/lambda"
 
 	"github.com/dreamlake/lakeshore/server/api/apilambda"
+	"github.com/dreamlake/lakeshore/server/blobs/blobslambda"
 	"github.com/dreamlake/lakeshore/server/config"
 	"github.com/dreamlake/lakeshore/server/control"
 	"github.com/dreamlake/lakeshore/server/lambdamain"
 	"github.com/dreamlake/lakeshore/server/nudge"
 )
 
-func main() { apilambda.Main("api", nudgeProvisioner) }
+func main() { apilambda.Main("api", nudgeProvisioner, blobslambda.Hook) }
 
 // nudgeProvisioner makes each submit nudge the provisioner function named
 // by LAKESHORE_PROVISIONER_FUNCTION (set when provisioning is on): its

@@ -47,6 +47,15 @@ func NewS3(client *s3.Client, bucket string, opts ...Option) *S3 {
 	return &S3{client: client, presign: s3.NewPresignClient(client), bucket: bucket, cfg: newConfig(opts)}
 }
 
+// NewS3FromConfig returns an S3 store over bucket with a client of cfg
+// (the SDK's configuration). An endpoint set there (AWS_ENDPOINT_URL: moto,
+// LocalStack) is addressed path-style: such a server has no per-bucket
+// host names.
+func NewS3FromConfig(cfg aws.Config, bucket string, opts ...Option) *S3 {
+	client := s3.NewFromConfig(cfg, func(o *s3.Options) { o.UsePathStyle = cfg.BaseEndpoint != nil })
+	return NewS3(client, bucket, opts...)
+}
+
 // PresignPut presigns a PutObject, or creates a multipart upload and
 // presigns an UploadPart per part.
 func (s *S3) PresignPut(ctx context.Context, key string, size int64, sha256Hex, contentType string, ttl time.Duration) (wire.ArtifactUpload, error) {

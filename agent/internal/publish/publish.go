@@ -1,5 +1,5 @@
 // Package publish does the agent's half of a body's publish
-// (docs/artifacts-publish.md): it finds the file or directory inside the
+// (docs/artifacts.md, "Publishing: nymph's side"): it finds the file or directory inside the
 // run directory, packs a directory as a tar.gz, digests it, asks the
 // control plane where the bytes go, streams them there with PUT (in parts
 // past the control plane's threshold) and has the artifact recorded on the

@@ -23,6 +23,10 @@ import (
 // past wire.MultipartThreshold, so it goes in parts.
 const publishBenchBytes = 256 << 20
 
+// publishRSSBound bounds how much nymph's peak RSS may exceed its RSS
+// before the publish: one part's size, far under the file's.
+const publishRSSBound = wire.MultipartPartBytes
+
 // rssSample is one reading of a process's resident memory.
 type rssSample struct {
 	at  time.Time
@@ -241,6 +245,13 @@ func BenchmarkPublish(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		f := timePublish(b, d, n)
 		checkPublished(b, d, f.invocationID, f.sha256)
+		// VmHWM misses no peak (a 10 ms sample can): past the memory
+		// nymph held before the publish, it must stay under one part's
+		// size, so neither the file nor a whole part was held.
+		if grew := f.hwm - f.beforeRSS; grew >= publishRSSBound {
+			b.Fatalf("nymph's peak RSS %.1f MiB is %.1f MiB over its %.1f MiB before the publish: not streamed (bound %d MiB)",
+				mib(f.hwm), mib(grew), mib(f.beforeRSS), publishRSSBound>>20)
+		}
 		b.ReportMetric(publishBenchBytes/1e6/f.took.Seconds(), "MB/s")
 		b.ReportMetric(f.took.Seconds(), "publish-s")
 		b.ReportMetric(mib(f.idleRSS), "idle-rss-MiB")

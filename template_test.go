@@ -259,16 +259,7 @@ func TestProvisionerPolicy(t *testing.T) {
 		instanceARN = "arn:${AWS::Partition}:ec2:${AWS::Region}:${AWS::AccountId}:instance/*"
 	)
 	stackTag := provision.TagStack
-	for _, file := range []string{"template.yaml", "template-iam.yaml"} {
-		src, err := os.ReadFile(file)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var doc yaml.Node
-		if err := yaml.Unmarshal(src, &doc); err != nil {
-			t.Fatalf("%s: %v", file, err)
-		}
-		root := doc.Content[0]
+	for file, root := range bothTemplates(t) {
 		if p := mapping(mapping(mapping(root, "Parameters"), "ProvisionLaunchTemplate"), "AllowedPattern"); p == nil || p.Value != "^(lt-[0-9a-f]+)?$" {
 			t.Errorf("%s: ProvisionLaunchTemplate must be a launch template id (the policy names it in an ARN)", file)
 		}
@@ -388,16 +379,7 @@ func TestArtifactsBucket(t *testing.T) {
 		t.Fatalf("blobs.Key is %q, not under artifacts/: update the policy and this test", k)
 	}
 
-	for _, file := range []string{"template.yaml", "template-iam.yaml"} {
-		src, err := os.ReadFile(file)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var doc yaml.Node
-		if err := yaml.Unmarshal(src, &doc); err != nil {
-			t.Fatalf("%s: %v", file, err)
-		}
-		root := doc.Content[0]
+	for file, root := range bothTemplates(t) {
 		resources := mapping(root, "Resources")
 
 		params := mapping(root, "Parameters")
@@ -467,7 +449,7 @@ func TestArtifactsBucket(t *testing.T) {
 
 		var expiry, abort, staged bool
 		rules := mapping(mapping(props, "LifecycleConfiguration"), "Rules")
-		for i, r := range rules.Content {
+		for i, r := range items(rules) {
 			if s := mapping(r, "Status"); s == nil || s.Value != "Enabled" {
 				t.Errorf("%s: lifecycle rule %d is not Enabled", file, i)
 				continue
@@ -511,11 +493,11 @@ func TestArtifactsBucket(t *testing.T) {
 			if b := mapping(p, "Bucket"); b == nil || b.Tag != "!Ref" || b.Value != "ArtifactsBucket" {
 				continue
 			}
-			for _, st := range mapping(mapping(p, "PolicyDocument"), "Statement").Content {
+			for _, st := range items(mapping(mapping(p, "PolicyDocument"), "Statement")) {
 				principal, secure := mapping(st, "Principal"), mapping(mapping(mapping(st, "Condition"), "Bool"), "aws:SecureTransport")
 				res := resourceRefs(mapping(st, "Resource"))
 				slices.Sort(res)
-				if mapping(st, "Effect").Value == "Deny" && principal != nil && principal.Value == "*" &&
+				if effect := mapping(st, "Effect"); effect != nil && effect.Value == "Deny" && principal != nil && principal.Value == "*" &&
 					slices.Equal(scalars(mapping(st, "Action")), []string{"s3:*"}) &&
 					slices.Equal(res, []string{bucketARN, "!Sub ${ArtifactsBucket.Arn}/*"}) &&
 					secure != nil && secure.Value == "false" {
@@ -550,7 +532,7 @@ func TestArtifactsBucket(t *testing.T) {
 			for name, ref := range env {
 				v := mapping(vars, name)
 				switch {
-				case artifacts && (v == nil || resourceRefs(v)[0] != ref):
+				case artifacts && !slices.Equal(resourceRefs(v), []string{ref}):
 					t.Errorf("%s: %s has no %s: %s", file, id, name, ref)
 				case !artifacts && v != nil:
 					t.Errorf("%s: %s has %s; only the ack and api functions use artifacts", file, id, name)
@@ -578,7 +560,7 @@ func TestArtifactsBucket(t *testing.T) {
 			// With TableKmsKeyArn, S3 encrypts and decrypts with the key
 			// as the one who signed the URL: the functions that sign hold
 			// TableKeyPolicy.
-			if artifacts && !slices.ContainsFunc(mapping(props, "Policies").Content, func(n *yaml.Node) bool {
+			if artifacts && !slices.ContainsFunc(items(mapping(props, "Policies")), func(n *yaml.Node) bool {
 				return n.Tag == "!Ref" && n.Value == "TableKeyPolicy"
 			}) {
 				t.Errorf("%s: %s does not hold TableKeyPolicy (the artifacts bucket's KMS key)", file, id)
@@ -588,11 +570,11 @@ func TestArtifactsBucket(t *testing.T) {
 			t.Errorf("%s: %d functions; this test knows 9", file, functions)
 		}
 		key := mapping(mapping(mapping(resources, "TableKeyPolicy"), "Properties"), "PolicyDocument")
-		for _, st := range mapping(key, "Statement").Content {
+		for _, st := range items(mapping(key, "Statement")) {
 			acts := scalars(mapping(st, "Action"))
 			r := mapping(st, "Resource")
 			if !slices.Contains(acts, "kms:GenerateDataKey") || !slices.Contains(acts, "kms:Decrypt") ||
-				r == nil || r.Tag != "!If" || r.Content[0].Value != "UseTableKey" || r.Content[1].Value != "TableKmsKeyArn" {
+				r == nil || r.Tag != "!If" || len(r.Content) != 3 || r.Content[0].Value != "UseTableKey" || r.Content[1].Value != "TableKmsKeyArn" {
 				t.Errorf("%s: TableKeyPolicy does not grant kms:GenerateDataKey and kms:Decrypt on TableKmsKeyArn", file)
 			}
 		}
@@ -682,4 +664,31 @@ func walk(n *yaml.Node, f func(*yaml.Node)) {
 	for _, c := range n.Content {
 		walk(c, f)
 	}
+}
+
+// bothTemplates reads template.yaml and the generated template-iam.yaml
+// as YAML, each file's name to its root node.
+func bothTemplates(t *testing.T) map[string]*yaml.Node {
+	t.Helper()
+	out := map[string]*yaml.Node{}
+	for _, file := range []string{"template.yaml", "template-iam.yaml"} {
+		src, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var doc yaml.Node
+		if err := yaml.Unmarshal(src, &doc); err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+		out[file] = doc.Content[0]
+	}
+	return out
+}
+
+// items reads a YAML sequence's (or mapping's) nodes; none for nil.
+func items(n *yaml.Node) []*yaml.Node {
+	if n == nil {
+		return nil
+	}
+	return n.Content
 }

@@ -394,6 +394,13 @@ func TestArtifactsBucket(t *testing.T) {
 				t.Errorf("%s: parameter %s is not a Number, default %s, MinValue 1", file, name, def)
 			}
 		}
+		// A value the functions refuse at start (server/config) would
+		// take the ack and api functions down: the bounds are theirs.
+		for name, hi := range map[string]string{"MaxArtifactBytes": "107374182400", "MaxArtifactsPerAttempt": "1000"} {
+			if v := mapping(mapping(params, name), "MaxValue"); v == nil || v.Value != hi {
+				t.Errorf("%s: parameter %s has no MaxValue %s", file, name, hi)
+			}
+		}
 
 		var buckets []string
 		for i := 0; i+1 < len(resources.Content); i += 2 {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -12,7 +13,9 @@ import (
 
 	"github.com/dreamlake/lakeshore"
 	"github.com/dreamlake/lakeshore/server/api"
+	"github.com/dreamlake/lakeshore/server/blobs"
 	"github.com/dreamlake/lakeshore/server/provision"
+	"github.com/dreamlake/lakeshore/shared/domain"
 )
 
 // TestTemplateMatchesTheCode: template.yaml, functions/, the Makefile's
@@ -256,16 +259,7 @@ func TestProvisionerPolicy(t *testing.T) {
 		instanceARN = "arn:${AWS::Partition}:ec2:${AWS::Region}:${AWS::AccountId}:instance/*"
 	)
 	stackTag := provision.TagStack
-	for _, file := range []string{"template.yaml", "template-iam.yaml"} {
-		src, err := os.ReadFile(file)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var doc yaml.Node
-		if err := yaml.Unmarshal(src, &doc); err != nil {
-			t.Fatalf("%s: %v", file, err)
-		}
-		root := doc.Content[0]
+	for file, root := range bothTemplates(t) {
 		if p := mapping(mapping(mapping(root, "Parameters"), "ProvisionLaunchTemplate"), "AllowedPattern"); p == nil || p.Value != "^(lt-[0-9a-f]+)?$" {
 			t.Errorf("%s: ProvisionLaunchTemplate must be a launch template id (the policy names it in an ARN)", file)
 		}
@@ -354,4 +348,354 @@ func scalars(n *yaml.Node) []string {
 		}
 	}
 	return out
+}
+
+// TestArtifactsBucket: the artifacts bucket's guards are in template.yaml
+// and the generated template-iam.yaml, so a later edit cannot drop one
+// unnoticed: retained on stack delete and replacement; encrypted by
+// default (the table key when one is set, else SSE-S3, with a bucket key);
+// every public access blocked; ACLs off; objects expiring after
+// ArtifactRetentionDays, incomplete multipart uploads aborted and staged
+// single uploads expired after a day; every request over plain HTTP
+// denied. The bucket and the limits reach exactly the ack and api
+// functions, and only they get S3 rights: the ack function the actions its
+// blob store calls on the artifact and staging keys, the api function a
+// GetObject of artifacts, both ListBucket on the bucket alone.
+func TestArtifactsBucket(t *testing.T) {
+	const bucketARN = "!GetAtt ArtifactsBucket.Arn"
+	objectActions := []string{"s3:AbortMultipartUpload", "s3:DeleteObject", "s3:GetObject", "s3:PutObject"}
+	var ackGrants, apiGrants []string
+	for _, a := range objectActions {
+		ackGrants = append(ackGrants, a+" on !Sub ${ArtifactsBucket.Arn}/artifacts/*", a+" on !Sub ${ArtifactsBucket.Arn}/uploads/*")
+	}
+	ackGrants = append(ackGrants, "s3:ListBucket on "+bucketARN)
+	apiGrants = append(apiGrants, "s3:GetObject on !Sub ${ArtifactsBucket.Arn}/artifacts/*", "s3:ListBucket on "+bucketARN)
+	slices.Sort(ackGrants)
+	slices.Sort(apiGrants)
+	wantGrants := map[string][]string{"AckFunction": ackGrants, "ApiFunction": apiGrants}
+	// The keys the blob store writes: blobs.Key's, and server/blobs/s3.go's
+	// staging prefix.
+	if k := blobs.Key("inv", 1, "name"); !strings.HasPrefix(k, "artifacts/") {
+		t.Fatalf("blobs.Key is %q, not under artifacts/: update the policy and this test", k)
+	}
+
+	for file, root := range bothTemplates(t) {
+		resources := mapping(root, "Resources")
+
+		params := mapping(root, "Parameters")
+		for name, def := range map[string]string{
+			"ArtifactRetentionDays":  "30",
+			"MaxArtifactBytes":       strconv.FormatInt(domain.DefaultMaxArtifactBytes, 10),
+			"MaxArtifactsPerAttempt": strconv.Itoa(domain.DefaultMaxArtifactsPerAttempt),
+		} {
+			p := mapping(params, name)
+			if typ, d, lo := mapping(p, "Type"), mapping(p, "Default"), mapping(p, "MinValue"); typ == nil || typ.Value != "Number" ||
+				d == nil || d.Value != def || lo == nil || lo.Value != "1" {
+				t.Errorf("%s: parameter %s is not a Number, default %s, MinValue 1", file, name, def)
+			}
+		}
+		// A value the functions refuse at start (server/config) would
+		// take the ack and api functions down: the bounds are theirs.
+		for name, hi := range map[string]string{"MaxArtifactBytes": "107374182400", "MaxArtifactsPerAttempt": "1000"} {
+			if v := mapping(mapping(params, name), "MaxValue"); v == nil || v.Value != hi {
+				t.Errorf("%s: parameter %s has no MaxValue %s", file, name, hi)
+			}
+		}
+
+		var buckets []string
+		for i := 0; i+1 < len(resources.Content); i += 2 {
+			if typ := mapping(resources.Content[i+1], "Type"); typ != nil && typ.Value == "AWS::S3::Bucket" {
+				buckets = append(buckets, resources.Content[i].Value)
+			}
+		}
+		if !slices.Equal(buckets, []string{"ArtifactsBucket"}) {
+			t.Fatalf("%s: buckets %v, want [ArtifactsBucket] (check a new one's guards and update this test)", file, buckets)
+		}
+		bucket := mapping(resources, "ArtifactsBucket")
+		for _, k := range []string{"DeletionPolicy", "UpdateReplacePolicy"} {
+			if v := mapping(bucket, k); v == nil || v.Value != "Retain" {
+				t.Errorf("%s: ArtifactsBucket %s is not Retain", file, k)
+			}
+		}
+		props := mapping(bucket, "Properties")
+
+		enc := mapping(mapping(props, "BucketEncryption"), "ServerSideEncryptionConfiguration")
+		if enc == nil || len(enc.Content) != 1 {
+			t.Errorf("%s: ArtifactsBucket has not one default encryption rule", file)
+		} else {
+			rule := enc.Content[0]
+			if v := mapping(rule, "BucketKeyEnabled"); v == nil || v.Value != "true" {
+				t.Errorf("%s: ArtifactsBucket encryption without BucketKeyEnabled", file)
+			}
+			sse := mapping(rule, "ServerSideEncryptionByDefault")
+			if sse == nil || sse.Tag != "!If" || len(sse.Content) != 3 || sse.Content[0].Value != "UseTableKey" {
+				t.Errorf("%s: ArtifactsBucket encryption is not !If [UseTableKey, …]", file)
+			} else {
+				kms, s3 := sse.Content[1], sse.Content[2]
+				if alg, key := mapping(kms, "SSEAlgorithm"), mapping(kms, "KMSMasterKeyID"); alg == nil || alg.Value != "aws:kms" ||
+					key == nil || key.Tag != "!Ref" || key.Value != "TableKmsKeyArn" {
+					t.Errorf("%s: with UseTableKey, ArtifactsBucket is not aws:kms with TableKmsKeyArn", file)
+				}
+				if alg := mapping(s3, "SSEAlgorithm"); alg == nil || alg.Value != "AES256" {
+					t.Errorf("%s: without UseTableKey, ArtifactsBucket is not AES256", file)
+				}
+			}
+		}
+
+		block := mapping(props, "PublicAccessBlockConfiguration")
+		for _, k := range []string{"BlockPublicAcls", "BlockPublicPolicy", "IgnorePublicAcls", "RestrictPublicBuckets"} {
+			if v := mapping(block, k); v == nil || v.Value != "true" {
+				t.Errorf("%s: ArtifactsBucket %s is not true", file, k)
+			}
+		}
+		owners := mapping(mapping(props, "OwnershipControls"), "Rules")
+		if owners == nil || len(owners.Content) != 1 || mapping(owners.Content[0], "ObjectOwnership") == nil ||
+			mapping(owners.Content[0], "ObjectOwnership").Value != "BucketOwnerEnforced" {
+			t.Errorf("%s: ArtifactsBucket ownership is not BucketOwnerEnforced", file)
+		}
+
+		var expiry, abort, staged bool
+		rules := mapping(mapping(props, "LifecycleConfiguration"), "Rules")
+		for i, r := range items(rules) {
+			if s := mapping(r, "Status"); s == nil || s.Value != "Enabled" {
+				t.Errorf("%s: lifecycle rule %d is not Enabled", file, i)
+				continue
+			}
+			if mapping(r, "Filter") != nil || mapping(r, "TagFilters") != nil {
+				t.Errorf("%s: lifecycle rule %d filters other than by Prefix", file, i)
+				continue
+			}
+			prefix := ""
+			if p := mapping(r, "Prefix"); p != nil {
+				prefix = p.Value
+			}
+			days := mapping(r, "ExpirationInDays")
+			switch {
+			case prefix == "" && days != nil && days.Tag == "!Ref" && days.Value == "ArtifactRetentionDays":
+				expiry = true
+			case prefix == "uploads/" && days != nil && days.Value == "1":
+				staged = true
+			}
+			if d := mapping(mapping(r, "AbortIncompleteMultipartUpload"), "DaysAfterInitiation"); prefix == "" && d != nil && d.Value == "1" {
+				abort = true
+			}
+		}
+		if !expiry {
+			t.Errorf("%s: no lifecycle rule expires every object after ArtifactRetentionDays", file)
+		}
+		if !abort {
+			t.Errorf("%s: no lifecycle rule aborts every incomplete multipart upload after 1 day", file)
+		}
+		if !staged {
+			t.Errorf("%s: no lifecycle rule expires the staged uploads (uploads/) after 1 day", file)
+		}
+
+		tlsOnly := false
+		for i := 0; i+1 < len(resources.Content); i += 2 {
+			res := resources.Content[i+1]
+			if typ := mapping(res, "Type"); typ == nil || typ.Value != "AWS::S3::BucketPolicy" {
+				continue
+			}
+			p := mapping(res, "Properties")
+			if b := mapping(p, "Bucket"); b == nil || b.Tag != "!Ref" || b.Value != "ArtifactsBucket" {
+				continue
+			}
+			for _, st := range items(mapping(mapping(p, "PolicyDocument"), "Statement")) {
+				principal, secure := mapping(st, "Principal"), mapping(mapping(mapping(st, "Condition"), "Bool"), "aws:SecureTransport")
+				res := resourceRefs(mapping(st, "Resource"))
+				slices.Sort(res)
+				if effect := mapping(st, "Effect"); effect != nil && effect.Value == "Deny" && principal != nil && principal.Value == "*" &&
+					slices.Equal(scalars(mapping(st, "Action")), []string{"s3:*"}) &&
+					slices.Equal(res, []string{bucketARN, "!Sub ${ArtifactsBucket.Arn}/*"}) &&
+					secure != nil && secure.Value == "false" {
+					tlsOnly = true
+				}
+			}
+		}
+		if !tlsOnly {
+			t.Errorf("%s: no bucket policy denies every request on ArtifactsBucket and its objects without aws:SecureTransport", file)
+		}
+
+		// The bucket and the limits: on exactly the ack and api functions.
+		if vars := mapping(mapping(mapping(mapping(root, "Globals"), "Function"), "Environment"), "Variables"); mapping(vars, "LAKESHORE_ARTIFACTS_BUCKET") != nil {
+			t.Errorf("%s: Globals hand every function the artifacts bucket", file)
+		}
+		env := map[string]string{
+			"LAKESHORE_ARTIFACTS_BUCKET":          "!Ref ArtifactsBucket",
+			"LAKESHORE_MAX_ARTIFACT_BYTES":        "!Sub ${MaxArtifactBytes}",
+			"LAKESHORE_MAX_ARTIFACTS_PER_ATTEMPT": "!Sub ${MaxArtifactsPerAttempt}",
+		}
+		reached := map[*yaml.Node]bool{}
+		functions := 0
+		for i := 0; i+1 < len(resources.Content); i += 2 {
+			id, res := resources.Content[i].Value, resources.Content[i+1]
+			if typ := mapping(res, "Type"); typ == nil || typ.Value != "AWS::Serverless::Function" {
+				continue
+			}
+			functions++
+			props := mapping(res, "Properties")
+			_, artifacts := wantGrants[id]
+			vars := mapping(mapping(props, "Environment"), "Variables")
+			for name, ref := range env {
+				v := mapping(vars, name)
+				switch {
+				case artifacts && !slices.Equal(resourceRefs(v), []string{ref}):
+					t.Errorf("%s: %s has no %s: %s", file, id, name, ref)
+				case !artifacts && v != nil:
+					t.Errorf("%s: %s has %s; only the ack and api functions use artifacts", file, id, name)
+				}
+			}
+			var grants []string
+			for _, st := range functionStatements(resources, mapping(props, "Policies")) {
+				reached[st] = true
+				for _, a := range scalars(mapping(st, "Action")) {
+					if !strings.HasPrefix(strings.ToLower(a), "s3:") {
+						continue
+					}
+					if e := mapping(st, "Effect"); e == nil || e.Value != "Allow" {
+						continue
+					}
+					for _, r := range resourceRefs(mapping(st, "Resource")) {
+						grants = append(grants, a+" on "+r)
+					}
+				}
+			}
+			slices.Sort(grants)
+			if !slices.Equal(grants, wantGrants[id]) {
+				t.Errorf("%s: %s's S3 rights:\n  %v\nwant:\n  %v", file, id, grants, wantGrants[id])
+			}
+			// With TableKmsKeyArn, S3 encrypts and decrypts with the key
+			// as the one who signed the URL: the functions that sign hold
+			// TableKeyPolicy.
+			if artifacts && !slices.ContainsFunc(items(mapping(props, "Policies")), func(n *yaml.Node) bool {
+				return n.Tag == "!Ref" && n.Value == "TableKeyPolicy"
+			}) {
+				t.Errorf("%s: %s does not hold TableKeyPolicy (the artifacts bucket's KMS key)", file, id)
+			}
+		}
+		if functions != 9 {
+			t.Errorf("%s: %d functions; this test knows 9", file, functions)
+		}
+		key := mapping(mapping(mapping(resources, "TableKeyPolicy"), "Properties"), "PolicyDocument")
+		for _, st := range items(mapping(key, "Statement")) {
+			acts := scalars(mapping(st, "Action"))
+			r := mapping(st, "Resource")
+			if !slices.Contains(acts, "kms:GenerateDataKey") || !slices.Contains(acts, "kms:Decrypt") ||
+				r == nil || r.Tag != "!If" || len(r.Content) != 3 || r.Content[0].Value != "UseTableKey" || r.Content[1].Value != "TableKmsKeyArn" {
+				t.Errorf("%s: TableKeyPolicy does not grant kms:GenerateDataKey and kms:Decrypt on TableKmsKeyArn", file)
+			}
+		}
+		// No statement anywhere else (a role, a policy attached to a role,
+		// a managed policy no function names) grants S3.
+		walk(root, func(n *yaml.Node) {
+			if n.Kind != yaml.MappingNode || reached[n] || mapping(n, "Effect") == nil || mapping(n, "Effect").Value != "Allow" {
+				return
+			}
+			for _, a := range scalars(mapping(n, "Action")) {
+				if strings.HasPrefix(strings.ToLower(a), "s3:") {
+					t.Errorf("%s: a statement no function holds through its Policies grants %s (line %d)", file, a, n.Line)
+				}
+			}
+		})
+		for i := 0; i+1 < len(resources.Content); i += 2 {
+			res := resources.Content[i+1]
+			if typ := mapping(res, "Type"); typ != nil && typ.Value == "AWS::IAM::ManagedPolicy" {
+				p := mapping(res, "Properties")
+				if mapping(p, "Roles") != nil || mapping(p, "Users") != nil || mapping(p, "Groups") != nil {
+					t.Errorf("%s: %s is attached to more than the functions that name it", file, resources.Content[i].Value)
+				}
+			}
+		}
+	}
+}
+
+// functionStatements lists the IAM statements a SAM function's Policies
+// grant: inline policy documents, the managed policies of this template it
+// names by !Ref, and both branches of an !If.
+func functionStatements(resources, policies *yaml.Node) []*yaml.Node {
+	if policies == nil {
+		return nil
+	}
+	var out []*yaml.Node
+	var add func(p *yaml.Node)
+	add = func(p *yaml.Node) {
+		switch {
+		case p.Tag == "!If" && len(p.Content) == 3:
+			add(p.Content[1])
+			add(p.Content[2])
+		case p.Tag == "!Ref":
+			if doc := mapping(mapping(mapping(resources, p.Value), "Properties"), "PolicyDocument"); doc != nil {
+				add(doc)
+			}
+		case p.Kind == yaml.MappingNode:
+			if st := mapping(p, "Statement"); st != nil {
+				for _, s := range st.Content {
+					add(s)
+				}
+			} else if mapping(p, "Effect") != nil {
+				out = append(out, p)
+			}
+		}
+	}
+	for _, p := range policies.Content {
+		add(p)
+	}
+	return out
+}
+
+// resourceRefs reads an IAM Resource (one or a list; plain, !Sub or
+// !GetAtt) as "<tag> <value>" strings ("!GetAtt ArtifactsBucket.Arn").
+func resourceRefs(n *yaml.Node) []string {
+	if n == nil {
+		return nil
+	}
+	one := func(n *yaml.Node) string {
+		if n.Tag != "" && n.Tag[0] == '!' && n.Tag != "!!str" {
+			return n.Tag + " " + n.Value
+		}
+		return n.Value
+	}
+	if n.Kind == yaml.ScalarNode {
+		return []string{one(n)}
+	}
+	var out []string
+	for _, c := range n.Content {
+		out = append(out, one(c))
+	}
+	return out
+}
+
+// walk calls f on n and every node under it.
+func walk(n *yaml.Node, f func(*yaml.Node)) {
+	f(n)
+	for _, c := range n.Content {
+		walk(c, f)
+	}
+}
+
+// bothTemplates reads template.yaml and the generated template-iam.yaml
+// as YAML, each file's name to its root node.
+func bothTemplates(t *testing.T) map[string]*yaml.Node {
+	t.Helper()
+	out := map[string]*yaml.Node{}
+	for _, file := range []string{"template.yaml", "template-iam.yaml"} {
+		src, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var doc yaml.Node
+		if err := yaml.Unmarshal(src, &doc); err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+		out[file] = doc.Content[0]
+	}
+	return out
+}
+
+// items reads a YAML sequence's (or mapping's) nodes; none for nil.
+func items(n *yaml.Node) []*yaml.Node {
+	if n == nil {
+		return nil
+	}
+	return n.Content
 }

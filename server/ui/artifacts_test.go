@@ -223,9 +223,9 @@ func TestInvocationPageArtifacts(t *testing.T) {
 
 // TestRunPageArtifacts: a run's page lists its jobs' counted artifacts,
 // each with its job's index linking to the job's page, and a download
-// link of the view; the handed-back attempt's is not among them. With
-// fewer jobs read than it has, it says so and names the CLI that fetches
-// all.
+// link of the view; the handed-back attempt's is not among them. Past
+// the cap of rows, or of jobs read, it says so and names the CLI that
+// fetches all.
 func TestRunPageArtifacts(t *testing.T) {
 	b := blobstest.New(t)
 	s := serveWithBlobs(t, b)
@@ -246,6 +246,20 @@ func TestRunPageArtifacts(t *testing.T) {
 		t.Error("the run's page says it left artifacts out")
 	}
 
+	two := s.submitRun(t, "q2", "two", "0")
+	w := s.worker(t, "m-two", "q2")
+	job := w.claim(t, "q2")
+	w.publish(t, job.InvocationID, job.Attempt, "a.txt", []byte("a"))
+	w.publish(t, job.InvocationID, job.Attempt, "b.txt", []byte("b"))
+	w.ack(t, wire.AckRequest{InvocationID: job.InvocationID, Attempt: job.Attempt, State: wire.StateSucceeded, ExitCode: new(int)})
+	if links := artifactLinks(s.html(t, "/ui/runs/"+two)); len(links) != 2 {
+		t.Errorf("the run of two artifacts links %q", links)
+	}
+	ui.SetArtifactReads(t, 100, 1)
+	if page := s.html(t, "/ui/runs/"+two); !strings.Contains(page, "lakeshore artifacts get "+two+" --all -o DIR") ||
+		len(artifactLinks(page)) != 1 {
+		t.Errorf("past the rows' cap, the page does not list one and point to the CLI:\n%s", page)
+	}
 	ui.SetArtifactReads(t, 0, 200)
 	if page := s.html(t, "/ui/runs/"+run); !strings.Contains(page, "lakeshore artifacts get "+run+" --all -o DIR") ||
 		len(artifactLinks(page)) != 0 {

@@ -126,8 +126,8 @@ func (u *UI) runArtifacts(ctx context.Context, id string, jobs []wire.RunResult,
 		}
 	}
 	if past || len(jobs) < total {
-		v.More = fmt.Sprintf("the page lists the artifacts of the first %d jobs it read (up to %d); for all: lakeshore artifacts get %s --all -o DIR",
-			read, artifactRows, id)
+		v.More = fmt.Sprintf("the page lists at most %d artifacts, of the first %d jobs that ran; for all: lakeshore artifacts get %s --all -o DIR",
+			artifactRows, read, id)
 	}
 	return v
 }
@@ -157,7 +157,9 @@ func (u *UI) artifact(w http.ResponseWriter, r *http.Request, _ string) {
 	for _, a := range l.Artifacts {
 		if a.Attempt == n && a.Name == name && a.URL != "" {
 			u.log.Info("ui: artifact download", "invocation", id, "attempt", n, "name", printable(name))
-			http.Redirect(w, r, a.URL, http.StatusFound)
+			// No body: http.Redirect would write the URL into one.
+			w.Header().Set("Location", a.URL)
+			w.WriteHeader(http.StatusFound)
 			return
 		}
 	}

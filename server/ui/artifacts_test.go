@@ -148,6 +148,9 @@ func (s served) download(t *testing.T, b *blobstest.Store, link string) string {
 	if resp.StatusCode != http.StatusFound || !strings.HasPrefix(loc, b.URL+"/") {
 		t.Fatalf("GET %s: %d → %q %s, want 302 to the blob store", link, resp.StatusCode, loc, body)
 	}
+	if strings.Contains(body, b.URL) {
+		t.Errorf("GET %s: the answer's body holds the signed URL: %s", link, body)
+	}
 	if cc, rp := resp.Header.Get("Cache-Control"), resp.Header.Get("Referrer-Policy"); cc != "no-store" || rp != "no-referrer" {
 		t.Errorf("GET %s: Cache-Control %q, Referrer-Policy %q", link, cc, rp)
 	}

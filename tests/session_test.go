@@ -17,9 +17,11 @@ import (
 // sharedStore is one embedded DynamoDB that several `lakeshore dev` in
 // turn run on (--store aws at its endpoint), so state outlives a restart.
 func sharedStore(t *testing.T) backend {
-	endpoint, prefix := storetest.EmbeddedEndpoint(t), storetest.Prefix(t)
+	endpoint, prefix, blobDir := storetest.EmbeddedEndpoint(t), storetest.Prefix(t), t.TempDir()
 	return backend{"shared-store", func(testing.TB) ([]string, []string) {
-		return []string{"--store", "aws", "--table-prefix", prefix, "--host-poll-interval", "0"}, []string{
+		// The embedded store speaks DynamoDB only: artifacts go to a
+		// directory (--store aws alone would create an S3 bucket there).
+		return []string{"--store", "aws", "--table-prefix", prefix, "--host-poll-interval", "0", "--artifacts-dir", blobDir}, []string{
 			"AWS_ENDPOINT_URL=" + endpoint, "AWS_REGION=us-east-1",
 			"AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test", "AWS_EC2_METADATA_DISABLED=true",
 		}

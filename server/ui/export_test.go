@@ -23,3 +23,11 @@ func SetDetailReads(t testing.TB, n int) {
 	detailReads = n
 	t.Cleanup(func() { detailReads = was })
 }
+
+// SetArtifactReads makes a run's page read the artifacts of at most jobs
+// jobs, listing at most rows, until t ends.
+func SetArtifactReads(t testing.TB, jobs, rows int) {
+	was, wasRows := artifactJobReads, artifactRows
+	artifactJobReads, artifactRows = jobs, rows
+	t.Cleanup(func() { artifactJobReads, artifactRows = was, wasRows })
+}

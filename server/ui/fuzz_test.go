@@ -38,6 +38,7 @@ var fuzzRoutes = []struct{ method, path string }{
 	{"GET", "/ui/runs/{id}/live"},
 	{"POST", "/ui/runs/{id}/cancel"},
 	{"POST", "/ui/runs/{id}/retry"},
+	{"GET", "/ui/invocations/{id}/artifacts/1/{id}"},
 }
 
 // Session selectors (modulo fuzzSessions): the cookie a fuzzed request
@@ -51,7 +52,8 @@ const (
 )
 
 // FuzzUIForms sends the web view's forms and pages (login, logout, cancel,
-// drain, setup, cancel and retry a run, the pages and their live parts) with fuzzed fields, ids,
+// drain, setup, cancel and retry a run, the pages and their live parts, an
+// artifact's download link) with fuzzed fields, ids,
 // back=, cookie and CSRF token, to the router over the embedded store, and
 // checks that the view never panics, never answers 5xx, and never
 // redirects outside /ui/. The clock moves by a fuzzed step between inputs
@@ -132,6 +134,9 @@ func FuzzUIForms(f *testing.F) {
 	f.Add(uint8(13), uint8(sessLive), true, "$R", "", "", "", "", "", uint16(1))
 	f.Add(uint8(14), uint8(sessLive), true, "$R", "", "", "", "", "", uint16(1))
 	f.Add(uint8(13), uint8(sessLive), true, "run_..%2f", "", "", "", "", "", uint16(1))
+	f.Add(uint8(15), uint8(sessLive), false, "$I", "", "", "", "", "", uint16(1))
+	f.Add(uint8(15), uint8(sessNone), false, "$I", "", "", "", "", "", uint16(1))
+	f.Add(uint8(15), uint8(sessLive), false, "%3F%25 x", "", "", "", "", "", uint16(1))
 	f.Fuzz(func(t *testing.T, route, sessSel uint8, rightCSRF bool, id, token, backTo, command, raw, cookie string, step uint16) {
 		c.Advance(time.Duration(step) * time.Second)
 		id = strings.NewReplacer("$I", inv.InvocationID, "$W", wrk.WorkerID, "$R", run.RunID).Replace(id)

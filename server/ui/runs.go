@@ -70,8 +70,10 @@ type runPage struct {
 	// run's total).
 	Read     int
 	Timeline timeline
-	Flash    string
-	CSRF     string
+	// Artifacts: the counted artifacts of its jobs (runArtifacts).
+	Artifacts artifactsView
+	Flash     string
+	CSRF      string
 }
 
 func runRowOf(r wire.Run, now time.Time) runRow {
@@ -108,13 +110,13 @@ func (u *UI) runsPage(ctx context.Context, sess string) (runsPage, error) {
 }
 
 func (u *UI) run(w http.ResponseWriter, r *http.Request, sess string) {
-	p, err := u.runPage(r.Context(), sess, r.PathValue("id"))
+	p, err := u.runPage(r.Context(), sess, r.PathValue("id"), true)
 	p.Flash = flashOf(r.URL.Query())
 	u.page(w, "run.html", p, err)
 }
 
 func (u *UI) runLive(w http.ResponseWriter, r *http.Request, sess string) {
-	p, err := u.runPage(r.Context(), sess, r.PathValue("id"))
+	p, err := u.runPage(r.Context(), sess, r.PathValue("id"), false)
 	u.liveParts(w, p, err, "run", "run-failed", "timeline")
 }
 
@@ -126,8 +128,10 @@ func errNoRun(id string) error {
 
 // runPage reads what run id's page shows: its counts, its failed jobs
 // (from its results, at most resultsPages pages), their errors and the
-// timeline of its jobs (from at most detailReads jobs' invocations).
-func (u *UI) runPage(ctx context.Context, sess, id string) (runPage, error) {
+// timeline of its jobs (from at most detailReads jobs' invocations), and,
+// withArtifacts (the whole page, not its live parts), its jobs' counted
+// artifacts (runArtifacts).
+func (u *UI) runPage(ctx context.Context, sess, id string, withArtifacts bool) (runPage, error) {
 	if !ids.Valid(ids.Run, id) {
 		return runPage{}, errNoRun(id)
 	}
@@ -191,6 +195,9 @@ func (u *UI) runPage(ctx context.Context, sess, id string) (runPage, error) {
 		win = min(max(win, now.Sub(t)+time.Minute), 24*time.Hour)
 	}
 	p.Timeline = layoutTimeline(timed, wl.Workers, now, win)
+	if withArtifacts {
+		p.Artifacts = u.runArtifacts(ctx, id, jobs, run.Total)
+	}
 	return p, nil
 }
 

@@ -106,6 +106,7 @@ func New(cfg Config) (*UI, error) {
 	u.mux.HandleFunc("GET /ui/live", u.withSession(false, u.live))
 	u.mux.HandleFunc("GET /ui/invocations/{id}", u.withSession(false, u.invocation))
 	u.mux.HandleFunc("GET /ui/invocations/{id}/live", u.withSession(false, u.invocationLive))
+	u.mux.HandleFunc("GET /ui/invocations/{id}/artifacts/{attempt}/{name}", u.withSession(false, u.artifact))
 	u.mux.HandleFunc("POST /ui/invocations/{id}/cancel", u.withSession(true, u.cancel))
 	u.mux.HandleFunc("GET /ui/runs", u.withSession(false, u.runs))
 	u.mux.HandleFunc("GET /ui/runs/live", u.withSession(false, u.runsLive))
@@ -379,6 +380,8 @@ type invPage struct {
 	Running  bool
 	CSRF     string
 	Back     string
+	// Artifacts: the counted attempt's, and apart the other attempts'.
+	Artifacts artifactsView
 }
 
 type attemptRow struct {
@@ -422,6 +425,7 @@ func (u *UI) invocationPage(ctx context.Context, sess, id string) (invPage, erro
 	}
 	p.Waiting = printable(inv.WaitingReason)
 	p.Stdout, p.Stderr = u.output(ctx, inv)
+	p.Artifacts = u.invocationArtifacts(ctx, inv.InvocationID)
 	return p, nil
 }
 

@@ -113,6 +113,7 @@ func WantRefused(t testing.TB, base string, s Session, inv, wrk, why string) {
 		{"GET", "/ui/live", nil},
 		{"GET", "/ui/invocations/" + inv, nil},
 		{"GET", "/ui/invocations/" + inv + "/live", nil},
+		{"GET", "/ui/invocations/" + inv + "/artifacts/1/out.txt", nil},
 		{"POST", "/ui/invocations/" + inv + "/cancel", url.Values{"csrf": {s.CSRF}, "back": {"/ui/"}}},
 		{"POST", "/ui/workers/" + wrk + "/drain", url.Values{"csrf": {s.CSRF}}},
 		{"POST", "/ui/workers/" + wrk + "/setup", url.Values{"csrf": {s.CSRF}, "command": {"touch /tmp/lakeshore-refused-session"}}},

@@ -132,7 +132,7 @@ bootstrap, and the Lambdas post through the emulated management API).`,
 	f.IntVar(&o.provision.MaxHostsPerKey, "provision-max-hosts-per-key", 0, "the most launched hosts for one queue and host key (0: only --provision-max-hosts)")
 	f.DurationVar(&o.provision.Interval, "provision-interval", lsconfig.DefaultProvisionInterval, "how often the provisioner looks at the queues")
 	f.StringVar(&o.artifactsDir, "artifacts-dir", "", "keep artifacts' bytes in this directory, behind URLs this server signs (default: a temporary directory removed on exit, unless --store aws, which uses --artifacts-bucket); docs/artifacts.md")
-	f.StringVar(&o.artifactsBucket, "artifacts-bucket", "lakeshore-dev-artifacts", "with --store aws and no --artifacts-dir, the S3 bucket artifacts go to (the SDK config, AWS_ENDPOINT_URL for moto; created if missing)")
+	f.StringVar(&o.artifactsBucket, "artifacts-bucket", "", "with --store aws and no --artifacts-dir, the S3 bucket artifacts go to, created if missing (default: "+devDefaultBucket+" on an emulator, AWS_ENDPOINT_URL; on AWS, a directory unless this is given)")
 	return cmd
 }
 
@@ -423,25 +423,19 @@ type devArtifactsStore struct {
 	close func()
 }
 
-// devArtifacts opens the artifacts' store: --artifacts-dir (or, on the
-// embedded store, a temporary directory removed on exit) behind URLs this
-// server signs at base, or with --store aws the S3 bucket
-// --artifacts-bucket (created if missing). It sets what the Lambda
-// bootstraps are told of it (o.artifactsEnv).
+// devArtifacts opens the artifacts' store: with --store aws an S3 bucket
+// (devBucket), else --artifacts-dir (by default a temporary directory
+// removed on exit) behind URLs this server signs at base. It sets what
+// the Lambda bootstraps are told of it (o.artifactsEnv).
 func devArtifacts(ctx context.Context, o *devOptions, base string, log *slog.Logger) (devArtifactsStore, error) {
 	if o.storeKind == "aws" && o.artifactsDir == "" {
-		cfg, err := config.LoadDefaultConfig(ctx, config.WithLogger(logjson.SDK(log)))
+		s3Store, err := devBucket(ctx, o, log)
 		if err != nil {
-			return devArtifactsStore{}, fmt.Errorf("load AWS config: %w", err)
+			return devArtifactsStore{}, err
 		}
-		s3c := s3.NewFromConfig(cfg, func(so *s3.Options) { so.UsePathStyle = cfg.BaseEndpoint != nil })
-		_, err = s3c.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(o.artifactsBucket)})
-		var owned *s3types.BucketAlreadyOwnedByYou
-		if err != nil && !errors.As(err, &owned) {
-			return devArtifactsStore{}, fmt.Errorf("create the artifacts bucket %s: %w", o.artifactsBucket, err)
+		if s3Store != nil {
+			return devArtifactsStore{store: s3Store, close: func() {}}, nil
 		}
-		o.artifactsEnv = []string{lsconfig.EnvArtifactsBucket + "=" + o.artifactsBucket}
-		return devArtifactsStore{store: blobs.NewS3FromConfig(cfg, o.artifactsBucket), close: func() {}}, nil
 	}
 	root, cleanup := o.artifactsDir, func() {}
 	if root == "" {
@@ -464,6 +458,43 @@ func devArtifacts(ctx context.Context, o *devOptions, base string, log *slog.Log
 	o.artifactsEnv = []string{lsconfig.EnvArtifactsDir + "=" + root, lsconfig.EnvArtifactsURL + "=" + base,
 		lsconfig.EnvArtifactsSecret + "=" + hex.EncodeToString(secret)}
 	return devArtifactsStore{store: dir, dir: dir, close: func() { _ = dir.Close(); cleanup() }}, nil
+}
+
+// devDefaultBucket is the bucket `lakeshore dev --store aws` uses on an
+// emulator (AWS_ENDPOINT_URL) when --artifacts-bucket is not given.
+const devDefaultBucket = "lakeshore-dev-artifacts"
+
+// devBucket opens the S3 store of --store aws: --artifacts-bucket, or on
+// an emulator (an endpoint is set) devDefaultBucket, created if missing.
+// It reports nil (artifacts go to a directory) against real AWS without
+// --artifacts-bucket (a bucket name is global: it is the operator's to
+// choose), and, with a warning, when the emulator serves no S3.
+func devBucket(ctx context.Context, o *devOptions, log *slog.Logger) (*blobs.S3, error) {
+	cfg, err := config.LoadDefaultConfig(ctx, config.WithLogger(logjson.SDK(log)))
+	if err != nil {
+		return nil, fmt.Errorf("load AWS config: %w", err)
+	}
+	bucket, explicit := o.artifactsBucket, o.artifactsBucket != ""
+	if !explicit {
+		if cfg.BaseEndpoint == nil {
+			return nil, nil
+		}
+		bucket = devDefaultBucket
+	}
+	s3c := s3.NewFromConfig(cfg, func(so *s3.Options) { so.UsePathStyle = cfg.BaseEndpoint != nil })
+	_, err = s3c.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(bucket)})
+	var owned *s3types.BucketAlreadyOwnedByYou
+	switch {
+	case err == nil || errors.As(err, &owned):
+	case explicit:
+		return nil, fmt.Errorf("create the artifacts bucket %s: %w", bucket, err)
+	default:
+		log.Warn("the endpoint serves no S3 bucket for artifacts; they go to a temporary directory (give --artifacts-bucket or --artifacts-dir)",
+			"bucket", bucket, "error", err.Error())
+		return nil, nil
+	}
+	o.artifactsEnv = []string{lsconfig.EnvArtifactsBucket + "=" + bucket}
+	return blobs.NewS3FromConfig(cfg, bucket), nil
 }
 
 // withWakeChannel serves the wake channel's paths with sockets and

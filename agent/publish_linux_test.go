@@ -154,7 +154,7 @@ func TestAgentPublishes(t *testing.T) {
 		}
 	}
 	b, rec, ok := plane.Got("ckpt")
-	if !ok || rec.ContentType != "application/vnd.lakeshore.directory+tar+gzip" {
+	if !ok || rec.ContentType != wire.ContentTypeDir {
 		t.Fatalf("the directory: %v %+v", ok, rec)
 	}
 	tree := map[string]string{}

@@ -260,7 +260,7 @@ func TestWarmResidentCrashTable(t *testing.T) {
 	t.Run("the body hangs past its timeout", func(t *testing.T) {
 		t.Parallel()
 		r := newWarmCrashRig(t, d, "hang")
-		inv := r.submit(t, `{"do":"hang"}`, 2, nil)
+		inv := r.submit(t, `{"do":"hang"}`, 5, nil) // time for the process to start even on a loaded machine
 		got := waitTerminal(t, r.op, inv.InvocationID, time.Minute)
 		if got.State != wire.StateFailed || got.Attempt != 1 || got.Error == nil || got.Error.Type != wire.ErrorTypeTimeout {
 			t.Fatalf("invocation %+v (error %+v); want failed by timeout at attempt 1", got, got.Error)

@@ -220,7 +220,9 @@ func TestWarmFailures(t *testing.T) {
 		errType, errIn    string
 	}{
 		{name: "dies mid-body: handed back", mode: "serve", input: `{"do":"die"}`, abandoned: true, errType: ErrorTypeProcessLost, errIn: "killed by SIGKILL"},
-		{name: "hangs past its timeout", mode: "serve", input: `{"do":"hang"}`, timeoutS: 1, errType: ErrorTypeTimeout, errIn: "timed out"},
+		// A timeout that leaves the helper time to start even on a loaded
+		// machine: it must be running the body when the timeout comes.
+		{name: "hangs past its timeout", mode: "serve", input: `{"do":"hang"}`, timeoutS: 5, errType: ErrorTypeTimeout, errIn: "timed out"},
 		{name: "the body raises", mode: "serve", input: `{"do":"fail"}`, errType: ErrorTypeBodyError, errIn: "ValueError: bad row 7"},
 		{name: "a result that is not JSON", mode: "serve", input: `{"do":"notjson"}`, errType: ErrorTypeBadResult, errIn: "not one JSON value"},
 		{name: "on_host_setup raises", mode: "initfail", errType: ErrorTypeHostSetupFailed, errIn: "checkpoint.pt not found"},

@@ -182,10 +182,10 @@ func startDev(t testing.TB, b backend, extra ...string) *devServer {
 	select {
 	case err := <-ready:
 		if err != nil {
-			t.Fatalf("%v; log:\n%s", err, logs.String())
+			t.Fatalf("%v; log:\n%s", err, d.logText())
 		}
 	case <-time.After(30 * time.Second):
-		t.Fatalf("lakeshore dev not ready after 30s; log:\n%s", logs.String())
+		t.Fatalf("lakeshore dev not ready after 30s; log:\n%s", d.logText())
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -75,7 +75,8 @@ lint:
 ## link the router, and none links the Prometheus client; shared/domain
 ## imports nothing of this module but the hostkey leaf; the store and the
 ## use cases import no wire type; server/blobs links no other server/
-## package; only the mains build a control.Service; no binary links a
+## package; the per-invocation daemon functions (hello, poll, ack, bye) do
+## not link the S3 client; only the mains build a control.Service; no binary links a
 ## test-support package; in nymph only agent/internal/imds imports the
 ## SDK's IMDS client
 check:
@@ -88,6 +89,10 @@ check:
 	@for f in reaper hoststatus provisioner; do \
 		bad=$$($(GO) list -deps ./functions/$$f | grep -E 'lakeshore/server/(api|lambdahttp)(/|$$)' || true); \
 		if [ -n "$$bad" ]; then echo "functions/$$f links the router: $$bad"; exit 1; fi; \
+	done
+	@for f in hello poll ack bye; do \
+		bad=$$($(GO) list -deps ./functions/$$f | grep -E 'aws-sdk-go-v2/service/s3$$|lakeshore/server/blobs(/|$$)' || true); \
+		if [ -n "$$bad" ]; then echo "functions/$$f links the S3 client: $$bad (the artifact routes are the api function's; the daemon functions run per invocation and stay lean)"; exit 1; fi; \
 	done
 	@bad=$$($(GO) list -deps ./functions/... | grep -E 'prometheus|lakeshore/server/metrics/prom$$' || true); \
 		if [ -n "$$bad" ]; then echo "a Lambda links the Prometheus client (they write EMF lines): $$bad"; exit 1; fi

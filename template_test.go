@@ -357,22 +357,21 @@ func scalars(n *yaml.Node) []string {
 // every public access blocked; ACLs off; objects expiring after
 // ArtifactRetentionDays, incomplete multipart uploads aborted and staged
 // single uploads expired after a day; every request over plain HTTP
-// denied. The bucket and the limits reach exactly the ack and api
-// functions, and only they get S3 rights: the ack function the actions its
-// blob store calls on the artifact and staging keys, the api function a
-// GetObject of artifacts, both ListBucket on the bucket alone.
+// denied. The bucket and the limits reach exactly the api function (it
+// serves the artifact routes, daemon and operator alike), and only it gets
+// S3 rights: the actions its blob store calls on the artifact and staging
+// keys, and ListBucket on the bucket alone. The daemon functions that run
+// per invocation (hello, poll, ack, bye) get none.
 func TestArtifactsBucket(t *testing.T) {
 	const bucketARN = "!GetAtt ArtifactsBucket.Arn"
 	objectActions := []string{"s3:AbortMultipartUpload", "s3:DeleteObject", "s3:GetObject", "s3:PutObject"}
-	var ackGrants, apiGrants []string
+	var apiGrants []string
 	for _, a := range objectActions {
-		ackGrants = append(ackGrants, a+" on !Sub ${ArtifactsBucket.Arn}/artifacts/*", a+" on !Sub ${ArtifactsBucket.Arn}/uploads/*")
+		apiGrants = append(apiGrants, a+" on !Sub ${ArtifactsBucket.Arn}/artifacts/*", a+" on !Sub ${ArtifactsBucket.Arn}/uploads/*")
 	}
-	ackGrants = append(ackGrants, "s3:ListBucket on "+bucketARN)
-	apiGrants = append(apiGrants, "s3:GetObject on !Sub ${ArtifactsBucket.Arn}/artifacts/*", "s3:ListBucket on "+bucketARN)
-	slices.Sort(ackGrants)
+	apiGrants = append(apiGrants, "s3:ListBucket on "+bucketARN)
 	slices.Sort(apiGrants)
-	wantGrants := map[string][]string{"AckFunction": ackGrants, "ApiFunction": apiGrants}
+	wantGrants := map[string][]string{"ApiFunction": apiGrants}
 	// The keys the blob store writes: blobs.Key's, and server/blobs/s3.go's
 	// staging prefix.
 	if k := blobs.Key("inv", 1, "name"); !strings.HasPrefix(k, "artifacts/") {
@@ -395,7 +394,7 @@ func TestArtifactsBucket(t *testing.T) {
 			}
 		}
 		// A value the functions refuse at start (server/config) would
-		// take the ack and api functions down: the bounds are theirs.
+		// take the api function down: the bounds are theirs.
 		for name, hi := range map[string]string{"MaxArtifactBytes": "107374182400", "MaxArtifactsPerAttempt": "1000"} {
 			if v := mapping(mapping(params, name), "MaxValue"); v == nil || v.Value != hi {
 				t.Errorf("%s: parameter %s has no MaxValue %s", file, name, hi)
@@ -516,7 +515,7 @@ func TestArtifactsBucket(t *testing.T) {
 			t.Errorf("%s: no bucket policy denies every request on ArtifactsBucket and its objects without aws:SecureTransport", file)
 		}
 
-		// The bucket and the limits: on exactly the ack and api functions.
+		// The bucket and the limits: on exactly the api function.
 		if vars := mapping(mapping(mapping(mapping(root, "Globals"), "Function"), "Environment"), "Variables"); mapping(vars, "LAKESHORE_ARTIFACTS_BUCKET") != nil {
 			t.Errorf("%s: Globals hand every function the artifacts bucket", file)
 		}
@@ -542,7 +541,7 @@ func TestArtifactsBucket(t *testing.T) {
 				case artifacts && !slices.Equal(resourceRefs(v), []string{ref}):
 					t.Errorf("%s: %s has no %s: %s", file, id, name, ref)
 				case !artifacts && v != nil:
-					t.Errorf("%s: %s has %s; only the ack and api functions use artifacts", file, id, name)
+					t.Errorf("%s: %s has %s; only the api function uses artifacts", file, id, name)
 				}
 			}
 			var grants []string

@@ -1,4 +1,6 @@
-// Command api is the Lambda behind the api route group. It only wires: the
+// Command api is the Lambda behind the api route group (the operator
+// routes, and nymph's artifact presign and complete: the S3 client stays
+// out of the per-invocation daemon functions). It only wires: the
 // routes and rules live in shared/, so the same code runs under Lambda,
 // under `lakeshore dev` and in tests.
 package main

@@ -1,7 +1,8 @@
 // Package blobslambda gives a route Lambda its artifacts' blob store
-// (docs/artifacts.md): the functions that serve the artifact routes (ack:
-// the daemon's presign and complete; api: the operator's lists) add Hook
-// to their start, so the other functions do not link the S3 client.
+// (docs/artifacts.md): the api function, which serves every artifact
+// route (nymph's presign and complete, the operator's lists), adds Hook to
+// its start, so the daemon functions that run per invocation do not link
+// the S3 client (make check).
 package blobslambda
 
 import (

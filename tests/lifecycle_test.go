@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -219,15 +220,26 @@ func BenchmarkDrainNotice(b *testing.B) {
 // httpStatus GETs url from the test process and reports the status.
 func httpStatus(t *testing.T, url string) int {
 	t.Helper()
+	return httpDo(t, http.MethodGet, url, "")
+}
+
+// httpDo sends method to url from the test process, with body (none when
+// empty), and reports the status.
+func httpDo(t *testing.T, method, url, body string) int {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, url, rd)
 	if err != nil {
 		t.Fatal(err)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		t.Fatalf("GET the view: %v", err)
+		t.Fatalf("%s: %v", method, err)
 	}
 	resp.Body.Close()
 	return resp.StatusCode

@@ -178,7 +178,7 @@ func publishIntoAnother(t *testing.T, d *devServer) {
 		t.Errorf("another invocation's publish into a running attempt: stdout %q stderr %q; want refused with 403", got.StdoutTail, got.StderrTail)
 	}
 	url := readLinesUntil(t, filepath.Join(shared, "url"))[0]
-	if code := httpPost(t, url+"/publish", `{"path":"mine"}`); code != 403 {
+	if code := httpDo(t, http.MethodPost, url+"/publish", `{"path":"mine"}`); code != 403 {
 		t.Errorf("a process outside every run publishing: %d, want 403", code)
 	}
 	if err := os.WriteFile(filepath.Join(shared, "done"), nil, 0o600); err != nil {
@@ -200,21 +200,4 @@ func readLinesUntil(t *testing.T, path string) []string {
 		return len(lines) > 0
 	})
 	return lines
-}
-
-// httpPost POSTs body to url from the test process and reports the status.
-func httpPost(t *testing.T, url, body string) int {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("POST: %v", err)
-	}
-	resp.Body.Close()
-	return resp.StatusCode
 }

@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -521,6 +523,39 @@ func TestReleaseHold(t *testing.T) {
 	for _, args := range [][]string{{"release-hold"}, {"release-hold", inv.InvocationID, "--queue", "default"}} {
 		if _, _, err := p.run(t, args...); err == nil {
 			t.Errorf("lakeshore %v: no error", args)
+		}
+	}
+}
+
+// TestSubmitInputAndResident: --input takes a JSON value or @FILE, and
+// refuses what is not JSON before anything is sent; --resident sets
+// run_config.resident; both reach the stored invocation.
+func TestSubmitInputAndResident(t *testing.T) {
+	p := newTestPlane(t)
+	file := filepath.Join(t.TempDir(), "in.json")
+	if err := os.WriteFile(file, []byte(`{"from": "file"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		flag, want string
+		resident   bool
+	}{
+		{`{"prompt":"hi","n":[1,2]}`, `{"prompt":"hi","n":[1,2]}`, true},
+		{"@" + file, `{"from":"file"}`, false},
+	} {
+		args := []string{"submit", "--input", c.flag}
+		if c.resident {
+			args = append(args, "--resident")
+		}
+		id := strings.TrimSpace(p.mustRun(t, append(args, "--", "python3", "body.py")...))
+		stored, err := p.plane.Store.GetInvocation(t.Context(), id)
+		if err != nil || string(stored.Input) != c.want || stored.RunConfig.Resident != c.resident {
+			t.Errorf("--input %s resident %v: stored input %s resident %v (%v)", c.flag, c.resident, stored.Input, stored.RunConfig.Resident, err)
+		}
+	}
+	for _, bad := range []string{"not json", "@" + filepath.Join(t.TempDir(), "missing")} {
+		if _, _, err := p.run(t, "submit", "--input", bad, "--", "true"); err == nil || !strings.Contains(err.Error(), "--input") {
+			t.Errorf("--input %q: err = %v, want a refusal naming --input", bad, err)
 		}
 	}
 }

@@ -231,13 +231,7 @@ func dropEmptyElems(list []types.AttributeValue) []types.AttributeValue {
 
 // put runs one versioned put, mapping a failed condition to errVersion.
 func (s *Store) put(ctx context.Context, p *types.Put) error {
-	_, err := s.db.PutItem(ctx, &dynamodb.PutItemInput{
-		TableName:                 p.TableName,
-		Item:                      p.Item,
-		ConditionExpression:       p.ConditionExpression,
-		ExpressionAttributeNames:  p.ExpressionAttributeNames,
-		ExpressionAttributeValues: p.ExpressionAttributeValues,
-	})
+	_, err := s.db.PutItem(ctx, putInput(p))
 	if isConditionFailed(err) || isTransactionConflict(err) {
 		return errVersion
 	}
@@ -250,17 +244,22 @@ func (s *Store) put(ctx context.Context, p *types.Put) error {
 // earlier try whose answer was lost (the SDK retries a 5xx or a dropped
 // connection). That counts as written.
 func (s *Store) putNew(ctx context.Context, p *types.Put) error {
-	_, err := s.db.PutItem(ctx, &dynamodb.PutItemInput{
+	_, err := s.db.PutItem(ctx, putInput(p))
+	if isConditionFailed(err) {
+		return nil
+	}
+	return err
+}
+
+// putInput is a transaction's put as a PutItem of its own.
+func putInput(p *types.Put) *dynamodb.PutItemInput {
+	return &dynamodb.PutItemInput{
 		TableName:                 p.TableName,
 		Item:                      p.Item,
 		ConditionExpression:       p.ConditionExpression,
 		ExpressionAttributeNames:  p.ExpressionAttributeNames,
 		ExpressionAttributeValues: p.ExpressionAttributeValues,
-	})
-	if isConditionFailed(err) {
-		return nil
 	}
-	return err
 }
 
 // isConditionFailed reports whether err is a failed condition expression.

@@ -56,6 +56,9 @@ func Open(name string, hooks ...Hook) Start {
 	s.AWS, s.Config = awsCfg, c
 	s.Store = store.New(dynamodb.NewFromConfig(awsCfg), c.TablePrefix)
 	s.Store.ClaimShards = c.ClaimShards
+	// Each instance is one of many claiming the same queues, one poll at a
+	// time: its claims read from random points of a queue, not its head.
+	s.Store.SpreadClaims = true
 	if c.WakeEndpoint != "" {
 		s.Poster = wakelambda.NewManagement(awsCfg, c.WakeEndpoint, c.WakeSecret)
 	}

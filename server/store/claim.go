@@ -6,12 +6,14 @@ import (
 	"hash/fnv"
 	"math/rand/v2"
 	"strconv"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/dreamlake/lakeshore/shared/domain"
+	"github.com/dreamlake/lakeshore/shared/ids"
 )
 
 // claimKey is the partition of the claim index: work for one queue and one
@@ -99,26 +101,35 @@ func (s *Store) Claim(ctx context.Context, w domain.Worker, queue string, max in
 // claim pool, which reads a window of the claim index when it is empty or
 // stale. more reports whether another round may find work: the last read
 // filled its window, or the round stopped early because racers (other
-// processes) were taking the candidates; then the pool is dropped, so the
-// next round reads afresh.
+// processes) were taking the candidates of a partition deeper than one
+// read; then the pool is dropped, so the next round reads afresh.
 func (s *Store) claimRound(ctx context.Context, w domain.Worker, part string, window, want int, res *ClaimResult) (got int, more bool, err error) {
 	window = max(window, want)
 	lost := 0
+	full := false
 	for got < want {
 		// Each lost race means the candidates we hold are going stale under
 		// other pollers: after as many losses as claims wanted, a fresh read
 		// (cheap) beats more failed conditional writes (each one billed).
+		// Where the last read did not fill its window, the partition holds
+		// fewer candidates than there are racers for them (a queue's last
+		// jobs): trying again now would mostly lose again, so this claimer
+		// yields, and its poll looks again on its backoff.
 		if lost >= want {
 			s.pool.contended(part, s.now())
-			return got, true, nil
+			return got, full, nil
 		}
 		now := s.now()
-		inv, ok, full, err := s.pool.take(part, now, s.ClaimPoolTTL, func(trying int) ([]domain.Invocation, bool, error) {
+		inv, ok, wasFull, err := s.pool.take(part, now, s.ClaimPoolTTL, s.SpreadClaims, func(trying int, span *claimSpan) ([]domain.Invocation, bool, error) {
+			if span != nil {
+				return s.readSpread(ctx, part, min(spreadWindow+trying, maxClaimWindow), span, now)
+			}
 			return s.readCandidates(ctx, part, min(window+trying, maxClaimWindow))
 		})
 		if err != nil {
 			return got, false, err
 		}
+		full = wasFull
 		if !ok {
 			return got, full, nil
 		}
@@ -149,16 +160,91 @@ func (s *Store) claimRound(ctx context.Context, w domain.Worker, part string, wi
 	return got, false, nil
 }
 
-// readCandidates reads up to window queued invocations of partition part,
-// shuffled so racing processes spread over the head of the queue, and
-// whether the window was full (more may be queued).
+// readCandidates reads up to window queued invocations of partition part
+// from its head, shuffled so racing pollers spread over the head of the
+// queue, and whether the window was full (more may be queued).
 func (s *Store) readCandidates(ctx context.Context, part string, window int) ([]domain.Invocation, bool, error) {
+	invs, full, err := s.queryClaim(ctx, part, "", "", window, true)
+	if err != nil {
+		return nil, false, err
+	}
+	s.Shuffle(len(invs), func(i, j int) { invs[i], invs[j] = invs[j], invs[i] })
+	return invs, full, nil
+}
+
+// spreadWindow is how many candidates a contended read takes from its
+// random point: enough for a few tries, few enough that two claimers'
+// windows seldom meet.
+const spreadWindow = 8
+
+// spanTTL is how long a partition's first and last entry, once read, place
+// contended reads.
+const spanTTL = time.Second
+
+// readSpread is readCandidates for a partition other processes claim from
+// too (Lambda instances each claim on their own): all reading its head,
+// they would race for the same few candidates, each lost race a billed
+// write. It reads up to window candidates from a random point between the
+// partition's first and last entry (span, read again when older than
+// spanTTL), so claimers spread over the whole queue and meet about as
+// often as their number over its length: work is taken roughly, not
+// strictly, oldest first. A partition that holds no more than window
+// candidates is read whole from its head, as racers there cannot spread.
+func (s *Store) readSpread(ctx context.Context, part string, window int, span *claimSpan, now time.Time) ([]domain.Invocation, bool, error) {
+	if span.head == "" || now.Sub(span.read) > spanTTL {
+		*span = claimSpan{}
+		head, full, err := s.queryClaim(ctx, part, "", "", window, true)
+		if err != nil || !full {
+			s.Shuffle(len(head), func(i, j int) { head[i], head[j] = head[j], head[i] })
+			return head, false, err
+		}
+		tail, _, err := s.queryClaim(ctx, part, "", "", 1, false)
+		if err != nil || len(tail) == 0 {
+			return nil, false, err
+		}
+		*span = claimSpan{head: head[0].ID, tail: tail[0].ID, read: now}
+	}
+	pivot, ok := ids.Between(span.head, span.tail, s.Random())
+	if !ok {
+		pivot = span.head
+	}
+	invs, full, err := s.queryClaim(ctx, part, ">=", pivot, window, true)
+	if err != nil {
+		return nil, false, err
+	}
+	if len(invs) < window && pivot > span.head {
+		// Near the end of the partition: the rest comes from its head.
+		more, _, err := s.queryClaim(ctx, part, "<", pivot, window-len(invs), true)
+		if err != nil {
+			return nil, false, err
+		}
+		invs = append(invs, more...)
+		full = len(invs) >= window
+	}
+	if len(invs) == 0 {
+		*span = claimSpan{} // claimed meanwhile: read the span afresh
+	}
+	s.Shuffle(len(invs), func(i, j int) { invs[i], invs[j] = invs[j], invs[i] })
+	return invs, full, nil
+}
+
+// queryClaim reads up to limit queued invocations of claim partition part
+// in id order (forward: oldest first), those with an id op pivot when op
+// is set, and whether the read filled its limit.
+func (s *Store) queryClaim(ctx context.Context, part, op, pivot string, limit int, forward bool) ([]domain.Invocation, bool, error) {
+	cond := "claim_key = :k"
+	vals := map[string]types.AttributeValue{":k": str(part)}
+	if op != "" {
+		cond += " AND invocation_id " + op + " :p"
+		vals[":p"] = str(pivot)
+	}
 	out, err := s.db.Query(ctx, &dynamodb.QueryInput{
 		TableName:                 aws.String(s.tables.Invocations),
 		IndexName:                 aws.String(indexClaim),
-		KeyConditionExpression:    aws.String("claim_key = :k"),
-		ExpressionAttributeValues: map[string]types.AttributeValue{":k": str(part)},
-		Limit:                     aws.Int32(int32(window)),
+		KeyConditionExpression:    aws.String(cond),
+		ExpressionAttributeValues: vals,
+		ScanIndexForward:          aws.Bool(forward),
+		Limit:                     aws.Int32(int32(limit)),
 	})
 	if err != nil {
 		return nil, false, storeErr("claim: query", err)
@@ -171,8 +257,7 @@ func (s *Store) readCandidates(ctx context.Context, part string, window int) ([]
 		}
 		invs = append(invs, inv)
 	}
-	s.Shuffle(len(invs), func(i, j int) { invs[i], invs[j] = invs[j], invs[i] })
-	return invs, len(out.Items) >= window || out.LastEvaluatedKey != nil, nil
+	return invs, len(out.Items) >= limit || out.LastEvaluatedKey != nil, nil
 }
 
 // claimKeyRetrying is the claim index partition of every invocation that

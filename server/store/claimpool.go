@@ -34,10 +34,24 @@ type poolPart struct {
 	// trying holds the candidates handed out whose put has not finished:
 	// a read meanwhile still finds them queued, and must not pool them.
 	trying map[string]bool
+	// span is the partition's first and last entry as last read, for
+	// contended reads from a random point between them.
+	span claimSpan
+}
+
+// claimSpan is the first and last id of a claim partition when read.
+type claimSpan struct {
+	head, tail string
+	read       time.Time
 }
 
 // contendedFor is how long a lost race turns the pool of its partition off.
 const contendedFor = 10 * time.Second
+
+// spreadPoolTTL is how long candidates of a spread read are kept: long
+// enough to serve the rest of one poll's claims (a worker with capacity
+// for several), short enough that other processes have seldom taken them.
+const spreadPoolTTL = 100 * time.Millisecond
 
 func (p *claimPool) part(key string) *poolPart {
 	p.mu.Lock()
@@ -58,17 +72,22 @@ func (p *claimPool) part(key string) *poolPart {
 // partition's lock: claimers that arrive meanwhile wait for its result
 // rather than query too). refill is told how many candidates this process
 // is trying now: a read finds those again, so it should read that many
-// more. ok is false when the partition has no candidate; full reports
-// whether the last read filled its window.
-func (p *claimPool) take(key string, now time.Time, ttl time.Duration, refill func(trying int) ([]domain.Invocation, bool, error)) (inv domain.Invocation, ok, full bool, err error) {
+// more. With spread set, or while other processes claim from the
+// partition too (contended), candidates are kept at most spreadPoolTTL and
+// refill gets the partition's span, to read from a random point of it;
+// otherwise span is nil and refill reads the head. ok is false when the
+// partition has no candidate; full reports whether the last read filled
+// its window.
+func (p *claimPool) take(key string, now time.Time, ttl time.Duration, spread bool, refill func(trying int, span *claimSpan) ([]domain.Invocation, bool, error)) (inv domain.Invocation, ok, full bool, err error) {
 	pp := p.part(key)
 	pp.mu.Lock()
 	defer pp.mu.Unlock()
-	if now.Before(pp.contendedUntil) {
-		ttl = 0
+	var span *claimSpan
+	if spread || now.Before(pp.contendedUntil) {
+		ttl, span = min(ttl, spreadPoolTTL), &pp.span
 	}
 	if len(pp.invs) == 0 || now.Sub(pp.read) > ttl {
-		invs, full, err := refill(len(pp.trying))
+		invs, full, err := refill(len(pp.trying), span)
 		if err != nil {
 			pp.invs = nil
 			return domain.Invocation{}, false, false, err

@@ -84,6 +84,14 @@ type Store struct {
 	// Shuffle orders claim candidates so racing pollers spread out over the
 	// head of the queue instead of all fighting for its first item.
 	Shuffle func(n int, swap func(i, j int))
+	// Random places a spread claim's read in its partition (readSpread).
+	Random func() uint64
+	// SpreadClaims reads claim candidates from a random point of the
+	// partition from the first claim on, not from its head: for a process
+	// that is one of many claiming from the same queue (each Lambda
+	// instance). Without it a process reads the head, in order, until it
+	// loses a race to another process.
+	SpreadClaims bool
 	// ClaimWindow is how many queued candidates one claim query reads.
 	ClaimWindow int
 	// ClaimPoolTTL is how long candidates a claim query read are handed to
@@ -120,6 +128,7 @@ func New(db DB, prefix string) *Store {
 		tables:       NamesFor(prefix),
 		IDs:          &ids.Generator{},
 		Shuffle:      rand.Shuffle,
+		Random:       rand.Uint64,
 		ClaimWindow:  defaultClaimWindow,
 		ClaimPoolTTL: defaultClaimPoolTTL,
 		TerminalTTL:  defaultTerminalTTL,

@@ -8,6 +8,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"math/big"
 	"strings"
 	"sync"
 
@@ -102,4 +103,30 @@ func Valid(prefix, s string) bool {
 	}
 	_, err := ulid.ParseStrict(rest)
 	return err == nil
+}
+
+// Between returns an id of lo's kind at fraction r/2⁶⁴ of the way from lo
+// to hi, two ids of one kind with lo ≤ hi: a claimer that reads the claim
+// index from a random point between its first and last entry lands where
+// other claimers are unlikely to be. ok is false when either is not an id,
+// their kinds differ or hi sorts before lo.
+func Between(lo, hi string, r uint64) (id string, ok bool) {
+	prefix, loRest, ok1 := strings.Cut(lo, "_")
+	hiPrefix, hiRest, ok2 := strings.Cut(hi, "_")
+	if !ok1 || !ok2 || prefix != hiPrefix {
+		return "", false
+	}
+	a, errA := ulid.ParseStrict(loRest)
+	b, errB := ulid.ParseStrict(hiRest)
+	if errA != nil || errB != nil || a.Compare(b) > 0 {
+		return "", false
+	}
+	x := new(big.Int).SetBytes(a[:])
+	span := new(big.Int).Sub(new(big.Int).SetBytes(b[:]), x)
+	span.Mul(span, new(big.Int).SetUint64(r))
+	span.Rsh(span, 64)
+	x.Add(x, span)
+	var out ulid.ULID
+	x.FillBytes(out[:])
+	return prefix + "_" + out.String(), true
 }

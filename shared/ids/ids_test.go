@@ -2,6 +2,7 @@ package ids
 
 import (
 	"bytes"
+	"math"
 	"testing"
 	"time"
 
@@ -91,6 +92,30 @@ func TestChild(t *testing.T) {
 	}{{"run_nope", 0}, {"", 0}, {run, -1}, {run, MaxChildren}} {
 		if id, err := Child(Invocation, c.parent, c.n); err == nil {
 			t.Errorf("Child(%q, %d) = %s, want an error", c.parent, c.n, id)
+		}
+	}
+}
+
+func TestBetween(t *testing.T) {
+	g := &Generator{}
+	lo, hi := g.New(Invocation), g.New(Invocation)
+	if got, ok := Between(lo, hi, 0); !ok || got != lo {
+		t.Errorf("Between(lo, hi, 0) = %q, %v; want lo %q", got, ok, lo)
+	}
+	if got, ok := Between(lo, hi, math.MaxUint64); !ok || got < lo || got > hi {
+		t.Errorf("Between(lo, hi, max) = %q, %v; want within [%s, %s]", got, ok, lo, hi)
+	}
+	// A run's jobs: the point is as far into the run as r is into 2⁶⁴.
+	run := g.New(Run)
+	first, _ := Child(Invocation, run, 0)
+	last, _ := Child(Invocation, run, 1000)
+	want, _ := Child(Invocation, run, 500)
+	if got, ok := Between(first, last, 1<<63); !ok || got != want {
+		t.Errorf("Between(job 0, job 1000, half) = %q, %v; want job 500 %q", got, ok, want)
+	}
+	for _, c := range [][2]string{{hi, lo}, {lo, "wrk_" + hi[4:]}, {"inv_nope", hi}, {lo, "nope"}} {
+		if got, ok := Between(c[0], c[1], 1); ok {
+			t.Errorf("Between(%q, %q) = %q, true; want refused", c[0], c[1], got)
 		}
 	}
 }

@@ -80,10 +80,16 @@ func (s *Store) Claim(ctx context.Context, w domain.Worker, queue string, max in
 		// so contention spreads pollers over more of the queue while a quiet
 		// queue pays only for the small read.
 		window := s.ClaimWindow
+		tailRetried := false
 		for round := 0; round < claimRounds && len(res.Claimed) < max; round++ {
-			_, more, err := s.claimRound(ctx, w, part, window, max-len(res.Claimed), &res)
+			_, more, lostAtTail, err := s.claimRound(ctx, w, part, window, max-len(res.Claimed), &res)
 			if err != nil {
 				return res, err
+			}
+			if lostAtTail && !tailRetried {
+				// One more look at a queue's last candidates: a racer that
+				// took the one this claimer wanted may have left others.
+				tailRetried, more = true, true
 			}
 			if !more {
 				break
@@ -103,7 +109,12 @@ func (s *Store) Claim(ctx context.Context, w domain.Worker, queue string, max in
 // filled its window, or the round stopped early because racers (other
 // processes) were taking the candidates of a partition deeper than one
 // read; then the pool is dropped, so the next round reads afresh.
-func (s *Store) claimRound(ctx context.Context, w domain.Worker, part string, window, want int, res *ClaimResult) (got int, more bool, err error) {
+// lostAtTail reports a round that stopped on lost races where the last
+// read did not fill its window: the partition holds fewer candidates than
+// there are racers for them (a queue's last jobs), and each further try
+// would mostly lose again. Claim gives such a partition one more round,
+// then yields: the poll looks again on its backoff, or its next wake.
+func (s *Store) claimRound(ctx context.Context, w domain.Worker, part string, window, want int, res *ClaimResult) (got int, more, lostAtTail bool, err error) {
 	window = max(window, want)
 	lost := 0
 	full := false
@@ -111,13 +122,9 @@ func (s *Store) claimRound(ctx context.Context, w domain.Worker, part string, wi
 		// Each lost race means the candidates we hold are going stale under
 		// other pollers: after as many losses as claims wanted, a fresh read
 		// (cheap) beats more failed conditional writes (each one billed).
-		// Where the last read did not fill its window, the partition holds
-		// fewer candidates than there are racers for them (a queue's last
-		// jobs): trying again now would mostly lose again, so this claimer
-		// yields, and its poll looks again on its backoff.
 		if lost >= want {
 			s.pool.contended(part, s.now())
-			return got, full, nil
+			return got, full, !full, nil
 		}
 		now := s.now()
 		inv, ok, wasFull, err := s.pool.take(part, now, s.ClaimPoolTTL, s.SpreadClaims, func(trying int, span *claimSpan) ([]domain.Invocation, bool, error) {
@@ -127,11 +134,11 @@ func (s *Store) claimRound(ctx context.Context, w domain.Worker, part string, wi
 			return s.readCandidates(ctx, part, min(window+trying, maxClaimWindow))
 		})
 		if err != nil {
-			return got, false, err
+			return got, false, false, err
 		}
 		full = wasFull
 		if !ok {
-			return got, full, nil
+			return got, full, false, nil
 		}
 		next, err := inv.Claim(w, now)
 		if err != nil {
@@ -141,7 +148,7 @@ func (s *Store) claimRound(ctx context.Context, w domain.Worker, part string, wi
 		put, err := s.invocationPut(inv.Version, &next)
 		if err != nil {
 			s.pool.tried(part, inv.ID)
-			return got, false, err
+			return got, false, false, err
 		}
 		err = s.put(ctx, put)
 		s.pool.tried(part, inv.ID)
@@ -150,14 +157,14 @@ func (s *Store) claimRound(ctx context.Context, w domain.Worker, part string, wi
 			res.Conflicts++
 			lost++
 		case err != nil:
-			return got, false, storeErr("claim "+inv.ID, err)
+			return got, false, false, storeErr("claim "+inv.ID, err)
 		default:
 			res.Claimed = append(res.Claimed, next)
 			s.claimed.put(next, w)
 			got++
 		}
 	}
-	return got, false, nil
+	return got, false, false, nil
 }
 
 // readCandidates reads up to window queued invocations of partition part

@@ -21,14 +21,14 @@ import (
 
 // benchStore is a store on fresh tables of a new embedded server, whose
 // requests are counted.
-func benchStore(b *testing.B) (*store.Store, *storetest.Counter) {
+func benchStore(b testing.TB) (*store.Store, *storetest.Counter) {
 	return benchStoreOver(b, func(db, _ store.DB, _ string) store.DB { return db })
 }
 
 // benchStoreOver is benchStore with its counted client wrapped by wrap
 // (given also the client it was copied from, which is not counted, and the
 // table prefix).
-func benchStoreOver(b *testing.B, wrap func(db, plain store.DB, prefix string) store.DB) (*store.Store, *storetest.Counter) {
+func benchStoreOver(b testing.TB, wrap func(db, plain store.DB, prefix string) store.DB) (*store.Store, *storetest.Counter) {
 	b.Helper()
 	ctx := context.Background()
 	plain := storetest.Embedded(b)
@@ -243,7 +243,7 @@ func BenchmarkClaimKnobs(b *testing.B) {
 
 // benchMeteredStore is benchStore whose requests are also billed in
 // DynamoDB request units (storetest.Meter).
-func benchMeteredStore(b *testing.B) (*store.Store, *storetest.Counter, *storetest.Meter) {
+func benchMeteredStore(b testing.TB) (*store.Store, *storetest.Counter, *storetest.Meter) {
 	var meter *storetest.Meter
 	s, counter := benchStoreOver(b, func(db, plain store.DB, prefix string) store.DB {
 		m, err := storetest.NewMeter(db, plain, prefix)
@@ -267,7 +267,8 @@ const lifecycleRunJobs = 10
 // invocations table). The run-job case is one job of a run of 10, its
 // share of the run's own writes included; the retry case fails its first
 // attempt under a retry policy, is released by the sweep (ReleaseRetries,
-// whose query is counted in full) and succeeds on its second.
+// whose query is counted in full) and succeeds on its second; the
+// output-tails case acks with full output tails.
 func BenchmarkLifecycle(b *testing.B) {
 	setup := []string{"install the toolchain"}
 	cases := []struct {
@@ -277,6 +278,7 @@ func BenchmarkLifecycle(b *testing.B) {
 		idempotencyKey bool
 		run            bool
 		retry          bool
+		tails          bool // the ack carries full output tails (wire.MaxTailBytes each)
 	}{
 		{name: "plain"},
 		{name: "idempotency-key", idempotencyKey: true},
@@ -286,6 +288,9 @@ func BenchmarkLifecycle(b *testing.B) {
 		{name: "host-key-worker-plain-work", workerHostKey: hostkey.Of(setup)},
 		{name: "run-job", run: true},
 		{name: "retry", retry: true},
+		// A body that printed more than its tails hold: the ack stores
+		// 4 KiB of stdout and of stderr, so the item it writes is over 8 KB.
+		{name: "output-tails", tails: true},
 	}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {
@@ -303,6 +308,10 @@ func BenchmarkLifecycle(b *testing.B) {
 					b.Fatalf("Claim = %v, %v; want %s", invIDs(res.Claimed), err, want)
 				}
 				ack := ackReq(w, res.Claimed[0], attempt, state)
+				if c.tails {
+					ack.StdoutTail = strings.Repeat("o", wire.MaxTailBytes)
+					ack.StderrTail = strings.Repeat("e", wire.MaxTailBytes)
+				}
 				if state == domain.StateFailed {
 					ack.Error = &wire.ErrorInfo{Type: wire.ErrorTypeExitCode, Message: "exit status 1"}
 				}

@@ -2,8 +2,10 @@ package store_test
 
 import (
 	"context"
+	"maps"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dreamlake/lakeshore/server/store/storetest"
 	"github.com/dreamlake/lakeshore/shared/domain"
@@ -65,5 +67,42 @@ func TestLifecycleWriteUnits(t *testing.T) {
 				t.Errorf("life: %v write units, want %v (by table and index: %v)", got, c.total, units)
 			}
 		})
+	}
+}
+
+// TestArtifactWriteUnits: publishing an artifact rewrites the running
+// invocation (with the worker's token check, in one transaction) and its
+// holder index entry, and no listing index: they do not project the
+// attempts' artifacts.
+func TestArtifactWriteUnits(t *testing.T) {
+	ctx := context.Background()
+	s, _, meter := benchMeteredStore(t)
+	svc := storetest.Control(s)
+	w := benchWorker(t, s, "machine-1", "")
+	inv, _, err := svc.Submit(ctx, submitReq("job").Spec())
+	if err != nil {
+		t.Fatalf("Submit: %v", err)
+	}
+	if res, err := s.Claim(ctx, w, "q", 1); err != nil || len(res.Claimed) != 1 {
+		t.Fatalf("Claim = %v, %v", invIDs(res.Claimed), err)
+	}
+	meter.Reset()
+	a := domain.Artifact{Name: "predictions.json", Size: 2 << 20, SHA256: strings.Repeat("ab", 32), UploadID: "upload-1"}
+	_, err = s.ChangeArtifacts(ctx, inv.ID, w.ID, authorizeHash("bench-hash"), "bench-hash",
+		func(cur domain.Invocation, now time.Time) (domain.Invocation, error) {
+			return cur.StartUpload(w.ID, 1, a, domain.ArtifactLimits{}, now)
+		})
+	if err != nil {
+		t.Fatalf("ChangeArtifacts: %v", err)
+	}
+	got := map[string]float64{}
+	for name, u := range meter.Snapshot() {
+		if u.Write > 0 {
+			got[name] = u.Write
+		}
+	}
+	// The invocation and the token check, each twice (a transaction).
+	if want := map[string]float64{"invocations": 2, "invocations/holder": 1, "workers": 2}; !maps.Equal(got, want) {
+		t.Fatalf("write units by table and index = %v, want %v", got, want)
 	}
 }

@@ -26,9 +26,10 @@ type Units struct {
 
 // Meter is a store.DB that bills every request it passes on as DynamoDB
 // on-demand billing would, in write and read request units, per table and
-// per global secondary index. The emulators report no consumed capacity
-// (minidyn answers none, moto zeros), so this is how tests and benchmarks
-// measure what a store operation costs on AWS.
+// per global secondary index. The emulators do not report it as AWS does
+// (minidyn answers no ConsumedCapacity; moto answers the table's units and
+// nothing for its indexes), so this is how tests and benchmarks measure
+// what a store operation costs on AWS.
 //
 // For a write it reads the items the write touches before and after (Peek
 // reads them and is not billed) and applies DynamoDB's rules:

@@ -404,13 +404,7 @@ func (m *Meter) GetItem(ctx context.Context, in *dynamodb.GetItemInput, opts ...
 	if err != nil {
 		return out, err
 	}
-	table := aws.ToString(in.TableName)
-	whole, err := m.image(ctx, table, in.Key)
-	if err != nil {
-		return out, err
-	}
-	m.bill(table, "", Units{Read: readUnits(ItemSize(whole), aws.ToBool(in.ConsistentRead))})
-	return out, nil
+	return out, m.billWhole(ctx, aws.ToString(in.TableName), in.Key, func(n int) float64 { return readUnits(n, aws.ToBool(in.ConsistentRead)) })
 }
 
 // BatchGetItem bills and passes on a BatchGetItem: each key it answered
@@ -429,14 +423,23 @@ func (m *Meter) BatchGetItem(ctx context.Context, in *dynamodb.BatchGetItemInput
 			if containsKey(left, k) {
 				continue
 			}
-			whole, err := m.image(ctx, table, k)
-			if err != nil {
+			if err := m.billWhole(ctx, table, k, func(n int) float64 { return readUnits(n, aws.ToBool(ka.ConsistentRead)) }); err != nil {
 				return out, err
 			}
-			m.bill(table, "", Units{Read: readUnits(ItemSize(whole), aws.ToBool(ka.ConsistentRead))})
 		}
 	}
 	return out, nil
+}
+
+// billWhole bills a read of the item at key of table by its whole size
+// (even when the read returned less), in the units units gives for it.
+func (m *Meter) billWhole(ctx context.Context, table string, key map[string]types.AttributeValue, units func(size int) float64) error {
+	whole, err := m.image(ctx, table, key)
+	if err != nil {
+		return err
+	}
+	m.bill(table, "", Units{Read: units(ItemSize(whole))})
+	return nil
 }
 
 func containsKey(keys []map[string]types.AttributeValue, k map[string]types.AttributeValue) bool {
@@ -459,12 +462,9 @@ func (m *Meter) TransactGetItems(ctx context.Context, in *dynamodb.TransactGetIt
 		if ti.Get == nil {
 			continue
 		}
-		table := aws.ToString(ti.Get.TableName)
-		whole, err := m.image(ctx, table, ti.Get.Key)
-		if err != nil {
+		if err := m.billWhole(ctx, aws.ToString(ti.Get.TableName), ti.Get.Key, func(n int) float64 { return 2 * blocks(n, 4096) }); err != nil {
 			return out, err
 		}
-		m.bill(table, "", Units{Read: 2 * blocks(ItemSize(whole), 4096)})
 	}
 	return out, nil
 }
@@ -506,12 +506,13 @@ func (m *Meter) Query(ctx context.Context, in *dynamodb.QueryInput, opts ...func
 	expr := aws.ToString(in.KeyConditionExpression)
 	shadow.ExpressionAttributeNames = usedBy(expr, in.ExpressionAttributeNames)
 	shadow.ExpressionAttributeValues = usedBy(expr, in.ExpressionAttributeValues)
-	evaluated, err := m.peek.Query(ctx, &shadow)
-	if err != nil {
-		return out, fmt.Errorf("meter: query again: %w", err)
-	}
-	m.billRead(aws.ToString(in.TableName), aws.ToString(in.IndexName), evaluated.Items, aws.ToBool(in.ConsistentRead))
-	return out, nil
+	return out, m.billEvaluated(in.TableName, in.IndexName, in.ConsistentRead, func() ([]map[string]types.AttributeValue, error) {
+		again, err := m.peek.Query(ctx, &shadow)
+		if err != nil {
+			return nil, err
+		}
+		return again.Items, nil
+	})
 }
 
 // Scan bills and passes on a Scan, as Query.
@@ -523,12 +524,24 @@ func (m *Meter) Scan(ctx context.Context, in *dynamodb.ScanInput, opts ...func(*
 	shadow := *in
 	shadow.FilterExpression, shadow.ProjectionExpression, shadow.Select = nil, nil, ""
 	shadow.ExpressionAttributeNames, shadow.ExpressionAttributeValues = nil, nil
-	evaluated, err := m.peek.Scan(ctx, &shadow)
+	return out, m.billEvaluated(in.TableName, in.IndexName, in.ConsistentRead, func() ([]map[string]types.AttributeValue, error) {
+		again, err := m.peek.Scan(ctx, &shadow)
+		if err != nil {
+			return nil, err
+		}
+		return again.Items, nil
+	})
+}
+
+// billEvaluated bills a query or scan of table (index) by the entries
+// again reads: what it evaluated.
+func (m *Meter) billEvaluated(table, index *string, consistent *bool, again func() ([]map[string]types.AttributeValue, error)) error {
+	items, err := again()
 	if err != nil {
-		return out, fmt.Errorf("meter: scan again: %w", err)
+		return fmt.Errorf("meter: read again what %s evaluated: %w", aws.ToString(table), err)
 	}
-	m.billRead(aws.ToString(in.TableName), aws.ToString(in.IndexName), evaluated.Items, aws.ToBool(in.ConsistentRead))
-	return out, nil
+	m.billRead(aws.ToString(table), aws.ToString(index), items, aws.ToBool(consistent))
+	return nil
 }
 
 func (m *Meter) billRead(table, index string, items []map[string]types.AttributeValue, consistent bool) {

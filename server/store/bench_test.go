@@ -3,7 +3,8 @@ package store_test
 import (
 	"context"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/dreamlake/lakeshore/server/store"
 	"github.com/dreamlake/lakeshore/server/store/schema"
 	"github.com/dreamlake/lakeshore/server/store/storetest"
+	"github.com/dreamlake/lakeshore/shared/clock"
 	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/hostkey"
 	"github.com/dreamlake/lakeshore/shared/wire"
@@ -19,13 +21,14 @@ import (
 
 // benchStore is a store on fresh tables of a new embedded server, whose
 // requests are counted.
-func benchStore(b *testing.B) (*store.Store, *storetest.Counter) {
-	return benchStoreOver(b, func(db store.DB, _ string) store.DB { return db })
+func benchStore(b testing.TB) (*store.Store, *storetest.Counter) {
+	return benchStoreOver(b, func(db, _ store.DB, _ string) store.DB { return db })
 }
 
-// benchStoreOver is benchStore with its client wrapped by wrap (given the
+// benchStoreOver is benchStore with its counted client wrapped by wrap
+// (given also the client it was copied from, which is not counted, and the
 // table prefix).
-func benchStoreOver(b *testing.B, wrap func(db store.DB, prefix string) store.DB) (*store.Store, *storetest.Counter) {
+func benchStoreOver(b testing.TB, wrap func(db, plain store.DB, prefix string) store.DB) (*store.Store, *storetest.Counter) {
 	b.Helper()
 	ctx := context.Background()
 	plain := storetest.Embedded(b)
@@ -34,7 +37,7 @@ func benchStoreOver(b *testing.B, wrap func(db store.DB, prefix string) store.DB
 		b.Fatalf("EnsureTables: %v", err)
 	}
 	counter := &storetest.Counter{}
-	return store.New(wrap(storetest.CountingClient(plain, counter), prefix), prefix), counter
+	return store.New(wrap(storetest.CountingClient(plain, counter), plain, prefix), prefix), counter
 }
 
 func benchIssue(string) (string, error) { return "bench-hash", nil }
@@ -93,7 +96,7 @@ type claimKnobs struct {
 func benchClaim(b *testing.B, pollers int, knobs claimKnobs) {
 	ctx := context.Background()
 	var limited *storetest.PartitionLimited
-	s, counter := benchStoreOver(b, func(db store.DB, prefix string) store.DB {
+	s, counter := benchStoreOver(b, func(db, _ store.DB, prefix string) store.DB {
 		if knobs.partitionRate == 0 {
 			return db
 		}
@@ -254,9 +257,35 @@ func BenchmarkClaimKnobs(b *testing.B) {
 	}
 }
 
-// BenchmarkLifecycle counts the DynamoDB requests of one invocation's life
-// on one worker: submit, claim, ack (hello and polls excluded). Target: at
-// most 5 requests.
+// benchMeteredStore is benchStore whose requests are also billed in
+// DynamoDB request units (storetest.Meter).
+func benchMeteredStore(b testing.TB) (*store.Store, *storetest.Counter, *storetest.Meter) {
+	var meter *storetest.Meter
+	s, counter := benchStoreOver(b, func(db, plain store.DB, prefix string) store.DB {
+		m, err := storetest.NewMeter(db, plain, prefix)
+		if err != nil {
+			b.Fatal(err)
+		}
+		meter = m
+		return m
+	})
+	return s, counter, meter
+}
+
+// lifecycleRunJobs is the size of the run the run-job case submits.
+const lifecycleRunJobs = 10
+
+// BenchmarkLifecycle measures one invocation's life on one worker: submit,
+// claim, ack (hello and polls excluded), in DynamoDB requests (target: at
+// most 5) and in the write and read request units DynamoDB bills for them
+// (wru/lifecycle, rru/lifecycle; storetest.Meter), in all and per table and
+// index (wru:invocations.claim/lifecycle is the claim index of the
+// invocations table). The run-job case is one job of a run of 10, its
+// share of the run's own writes included; the retry case fails its first
+// attempt under a retry policy, is released by the sweep (ReleaseRetries,
+// whose query is counted in full) and succeeds on its second; the
+// output-tails case acks with full output tails, and the ack-elsewhere
+// case acks through another store (process) than the one that claimed.
 func BenchmarkLifecycle(b *testing.B) {
 	setup := []string{"install the toolchain"}
 	cases := []struct {
@@ -264,6 +293,10 @@ func BenchmarkLifecycle(b *testing.B) {
 		workerHostKey  string
 		submitHostKey  bool
 		idempotencyKey bool
+		run            bool
+		retry          bool
+		tails          bool // the ack carries full output tails (wire.MaxTailBytes each)
+		ackElsewhere   bool // the ack reaches another process (Lambda instance) than the claim
 	}{
 		{name: "plain"},
 		{name: "idempotency-key", idempotencyKey: true},
@@ -271,16 +304,64 @@ func BenchmarkLifecycle(b *testing.B) {
 		// A worker with a host key polls its key's partition first; when
 		// that is empty, claiming any-host work costs one more query.
 		{name: "host-key-worker-plain-work", workerHostKey: hostkey.Of(setup)},
+		{name: "run-job", run: true},
+		{name: "retry", retry: true},
+		// A body that printed more than its tails hold: the ack stores
+		// 4 KiB of stdout and of stderr, so the item it writes is over 8 KB.
+		{name: "output-tails", tails: true},
+		// On Lambda the ack often reaches another instance than the poll
+		// that claimed: it reads the invocation and the worker row first.
+		{name: "ack-elsewhere", ackElsewhere: true},
 	}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {
 			ctx := context.Background()
-			s, counter := benchStore(b)
+			s, counter, meter := benchMeteredStore(b)
+			fake := clock.NewFake(time.Now())
+			s.Clock = fake.Clock()
 			svc := storetest.Control(s)
 			w := benchWorker(b, s, "machine-1", c.workerHostKey)
+			acker := svc
+			if c.ackElsewhere {
+				other := store.New(s.DB(), prefixOf(s))
+				other.Clock = s.Clock
+				acker = storetest.Control(other)
+			}
+			// claimAck claims one invocation (want's, when want is set) and
+			// acks its attempt with state.
+			claimAck := func(want string, attempt int, state domain.InvocationState) {
+				res, err := s.Claim(ctx, w, "q", 1)
+				if err != nil || len(res.Claimed) != 1 || (want != "" && res.Claimed[0].ID != want) {
+					b.Fatalf("Claim = %v, %v; want %s", invIDs(res.Claimed), err, want)
+				}
+				ack := ackReq(w, res.Claimed[0], attempt, state)
+				if c.tails {
+					ack.StdoutTail = strings.Repeat("o", wire.MaxTailBytes)
+					ack.StderrTail = strings.Repeat("e", wire.MaxTailBytes)
+				}
+				if state == domain.StateFailed {
+					ack.Error = &wire.ErrorInfo{Type: wire.ErrorTypeExitCode, Message: "exit status 1"}
+				}
+				resp, err := acker.Ack(ctx, ack.Outcome(), authorizeHash("bench-hash"), "bench-hash")
+				if err != nil || !resp.Recorded {
+					b.Fatalf("Ack = %+v, %v", resp, err)
+				}
+			}
 			counter.Reset()
+			meter.Reset()
+			lives := 0
 			b.ResetTimer()
 			for i := range b.N {
+				if c.run {
+					if _, _, err := svc.SubmitRun(ctx, matrixRun("q", lifecycleRunJobs).RunSpec()); err != nil {
+						b.Fatalf("SubmitRun: %v", err)
+					}
+					for range lifecycleRunJobs {
+						claimAck("", 1, domain.StateSucceeded)
+					}
+					lives += lifecycleRunJobs
+					continue
+				}
 				req := submitReq("job", fmt.Sprint(i))
 				if c.submitHostKey {
 					req.RunConfig.HostSetup = setup
@@ -288,30 +369,51 @@ func BenchmarkLifecycle(b *testing.B) {
 				if c.idempotencyKey {
 					req.IdempotencyKey = fmt.Sprintf("key-%d", i)
 				}
+				if c.retry {
+					req.Retry = &wire.RetryPolicy{ExitCodes: []int{1}}
+				}
 				inv, _, err := svc.Submit(ctx, req.Spec())
 				if err != nil {
 					b.Fatalf("Submit: %v", err)
 				}
-				res, err := s.Claim(ctx, w, "q", 1)
-				if err != nil || len(res.Claimed) != 1 || res.Claimed[0].ID != inv.ID {
-					b.Fatalf("Claim = %v, %v; want %s", invIDs(res.Claimed), err, inv.ID)
+				if c.retry {
+					claimAck(inv.ID, 1, domain.StateFailed)
+					fake.Advance(time.Hour) // past the backoff
+					if released, err := s.ReleaseRetries(ctx); err != nil || len(released) != 1 {
+						b.Fatalf("ReleaseRetries = %d, %v", len(released), err)
+					}
+					claimAck(inv.ID, 2, domain.StateSucceeded)
+				} else {
+					claimAck(inv.ID, 1, domain.StateSucceeded)
 				}
-				resp, err := svc.Ack(ctx, ackReq(w, inv, 1, domain.StateSucceeded).Outcome(), authorizeHash("bench-hash"), "bench-hash")
-				if err != nil || !resp.Recorded {
-					b.Fatalf("Ack = %+v, %v", resp, err)
-				}
+				lives++
 			}
 			b.StopTimer()
-			b.ReportMetric(float64(counter.Total())/float64(b.N), "requests/lifecycle")
-			snap := counter.Snapshot()
-			ops := make([]string, 0, len(snap))
-			for op := range snap {
-				ops = append(ops, op)
-			}
-			sort.Strings(ops)
-			for _, op := range ops {
-				b.ReportMetric(float64(snap[op])/float64(b.N), op+"/lifecycle")
-			}
+			reportLifecycle(b, counter, meter, lives)
 		})
+	}
+}
+
+// reportLifecycle reports the requests and units counted over lives
+// invocations' lives, per life.
+func reportLifecycle(b *testing.B, counter *storetest.Counter, meter *storetest.Meter, lives int) {
+	per := func(n float64) float64 { return n / float64(lives) }
+	b.ReportMetric(per(float64(counter.Total())), "requests/lifecycle")
+	snap := counter.Snapshot()
+	for _, op := range slices.Sorted(maps.Keys(snap)) {
+		b.ReportMetric(per(float64(snap[op])), op+"/lifecycle")
+	}
+	total := meter.Total()
+	b.ReportMetric(per(total.Write), "wru/lifecycle")
+	b.ReportMetric(per(total.Read), "rru/lifecycle")
+	units := meter.Snapshot()
+	for _, name := range slices.Sorted(maps.Keys(units)) {
+		metric := strings.ReplaceAll(name, "/", ".")
+		if u := units[name]; u.Write > 0 {
+			b.ReportMetric(per(u.Write), "wru:"+metric+"/lifecycle")
+		}
+		if u := units[name]; u.Read > 0 {
+			b.ReportMetric(per(u.Read), "rru:"+metric+"/lifecycle")
+		}
 	}
 }

@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"slices"
-	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -86,11 +85,48 @@ func (s *Store) List(ctx context.Context, q ListQuery) ([]domain.Invocation, str
 		}
 		items, last = out.Items, out.LastEvaluatedKey
 	}
-	invs, err := decodeInvocations(items)
+	var invs []domain.Invocation
+	if q.Queue != "" {
+		invs, err = s.listed(ctx, idsOf(items), q.State)
+	} else {
+		invs, err = decodeInvocations(items)
+	}
 	if err != nil {
 		return nil, "", err
 	}
 	return invs, encodeCursor(last), nil
+}
+
+// idsOf reports the invocation ids of items, in order.
+func idsOf(items []map[string]types.AttributeValue) []string {
+	out := make([]string, 0, len(items))
+	for _, item := range items {
+		if v, ok := item["invocation_id"].(*types.AttributeValueMemberS); ok {
+			out = append(out, v.Value)
+		}
+	}
+	return out
+}
+
+// listed reads the invocations an index listed by id, in that order. The
+// queue and queue_state indexes project only keys and the few attributes
+// their counting readers take, so that a write of an invocation rewrites
+// small index entries, or none (docs/cost.md): a listing reads the items
+// from the table, in batches. One gone meanwhile (expired) is left out,
+// and so is one no longer in state, when state is set: the index lags its
+// table, and a listing by state shows only invocations in that state.
+func (s *Store) listed(ctx context.Context, ids []string, state domain.InvocationState) ([]domain.Invocation, error) {
+	found, err := s.GetInvocations(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]domain.Invocation, 0, len(ids))
+	for _, id := range ids {
+		if inv, ok := found[id]; ok && (state == "" || inv.State == state) {
+			out = append(out, inv)
+		}
+	}
+	return out, nil
 }
 
 // queueQuery reads up to limit invocations of queue (in state, if set)
@@ -137,7 +173,7 @@ func (s *Store) listAcross(ctx context.Context, q ListQuery) ([]domain.Invocatio
 	if err != nil {
 		return nil, "", err
 	}
-	var invs []domain.Invocation
+	var ids []string
 	more := false
 	for _, queue := range queues {
 		in := s.queueQuery(queue, q.State, q.Order, q.Limit)
@@ -153,26 +189,25 @@ func (s *Store) listAcross(ctx context.Context, q ListQuery) ([]domain.Invocatio
 		if err != nil {
 			return nil, "", storeErr("list invocations of "+queue, err)
 		}
-		page, err := decodeInvocations(out.Items)
-		if err != nil {
-			return nil, "", err
-		}
-		invs = append(invs, page...)
+		ids = append(ids, idsOf(out.Items)...)
 		more = more || out.LastEvaluatedKey != nil
 	}
-	slices.SortFunc(invs, func(a, b domain.Invocation) int {
-		if newest {
-			return strings.Compare(b.ID, a.ID)
-		}
-		return strings.Compare(a.ID, b.ID)
-	})
-	if len(invs) > q.Limit {
-		invs, more = invs[:q.Limit], true
+	slices.Sort(ids)
+	if newest {
+		slices.Reverse(ids)
 	}
-	if !more || len(invs) == 0 {
+	if len(ids) > q.Limit {
+		ids, more = ids[:q.Limit], true
+	}
+	invs, err := s.listed(ctx, ids, q.State)
+	if err != nil {
+		return nil, "", err
+	}
+	if !more || len(ids) == 0 {
 		return invs, "", nil
 	}
-	return invs, encodeCursor(map[string]types.AttributeValue{listCursorKey: str(invs[len(invs)-1].ID)}), nil
+	// The page ends at the last id listed, kept or not.
+	return invs, encodeCursor(map[string]types.AttributeValue{listCursorKey: str(ids[len(ids)-1])}), nil
 }
 
 func decodeInvocations(items []map[string]types.AttributeValue) ([]domain.Invocation, error) {

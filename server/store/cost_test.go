@@ -1,0 +1,108 @@
+package store_test
+
+import (
+	"context"
+	"maps"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dreamlake/lakeshore/server/store/storetest"
+	"github.com/dreamlake/lakeshore/shared/domain"
+	"github.com/dreamlake/lakeshore/shared/wire"
+)
+
+// TestLifecycleWriteUnits bills one invocation's life (submit, claim, ack)
+// in DynamoDB write units (storetest.Meter) and holds the invocations
+// table's indexes to what docs/cost.md models: the queue index is written
+// once, at the submit (its key never changes, and it projects only keys);
+// the queue_state index's entries stay under 1 KB however large the item
+// (a transition deletes one and puts one); and a life of a small
+// invocation costs 18 write units in all (BenchmarkLifecycle reports them).
+func TestLifecycleWriteUnits(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		tails bool
+		total float64
+	}{
+		// 18, and 1 for noting the queue at its first submit.
+		{name: "small", total: 19},
+		// The ack stores 8 KiB of output tails: the table pays for the big
+		// item (9 KB, twice in the ack's transaction), the indexes do not.
+		{name: "output-tails", tails: true, total: 35},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx := context.Background()
+			s, _, meter := benchMeteredStore(t)
+			svc := storetest.Control(s)
+			w := benchWorker(t, s, "machine-1", "")
+			meter.Reset()
+
+			inv, _, err := svc.Submit(ctx, submitReq("job").Spec())
+			if err != nil {
+				t.Fatalf("Submit: %v", err)
+			}
+			res, err := s.Claim(ctx, w, "q", 1)
+			if err != nil || len(res.Claimed) != 1 {
+				t.Fatalf("Claim = %v, %v", invIDs(res.Claimed), err)
+			}
+			ack := ackReq(w, inv, 1, domain.StateSucceeded)
+			if c.tails {
+				ack.StdoutTail = strings.Repeat("o", wire.MaxTailBytes)
+				ack.StderrTail = strings.Repeat("e", wire.MaxTailBytes)
+			}
+			if resp, err := svc.Ack(ctx, ack.Outcome(), authorizeHash("bench-hash"), "bench-hash"); err != nil || !resp.Recorded {
+				t.Fatalf("Ack = %+v, %v", resp, err)
+			}
+
+			units := meter.Snapshot()
+			if got := units["invocations/queue"].Write; got != 1 {
+				t.Errorf("queue index: %v write units, want 1 (the submit's put only)", got)
+			}
+			// Submit: a put; claim and ack: a delete and a put each.
+			if got := units["invocations/queue_state"].Write; got != 5 {
+				t.Errorf("queue_state index: %v write units, want 5 (entries under 1 KB)", got)
+			}
+			if got := meter.Total().Write; got != c.total {
+				t.Errorf("life: %v write units, want %v (by table and index: %v)", got, c.total, units)
+			}
+		})
+	}
+}
+
+// TestArtifactWriteUnits: publishing an artifact rewrites the running
+// invocation (with the worker's token check, in one transaction) and its
+// holder index entry, and no listing index: they do not project the
+// attempts' artifacts.
+func TestArtifactWriteUnits(t *testing.T) {
+	ctx := context.Background()
+	s, _, meter := benchMeteredStore(t)
+	svc := storetest.Control(s)
+	w := benchWorker(t, s, "machine-1", "")
+	inv, _, err := svc.Submit(ctx, submitReq("job").Spec())
+	if err != nil {
+		t.Fatalf("Submit: %v", err)
+	}
+	if res, err := s.Claim(ctx, w, "q", 1); err != nil || len(res.Claimed) != 1 {
+		t.Fatalf("Claim = %v, %v", invIDs(res.Claimed), err)
+	}
+	meter.Reset()
+	a := domain.Artifact{Name: "predictions.json", Size: 2 << 20, SHA256: strings.Repeat("ab", 32), UploadID: "upload-1"}
+	_, err = s.ChangeArtifacts(ctx, inv.ID, w.ID, authorizeHash("bench-hash"), "bench-hash",
+		func(cur domain.Invocation, now time.Time) (domain.Invocation, error) {
+			return cur.StartUpload(w.ID, 1, a, domain.ArtifactLimits{}, now)
+		})
+	if err != nil {
+		t.Fatalf("ChangeArtifacts: %v", err)
+	}
+	got := map[string]float64{}
+	for name, u := range meter.Snapshot() {
+		if u.Write > 0 {
+			got[name] = u.Write
+		}
+	}
+	// The invocation and the token check, each twice (a transaction).
+	if want := map[string]float64{"invocations": 2, "invocations/holder": 1, "workers": 2}; !maps.Equal(got, want) {
+		t.Fatalf("write units by table and index = %v, want %v", got, want)
+	}
+}

@@ -76,7 +76,8 @@ lint:
 ## imports nothing of this module but the hostkey leaf; the store and the
 ## use cases import no wire type; server/blobs links no other server/
 ## package; the per-invocation daemon functions (hello, poll, ack, bye) do
-## not link the S3 client; only the mains build a control.Service; no binary links a
+## not link the S3 client, the web view, the operator routes (server/api)
+## nor a template engine; only the mains build a control.Service; no binary links a
 ## test-support package; in nymph only agent/internal/imds imports the
 ## SDK's IMDS client
 check:
@@ -93,6 +94,10 @@ check:
 	@for f in hello poll ack bye; do \
 		bad=$$($(GO) list -deps ./functions/$$f | grep -E 'aws-sdk-go-v2/service/s3$$|lakeshore/server/blobs(/|$$)' || true); \
 		if [ -n "$$bad" ]; then echo "functions/$$f links the S3 client: $$bad (the artifact routes are the api function's; the daemon functions run per invocation and stay lean)"; exit 1; fi; \
+	done
+	@for f in hello poll ack bye; do \
+		bad=$$($(GO) list -tags lambda.norpc -deps ./functions/$$f | grep -E 'lakeshore/(server/ui|server/api|shared/display|shared/client)$$|^html/template$$' || true); \
+		if [ -n "$$bad" ]; then echo "functions/$$f links the web view or the whole router: $$bad (the daemon functions serve server/api/daemonapi alone; the web view's templates make the linker keep every exported method of every linked type, ~8 MB more to load at each cold start)"; exit 1; fi; \
 	done
 	@bad=$$($(GO) list -deps ./functions/... | grep -E 'prometheus|lakeshore/server/metrics/prom$$' || true); \
 		if [ -n "$$bad" ]; then echo "a Lambda links the Prometheus client (they write EMF lines): $$bad"; exit 1; fi

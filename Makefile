@@ -126,8 +126,12 @@ bench: build tools lambdas
 	$(GO) test -run '^$$' -bench DrainNotice -benchtime 3x ./tests/
 	$(GO) test -run '^$$' -bench WarmStart -benchtime 1x ./tests/
 	$(GO) test -run '^$$' -bench Publish -benchtime 1x ./tests/
-	@echo "deploy bootstraps ($(LAMBDA_ARCH), dist/; target <= 15 MB):"
+	@echo "deploy bootstraps ($(LAMBDA_ARCH), dist/; target <= 15 MB, kept for hello, poll, ack and bye):"
 	@for f in $(FUNCTIONS); do stat -c '  %n %s bytes' $(DIST)/$$f/bootstrap; done
+	@for f in hello poll ack bye; do \
+		n=$$(stat -c %s $(DIST)/$$f/bootstrap); \
+		if [ "$$n" -gt 15000000 ]; then echo "$(DIST)/$$f/bootstrap is $$n bytes, over 15 MB (a daemon function cold-starts on every daemon's path: go tool nm -size -sort size shows what it links)"; exit 1; fi; \
+	done
 	bash scripts/footprint.sh
 
 ## localstack-test: the integration suite against a running LocalStack (docs/localstack.md)

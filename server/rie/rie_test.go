@@ -21,6 +21,12 @@ import (
 // under the real emulator (skipped without it, failed under CI=true).
 func testPool(t *testing.T, max int) (*rie.Pool, *syncbuf.Buffer) {
 	t.Helper()
+	return testPoolWith(t, func(fn *rie.Function) { fn.MaxConcurrency = max })
+}
+
+// testPoolWith is testPool with the function's settings changed by set.
+func testPoolWith(t *testing.T, set func(*rie.Function)) (*rie.Pool, *syncbuf.Buffer) {
+	t.Helper()
 	emulator, err := rie.Find()
 	if err != nil {
 		if os.Getenv("CI") == "true" {
@@ -35,8 +41,10 @@ func testPool(t *testing.T, max int) (*rie.Pool, *syncbuf.Buffer) {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
 	logs := &syncbuf.Buffer{}
-	p, err := rie.NewPool(rie.Function{Name: "fn", Bootstrap: bootstrap, Emulator: emulator,
-		Env: []string{"RIE_TEST_VALUE=configured"}, Timeout: 5 * time.Second, MaxConcurrency: max, Logs: logs})
+	fn := rie.Function{Name: "fn", Bootstrap: bootstrap, Emulator: emulator,
+		Env: []string{"RIE_TEST_VALUE=configured"}, Timeout: 5 * time.Second, Logs: logs}
+	set(&fn)
+	p, err := rie.NewPool(fn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,5 +155,99 @@ func TestPoolClose(t *testing.T) {
 	p.Close()
 	if _, err := invoke(t, p, `{}`); err == nil || !strings.Contains(err.Error(), "closed") {
 		t.Fatalf("after Close: %v", err)
+	}
+}
+
+// gatedEmulator returns an emulator that runs the real one at once the
+// first time, and every later time only once the file gate exists: a test
+// holds a second emulator's start for as long as it likes.
+func gatedEmulator(t *testing.T, gate string) string {
+	t.Helper()
+	emulator, err := rie.Find()
+	if err != nil {
+		t.Skip(err) // testPoolWith fails or skips with the reason first
+	}
+	dir := t.TempDir()
+	script := filepath.Join(dir, "gated-rie")
+	body := fmt.Sprintf("#!/bin/sh\nif ! mkdir %q 2>/dev/null; then\n  while [ ! -e %q ]; do sleep 0.01; done\nfi\nexec %q \"$@\"\n",
+		filepath.Join(dir, "first"), gate, emulator)
+	if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return script
+}
+
+// TestPoolServesAWaiterFromAFreedInstance: an invocation that finds every
+// emulator busy starts another, but takes the busy one as soon as it is
+// free, instead of waiting for its own cold start (here held back until
+// the waiter has its answer, so no timing decides it); the emulator it
+// started joins the pool once up.
+func TestPoolServesAWaiterFromAFreedInstance(t *testing.T) {
+	gate := filepath.Join(t.TempDir(), "gate")
+	p, _ := testPoolWith(t, func(fn *rie.Function) {
+		fn.MaxConcurrency = 2
+		fn.Emulator = gatedEmulator(t, gate)
+	})
+	release := filepath.Join(t.TempDir(), "release")
+	first := make(chan answer, 1)
+	go func() {
+		a, err := invoke(t, p, fmt.Sprintf(`{"wait_file":%q}`, release))
+		if err != nil {
+			t.Errorf("first: %v", err)
+		}
+		first <- a
+	}()
+	deadline := time.Now().Add(20 * time.Second)
+	for p.Stats().Instances < 1 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	second := make(chan answer, 1)
+	go func() {
+		a, err := invoke(t, p, `{"n":2}`)
+		if err != nil {
+			t.Errorf("second: %v", err)
+		}
+		second <- a
+	}()
+	if err := os.WriteFile(release, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a1 := <-first
+	var a2 answer
+	select {
+	case a2 = <-second:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the second invocation waited for its own emulator's start (held back) although the first one came free")
+	}
+	if err := os.WriteFile(gate, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if a2.PID != a1.PID || string(a2.Event) != `{"n":2}` {
+		t.Fatalf("second ran in pid %d (%s), first in %d: want the freed emulator", a2.PID, a2.Event, a1.PID)
+	}
+	for p.Stats().Instances < 2 && time.Now().Before(deadline.Add(20*time.Second)) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if s := p.Stats(); s.Instances != 2 {
+		t.Fatalf("stats %+v: the emulator the second invocation started never joined the pool", s)
+	}
+}
+
+// TestPoolWarmStartsAhead: a pool with Warm starts that many emulators
+// before any invocation, and the first invocations use them.
+func TestPoolWarmStartsAhead(t *testing.T) {
+	p, _ := testPoolWith(t, func(fn *rie.Function) { fn.MaxConcurrency, fn.Warm = 4, 2 })
+	deadline := time.Now().Add(20 * time.Second)
+	for p.Stats().Instances < 2 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if s := p.Stats(); s.Instances != 2 || s.Invocations != 0 {
+		t.Fatalf("stats %+v before any invocation: want 2 warm instances", s)
+	}
+	if _, err := invoke(t, p, `{"n":1}`); err != nil {
+		t.Fatal(err)
+	}
+	if s := p.Stats(); s.Instances != 2 || s.Invocations != 1 {
+		t.Fatalf("stats %+v: the invocation started an emulator although two were warm", s)
 	}
 }

@@ -77,7 +77,7 @@ func percentile(sorted []float64, p int) float64 {
 
 func runDispatch(b *testing.B, plane backend, every time.Duration) dispatchResult {
 	b.Helper()
-	d, daemons := startFleet(b, plane)
+	d, daemons := startFleet(b, plane, 1)
 	op := d.Operator()
 	marks := b.TempDir()
 
@@ -104,15 +104,17 @@ func runDispatch(b *testing.B, plane backend, every time.Duration) dispatchResul
 	return res
 }
 
-// startFleet starts `lakeshore dev` on plane (with extra flags) and
-// dispatchWorkers idle nymphs, and waits until all of them are active.
-func startFleet(b *testing.B, plane backend, extra ...string) (*devServer, []*nymphProc) {
+// startFleet starts `lakeshore dev` on plane and dispatchWorkers idle
+// nymphs, each running up to capacity bodies at once, and waits until all
+// of them are active.
+func startFleet(b *testing.B, plane backend, capacity int) (*devServer, []*nymphProc) {
 	b.Helper()
-	d := startDev(b, plane, extra...)
+	d := startDev(b, plane)
 	op := d.Operator()
 	var daemons []*nymphProc
 	for i := range dispatchWorkers {
-		daemons = append(daemons, startNymph(b, d, fmt.Sprintf("dispatch-%d", i), "--log-level", "info"))
+		daemons = append(daemons, startNymph(b, d, fmt.Sprintf("dispatch-%d", i), "--log-level", "info",
+			"--capacity", strconv.Itoa(capacity)))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

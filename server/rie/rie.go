@@ -125,6 +125,10 @@ type Pool struct {
 	closed  bool
 	stats   Stats
 	started int
+	// starting counts the emulators being started; startEnded is closed
+	// (and replaced) each time one start ends.
+	starting   int
+	startEnded chan struct{}
 }
 
 // NewPool returns a pool that starts emulators of fn on demand.
@@ -143,7 +147,8 @@ func NewPool(fn Function) (*Pool, error) {
 	if fn.Logs == nil {
 		fn.Logs = io.Discard
 	}
-	p := &Pool{fn: fn, idle: make(chan *instance, fn.MaxConcurrency), slots: make(chan struct{}, fn.MaxConcurrency)}
+	p := &Pool{fn: fn, idle: make(chan *instance, fn.MaxConcurrency), slots: make(chan struct{}, fn.MaxConcurrency),
+		startEnded: make(chan struct{})}
 	for range fn.MaxConcurrency {
 		p.slots <- struct{}{}
 	}
@@ -189,27 +194,41 @@ func (p *Pool) acquire(ctx context.Context) (*instance, error) {
 		return in, nil
 	default:
 	}
-	// None idle: start one if the limit allows, and take whichever is free
-	// first, the new one or one another invocation gives back. An
-	// emulator's start (its process, its listening, then the function's
-	// INIT) takes far longer than most invocations, so a caller that waited
-	// for its own start would pay it even when an emulator came free
-	// meanwhile; the one started goes to the idle set instead.
-	var started <-chan startResult
-	select {
-	case <-p.slots:
-		started = p.startAsync()
-	default:
-	}
-	select {
-	case in := <-p.idle:
-		p.adopt(started)
-		return in, nil
-	case r := <-started: // nil (never ready) when none was started
-		return r.in, r.err
-	case <-ctx.Done():
-		p.adopt(started)
-		return nil, fmt.Errorf("lambda %s: waiting for a free instance: %w", p.fn.Name, ctx.Err())
+	// None idle: start one if none is starting and the limit allows, and
+	// take whichever is free first, the new one or one another invocation
+	// gives back. An emulator's start (its process, its listening, then
+	// the function's INIT) takes far longer than most invocations, so a
+	// caller that waited for its own start would pay it even when an
+	// emulator came free meanwhile; the one started goes to the idle set
+	// instead. One start at a time: on a loaded machine every waiter
+	// starting its own would add the load that keeps them waiting (a
+	// flood of cold starts), while a pool that grows by one each time its
+	// callers still wait reaches the concurrency they need.
+	for {
+		p.mu.Lock()
+		var started <-chan startResult
+		if p.starting == 0 {
+			select {
+			case <-p.slots:
+				started = p.startAsync()
+			default:
+			}
+		}
+		ended := p.startEnded
+		p.mu.Unlock()
+		select {
+		case in := <-p.idle:
+			p.adopt(started)
+			return in, nil
+		case r := <-started: // nil (never ready) when none was started
+			return r.in, r.err
+		case <-ended:
+			// Another caller's start ended: look again (an idle
+			// emulator, or room to start the next).
+		case <-ctx.Done():
+			p.adopt(started)
+			return nil, fmt.Errorf("lambda %s: waiting for a free instance: %w", p.fn.Name, ctx.Err())
+		}
 	}
 }
 
@@ -220,8 +239,10 @@ type startResult struct {
 }
 
 // startAsync starts an emulator on a slot already taken, giving the slot
-// back if it fails.
+// back if it fails; p.mu is held. Its end wakes every caller waiting in
+// acquire.
 func (p *Pool) startAsync() <-chan startResult {
+	p.starting++
 	ch := make(chan startResult, 1)
 	go func() {
 		in, err := p.start()
@@ -229,6 +250,11 @@ func (p *Pool) startAsync() <-chan startResult {
 			p.slots <- struct{}{}
 		}
 		ch <- startResult{in, err}
+		p.mu.Lock()
+		p.starting--
+		close(p.startEnded)
+		p.startEnded = make(chan struct{})
+		p.mu.Unlock()
 	}()
 	return ch
 }
@@ -246,9 +272,11 @@ func (p *Pool) adopt(started <-chan startResult) {
 	}()
 }
 
-// warm starts n emulators ahead, each going to the idle set once it
-// listens (Function.Warm).
+// warm starts n emulators ahead, at once, each going to the idle set once
+// it listens (Function.Warm).
 func (p *Pool) warm(n int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	for range n {
 		select {
 		case <-p.slots:

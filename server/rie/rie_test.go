@@ -17,6 +17,22 @@ import (
 	"github.com/dreamlake/lakeshore/shared/syncbuf"
 )
 
+// BenchmarkPoolInvoke measures what the emulator adds to one invocation of
+// a warm emulator: the round trip of an event the function answers at
+// once (its own work is a JSON echo, microseconds).
+func BenchmarkPoolInvoke(b *testing.B) {
+	p, _ := testPoolWith(b, func(fn *rie.Function) { fn.MaxConcurrency = 1 })
+	ctx := context.Background()
+	if _, err := p.Invoke(ctx, []byte(`{}`)); err != nil { // the cold start
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if _, err := p.Invoke(ctx, []byte(`{}`)); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // testPool builds testdata/fn as a static bootstrap and returns a pool of it
 // under the real emulator (skipped without it, failed under CI=true).
 func testPool(t *testing.T, max int) (*rie.Pool, *syncbuf.Buffer) {
@@ -25,7 +41,7 @@ func testPool(t *testing.T, max int) (*rie.Pool, *syncbuf.Buffer) {
 }
 
 // testPoolWith is testPool with the function's settings changed by set.
-func testPoolWith(t *testing.T, set func(*rie.Function)) (*rie.Pool, *syncbuf.Buffer) {
+func testPoolWith(t testing.TB, set func(*rie.Function)) (*rie.Pool, *syncbuf.Buffer) {
 	t.Helper()
 	emulator, err := rie.Find()
 	if err != nil {

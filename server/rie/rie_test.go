@@ -176,8 +176,9 @@ func TestPoolClose(t *testing.T) {
 
 // gatedEmulator returns an emulator that runs the real one at once the
 // first time, and every later time only once the file gate exists: a test
-// holds a second emulator's start for as long as it likes.
-func gatedEmulator(t *testing.T, gate string) string {
+// holds every later emulator's start for as long as it likes. launches
+// reports how many times it was run.
+func gatedEmulator(t *testing.T, gate string) (path string, launches func() int) {
 	t.Helper()
 	emulator, err := rie.Find()
 	if err != nil {
@@ -185,24 +186,29 @@ func gatedEmulator(t *testing.T, gate string) string {
 	}
 	dir := t.TempDir()
 	script := filepath.Join(dir, "gated-rie")
-	body := fmt.Sprintf("#!/bin/sh\nif ! mkdir %q 2>/dev/null; then\n  while [ ! -e %q ]; do sleep 0.01; done\nfi\nexec %q \"$@\"\n",
-		filepath.Join(dir, "first"), gate, emulator)
+	body := fmt.Sprintf("#!/bin/sh\nmktemp %q >/dev/null\nif ! mkdir %q 2>/dev/null; then\n  while [ ! -e %q ]; do sleep 0.01; done\nfi\nexec %q \"$@\"\n",
+		filepath.Join(dir, "launch.XXXXXX"), filepath.Join(dir, "first"), gate, emulator)
 	if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	return script
+	return script, func() int {
+		m, _ := filepath.Glob(filepath.Join(dir, "launch.*"))
+		return len(m)
+	}
 }
 
-// TestPoolServesAWaiterFromAFreedInstance: an invocation that finds every
-// emulator busy starts another, but takes the busy one as soon as it is
-// free, instead of waiting for its own cold start (here held back until
-// the waiter has its answer, so no timing decides it); the emulator it
-// started joins the pool once up.
-func TestPoolServesAWaiterFromAFreedInstance(t *testing.T) {
+// TestPoolServesWaitersFromAFreedInstance: invocations that find every
+// emulator busy start one more between them, not one each (a flood of
+// cold starts on a loaded machine), and take the busy one as soon as it is
+// free instead of waiting for that start (held back here until they all
+// have their answers, so no timing decides it); the emulator started joins
+// the pool once up.
+func TestPoolServesWaitersFromAFreedInstance(t *testing.T) {
 	gate := filepath.Join(t.TempDir(), "gate")
+	var launches func() int
 	p, _ := testPoolWith(t, func(fn *rie.Function) {
-		fn.MaxConcurrency = 2
-		fn.Emulator = gatedEmulator(t, gate)
+		fn.MaxConcurrency = 4
+		fn.Emulator, launches = gatedEmulator(t, gate)
 	})
 	release := filepath.Join(t.TempDir(), "release")
 	first := make(chan answer, 1)
@@ -213,39 +219,57 @@ func TestPoolServesAWaiterFromAFreedInstance(t *testing.T) {
 		}
 		first <- a
 	}()
-	deadline := time.Now().Add(20 * time.Second)
-	for p.Stats().Instances < 1 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	second := make(chan answer, 1)
-	go func() {
-		a, err := invoke(t, p, `{"n":2}`)
-		if err != nil {
-			t.Errorf("second: %v", err)
+	// waitFor reports whether ok held within bound.
+	waitFor := func(bound time.Duration, ok func() bool) bool {
+		for deadline := time.Now().Add(bound); !ok(); time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				return false
+			}
 		}
-		second <- a
-	}()
+		return true
+	}
+	if !waitFor(20*time.Second, func() bool { return p.Stats().Instances == 1 }) {
+		t.Fatal("the first emulator never started")
+	}
+	const waiters = 3
+	answers := make(chan answer, waiters)
+	for i := range waiters {
+		go func() {
+			a, err := invoke(t, p, fmt.Sprintf(`{"n":%d}`, i))
+			if err != nil {
+				t.Errorf("waiter %d: %v", i, err)
+			}
+			answers <- a
+		}()
+	}
+	if !waitFor(20*time.Second, func() bool { return launches() >= 2 }) {
+		t.Fatal("no waiter started an emulator")
+	}
+	// A pool that started one emulator a waiter launches them all at
+	// once; this one must not, however long it is given.
+	waitFor(2*time.Second, func() bool { return launches() >= 1+waiters })
 	if err := os.WriteFile(release, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	a1 := <-first
-	var a2 answer
-	select {
-	case a2 = <-second:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the second invocation waited for its own emulator's start (held back) although the first one came free")
+	for range waiters {
+		select {
+		case a := <-answers:
+			if a.PID != a1.PID {
+				t.Errorf("a waiter ran in pid %d (%s), the first in %d: want the freed emulator", a.PID, a.Event, a1.PID)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("a waiter waited for an emulator's start (held back) although the first one came free")
+		}
+	}
+	if n := launches(); n != 2 {
+		t.Errorf("%d emulators launched for one busy and %d waiting invocations, want 2 (one start at a time)", n, waiters)
 	}
 	if err := os.WriteFile(gate, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if a2.PID != a1.PID || string(a2.Event) != `{"n":2}` {
-		t.Fatalf("second ran in pid %d (%s), first in %d: want the freed emulator", a2.PID, a2.Event, a1.PID)
-	}
-	for p.Stats().Instances < 2 && time.Now().Before(deadline.Add(20*time.Second)) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if s := p.Stats(); s.Instances != 2 {
-		t.Fatalf("stats %+v: the emulator the second invocation started never joined the pool", s)
+	if !waitFor(20*time.Second, func() bool { return p.Stats().Instances == 2 }) {
+		t.Fatalf("stats %+v: want 2 instances, the held-back one joined to the pool", p.Stats())
 	}
 }
 

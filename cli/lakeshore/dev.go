@@ -23,6 +23,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dreamlake/lakeshore/server/api"
+	"github.com/dreamlake/lakeshore/server/api/daemonapi"
 	"github.com/dreamlake/lakeshore/server/auth"
 	"github.com/dreamlake/lakeshore/server/blobs"
 	lsconfig "github.com/dreamlake/lakeshore/server/config"
@@ -305,15 +306,14 @@ func runDev(ctx context.Context, o devOptions) error {
 		pollHostsOnce = func(ctx context.Context) error { return gw.invokeLogged(ctx, "hoststatus") }
 		provisionOnce = func(ctx context.Context) error { return gw.invokeLogged(ctx, "provisioner") }
 	} else {
-		srv, err := api.New(api.Config{
+		srv, err := api.New(api.Config{Sessions: st, Config: daemonapi.Config{
 			Control:               svc,
-			Sessions:              st,
 			EnrollToken:           o.enrollToken,
 			OperatorToken:         o.operatorToken,
 			PreviousEnrollToken:   o.previousEnroll,
 			PreviousOperatorToken: o.previousOperator,
 			Logger:                log,
-		})
+		}})
 		if err != nil {
 			return err
 		}

@@ -25,7 +25,7 @@ func main() { apilambda.Main("api", router, nudgeProvisioner, blobslambda.Hook) 
 
 // router is the whole wire API and the web view, its sessions in the store.
 func router(s lambdamain.Start, c daemonapi.Config) (http.Handler, error) {
-	return api.Over(c, s.Store)
+	return api.New(api.Config{Config: c, Sessions: s.Store})
 }
 
 // nudgeProvisioner makes each submit nudge the provisioner function named

@@ -22,29 +22,13 @@ import (
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
-// Config is what the router needs: the use cases (one Service per process,
-// built by its main), the web view's session store and the tokens.
+// Config is what the router needs: the daemon routes' (the use cases, one
+// Service per process, built by its main, and the tokens) and the web
+// view's session store.
 type Config struct {
-	Control *control.Service
+	daemonapi.Config
 	// Sessions keeps the web view's sessions (the store).
-	Sessions      ui.Sessions
-	EnrollToken   string
-	OperatorToken string
-	// PreviousEnrollToken and PreviousOperatorToken, when set, are still
-	// accepted while daemons and operators move to the current ones (a
-	// rotation: docs/operations.md). Optional.
-	PreviousEnrollToken   string
-	PreviousOperatorToken string
-	Logger                *slog.Logger
-	// DaemonAuth is auth.DaemonAuthToken (the default) or auth.DaemonAuthIAM.
-	DaemonAuth string
-}
-
-// daemon is the part of c the daemon routes' router takes.
-func (c Config) daemon() daemonapi.Config {
-	return daemonapi.Config{Control: c.Control, EnrollToken: c.EnrollToken, OperatorToken: c.OperatorToken,
-		PreviousEnrollToken: c.PreviousEnrollToken, PreviousOperatorToken: c.PreviousOperatorToken,
-		Logger: c.Logger, DaemonAuth: c.DaemonAuth}
+	Sessions ui.Sessions
 }
 
 // The web view keeps its sessions in the store.
@@ -69,18 +53,10 @@ type Server struct {
 // New returns the router. It refuses a config without both tokens: a
 // control plane must never run open.
 func New(cfg Config) (*Server, error) {
-	return Over(cfg.daemon(), cfg.Sessions)
-}
-
-// Over returns the whole router over the daemon routes' configuration,
-// with the web view keeping its sessions in sessions (what the api
-// function's main builds from the configuration every route function
-// reads).
-func Over(cfg daemonapi.Config, sessions ui.Sessions) (*Server, error) {
-	if sessions == nil {
+	if cfg.Sessions == nil {
 		return nil, errors.New("api: no session store")
 	}
-	core, err := daemonapi.New(cfg)
+	core, err := daemonapi.New(cfg.Config)
 	if err != nil {
 		return nil, err
 	}
@@ -93,7 +69,7 @@ func Over(cfg daemonapi.Config, sessions ui.Sessions) (*Server, error) {
 	}
 	// The web view acts through the operator routes, in this process.
 	view, err := ui.New(ui.Config{API: core, OperatorToken: cfg.OperatorToken,
-		PreviousOperatorToken: cfg.PreviousOperatorToken, Sessions: sessions, Clock: s.clock, Logger: s.log})
+		PreviousOperatorToken: cfg.PreviousOperatorToken, Sessions: cfg.Sessions, Clock: s.clock, Logger: s.log})
 	if err != nil {
 		return nil, err
 	}

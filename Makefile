@@ -116,13 +116,15 @@ check:
 	@echo "layering: ok"
 
 ## bench: store benchmarks (claims/s, conflicts/claim, requests/lifecycle, a 10,000-job run), each
-## Lambda's cold start under the emulator and size, how soon a body hears a drain,
+## Lambda's cold start under the emulator and size, the submit call at 50/s through the
+## bootstraps (dev --lambdas) and in process, how soon a body hears a drain,
 ## a 256 MiB artifact's publish (MB/s, nymph's RSS while it uploads) and the daemon's footprint
 bench: build tools lambdas
 	$(GO) test -run '^$$' -bench 'Claim|Lifecycle' -benchtime 200x ./server/store/
 	$(GO) test -run '^$$' -bench 'BenchmarkRun' -benchtime 1x ./server/store/
 	$(GO) test -run '^$$' -bench LambdaColdStart -benchtime 5x ./tests/
 	$(GO) test -run '^$$' -bench Dispatch -benchtime 1x -timeout 30m ./tests/
+	$(GO) test -run '^$$' -bench LambdaSubmitRate -benchtime 1x -timeout 20m ./tests/
 	$(GO) test -run '^$$' -bench DrainNotice -benchtime 3x ./tests/
 	$(GO) test -run '^$$' -bench WarmStart -benchtime 1x ./tests/
 	$(GO) test -run '^$$' -bench Publish -benchtime 1x ./tests/

@@ -215,6 +215,11 @@ func (p *Pool) acquire(ctx context.Context) (*instance, error) {
 			}
 		}
 		ended := p.startEnded
+		if started != nil {
+			// This caller's own start answers on started; its end must
+			// not be taken for another's and the emulator left unread.
+			ended = nil
+		}
 		p.mu.Unlock()
 		select {
 		case in := <-p.idle:

@@ -126,7 +126,7 @@ type Pool struct {
 	stats   Stats
 	started int
 	// starting counts the emulators being started; startEnded is closed
-	// (and replaced) each time one start ends.
+	// (and replaced) each time one start ends or an emulator is retired.
 	starting   int
 	startEnded chan struct{}
 }
@@ -228,8 +228,9 @@ func (p *Pool) acquire(ctx context.Context) (*instance, error) {
 		case r := <-started: // nil (never ready) when none was started
 			return r.in, r.err
 		case <-ended:
-			// Another caller's start ended: look again (an idle
-			// emulator, or room to start the next).
+			// Another caller's start ended, or an emulator was
+			// retired: look again (an idle emulator, or room to start
+			// the next).
 		case <-ctx.Done():
 			p.adopt(started)
 			return nil, fmt.Errorf("lambda %s: waiting for a free instance: %w", p.fn.Name, ctx.Err())
@@ -257,11 +258,17 @@ func (p *Pool) startAsync() <-chan startResult {
 		ch <- startResult{in, err}
 		p.mu.Lock()
 		p.starting--
-		close(p.startEnded)
-		p.startEnded = make(chan struct{})
+		p.changed()
 		p.mu.Unlock()
 	}()
 	return ch
+}
+
+// changed wakes every caller waiting in acquire to look again: a start
+// ended, or an emulator was retired and its slot is free; p.mu is held.
+func (p *Pool) changed() {
+	close(p.startEnded)
+	p.startEnded = make(chan struct{})
 }
 
 // adopt puts the emulator of a start nobody waits for any more into the
@@ -315,6 +322,7 @@ func (p *Pool) discard(in *instance) {
 		}
 	}
 	p.slots <- struct{}{}
+	p.changed()
 }
 
 // Stats reports the pool's counters.

@@ -291,3 +291,47 @@ func TestPoolWarmStartsAhead(t *testing.T) {
 		t.Fatalf("stats %+v: the invocation started an emulator although two were warm", s)
 	}
 }
+
+// TestPoolWaiterGetsTheSlotOfACrashedInstance: a caller waiting for the
+// one emulator a pool may run gets a new one when that emulator's
+// bootstrap dies under its invocation (its slot free again), instead of
+// waiting until its deadline.
+func TestPoolWaiterGetsTheSlotOfACrashedInstance(t *testing.T) {
+	p, _ := testPool(t, 1)
+	die := filepath.Join(t.TempDir(), "die")
+	crashed := make(chan error, 1)
+	go func() {
+		_, err := invoke(t, p, fmt.Sprintf(`{"wait_file":%q,"exit":true}`, die))
+		crashed <- err
+	}()
+	for deadline := time.Now().Add(20 * time.Second); p.Stats().Instances < 1; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the first emulator never started")
+		}
+	}
+	waiter := make(chan error, 1)
+	go func() {
+		a, err := invoke(t, p, `{"n":2}`)
+		if err == nil && string(a.Event) != `{"n":2}` {
+			err = fmt.Errorf("answer %+v", a)
+		}
+		waiter <- err
+	}()
+	// Time for the waiter to wait (the pool is full); were it to come
+	// later it would find the slot free either way.
+	time.Sleep(500 * time.Millisecond)
+	if err := os.WriteFile(die, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-crashed; err == nil {
+		t.Fatal("the invocation whose bootstrap exited answered without error")
+	}
+	select {
+	case err := <-waiter:
+		if err != nil {
+			t.Fatalf("waiter: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the waiter was not given the crashed emulator's slot")
+	}
+}

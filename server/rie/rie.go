@@ -206,6 +206,10 @@ func (p *Pool) acquire(ctx context.Context) (*instance, error) {
 	// callers still wait reaches the concurrency they need.
 	for {
 		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			return nil, fmt.Errorf("lambda %s: pool closed", p.fn.Name)
+		}
 		var started <-chan startResult
 		if p.starting == 0 {
 			select {

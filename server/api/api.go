@@ -43,8 +43,8 @@ const (
 // Server serves the wire API: the daemon routes' router (daemonapi) with
 // the operator and artifact routes added, and the web view beside it.
 type Server struct {
-	api   *daemonapi.Router
-	svc   *control.Service // the use cases
+	core  *daemonapi.Router // the daemon routes, and the routes this package adds
+	svc   *control.Service  // the use cases
 	clock clock.Clock
 	log   *slog.Logger
 	ui    *ui.UI // the web view under /ui/ (docs/ui.md)
@@ -60,7 +60,7 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{api: core, svc: cfg.Control, clock: cfg.Control.Clock(), log: cfg.Logger}
+	s := &Server{core: core, svc: cfg.Control, clock: cfg.Control.Clock(), log: cfg.Logger}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -110,14 +110,14 @@ func (s *Server) routeTable() map[string]daemonapi.HandlerFunc {
 		"POST /v1/runs/{id}/cancel":          s.cancelRun,
 		"POST /v1/runs/{id}/retry":           s.retryRun,
 	} {
-		t[pattern] = s.api.Operator(h)
+		t[pattern] = s.core.Operator(h)
 	}
 	return t
 }
 
 // Routes lists every route of the wire API ("METHOD /path", sorted).
 func Routes() []string {
-	own := (&Server{api: &daemonapi.Router{}}).routeTable()
+	own := (&Server{core: &daemonapi.Router{}}).routeTable()
 	return slices.Sorted(slices.Values(append(daemonapi.Routes(), slices.Collect(maps.Keys(own))...)))
 }
 
@@ -139,7 +139,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.ui.ServeHTTP(w, r)
 		return
 	}
-	s.api.ServeHTTP(w, r)
+	s.core.ServeHTTP(w, r)
 }
 
 func (s *Server) healthz(r *http.Request) (int, any, error) {

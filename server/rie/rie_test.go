@@ -219,16 +219,7 @@ func TestPoolServesWaitersFromAFreedInstance(t *testing.T) {
 		}
 		first <- a
 	}()
-	// waitFor reports whether ok held within bound.
-	waitFor := func(bound time.Duration, ok func() bool) bool {
-		for deadline := time.Now().Add(bound); !ok(); time.Sleep(10 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				return false
-			}
-		}
-		return true
-	}
-	if !waitFor(20*time.Second, func() bool { return p.Stats().Instances == 1 }) {
+	if !within(20*time.Second, func() bool { return p.Stats().Instances == 1 }) {
 		t.Fatal("the first emulator never started")
 	}
 	const waiters = 3
@@ -242,12 +233,12 @@ func TestPoolServesWaitersFromAFreedInstance(t *testing.T) {
 			answers <- a
 		}()
 	}
-	if !waitFor(20*time.Second, func() bool { return launches() >= 2 }) {
+	if !within(20*time.Second, func() bool { return launches() >= 2 }) {
 		t.Fatal("no waiter started an emulator")
 	}
 	// A pool that started one emulator a waiter launches them all at
 	// once; this one must not, however long it is given.
-	waitFor(2*time.Second, func() bool { return launches() >= 1+waiters })
+	within(2*time.Second, func() bool { return launches() >= 1+waiters })
 	if err := os.WriteFile(release, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -268,7 +259,7 @@ func TestPoolServesWaitersFromAFreedInstance(t *testing.T) {
 	if err := os.WriteFile(gate, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if !waitFor(20*time.Second, func() bool { return p.Stats().Instances == 2 }) {
+	if !within(20*time.Second, func() bool { return p.Stats().Instances == 2 }) {
 		t.Fatalf("stats %+v: want 2 instances, the held-back one joined to the pool", p.Stats())
 	}
 }
@@ -277,10 +268,7 @@ func TestPoolServesWaitersFromAFreedInstance(t *testing.T) {
 // before any invocation, and the first invocations use them.
 func TestPoolWarmStartsAhead(t *testing.T) {
 	p, _ := testPoolWith(t, func(fn *rie.Function) { fn.MaxConcurrency, fn.Warm = 4, 2 })
-	deadline := time.Now().Add(20 * time.Second)
-	for p.Stats().Instances < 2 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	within(20*time.Second, func() bool { return p.Stats().Instances == 2 })
 	if s := p.Stats(); s.Instances != 2 || s.Invocations != 0 {
 		t.Fatalf("stats %+v before any invocation: want 2 warm instances", s)
 	}
@@ -304,10 +292,8 @@ func TestPoolWaiterGetsTheSlotOfACrashedInstance(t *testing.T) {
 		_, err := invoke(t, p, fmt.Sprintf(`{"wait_file":%q,"exit":true}`, die))
 		crashed <- err
 	}()
-	for deadline := time.Now().Add(20 * time.Second); p.Stats().Instances < 1; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the first emulator never started")
-		}
+	if !within(20*time.Second, func() bool { return p.Stats().Instances == 1 }) {
+		t.Fatal("the first emulator never started")
 	}
 	waiter := make(chan error, 1)
 	go func() {
@@ -334,4 +320,14 @@ func TestPoolWaiterGetsTheSlotOfACrashedInstance(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("the waiter was not given the crashed emulator's slot")
 	}
+}
+
+// within reports whether ok held within bound, looking every 10 ms.
+func within(bound time.Duration, ok func() bool) bool {
+	for deadline := time.Now().Add(bound); !ok(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
+	return true
 }

@@ -76,7 +76,8 @@ lint:
 ## imports nothing of this module but the hostkey leaf; the store and the
 ## use cases import no wire type; server/blobs links no other server/
 ## package; the per-invocation daemon functions (hello, poll, ack, bye) do
-## not link the S3 client; only the mains build a control.Service; no binary links a
+## not link the S3 client, the web view, the operator routes (server/api)
+## nor a template engine; only the mains build a control.Service; no binary links a
 ## test-support package; in nymph only agent/internal/imds imports the
 ## SDK's IMDS client
 check:
@@ -93,6 +94,10 @@ check:
 	@for f in hello poll ack bye; do \
 		bad=$$($(GO) list -deps ./functions/$$f | grep -E 'aws-sdk-go-v2/service/s3$$|lakeshore/server/blobs(/|$$)' || true); \
 		if [ -n "$$bad" ]; then echo "functions/$$f links the S3 client: $$bad (the artifact routes are the api function's; the daemon functions run per invocation and stay lean)"; exit 1; fi; \
+	done
+	@for f in hello poll ack bye; do \
+		bad=$$($(GO) list -tags lambda.norpc -deps ./functions/$$f | grep -E 'lakeshore/(server/ui|server/api|shared/display|shared/client)$$|^html/template$$' || true); \
+		if [ -n "$$bad" ]; then echo "functions/$$f links the web view or the whole router: $$bad (the daemon functions serve server/api/daemonapi alone; the web view's templates make the linker keep every exported method of every linked type, ~8 MB more to load at each cold start)"; exit 1; fi; \
 	done
 	@bad=$$($(GO) list -deps ./functions/... | grep -E 'prometheus|lakeshore/server/metrics/prom$$' || true); \
 		if [ -n "$$bad" ]; then echo "a Lambda links the Prometheus client (they write EMF lines): $$bad"; exit 1; fi
@@ -111,18 +116,24 @@ check:
 	@echo "layering: ok"
 
 ## bench: store benchmarks (claims/s, conflicts/claim, requests/lifecycle, a 10,000-job run), each
-## Lambda's cold start under the emulator and size, how soon a body hears a drain,
+## Lambda's cold start under the emulator and size, the submit call at 50/s through the
+## bootstraps (dev --lambdas) and in process, how soon a body hears a drain,
 ## a 256 MiB artifact's publish (MB/s, nymph's RSS while it uploads) and the daemon's footprint
 bench: build tools lambdas
 	$(GO) test -run '^$$' -bench 'Claim|Lifecycle' -benchtime 200x ./server/store/
 	$(GO) test -run '^$$' -bench 'BenchmarkRun' -benchtime 1x ./server/store/
 	$(GO) test -run '^$$' -bench LambdaColdStart -benchtime 5x ./tests/
 	$(GO) test -run '^$$' -bench Dispatch -benchtime 1x -timeout 30m ./tests/
+	$(GO) test -run '^$$' -bench LambdaSubmitRate -benchtime 1x -timeout 20m ./tests/
 	$(GO) test -run '^$$' -bench DrainNotice -benchtime 3x ./tests/
 	$(GO) test -run '^$$' -bench WarmStart -benchtime 1x ./tests/
 	$(GO) test -run '^$$' -bench Publish -benchtime 1x ./tests/
-	@echo "deploy bootstraps ($(LAMBDA_ARCH), dist/; target <= 15 MB):"
+	@echo "deploy bootstraps ($(LAMBDA_ARCH), dist/; target <= 15 MB, kept for hello, poll, ack and bye):"
 	@for f in $(FUNCTIONS); do stat -c '  %n %s bytes' $(DIST)/$$f/bootstrap; done
+	@for f in hello poll ack bye; do \
+		n=$$(stat -c %s $(DIST)/$$f/bootstrap); \
+		if [ "$$n" -gt 15000000 ]; then echo "$(DIST)/$$f/bootstrap is $$n bytes, over 15 MB (a daemon function cold-starts on every daemon's path: go tool nm -size -sort size shows what it links)"; exit 1; fi; \
+	done
 	bash scripts/footprint.sh
 
 ## localstack-test: the integration suite against a running LocalStack (docs/localstack.md)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/dreamlake/lakeshore"
 	"github.com/dreamlake/lakeshore/server/api"
+	"github.com/dreamlake/lakeshore/server/api/daemonapi"
 	"github.com/dreamlake/lakeshore/server/blobs"
 	"github.com/dreamlake/lakeshore/server/provision"
 	"github.com/dreamlake/lakeshore/shared/domain"
@@ -74,6 +75,38 @@ func TestTemplateMatchesTheCode(t *testing.T) {
 	slices.Sort(routed)
 	if want := api.GatewayRoutes(); !slices.Equal(routed, want) {
 		t.Errorf("HttpApi routes in template.yaml:\n  %v\nthe router serves:\n  %v", routed, want)
+	}
+}
+
+// TestDaemonFunctionsServeTheirRoutes: every HttpApi route template.yaml
+// sends to hello, poll, ack or bye is a route of the daemon routes' router,
+// the only one those functions build (apilambda.Daemon); a route given to
+// them that it lacks would answer 404 on AWS alone.
+func TestDaemonFunctionsServeTheirRoutes(t *testing.T) {
+	tmpl, err := goformation.ParseYAML(lakeshore.Template)
+	if err != nil {
+		t.Fatalf("parse template.yaml: %v", err)
+	}
+	fns := tmpl.GetAllServerlessFunctionResources()
+	served := daemonapi.Routes()
+	for _, id := range []string{"HelloFunction", "PollFunction", "AckFunction", "ByeFunction"} {
+		fn, ok := fns[id]
+		if !ok {
+			t.Fatalf("no %s in template.yaml", id)
+		}
+		routes := 0
+		for _, ev := range fn.Events {
+			if ev.Type != "HttpApi" || ev.Properties == nil || ev.Properties.HttpApiEvent == nil {
+				continue
+			}
+			routes++
+			if r := *ev.Properties.HttpApiEvent.Method + " " + *ev.Properties.HttpApiEvent.Path; !slices.Contains(served, r) {
+				t.Errorf("%s is routed %s, which the daemon routes' router (%v) does not serve", id, r, served)
+			}
+		}
+		if routes == 0 {
+			t.Errorf("%s has no HttpApi route", id)
+		}
 	}
 }
 

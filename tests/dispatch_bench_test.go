@@ -63,24 +63,60 @@ type dispatchResult struct {
 }
 
 // pct reports the p-th percentile latency (nearest rank).
-func (r dispatchResult) pct(p int) float64 {
-	if len(r.latencies) == 0 {
+func (r dispatchResult) pct(p int) float64 { return percentile(r.latencies, p) }
+
+// percentile reports the p-th percentile of sorted (nearest rank; 0 when
+// empty).
+func percentile(sorted []float64, p int) float64 {
+	if len(sorted) == 0 {
 		return 0
 	}
-	i := (p*len(r.latencies)+99)/100 - 1
-	return r.latencies[max(0, min(i, len(r.latencies)-1))]
+	i := (p*len(sorted)+99)/100 - 1
+	return sorted[max(0, min(i, len(sorted)-1))]
 }
 
 func runDispatch(b *testing.B, plane backend, every time.Duration) dispatchResult {
 	b.Helper()
-	d := startDev(b, plane)
+	d, daemons := startFleet(b, plane, 1)
 	op := d.Operator()
 	marks := b.TempDir()
+
+	// Warm up (first claims, first forks), then let the fleet go idle and
+	// count its polls.
+	warm, _ := submitMarked(b, op, marks, dispatchWarmups, 0)
+	waitMarks(b, marks, warm)
+	time.Sleep(2 * time.Second)
+	before := strings.Count(d.logText(), `"path":"/v1/daemon/poll"`)
+	time.Sleep(dispatchIdle)
+	polls := strings.Count(d.logText(), `"path":"/v1/daemon/poll"`) - before
+	var res dispatchResult
+	res.idlePollsPerMin = float64(polls) / dispatchWorkers / dispatchIdle.Minutes()
+
+	planeCPU0, daemonCPU0 := groupCPU(b, d.cmd.Process.Pid), daemonsCPU(b, daemons)
+	sent, _ := submitMarked(b, op, marks, dispatchN, every)
+	got := waitMarks(b, marks, sent)
+	res.planeCPU = groupCPU(b, d.cmd.Process.Pid) - planeCPU0
+	res.daemonCPU = daemonsCPU(b, daemons) - daemonCPU0
+	for id, at := range sent {
+		res.latencies = append(res.latencies, float64(got[id].Sub(at).Microseconds())/1000)
+	}
+	slices.Sort(res.latencies)
+	return res
+}
+
+// startFleet starts `lakeshore dev` on plane and dispatchWorkers idle
+// nymphs, each running up to capacity bodies at once, and waits until all
+// of them are active.
+func startFleet(b *testing.B, plane backend, capacity int) (*devServer, []*nymphProc) {
+	b.Helper()
+	d := startDev(b, plane)
+	op := d.Operator()
 	var daemons []*nymphProc
 	for i := range dispatchWorkers {
-		daemons = append(daemons, startNymph(b, d, fmt.Sprintf("dispatch-%d", i), "--log-level", "info"))
+		daemons = append(daemons, startNymph(b, d, fmt.Sprintf("dispatch-%d", i), "--log-level", "info",
+			"--capacity", strconv.Itoa(capacity)))
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	waittest.Until(b, time.Minute, "three ready workers", func() bool {
 		ws, err := op.ListWorkers(ctx, 100, "")
@@ -95,40 +131,20 @@ func runDispatch(b *testing.B, plane backend, every time.Duration) dispatchResul
 		}
 		return active == dispatchWorkers
 	})
-
-	// Warm up (first claims, first forks), then let the fleet go idle and
-	// count its polls.
-	warm := submitMarked(b, op, marks, dispatchWarmups, 0)
-	waitMarks(b, marks, warm)
-	time.Sleep(2 * time.Second)
-	before := strings.Count(d.logText(), `"path":"/v1/daemon/poll"`)
-	time.Sleep(dispatchIdle)
-	polls := strings.Count(d.logText(), `"path":"/v1/daemon/poll"`) - before
-	var res dispatchResult
-	res.idlePollsPerMin = float64(polls) / dispatchWorkers / dispatchIdle.Minutes()
-
-	planeCPU0, daemonCPU0 := groupCPU(b, d.cmd.Process.Pid), daemonsCPU(b, daemons)
-	sent := submitMarked(b, op, marks, dispatchN, every)
-	got := waitMarks(b, marks, sent)
-	res.planeCPU = groupCPU(b, d.cmd.Process.Pid) - planeCPU0
-	res.daemonCPU = daemonsCPU(b, daemons) - daemonCPU0
-	for id, at := range sent {
-		res.latencies = append(res.latencies, float64(got[id].Sub(at).Microseconds())/1000)
-	}
-	slices.Sort(res.latencies)
-	return res
+	return d, daemons
 }
 
 // submitMarked submits n invocations, one every `every` (0: back to back),
 // each from its own goroutine so a slow submit does not delay the next, and
-// reports when each submit call began, by invocation id. Each body writes
-// the wall clock (ns) to marks/<its invocation id> as its first
-// instruction.
-func submitMarked(b *testing.B, op *client.Client, marks string, n int, every time.Duration) map[string]time.Time {
+// reports when each submit call began, by invocation id, and how long each
+// call took (ms, sorted). Each body writes the wall clock (ns) to
+// marks/<its invocation id> as its first instruction.
+func submitMarked(b *testing.B, op *client.Client, marks string, n int, every time.Duration) (map[string]time.Time, []float64) {
 	b.Helper()
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	var errs []error
+	var calls []float64
 	out := map[string]time.Time{}
 	start := time.Now()
 	for i := range n {
@@ -141,6 +157,7 @@ func submitMarked(b *testing.B, op *client.Client, marks string, n int, every ti
 			at := time.Now()
 			inv, _, err := op.Submit(ctx, wire.SubmitRequest{Queue: "q", Argv: []string{"sh", "-c",
 				`date +%s%N > "$0/$NYMPH_INVOCATION_ID"`, marks}})
+			took := time.Since(at)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -148,13 +165,15 @@ func submitMarked(b *testing.B, op *client.Client, marks string, n int, every ti
 				return
 			}
 			out[inv.InvocationID] = at
+			calls = append(calls, float64(took.Microseconds())/1000)
 		}()
 	}
 	wg.Wait()
 	if len(errs) > 0 {
 		b.Fatalf("%d of %d submits failed; the first: %v", len(errs), n, errs[0])
 	}
-	return out
+	slices.Sort(calls)
+	return out, calls
 }
 
 // waitMarks waits until every invocation of sent has written its mark and

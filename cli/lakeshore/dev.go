@@ -23,6 +23,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dreamlake/lakeshore/server/api"
+	"github.com/dreamlake/lakeshore/server/api/daemonapi"
 	"github.com/dreamlake/lakeshore/server/auth"
 	"github.com/dreamlake/lakeshore/server/blobs"
 	lsconfig "github.com/dreamlake/lakeshore/server/config"
@@ -59,6 +60,7 @@ type devOptions struct {
 	logLevel         string
 	lambdas          string
 	lambdaConc       int
+	lambdaWarm       int
 	longPoll         bool
 	wakeChannel      bool
 	claimShards      int
@@ -122,8 +124,11 @@ bootstrap, and the Lambdas post through the emulated management API).`,
 	f.DurationVar(&o.staleAfter, "stale-after", domain.DefaultStaleAfter, "silence after which a worker reads stale")
 	f.DurationVar(&o.hostPoll, "host-poll-interval", 5*time.Second, "with --store aws, how often to poll EC2 for the host status of workers on instances (0: never); the embedded store has no EC2, so it is ignored there")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
-	f.StringVar(&o.lambdas, "lambdas", "", "serve the routes through the real Lambda bootstraps in this directory (make lambdas) under aws-lambda-rie, as sam local start-api does")
+	f.StringVar(&o.lambdas, "lambdas", "", "serve the routes through the real Lambda bootstraps in this directory (make lambdas) under aws-lambda-rie, as sam local start-api does; "+
+		"each emulator runs one invocation at a time (about 1 ms of its own on top of the function's), a call that finds a function's emulators all busy waits for one to come free or to start "+
+		"(one start at a time per function: the emulator's process, then the function's INIT, 20-60 ms, at its first call), so a burst queues for a moment where Lambda would scale out at once")
 	f.IntVar(&o.lambdaConc, "lambda-concurrency", 32, "with --lambdas, the most emulators each function may run at once (started on demand, one invocation each); a long poll holds one, so keep it above the number of daemons")
+	f.IntVar(&o.lambdaWarm, "lambda-warm", 1, "with --lambdas, the emulators each function starts ahead (at most --lambda-concurrency); each still runs the function's INIT at its first call")
 	f.BoolVar(&o.longPoll, "long-poll", true, "in process, hold idle daemons' polls until work arrives (the Lambda routes never do: a held Lambda bills its wait)")
 	f.BoolVar(&o.wakeChannel, "wake-channel", true, "serve the wake channel (a WebSocket that tells idle daemons to poll now); false: daemons only poll, as against an older control plane")
 	f.IntVar(&o.claimShards, "claim-shards", 1, "split each queue's claim index partition in this many (LAKESHORE_CLAIM_SHARDS; for a queue busier than one DynamoDB partition takes; never lower it while work is queued)")
@@ -190,6 +195,9 @@ func runDev(ctx context.Context, o devOptions) error {
 	}
 	if o.lambdas != "" && o.lambdaConc < 1 {
 		return fmt.Errorf("--lambda-concurrency must be at least 1, got %d", o.lambdaConc)
+	}
+	if o.lambdas != "" && (o.lambdaWarm < 0 || o.lambdaWarm > o.lambdaConc) {
+		return fmt.Errorf("--lambda-warm must be from 0 to --lambda-concurrency (%d), got %d", o.lambdaConc, o.lambdaWarm)
 	}
 	log := logjson.New(os.Stderr, level)
 	if !loopbackAddr(o.addr) {
@@ -298,15 +306,14 @@ func runDev(ctx context.Context, o devOptions) error {
 		pollHostsOnce = func(ctx context.Context) error { return gw.invokeLogged(ctx, "hoststatus") }
 		provisionOnce = func(ctx context.Context) error { return gw.invokeLogged(ctx, "provisioner") }
 	} else {
-		srv, err := api.New(api.Config{
+		srv, err := api.New(api.Config{Sessions: st, Config: daemonapi.Config{
 			Control:               svc,
-			Sessions:              st,
 			EnrollToken:           o.enrollToken,
 			OperatorToken:         o.operatorToken,
 			PreviousEnrollToken:   o.previousEnroll,
 			PreviousOperatorToken: o.previousOperator,
 			Logger:                log,
-		})
+		}})
 		if err != nil {
 			return err
 		}

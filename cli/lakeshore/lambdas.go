@@ -58,6 +58,7 @@ type lambdaConfig struct {
 	logs     io.Writer
 	emulator string
 	maxConc  int // per function; 0: rie's default
+	warm     int // emulators each function starts ahead
 }
 
 // functionName maps a template logical id to its functions/ directory and
@@ -90,6 +91,7 @@ func newLambdaGateway(cfg lambdaConfig, log *slog.Logger) (*lambdaGateway, error
 		pool, err := rie.NewPool(rie.Function{
 			Name: name, Bootstrap: bootstrap, Emulator: cfg.emulator,
 			Env: cfg.env, Timeout: functionTimeout(tmpl.Globals, fn), Logs: cfg.logs, MaxConcurrency: cfg.maxConc,
+			Warm: cfg.warm,
 		})
 		if err != nil {
 			g.close()
@@ -307,6 +309,7 @@ func startLambdas(o devOptions, endpoint, invokeURL string, wake wakeChannel, lo
 	}
 	return newLambdaGateway(lambdaConfig{
 		dist: o.lambdas, env: lambdaEnv(os.Environ(), o, endpoint, invokeURL, wake), logs: os.Stderr, emulator: emulator, maxConc: o.lambdaConc,
+		warm: o.lambdaWarm,
 	}, log)
 }
 

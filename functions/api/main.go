@@ -6,11 +6,14 @@
 package main
 
 import (
+	"net/http"
 	"os"
 
 	"github.com/aws/aws-sdk-go-v2/service/lambda"
 
+	"github.com/dreamlake/lakeshore/server/api"
 	"github.com/dreamlake/lakeshore/server/api/apilambda"
+	"github.com/dreamlake/lakeshore/server/api/daemonapi"
 	"github.com/dreamlake/lakeshore/server/blobs/blobslambda"
 	"github.com/dreamlake/lakeshore/server/config"
 	"github.com/dreamlake/lakeshore/server/control"
@@ -18,7 +21,12 @@ import (
 	"github.com/dreamlake/lakeshore/server/nudge"
 )
 
-func main() { apilambda.Main("api", nudgeProvisioner, blobslambda.Hook) }
+func main() { apilambda.Main("api", router, nudgeProvisioner, blobslambda.Hook) }
+
+// router is the whole wire API and the web view, its sessions in the store.
+func router(s lambdamain.Start, c daemonapi.Config) (http.Handler, error) {
+	return api.New(api.Config{Config: c, Sessions: s.Store})
+}
 
 // nudgeProvisioner makes each submit nudge the provisioner function named
 // by LAKESHORE_PROVISIONER_FUNCTION (set when provisioning is on): its

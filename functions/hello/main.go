@@ -5,4 +5,4 @@ package main
 
 import "github.com/dreamlake/lakeshore/server/api/apilambda"
 
-func main() { apilambda.Main("hello") }
+func main() { apilambda.Main("hello", apilambda.Daemon) }

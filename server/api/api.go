@@ -1,51 +1,35 @@
 // Package api is the control plane's HTTP router: every daemon and operator
-// route of docs/design.md §3, with their tokens, over the store. The same handler
-// runs under Lambda (through lambdahttp), under `lakeshore dev` and in tests.
+// route of docs/design.md §3, with their tokens, over the store, and the web
+// view. The daemon routes and the router they run in are daemonapi's (what
+// the daemon functions serve alone); this package adds the rest. The same
+// handler runs under Lambda (through lambdahttp), under `lakeshore dev` and
+// in tests.
 package api
 
 import (
-	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"maps"
 	"net/http"
-	"path"
 	"slices"
 	"strings"
-	"time"
 
-	"github.com/dreamlake/lakeshore/server/auth"
+	"github.com/dreamlake/lakeshore/server/api/daemonapi"
 	"github.com/dreamlake/lakeshore/server/control"
 	"github.com/dreamlake/lakeshore/server/store"
 	"github.com/dreamlake/lakeshore/server/ui"
 	"github.com/dreamlake/lakeshore/shared/clock"
-	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
-// Config is what the router needs: the use cases (one Service per process,
-// built by its main), the web view's session store and the tokens.
+// Config is what the router needs: the daemon routes' (the use cases, one
+// Service per process, built by its main, and the tokens) and the web
+// view's session store.
 type Config struct {
-	Control *control.Service
+	daemonapi.Config
 	// Sessions keeps the web view's sessions (the store).
-	Sessions      ui.Sessions
-	EnrollToken   string
-	OperatorToken string
-	// PreviousEnrollToken and PreviousOperatorToken, when set, are still
-	// accepted while daemons and operators move to the current ones (a
-	// rotation: docs/operations.md). Optional.
-	PreviousEnrollToken   string
-	PreviousOperatorToken string
-	Logger                *slog.Logger
-	// DaemonAuth is auth.DaemonAuthToken (the default) or auth.DaemonAuthIAM.
-	DaemonAuth string
+	Sessions ui.Sessions
 }
-
-// authWarnEvery is how often a route logs a refused credential at warn: a
-// stray client, a revoked token or a scanner must be visible without
-// flooding the log with one line a request.
-const authWarnEvery = time.Minute
 
 // The web view keeps its sessions in the store.
 var _ ui.Sessions = (*store.Store)(nil)
@@ -56,49 +40,36 @@ const (
 	defaultLimit = 100
 )
 
-// Server serves the wire API.
+// Server serves the wire API: the daemon routes' router (daemonapi) with
+// the operator and artifact routes added, and the web view beside it.
 type Server struct {
-	cfg     Config
-	svc     *control.Service // the use cases
-	clock   clock.Clock
-	mux     *http.ServeMux
-	log     *slog.Logger
-	authLog auth.Limiter // the warn lines of refused credentials, per route
-	ui      *ui.UI       // the web view under /ui/ (docs/ui.md)
+	core  *daemonapi.Router // the daemon routes, and the routes this package adds
+	svc   *control.Service  // the use cases
+	clock clock.Clock
+	log   *slog.Logger
+	ui    *ui.UI // the web view under /ui/ (docs/ui.md)
 }
 
 // New returns the router. It refuses a config without both tokens: a
 // control plane must never run open.
 func New(cfg Config) (*Server, error) {
-	if cfg.Control == nil || cfg.Sessions == nil {
-		return nil, errors.New("api: no use cases or no session store")
+	if cfg.Sessions == nil {
+		return nil, errors.New("api: no session store")
 	}
-	if cfg.EnrollToken == "" || cfg.OperatorToken == "" {
-		return nil, errors.New("api: enrollment and operator tokens are both required")
+	core, err := daemonapi.New(cfg.Config)
+	if err != nil {
+		return nil, err
 	}
-	for _, e := range []string{cfg.EnrollToken, cfg.PreviousEnrollToken} {
-		for _, o := range []string{cfg.OperatorToken, cfg.PreviousOperatorToken} {
-			if e != "" && e == o {
-				return nil, errors.New("api: the enrollment and operator tokens must differ (current and previous alike)")
-			}
-		}
+	s := &Server{core: core, svc: cfg.Control, clock: cfg.Control.Clock(), log: cfg.Logger}
+	if s.log == nil {
+		s.log = slog.Default()
 	}
-	switch cfg.DaemonAuth {
-	case "":
-		cfg.DaemonAuth = auth.DaemonAuthToken
-	case auth.DaemonAuthToken, auth.DaemonAuthIAM:
-	default:
-		return nil, fmt.Errorf("api: daemon auth must be %q or %q, got %q", auth.DaemonAuthToken, auth.DaemonAuthIAM, cfg.DaemonAuth)
+	for pattern, h := range s.routeTable() {
+		core.Handle(pattern, h)
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	s := &Server{cfg: cfg, svc: cfg.Control, clock: cfg.Control.Clock(), mux: http.NewServeMux(), log: cfg.Logger,
-		authLog: auth.Limiter{Every: authWarnEvery, Max: 1}}
-	s.routes()
 	// The web view acts through the operator routes, in this process.
-	view, err := ui.New(ui.Config{API: http.HandlerFunc(s.serveAPI), OperatorToken: cfg.OperatorToken,
-		PreviousOperatorToken: cfg.PreviousOperatorToken, Sessions: cfg.Sessions, Clock: s.clock, Logger: cfg.Logger})
+	view, err := ui.New(ui.Config{API: core, OperatorToken: cfg.OperatorToken,
+		PreviousOperatorToken: cfg.PreviousOperatorToken, Sessions: cfg.Sessions, Clock: s.clock, Logger: s.log})
 	if err != nil {
 		return nil, err
 	}
@@ -106,21 +77,17 @@ func New(cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// routeTable maps every route pattern ("METHOD /path") to its handler,
-// operator routes already behind the operator token.
-func (s *Server) routeTable() map[string]handlerFunc {
-	t := map[string]handlerFunc{
-		"POST /v1/daemon/hello": s.hello,
-		"POST /v1/daemon/poll":  s.poll,
-		"POST /v1/daemon/ack":   s.ack,
-		"POST /v1/daemon/bye":   s.bye,
-		"POST /v1/daemon/logs":  s.logs,
-		"GET /v1/healthz":       s.healthz,
+// routeTable maps every route pattern ("METHOD /path") this package adds
+// to the daemon routes to its handler, operator routes already behind the
+// operator token.
+func (s *Server) routeTable() map[string]daemonapi.HandlerFunc {
+	t := map[string]daemonapi.HandlerFunc{
+		"GET /v1/healthz": s.healthz,
 
 		"POST /v1/daemon/artifacts":          s.presignArtifact,
 		"POST /v1/daemon/artifacts/complete": s.completeArtifact,
 	}
-	for pattern, h := range map[string]handlerFunc{
+	for pattern, h := range map[string]daemonapi.HandlerFunc{
 		"POST /v1/invocations":               s.submit,
 		"GET /v1/invocations":                s.listInvocations,
 		"GET /v1/invocations/{id}":           s.getInvocation,
@@ -143,20 +110,15 @@ func (s *Server) routeTable() map[string]handlerFunc {
 		"POST /v1/runs/{id}/cancel":          s.cancelRun,
 		"POST /v1/runs/{id}/retry":           s.retryRun,
 	} {
-		t[pattern] = s.operator(h)
+		t[pattern] = s.core.Operator(h)
 	}
 	return t
 }
 
-func (s *Server) routes() {
-	for pattern, h := range s.routeTable() {
-		s.mux.Handle(pattern, s.wrap(h))
-	}
-}
-
 // Routes lists every route of the wire API ("METHOD /path", sorted).
 func Routes() []string {
-	return slices.Sorted(maps.Keys((&Server{}).routeTable()))
+	own := (&Server{core: &daemonapi.Router{}}).routeTable()
+	return slices.Sorted(slices.Values(append(daemonapi.Routes(), slices.Collect(maps.Keys(own))...)))
 }
 
 // GatewayRoutes lists what template.yaml's HttpApi must route to the
@@ -166,11 +128,8 @@ func GatewayRoutes() []string {
 	return slices.Sorted(slices.Values(append(Routes(), "GET /ui", "GET /ui/{proxy+}", "POST /ui/{proxy+}")))
 }
 
-// ServeHTTP answers a request; unknown routes and methods get JSON errors.
-//
-// A path that is not canonical ("//", "/./", "/../", a trailing "/") is
-// answered 404 here: ServeMux would redirect it with an HTML body, and a
-// client that follows a redirect may send a POST twice.
+// ServeHTTP answers a request: the web view under /ui/, the wire API
+// (daemonapi.Router.ServeHTTP) everywhere else.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch p := r.URL.Path; {
 	case p == "/ui" && r.Method == http.MethodGet:
@@ -180,138 +139,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.ui.ServeHTTP(w, r)
 		return
 	}
-	s.serveAPI(w, r)
-}
-
-// serveAPI answers a request of the wire API (/v1/...).
-func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
-	// The escaped path, as ServeMux matches it: "..%2F" inside a segment
-	// is that segment's value (and an id check refuses it), not a step up.
-	if p := r.URL.EscapedPath(); p != "/" && path.Clean(p) != p {
-		writeError(w, wire.Errorf(wire.CodeNoRoute, "no route %s %s: the path is not canonical (try %s)", r.Method, p, path.Clean("/"+p)))
-		return
-	}
-	if _, pattern := s.mux.Handler(r); pattern == "" {
-		s.noRoute(w, r)
-		return
-	}
-	s.mux.ServeHTTP(w, r)
-}
-
-func (s *Server) noRoute(w http.ResponseWriter, r *http.Request) {
-	var allow []string
-	for _, m := range []string{http.MethodGet, http.MethodPost} {
-		probe := r.Clone(r.Context())
-		probe.Method = m
-		if _, pattern := s.mux.Handler(probe); pattern != "" {
-			allow = append(allow, m)
-		}
-	}
-	if len(allow) == 0 {
-		writeError(w, wire.Errorf(wire.CodeNoRoute, "no route %s %s", r.Method, r.URL.Path))
-		return
-	}
-	methods := strings.Join(allow, ", ")
-	w.Header().Set("Allow", methods)
-	writeError(w, wire.Errorf(wire.CodeNotAllowed, "%s %s is not allowed; use %s", r.Method, r.URL.Path, methods))
-}
-
-// handlerFunc answers with a status and a JSON body, or an error.
-type handlerFunc func(r *http.Request) (status int, body any, err error)
-
-func (s *Server) wrap(h handlerFunc) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		start := time.Now()
-		status, body, err := h(r)
-		if err != nil {
-			status = wire.Status(wire.CodeOf(err))
-			level := slog.LevelInfo
-			attrs := []any{"method", r.Method, "path", r.URL.Path, "status", status, "error", err.Error(),
-				"duration_ms", time.Since(start).Milliseconds()}
-			switch {
-			case status >= 500:
-				level = slog.LevelError
-			case status == http.StatusUnauthorized:
-				// A client with a wrong, revoked or missing token: worth a
-				// warning, once a minute per route; the others at debug,
-				// counted in the next warning.
-				level = slog.LevelDebug
-				if ok, held := s.authLog.Note(r.Pattern, s.clock.Now()); ok {
-					level = slog.LevelWarn
-					attrs = append(attrs, "remote", r.RemoteAddr, "user_agent", r.UserAgent(), "refused_since_last_warning", held)
-				}
-			}
-			s.log.Log(r.Context(), level, "request refused", attrs...)
-			writeError(w, err)
-			return
-		}
-		s.log.Debug("request", "method", r.Method, "path", r.URL.Path, "status", status,
-			"duration_ms", time.Since(start).Milliseconds())
-		writeJSON(w, status, body)
-	})
-}
-
-func writeJSON(w http.ResponseWriter, status int, body any) {
-	if body == nil {
-		w.WriteHeader(status)
-		return
-	}
-	if page, ok := body.(jsonLines); ok {
-		page.write(w, status)
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(body)
-}
-
-func writeError(w http.ResponseWriter, err error) {
-	writeJSON(w, wire.Status(wire.CodeOf(err)), wire.BodyFor(err))
-}
-
-// operator guards a route with the operator token.
-func (s *Server) operator(h handlerFunc) handlerFunc {
-	return func(r *http.Request) (int, any, error) {
-		if !auth.EqualAny(auth.Bearer(r), s.cfg.OperatorToken, s.cfg.PreviousOperatorToken) {
-			return 0, nil, wire.Errorf(wire.CodeUnauthorized, "operator routes need Authorization: Bearer <operator token>")
-		}
-		return h(r)
-	}
-}
-
-// workerRequest reads a daemon route's token and body: the token must be
-// shaped like a worker token (401, checked before the body is read), and the
-// body's worker_id must be the token's worker (403). It returns the check
-// the store call that follows makes on the worker's row: the secret against
-// the stored hash and, in IAM mode, the row's machine against the caller.
-func (s *Server) workerRequest(r *http.Request, body interface {
-	wire.Validator
-	Worker() string
-}) (tok string, authorize store.Authorize, err error) {
-	instance, err := s.callerInstance(r)
-	if err != nil {
-		return "", nil, err
-	}
-	tok = s.daemonToken(r)
-	owner, ok := auth.WorkerOf(tok)
-	if !ok {
-		if s.cfg.DaemonAuth == auth.DaemonAuthIAM {
-			return "", nil, wire.Errorf(wire.CodeUnauthorized, "daemon routes need %s: <worker token from hello>", wire.TokenHeader)
-		}
-		return "", nil, wire.Errorf(wire.CodeUnauthorized, "daemon routes need Authorization: Bearer <worker token from hello>")
-	}
-	if err := wire.Decode(r.Body, body); err != nil {
-		return "", nil, err
-	}
-	if owner != body.Worker() {
-		return "", nil, wire.Errorf(wire.CodeForbidden, "the token belongs to another worker than %s", body.Worker())
-	}
-	return tok, func(w domain.Worker) error {
-		if !auth.HashMatches(tok, w.TokenHash) {
-			return store.ErrWorkerToken
-		}
-		return sameInstance(instance, w.MachineID)
-	}, nil
+	s.core.ServeHTTP(w, r)
 }
 
 func (s *Server) healthz(r *http.Request) (int, any, error) {

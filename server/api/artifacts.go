@@ -20,7 +20,7 @@ var errNoArtifacts = wire.Errorf(wire.CodeNotImplemented, "artifacts are not con
 
 func (s *Server) presignArtifact(r *http.Request) (int, any, error) {
 	var req wire.ArtifactUploadRequest
-	tok, authorize, err := s.workerRequest(r, &req)
+	tok, authorize, err := s.core.WorkerRequest(r, &req)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -36,7 +36,7 @@ func (s *Server) presignArtifact(r *http.Request) (int, any, error) {
 
 func (s *Server) completeArtifact(r *http.Request) (int, any, error) {
 	var req wire.ArtifactCompleteRequest
-	tok, authorize, err := s.workerRequest(r, &req)
+	tok, authorize, err := s.core.WorkerRequest(r, &req)
 	if err != nil {
 		return 0, nil, err
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/dreamlake/lakeshore/server/api"
 	"github.com/dreamlake/lakeshore/server/api/apitest"
+	"github.com/dreamlake/lakeshore/server/api/daemonapi"
 	"github.com/dreamlake/lakeshore/server/store"
 	"github.com/dreamlake/lakeshore/server/store/storetest"
 	"github.com/dreamlake/lakeshore/shared/cadence"
@@ -183,11 +184,11 @@ func TestNewRefusesOpenConfig(t *testing.T) {
 		name string
 		cfg  api.Config
 	}{
-		{"no use cases", api.Config{Sessions: h.store, EnrollToken: "a", OperatorToken: "b"}},
-		{"no session store", api.Config{Control: svc, EnrollToken: "a", OperatorToken: "b"}},
-		{"no enrollment token", api.Config{Control: svc, Sessions: h.store, OperatorToken: "b"}},
-		{"no operator token", api.Config{Control: svc, Sessions: h.store, EnrollToken: "a"}},
-		{"same tokens", api.Config{Control: svc, Sessions: h.store, EnrollToken: "a", OperatorToken: "a"}},
+		{"no use cases", api.Config{Sessions: h.store, Config: daemonapi.Config{EnrollToken: "a", OperatorToken: "b"}}},
+		{"no session store", api.Config{Config: daemonapi.Config{Control: svc, EnrollToken: "a", OperatorToken: "b"}}},
+		{"no enrollment token", api.Config{Sessions: h.store, Config: daemonapi.Config{Control: svc, OperatorToken: "b"}}},
+		{"no operator token", api.Config{Sessions: h.store, Config: daemonapi.Config{Control: svc, EnrollToken: "a"}}},
+		{"same tokens", api.Config{Sessions: h.store, Config: daemonapi.Config{Control: svc, EnrollToken: "a", OperatorToken: "a"}}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -877,8 +878,8 @@ func TestStoreDownIsUnavailable(t *testing.T) {
 	dead := "http://" + l.Addr().String()
 	l.Close() // nothing listens there now: connection refused
 	db := store.EndpointClient(dead)
-	s, err := apitest.Build(apitest.Config{Store: store.New(db, "down-"), Config: api.Config{EnrollToken: enrollToken, OperatorToken: operatorToken,
-		Logger: slog.New(slog.DiscardHandler)}})
+	s, err := apitest.Build(apitest.Config{Store: store.New(db, "down-"), Config: api.Config{Config: daemonapi.Config{EnrollToken: enrollToken, OperatorToken: operatorToken,
+		Logger: slog.New(slog.DiscardHandler)}}})
 	if err != nil {
 		t.Fatal(err)
 	}

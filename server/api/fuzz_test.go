@@ -53,6 +53,7 @@ import (
 
 	"github.com/dreamlake/lakeshore/server/api"
 	"github.com/dreamlake/lakeshore/server/api/apitest"
+	"github.com/dreamlake/lakeshore/server/api/daemonapi"
 	"github.com/dreamlake/lakeshore/server/blobs"
 	"github.com/dreamlake/lakeshore/server/blobs/blobstest"
 	"github.com/dreamlake/lakeshore/server/control"
@@ -173,7 +174,7 @@ func newFuzzPlane() (*fuzzPlane, error) {
 	logs := &bytes.Buffer{}
 	bs, _ := blobstest.Start() // lives as long as the process's fixture
 	srv, err := apitest.Build(apitest.Config{Store: st,
-		Config: api.Config{EnrollToken: enrollToken, OperatorToken: operatorToken, Logger: slog.New(slog.NewJSONHandler(logs, nil))},
+		Config: api.Config{Config: daemonapi.Config{EnrollToken: enrollToken, OperatorToken: operatorToken, Logger: slog.New(slog.NewJSONHandler(logs, nil))}},
 		Control: control.Config{Clock: clock.Of(now), Blobs: blobs.UseCases{Store: bs},
 			// A long poll re-checks a few times and never really waits.
 			MaxPollWait: 250 * time.Millisecond,

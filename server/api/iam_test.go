@@ -11,6 +11,7 @@ import (
 
 	"github.com/dreamlake/lakeshore/server/api"
 	"github.com/dreamlake/lakeshore/server/api/apitest"
+	"github.com/dreamlake/lakeshore/server/api/daemonapi"
 	"github.com/dreamlake/lakeshore/server/auth"
 	"github.com/dreamlake/lakeshore/server/lambdahttp"
 	"github.com/dreamlake/lakeshore/server/store"
@@ -36,8 +37,8 @@ func newIAMPlane(t *testing.T) *iamPlane {
 	if err := schema.EnsureTables(context.Background(), db, prefix); err != nil {
 		t.Fatal(err)
 	}
-	srv, err := apitest.Build(apitest.Config{Store: store.New(db, prefix), Config: api.Config{EnrollToken: enrollToken, OperatorToken: operatorToken,
-		DaemonAuth: auth.DaemonAuthIAM, Logger: slog.New(slog.DiscardHandler)}})
+	srv, err := apitest.Build(apitest.Config{Store: store.New(db, prefix), Config: api.Config{Config: daemonapi.Config{EnrollToken: enrollToken, OperatorToken: operatorToken,
+		DaemonAuth: auth.DaemonAuthIAM, Logger: slog.New(slog.DiscardHandler)}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +132,7 @@ func TestIAMMode(t *testing.T) {
 // TestIAMModeRefusesUnknownMode: a typo in the mode is a start-up error,
 // never a silently open or silently token-only control plane.
 func TestIAMModeRefusesUnknownMode(t *testing.T) {
-	_, err := apitest.Build(apitest.Config{Store: &store.Store{}, Config: api.Config{EnrollToken: "e", OperatorToken: "o", DaemonAuth: "IAM"}})
+	_, err := apitest.Build(apitest.Config{Store: &store.Store{}, Config: api.Config{Config: daemonapi.Config{EnrollToken: "e", OperatorToken: "o", DaemonAuth: "IAM"}}})
 	if err == nil {
 		t.Fatal("api.New accepted daemon auth \"IAM\"")
 	}

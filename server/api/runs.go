@@ -195,7 +195,7 @@ func queryInt(v string, def int, name string) (int, error) {
 	return n, nil
 }
 
-// jsonLines is an answer of JSON lines (application/x-ndjson), with the
+// jsonLines (a daemonapi.Lines) is an answer of JSON lines (application/x-ndjson), with the
 // next page's first index in wire.NextIndexHeader when there is one.
 type jsonLines struct {
 	buf  *bytes.Buffer
@@ -206,7 +206,7 @@ func (p jsonLines) add(v any) {
 	_ = json.NewEncoder(p.buf).Encode(v) // one line each
 }
 
-func (p jsonLines) write(w http.ResponseWriter, status int) {
+func (p jsonLines) WriteResponse(w http.ResponseWriter, status int) {
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	if p.next != "" {
 		w.Header().Set(wire.NextIndexHeader, p.next)

@@ -7,7 +7,10 @@
 // environment does. A Pool therefore starts emulators on demand, up to a
 // concurrency limit, and hands each invocation to an idle one: concurrent
 // long polls from several daemons scale out the way Lambda scales out
-// execution environments.
+// execution environments. An invocation that finds none idle starts one
+// and takes whichever comes free first, so a burst waits for the busy
+// emulators' answers rather than for a cold start; and a pool may start
+// some ahead (Function.Warm).
 package rie
 
 import (
@@ -77,6 +80,12 @@ type Function struct {
 	// MaxConcurrency caps the emulators started at once (default 8): the
 	// function's reserved concurrency.
 	MaxConcurrency int
+	// Warm is how many emulators NewPool starts ahead, in the background
+	// (at most MaxConcurrency; default none): the first invocations then
+	// skip the emulator's own start. The emulator starts the function
+	// itself only at its first invocation, so that one still pays the
+	// function's INIT, as on Lambda without provisioned concurrency.
+	Warm int
 	// Logs receives the emulator's and the function's output, each line
 	// prefixed with "[name#n] "; nil discards it.
 	Logs io.Writer
@@ -116,6 +125,10 @@ type Pool struct {
 	closed  bool
 	stats   Stats
 	started int
+	// starting counts the emulators being started; startEnded is closed
+	// (and replaced) each time one start ends or an emulator is retired.
+	starting   int
+	startEnded chan struct{}
 }
 
 // NewPool returns a pool that starts emulators of fn on demand.
@@ -134,10 +147,12 @@ func NewPool(fn Function) (*Pool, error) {
 	if fn.Logs == nil {
 		fn.Logs = io.Discard
 	}
-	p := &Pool{fn: fn, idle: make(chan *instance, fn.MaxConcurrency), slots: make(chan struct{}, fn.MaxConcurrency)}
+	p := &Pool{fn: fn, idle: make(chan *instance, fn.MaxConcurrency), slots: make(chan struct{}, fn.MaxConcurrency),
+		startEnded: make(chan struct{})}
 	for range fn.MaxConcurrency {
 		p.slots <- struct{}{}
 	}
+	p.warm(fn.Warm)
 	return p, nil
 }
 
@@ -179,18 +194,112 @@ func (p *Pool) acquire(ctx context.Context) (*instance, error) {
 		return in, nil
 	default:
 	}
-	select {
-	case in := <-p.idle:
-		return in, nil
-	case <-p.slots:
+	// None idle: start one if none is starting and the limit allows, and
+	// take whichever is free first, the new one or one another invocation
+	// gives back. An emulator's start (its process, its listening, then
+	// the function's INIT) takes far longer than most invocations, so a
+	// caller that waited for its own start would pay it even when an
+	// emulator came free meanwhile; the one started goes to the idle set
+	// instead. One start at a time: on a loaded machine every waiter
+	// starting its own would add the load that keeps them waiting (a
+	// flood of cold starts), while a pool that grows by one each time its
+	// callers still wait reaches the concurrency they need.
+	for {
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			return nil, fmt.Errorf("lambda %s: pool closed", p.fn.Name)
+		}
+		var started <-chan startResult
+		if p.starting == 0 {
+			select {
+			case <-p.slots:
+				started = p.startAsync()
+			default:
+			}
+		}
+		ended := p.startEnded
+		if started != nil {
+			// This caller's own start answers on started; its end must
+			// not be taken for another's and the emulator left unread.
+			ended = nil
+		}
+		p.mu.Unlock()
+		select {
+		case in := <-p.idle:
+			p.adopt(started)
+			return in, nil
+		case r := <-started: // nil (never ready) when none was started
+			return r.in, r.err
+		case <-ended:
+			// Another caller's start ended, or an emulator was
+			// retired: look again (an idle emulator, or room to start
+			// the next).
+		case <-ctx.Done():
+			p.adopt(started)
+			return nil, fmt.Errorf("lambda %s: waiting for a free instance: %w", p.fn.Name, ctx.Err())
+		}
+	}
+}
+
+// startResult is a started emulator, or why it did not start.
+type startResult struct {
+	in  *instance
+	err error
+}
+
+// startAsync starts an emulator on a slot already taken, giving the slot
+// back if it fails; p.mu is held. Its end wakes every caller waiting in
+// acquire.
+func (p *Pool) startAsync() <-chan startResult {
+	p.starting++
+	ch := make(chan startResult, 1)
+	go func() {
 		in, err := p.start()
 		if err != nil {
 			p.slots <- struct{}{}
-			return nil, err
 		}
-		return in, nil
-	case <-ctx.Done():
-		return nil, fmt.Errorf("lambda %s: waiting for a free instance: %w", p.fn.Name, ctx.Err())
+		ch <- startResult{in, err}
+		p.mu.Lock()
+		p.starting--
+		p.changed()
+		p.mu.Unlock()
+	}()
+	return ch
+}
+
+// changed wakes every caller waiting in acquire to look again: a start
+// ended, or an emulator was retired and its slot is free; p.mu is held.
+func (p *Pool) changed() {
+	close(p.startEnded)
+	p.startEnded = make(chan struct{})
+}
+
+// adopt puts the emulator of a start nobody waits for any more into the
+// idle set once it is up (nil: no start).
+func (p *Pool) adopt(started <-chan startResult) {
+	if started == nil {
+		return
+	}
+	go func() {
+		if r := <-started; r.err == nil {
+			p.release(r.in)
+		}
+	}()
+}
+
+// warm starts n emulators ahead, at once, each going to the idle set once
+// it listens (Function.Warm).
+func (p *Pool) warm(n int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for range n {
+		select {
+		case <-p.slots:
+			p.adopt(p.startAsync())
+		default:
+			return
+		}
 	}
 }
 
@@ -217,6 +326,7 @@ func (p *Pool) discard(in *instance) {
 		}
 	}
 	p.slots <- struct{}{}
+	p.changed()
 }
 
 // Stats reports the pool's counters.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/dreamlake/lakeshore/server/api"
 	"github.com/dreamlake/lakeshore/server/api/apitest"
+	"github.com/dreamlake/lakeshore/server/api/daemonapi"
 	"github.com/dreamlake/lakeshore/server/control"
 	"github.com/dreamlake/lakeshore/server/store"
 	"github.com/dreamlake/lakeshore/server/store/schema"
@@ -66,8 +67,8 @@ func FuzzUIForms(f *testing.F) {
 	}
 	c := clock.NewFake(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
 	st := store.New(db, prefix)
-	router, err := apitest.Build(apitest.Config{Store: st, Config: api.Config{EnrollToken: enrollToken, OperatorToken: operatorToken,
-		Logger: slog.New(slog.DiscardHandler)}, Control: control.Config{Clock: c.Clock()}})
+	router, err := apitest.Build(apitest.Config{Store: st, Config: api.Config{Config: daemonapi.Config{EnrollToken: enrollToken, OperatorToken: operatorToken,
+		Logger: slog.New(slog.DiscardHandler)}}, Control: control.Config{Clock: c.Clock()}})
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/dreamlake/lakeshore/server/api"
 	"github.com/dreamlake/lakeshore/server/api/apitest"
+	"github.com/dreamlake/lakeshore/server/api/daemonapi"
 	"github.com/dreamlake/lakeshore/server/store"
 	"github.com/dreamlake/lakeshore/server/store/schema"
 	"github.com/dreamlake/lakeshore/server/store/storetest"
@@ -59,8 +60,8 @@ func newTables(t *testing.T) tables {
 // router is the API and view over tb, its config changed by mod.
 func (tb tables) router(t *testing.T, mod func(*apitest.Config)) *api.Server {
 	t.Helper()
-	cfg := apitest.Config{Store: store.New(tb.db, tb.prefix), Config: api.Config{EnrollToken: enrollToken, OperatorToken: operatorToken,
-		Logger: slog.New(slog.DiscardHandler)}}
+	cfg := apitest.Config{Store: store.New(tb.db, tb.prefix), Config: api.Config{Config: daemonapi.Config{EnrollToken: enrollToken, OperatorToken: operatorToken,
+		Logger: slog.New(slog.DiscardHandler)}}}
 	if mod != nil {
 		mod(&cfg)
 	}

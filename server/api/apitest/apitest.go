@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/dreamlake/lakeshore/server/api"
+	"github.com/dreamlake/lakeshore/server/api/daemonapi"
 	"github.com/dreamlake/lakeshore/server/control"
 	"github.com/dreamlake/lakeshore/server/store"
 	"github.com/dreamlake/lakeshore/server/store/schema"
@@ -101,11 +102,11 @@ func NewWith(t testing.TB, o Options, opts ...func(*Config)) *Plane {
 	if o.Transport != nil {
 		st = store.New(storetest.FaultyClient(endpoint, o.Transport, o.ClientTimeout), prefix)
 	}
-	cfg := Config{Store: st, Config: api.Config{
+	cfg := Config{Store: st, Config: api.Config{Config: daemonapi.Config{
 		EnrollToken:   EnrollToken,
 		OperatorToken: OperatorToken,
 		Logger:        slog.New(slog.DiscardHandler),
-	}}
+	}}}
 	for _, o := range opts {
 		o(&cfg)
 	}

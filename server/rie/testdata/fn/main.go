@@ -1,6 +1,6 @@
 // Command fn is a Lambda function for the rie package's tests: it echoes
 // its event, sleeps for {"sleep_ms": N}, waits for {"wait_file": path} to
-// exist, fails for {"fail": "why"} and exits for {"exit": true}.
+// exist, then fails for {"fail": "why"} or exits for {"exit": true}.
 package main
 
 import (
@@ -26,15 +26,15 @@ func main() {
 		if err := json.Unmarshal(raw, &ev); err != nil {
 			return nil, err
 		}
-		if ev.Exit {
-			os.Exit(3)
-		}
 		time.Sleep(time.Duration(ev.SleepMS) * time.Millisecond)
 		for ev.WaitFile != "" && ctx.Err() == nil {
 			if _, err := os.Stat(ev.WaitFile); err == nil {
 				break
 			}
 			time.Sleep(10 * time.Millisecond)
+		}
+		if ev.Exit {
+			os.Exit(3)
 		}
 		if ev.Fail != "" {
 			return nil, errors.New(ev.Fail)

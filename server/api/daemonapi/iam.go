@@ -1,4 +1,4 @@
-package api
+package daemonapi
 
 import (
 	"net/http"
@@ -10,7 +10,7 @@ import (
 )
 
 // daemonToken reads a daemon route's token where the mode puts it.
-func (s *Server) daemonToken(r *http.Request) string {
+func (s *Router) daemonToken(r *http.Request) string {
 	if s.cfg.DaemonAuth == auth.DaemonAuthIAM {
 		return strings.TrimSpace(r.Header.Get(wire.TokenHeader))
 	}
@@ -19,7 +19,7 @@ func (s *Server) daemonToken(r *http.Request) string {
 
 // callerInstance reports, in IAM mode, the EC2 instance API Gateway's
 // AWS_IAM authorizer verified as the caller ("" in token mode).
-func (s *Server) callerInstance(r *http.Request) (string, error) {
+func (s *Router) callerInstance(r *http.Request) (string, error) {
 	if s.cfg.DaemonAuth != auth.DaemonAuthIAM {
 		return "", nil
 	}

@@ -1,4 +1,4 @@
-package api
+package daemonapi
 
 import (
 	"fmt"
@@ -8,7 +8,7 @@ import (
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
-func (s *Server) hello(r *http.Request) (int, any, error) {
+func (s *Router) hello(r *http.Request) (int, any, error) {
 	instance, err := s.callerInstance(r)
 	if err != nil {
 		return 0, nil, err
@@ -43,9 +43,9 @@ func (s *Server) hello(r *http.Request) (int, any, error) {
 	return http.StatusOK, resp, nil
 }
 
-func (s *Server) poll(r *http.Request) (int, any, error) {
+func (s *Router) poll(r *http.Request) (int, any, error) {
 	var req wire.PollRequest
-	_, authorize, err := s.workerRequest(r, &req)
+	_, authorize, err := s.WorkerRequest(r, &req)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -60,9 +60,9 @@ func (s *Server) poll(r *http.Request) (int, any, error) {
 	return http.StatusOK, resp, nil
 }
 
-func (s *Server) ack(r *http.Request) (int, any, error) {
+func (s *Router) ack(r *http.Request) (int, any, error) {
 	var req wire.AckRequest
-	tok, authorize, err := s.workerRequest(r, &req)
+	tok, authorize, err := s.WorkerRequest(r, &req)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -73,9 +73,9 @@ func (s *Server) ack(r *http.Request) (int, any, error) {
 	return http.StatusOK, wire.AckResponse{Recorded: res.Recorded, State: string(res.State)}, nil
 }
 
-func (s *Server) logs(r *http.Request) (int, any, error) {
+func (s *Router) logs(r *http.Request) (int, any, error) {
 	var req wire.LogsRequest
-	_, authorize, err := s.workerRequest(r, &req)
+	_, authorize, err := s.WorkerRequest(r, &req)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -86,9 +86,9 @@ func (s *Server) logs(r *http.Request) (int, any, error) {
 	return http.StatusOK, wire.LogsAccepted{Stored: stored}, nil
 }
 
-func (s *Server) bye(r *http.Request) (int, any, error) {
+func (s *Router) bye(r *http.Request) (int, any, error) {
 	var req wire.ByeRequest
-	_, authorize, err := s.workerRequest(r, &req)
+	_, authorize, err := s.WorkerRequest(r, &req)
 	if err != nil {
 		return 0, nil, err
 	}

@@ -32,6 +32,7 @@ type Store interface {
 	AddSetup(ctx context.Context, workerID string, argv []string) (domain.SetupCommand, error)
 	GetWorker(ctx context.Context, id string) (domain.Worker, error)
 	EachWorker(ctx context.Context, op string, fn func(domain.Worker) error) error
+	EachListedWorker(ctx context.Context, op string, fn func(domain.Worker) error) error
 	MarkGone(ctx context.Context, id string, auth store.Authorize, kind domain.EndKind, why string) (domain.Worker, bool, error)
 	MarkReaped(ctx context.Context, id string) error
 	MarkReplaced(ctx context.Context, id, boot, why string) (bool, error)

@@ -41,7 +41,7 @@ func (s *Service) Gauges(ctx context.Context, retention time.Duration) (metrics.
 	for _, r := range runs {
 		g.Runs[r.State()]++
 	}
-	err = s.store.EachWorker(ctx, "gauges", func(w domain.Worker) error {
+	err = s.store.EachListedWorker(ctx, "gauges", func(w domain.Worker) error {
 		if domain.Listed(w, now, retention) {
 			g.Workers[domain.Project(w, now, s.staleAfter)]++
 		}

@@ -13,8 +13,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
 
 	"github.com/dreamlake/lakeshore/server/api"
 	"github.com/dreamlake/lakeshore/server/api/apitest"
@@ -22,6 +25,7 @@ import (
 	"github.com/dreamlake/lakeshore/server/blobs/blobstest"
 	"github.com/dreamlake/lakeshore/server/control"
 	"github.com/dreamlake/lakeshore/server/hoststatus"
+	"github.com/dreamlake/lakeshore/server/provision"
 	"github.com/dreamlake/lakeshore/server/store"
 	"github.com/dreamlake/lakeshore/server/store/schema"
 	"github.com/dreamlake/lakeshore/server/store/storetest"
@@ -90,7 +94,7 @@ type liveWorker struct{ id, token string }
 // is measured.
 type noPoster struct{}
 
-func (noPoster) Wake(context.Context, string, string) error      { return nil }
+func (noPoster) Wake(context.Context, string, string) error    { return nil }
 func (noPoster) CloseConnection(context.Context, string) error { return nil }
 
 func newPlane(t *testing.T, h history) *plane {
@@ -189,9 +193,9 @@ func (p *plane) seed(ctx context.Context, db *dynamodb.Client, h history) {
 			CreatedAt: gone.Add(-time.Hour), LastSeenAt: gone, GoneAt: gone, Reaped: true}
 		workers = append(workers, must(p.st.WorkerItem(w)))
 		sessions = append(sessions, map[string]types.AttributeValue{
-			"idempotency_key": &types.AttributeValueMemberS{Value: "uisession#expired-" + strconv.Itoa(i)},
+			"idempotency_key":   &types.AttributeValueMemberS{Value: "uisession#expired-" + strconv.Itoa(i)},
 			"token_fingerprint": &types.AttributeValueMemberS{Value: "old"},
-			"created_at":      unix(gone.Add(-12 * time.Hour)), "last_seen_at": unix(gone), "expires_at": unix(gone),
+			"created_at":        unix(gone.Add(-12 * time.Hour)), "last_seen_at": unix(gone), "expires_at": unix(gone),
 		})
 		sockets = append(sockets, map[string]types.AttributeValue{
 			"wake_key":      &types.AttributeValueMemberS{Value: wake.Key(queue, "")},
@@ -330,6 +334,11 @@ var paths = []path{
 		_, err := (&hoststatus.Poller{Store: p.st, Control: p.svc}).Poll(ctx)
 		return err
 	}},
+	{"provisioner pass", func(ctx context.Context, p *plane) error {
+		_, err := provision.New(provision.Config{Store: p.st, EC2: &fakeEC2{}, LaunchTemplate: "lt-history",
+			Limits: domain.ProvisionLimits{MaxHosts: 2}, Clock: p.st.Clock}).Pass(ctx)
+		return err
+	}},
 	{"fleet page", func(ctx context.Context, p *plane) error {
 		return p.page("/ui/")
 	}},
@@ -376,6 +385,35 @@ var paths = []path{
 		_, err := p.operator.RunArtifacts(ctx, p.runID)
 		return err
 	}},
+}
+
+// fakeEC2 knows one launch template and launches whatever it is asked.
+type fakeEC2 struct{ launched int }
+
+func (f *fakeEC2) RunInstances(_ context.Context, in *ec2.RunInstancesInput, _ ...func(*ec2.Options)) (*ec2.RunInstancesOutput, error) {
+	out := &ec2.RunInstancesOutput{}
+	for range aws.ToInt32(in.MinCount) {
+		f.launched++
+		out.Instances = append(out.Instances, ec2types.Instance{InstanceId: aws.String(fmt.Sprintf("i-%017d", f.launched))})
+	}
+	return out, nil
+}
+
+func (f *fakeEC2) DescribeLaunchTemplates(context.Context, *ec2.DescribeLaunchTemplatesInput, ...func(*ec2.Options)) (*ec2.DescribeLaunchTemplatesOutput, error) {
+	return &ec2.DescribeLaunchTemplatesOutput{LaunchTemplates: []ec2types.LaunchTemplate{{LaunchTemplateName: aws.String("lt-history")}}}, nil
+}
+
+func (f *fakeEC2) DescribeLaunchTemplateVersions(context.Context, *ec2.DescribeLaunchTemplateVersionsInput, ...func(*ec2.Options)) (*ec2.DescribeLaunchTemplateVersionsOutput, error) {
+	return &ec2.DescribeLaunchTemplateVersionsOutput{LaunchTemplateVersions: []ec2types.LaunchTemplateVersion{{
+		LaunchTemplateData: &ec2types.ResponseLaunchTemplateData{}}}}, nil
+}
+
+func (f *fakeEC2) TerminateInstances(context.Context, *ec2.TerminateInstancesInput, ...func(*ec2.Options)) (*ec2.TerminateInstancesOutput, error) {
+	return &ec2.TerminateInstancesOutput{}, nil
+}
+
+func (f *fakeEC2) DescribeInstances(context.Context, *ec2.DescribeInstancesInput, ...func(*ec2.Options)) (*ec2.DescribeInstancesOutput, error) {
+	return &ec2.DescribeInstancesOutput{}, nil
 }
 
 // page loads a page of the web view with the plane's session.

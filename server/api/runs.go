@@ -53,15 +53,19 @@ func (s *Server) getRun(r *http.Request) (int, any, error) {
 }
 
 func (s *Server) listRuns(r *http.Request) (int, any, error) {
+	limit, cursor, err := listParams(r)
+	if err != nil {
+		return 0, nil, err
+	}
 	queue := r.URL.Query().Get("queue")
 	if queue != "" && !wire.ValidQueue(queue) {
 		return 0, nil, wire.Errorf(wire.CodeInvalid, "queue %q is not a queue name", queue)
 	}
-	runs, err := s.svc.Runs(r.Context(), queue)
+	runs, next, err := s.svc.Runs(r.Context(), queue, limit, cursor)
 	if err != nil {
 		return 0, nil, err
 	}
-	out := wire.RunList{Runs: make([]wire.Run, len(runs))}
+	out := wire.RunList{Runs: make([]wire.Run, len(runs)), NextCursor: next}
 	for i, st := range runs {
 		out.Runs[i] = runView(st)
 	}

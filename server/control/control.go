@@ -54,7 +54,7 @@ type Store interface {
 	MarkRunSubmitted(ctx context.Context, id string) (domain.Run, error)
 	MarkRunCancelled(ctx context.Context, id string) (domain.Run, error)
 	GetRun(ctx context.Context, id string) (domain.Run, error)
-	Runs(ctx context.Context, queue string) ([]domain.Run, error)
+	Runs(ctx context.Context, queue string, limit int, cursor string) ([]domain.Run, string, error)
 	RunningJobs(ctx context.Context, queue, id string) (int, error)
 	GetInvocations(ctx context.Context, ids []string) (map[string]domain.Invocation, error)
 	Rerun(ctx context.Context, id string) (domain.Invocation, bool, error)

@@ -34,12 +34,17 @@ func (s *Service) Gauges(ctx context.Context, retention time.Duration) (metrics.
 		}
 		g.Queues = append(g.Queues, qg)
 	}
-	runs, err := s.store.Runs(ctx, "")
-	if err != nil {
-		return g, err
-	}
-	for _, r := range runs {
-		g.Runs[r.State()]++
+	for cursor := ""; ; {
+		runs, next, err := s.store.Runs(ctx, "", gaugeRunPage, cursor)
+		if err != nil {
+			return g, err
+		}
+		for _, r := range runs {
+			g.Runs[r.State()]++
+		}
+		if cursor = next; cursor == "" {
+			break
+		}
 	}
 	err = s.store.EachListedWorker(ctx, "gauges", func(w domain.Worker) error {
 		if domain.Listed(w, now, retention) {
@@ -49,3 +54,6 @@ func (s *Service) Gauges(ctx context.Context, retention time.Duration) (metrics.
 	})
 	return g, err
 }
+
+// gaugeRunPage is how many runs one read of the gauges' run count takes.
+const gaugeRunPage = 500

@@ -354,11 +354,11 @@ var paths = []path{
 		return err
 	}},
 	{"runs list", func(ctx context.Context, p *plane) error {
-		_, err := p.operator.Runs(ctx, "")
+		_, err := p.operator.RunsPage(ctx, client.RunsParams{})
 		return err
 	}},
 	{"runs list of a queue", func(ctx context.Context, p *plane) error {
-		_, err := p.operator.Runs(ctx, queue)
+		_, err := p.operator.RunsPage(ctx, client.RunsParams{Queue: queue})
 		return err
 	}},
 	{"ls invocations", func(ctx context.Context, p *plane) error {

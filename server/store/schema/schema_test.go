@@ -45,7 +45,7 @@ func wantSchema(n store.TableNames) map[string]wantTable {
 			ttl: "expires_at",
 		},
 		n.Commands:    {hash: "worker_id", rng: "command_id"},
-		n.Queues:      {hash: "queue", gsis: map[string][2]string{"listing": {"listing", "queue"}}},
+		n.Queues:      {hash: "queue", gsis: map[string][2]string{"listing": {"listing", "listed"}}},
 		n.Idempotency: {hash: "idempotency_key", ttl: "expires_at"},
 		n.Connections: {hash: "wake_key", rng: "connection_id", ttl: "expires_at",
 			gsis:    map[string][2]string{"live": {"wake_key", "expires_at"}},

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -86,16 +87,27 @@ type plane struct {
 	// artifactJob is a terminal job of the live run with an artifact.
 	artifactJob string
 	session     uitest.Session
+	poster      *wakeCounter
 }
 
 type liveWorker struct{ id, token string }
 
-// noPoster takes every wake and posts nothing: the wake's reads are what
-// is measured.
-type noPoster struct{}
+// wakeCounter takes every wake, posts nothing and counts the wakes of the
+// live socket: the wake's reads are what is measured, and that it still
+// finds the live socket.
+type wakeCounter struct{ live atomic.Int32 }
 
-func (noPoster) Wake(context.Context, string, string) error    { return nil }
-func (noPoster) CloseConnection(context.Context, string) error { return nil }
+func (p *wakeCounter) Wake(_ context.Context, id, _ string) error {
+	if id == liveSocket {
+		p.live.Add(1)
+	}
+	return nil
+}
+
+func (*wakeCounter) CloseConnection(context.Context, string) error { return nil }
+
+// liveSocket is the connection id of the live fleet's one wake socket.
+const liveSocket = "live-socket"
 
 func newPlane(t *testing.T, h history) *plane {
 	t.Helper()
@@ -106,7 +118,7 @@ func newPlane(t *testing.T, h history) *plane {
 	if err := schema.EnsureTables(ctx, db, prefix); err != nil {
 		t.Fatalf("create tables: %v", err)
 	}
-	p := &plane{t: t, clock: clock.NewFake(start), requests: &storetest.Counter{}, items: &storetest.Counter{}, workers: map[string]liveWorker{}}
+	p := &plane{t: t, clock: clock.NewFake(start), requests: &storetest.Counter{}, items: &storetest.Counter{}, workers: map[string]liveWorker{}, poster: &wakeCounter{}}
 	counting := dynamodb.New(db.Options(), storetest.CountRequests(p.requests), storetest.CountItemsRead(p.items))
 	p.st = store.New(counting, prefix)
 	p.st.Clock = p.clock.Clock()
@@ -115,7 +127,7 @@ func newPlane(t *testing.T, h history) *plane {
 	p.seed(ctx, db, h)
 
 	p.svc = control.New(control.Config{Store: p.st, Clock: p.st.Clock, Blobs: blobs.UseCases{Store: blobstest.New(t)},
-		WakeURL: "ws://127.0.0.1:1/wake", Poster: noPoster{}, Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))})
+		WakeURL: "ws://127.0.0.1:1/wake", Poster: p.poster, Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	srv, err := api.New(api.Config{Control: p.svc, Sessions: p.st, EnrollToken: apitest.EnrollToken,
 		OperatorToken: apitest.OperatorToken, Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	if err != nil {
@@ -235,7 +247,7 @@ func (p *plane) live(ctx context.Context) {
 	if got := p.poll(ctx, "a", true); len(got.Commands) != 1 || got.Commands[0].Type != wire.CommandRun {
 		t.Fatalf("worker a's first poll claimed %+v, want one run", got.Commands)
 	}
-	if err := p.st.PutConnection(ctx, store.Connection{ID: "live-socket", WorkerID: p.workers["b"].id,
+	if err := p.st.PutConnection(ctx, store.Connection{ID: liveSocket, WorkerID: p.workers["b"].id,
 		Keys: []string{wake.Key(queue, "")}, ConnectedAt: start, ExpiresAt: start.Add(2 * time.Hour)}); err != nil {
 		t.Fatalf("put connection: %v", err)
 	}
@@ -319,8 +331,14 @@ var paths = []path{
 		return err
 	}},
 	{"submit (and its wake)", func(ctx context.Context, p *plane) error {
-		_, _, err := p.operator.Submit(ctx, wire.SubmitRequest{Queue: queue, Argv: []string{"true"}})
-		return err
+		before := p.poster.live.Load()
+		if _, _, err := p.operator.Submit(ctx, wire.SubmitRequest{Queue: queue, Argv: []string{"true"}}); err != nil {
+			return err
+		}
+		if p.poster.live.Load() == before {
+			return fmt.Errorf("the submit's wake did not reach the live socket")
+		}
+		return nil
 	}},
 	{"bye", func(ctx context.Context, p *plane) error {
 		w := p.workers["c"]

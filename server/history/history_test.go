@@ -400,7 +400,7 @@ var paths = []path{
 		return err
 	}},
 	{"run artifacts", func(ctx context.Context, p *plane) error {
-		_, err := p.operator.RunArtifacts(ctx, p.runID)
+		_, err := p.operator.RunArtifactsPage(ctx, p.runID, 0, 0)
 		return err
 	}},
 }

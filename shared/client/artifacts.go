@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"strconv"
 
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
@@ -59,13 +58,7 @@ func (c *Client) RunArtifacts(ctx context.Context, id string) (wire.ArtifactList
 // (limit 0: the control plane's default); NextIndex, when set, is the next
 // page's from.
 func (c *Client) RunArtifactsPage(ctx context.Context, id string, from, limit int) (wire.ArtifactList, error) {
-	q := url.Values{}
-	if from > 0 {
-		q.Set("from", strconv.Itoa(from))
-	}
-	if limit > 0 {
-		q.Set("limit", strconv.Itoa(limit))
-	}
+	q := query("from", positive(from), "limit", positive(limit))
 	var out wire.ArtifactList
 	_, err := c.Do(ctx, "list artifacts", http.MethodGet, "/v1/runs/"+url.PathEscape(id)+"/artifacts", q, nil, &out)
 	return out, err

@@ -71,16 +71,7 @@ type RunsParams struct {
 // RunsPage reads one page of runs, newest first (GET /v1/runs); its
 // NextCursor, when set, reads the next.
 func (c *Client) RunsPage(ctx context.Context, p RunsParams) (wire.RunList, error) {
-	q := url.Values{}
-	if p.Queue != "" {
-		q.Set("queue", p.Queue)
-	}
-	if p.Limit > 0 {
-		q.Set("limit", strconv.Itoa(p.Limit))
-	}
-	if p.Cursor != "" {
-		q.Set("cursor", p.Cursor)
-	}
+	q := query("queue", p.Queue, "limit", positive(p.Limit), "cursor", p.Cursor)
 	var out wire.RunList
 	_, err := c.Do(ctx, "list runs", http.MethodGet, "/v1/runs", q, nil, &out)
 	return out, err

@@ -56,8 +56,25 @@ func (s *Server) invocationArtifacts(r *http.Request) (int, any, error) {
 }
 
 func (s *Server) runArtifacts(r *http.Request) (int, any, error) {
-	return s.artifactList(r, ids.Run, s.svc.RunArtifacts, true)
+	from, limit, err := runPageParams(r, defaultRunArtifactJobs)
+	if err != nil {
+		return 0, nil, err
+	}
+	next := 0
+	status, out, err := s.artifactList(r, ids.Run, func(ctx context.Context, id string) (l []control.ListedArtifact, err error) {
+		l, next, err = s.svc.RunArtifacts(ctx, id, from, limit)
+		return l, err
+	}, true)
+	if list, ok := out.(wire.ArtifactList); ok {
+		list.NextIndex = next
+		out = list
+	}
+	return status, out, err
 }
+
+// defaultRunArtifactJobs is how many jobs a page of a run's artifacts
+// reads unless ?limit= says otherwise.
+const defaultRunArtifactJobs = 100
 
 // artifactList answers the artifacts list reads for the id in the path
 // (of kind prefix); a run's carry each job's index and invocation.

@@ -53,15 +53,19 @@ func (s *Server) getRun(r *http.Request) (int, any, error) {
 }
 
 func (s *Server) listRuns(r *http.Request) (int, any, error) {
+	limit, cursor, err := listParams(r)
+	if err != nil {
+		return 0, nil, err
+	}
 	queue := r.URL.Query().Get("queue")
 	if queue != "" && !wire.ValidQueue(queue) {
 		return 0, nil, wire.Errorf(wire.CodeInvalid, "queue %q is not a queue name", queue)
 	}
-	runs, err := s.svc.Runs(r.Context(), queue)
+	runs, next, err := s.svc.Runs(r.Context(), queue, limit, cursor)
 	if err != nil {
 		return 0, nil, err
 	}
-	out := wire.RunList{Runs: make([]wire.Run, len(runs))}
+	out := wire.RunList{Runs: make([]wire.Run, len(runs)), NextCursor: next}
 	for i, st := range runs {
 		out.Runs[i] = runView(st)
 	}
@@ -89,19 +93,11 @@ func (s *Server) runResults(r *http.Request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	q := r.URL.Query()
-	from, err := queryInt(q.Get("from"), 0, "from")
+	from, limit, err := runPageParams(r, resultsPageJobs)
 	if err != nil {
 		return 0, nil, err
 	}
-	limit, err := queryInt(q.Get("limit"), resultsPageJobs, "limit")
-	if err != nil {
-		return 0, nil, err
-	}
-	if limit < 1 || limit > resultsPageJobs {
-		return 0, nil, wire.Errorf(wire.CodeInvalid, "limit must be 1 to %d", resultsPageJobs)
-	}
-	records := q.Get("records") == "true"
+	records := r.URL.Query().Get("records") == "true"
 	run, jobs, err := s.svc.RunJobs(r.Context(), id, from, limit)
 	if err != nil {
 		return 0, nil, err
@@ -213,4 +209,20 @@ func (p jsonLines) WriteResponse(w http.ResponseWriter, status int) {
 	}
 	w.WriteHeader(status)
 	_, _ = w.Write(p.buf.Bytes())
+}
+
+// runPageParams reads a page of a run's jobs: from (default 0) and limit,
+// 1 to most (default most).
+func runPageParams(r *http.Request, most int) (from, limit int, err error) {
+	q := r.URL.Query()
+	if from, err = queryInt(q.Get("from"), 0, "from"); err != nil {
+		return 0, 0, err
+	}
+	if limit, err = queryInt(q.Get("limit"), most, "limit"); err != nil {
+		return 0, 0, err
+	}
+	if limit < 1 || limit > most {
+		return 0, 0, wire.Errorf(wire.CodeInvalid, "limit must be 1 to %d", most)
+	}
+	return from, limit, nil
 }

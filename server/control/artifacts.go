@@ -146,27 +146,32 @@ func (s *Service) InvocationArtifacts(ctx context.Context, id string) ([]ListedA
 	return s.listArtifacts(ctx, inv)
 }
 
-// RunArtifacts lists the artifacts of every job of run id, in index order
-// (InvocationArtifacts of each).
-func (s *Service) RunArtifacts(ctx context.Context, id string) ([]ListedArtifact, error) {
+// RunArtifacts lists the artifacts of jobs [from, from+n) of run id, in
+// index order (InvocationArtifacts of each), and the index of the next
+// page's first job (0: this page reached the run's end). A page costs a
+// read of the run and one of its n jobs, whatever the run's size.
+func (s *Service) RunArtifacts(ctx context.Context, id string, from, n int) ([]ListedArtifact, int, error) {
 	if s.blobs == nil {
-		return nil, ErrNoBlobs
+		return nil, 0, ErrNoBlobs
+	}
+	run, jobs, err := s.RunJobs(ctx, id, from, n)
+	if err != nil {
+		return nil, 0, err
 	}
 	out := []ListedArtifact{}
-	remaining, err := s.eachRunJob(ctx, id, s.clock.Now().Add(runArtifactsBudget), func(inv domain.Invocation) error {
+	for _, inv := range jobs {
 		listed, err := s.listArtifacts(ctx, inv)
+		if err != nil {
+			return nil, 0, err
+		}
 		out = append(out, listed...)
-		return err
-	})
-	if err == nil && remaining > 0 {
-		return nil, domain.Errorf(domain.KindUnavailable, "run %s: %d jobs not read within %s; try again", id, remaining, runArtifactsBudget)
 	}
-	return out, err
+	next := 0
+	if end := from + n; end < run.Total {
+		next = end
+	}
+	return out, next, nil
 }
-
-// runArtifactsBudget bounds how long RunArtifacts reads a run's jobs
-// (under API Gateway's 30 s).
-const runArtifactsBudget = 20 * time.Second
 
 // listArtifacts lists inv's artifacts (InvocationArtifacts).
 func (s *Service) listArtifacts(ctx context.Context, inv domain.Invocation) ([]ListedArtifact, error) {

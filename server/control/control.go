@@ -32,6 +32,7 @@ type Store interface {
 	AddSetup(ctx context.Context, workerID string, argv []string) (domain.SetupCommand, error)
 	GetWorker(ctx context.Context, id string) (domain.Worker, error)
 	EachWorker(ctx context.Context, op string, fn func(domain.Worker) error) error
+	EachListedWorker(ctx context.Context, op string, fn func(domain.Worker) error) error
 	MarkGone(ctx context.Context, id string, auth store.Authorize, kind domain.EndKind, why string) (domain.Worker, bool, error)
 	MarkReaped(ctx context.Context, id string) error
 	MarkReplaced(ctx context.Context, id, boot, why string) (bool, error)
@@ -53,7 +54,7 @@ type Store interface {
 	MarkRunSubmitted(ctx context.Context, id string) (domain.Run, error)
 	MarkRunCancelled(ctx context.Context, id string) (domain.Run, error)
 	GetRun(ctx context.Context, id string) (domain.Run, error)
-	Runs(ctx context.Context, queue string) ([]domain.Run, error)
+	Runs(ctx context.Context, queue string, limit int, cursor string) ([]domain.Run, string, error)
 	RunningJobs(ctx context.Context, queue, id string) (int, error)
 	GetInvocations(ctx context.Context, ids []string) (map[string]domain.Invocation, error)
 	Rerun(ctx context.Context, id string) (domain.Invocation, bool, error)

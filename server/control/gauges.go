@@ -11,9 +11,9 @@ import (
 // Gauges reads the control plane's state for the metrics (docs/metrics.md):
 // per queue, its counts by state and how long its oldest queued invocation
 // has waited; per fleet, workers by the state they read now, those that
-// left the list after the worker retention left out. It reads every queue
-// and scans the workers table: call it on a scrape or a schedule, never on
-// the request path.
+// left the list after the worker retention left out. It reads every queue,
+// every run (a page at a time) and the listed workers (the roster index):
+// call it on a scrape or a schedule, never on the request path.
 func (s *Service) Gauges(ctx context.Context, retention time.Duration) (metrics.Gauges, error) {
 	now := s.clock.Now().UTC()
 	g := metrics.Gauges{Workers: map[domain.WorkerState]int{}, Runs: map[domain.RunState]int{}}
@@ -34,14 +34,19 @@ func (s *Service) Gauges(ctx context.Context, retention time.Duration) (metrics.
 		}
 		g.Queues = append(g.Queues, qg)
 	}
-	runs, err := s.store.Runs(ctx, "")
-	if err != nil {
-		return g, err
+	for cursor := ""; ; {
+		runs, next, err := s.store.Runs(ctx, "", gaugeRunPage, cursor)
+		if err != nil {
+			return g, err
+		}
+		for _, r := range runs {
+			g.Runs[r.State()]++
+		}
+		if cursor = next; cursor == "" {
+			break
+		}
 	}
-	for _, r := range runs {
-		g.Runs[r.State()]++
-	}
-	err = s.store.EachWorker(ctx, "gauges", func(w domain.Worker) error {
+	err = s.store.EachListedWorker(ctx, "gauges", func(w domain.Worker) error {
 		if domain.Listed(w, now, retention) {
 			g.Workers[domain.Project(w, now, s.staleAfter)]++
 		}
@@ -49,3 +54,6 @@ func (s *Service) Gauges(ctx context.Context, retention time.Duration) (metrics.
 	})
 	return g, err
 }
+
+// gaugeRunPage is how many runs one read of the gauges' run count takes.
+const gaugeRunPage = 500

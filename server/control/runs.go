@@ -114,20 +114,21 @@ func (s *Service) runStatus(ctx context.Context, run domain.Run) (RunStatus, err
 	return st, nil
 }
 
-// Runs lists the runs (of queue; "" for all), newest first, each with its
-// live counts.
-func (s *Service) Runs(ctx context.Context, queue string) ([]RunStatus, error) {
-	runs, err := s.store.Runs(ctx, queue)
+// Runs answers a page of up to limit runs (of queue; "" for all), newest
+// first, each with its live counts, and the cursor of the next page
+// (store.Store.Runs).
+func (s *Service) Runs(ctx context.Context, queue string, limit int, cursor string) ([]RunStatus, string, error) {
+	runs, next, err := s.store.Runs(ctx, queue, limit, cursor)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	out := make([]RunStatus, len(runs))
 	for i, r := range runs {
 		if out[i], err = s.runStatus(ctx, r); err != nil {
-			return nil, err
+			return nil, "", err
 		}
 	}
-	return out, nil
+	return out, next, nil
 }
 
 // RunJobs reads jobs [from, from+n) of run id, in index order, clipped to

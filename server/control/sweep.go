@@ -32,8 +32,9 @@ type SweepResult struct {
 // terminated host; domain.Worker.LostWhy): each invocation goes back to
 // the queue with attempt + 1 at its next claim, or fails as worker_lost
 // once max_attempts is spent. The reaper runs it on a schedule; `lakeshore
-// dev` on a ticker. It scans the workers table: an off-path sweep, never a
-// claim. A worker that cannot be swept is reported in the error and the
+// dev` on a ticker. It reads the workers it is not done with
+// (store.Store.EachWorker: the reaped ones cost it nothing), never the
+// table. A worker that cannot be swept is reported in the error and the
 // sweep goes on with the others.
 func (s *Service) Sweep(ctx context.Context) (SweepResult, error) {
 	var res SweepResult

@@ -71,6 +71,8 @@ type Store interface {
 	Queues(ctx context.Context) ([]string, error)
 	QueuedByHostKey(ctx context.Context, queue string, limit int) (map[string]int, bool, error)
 	EachWorker(ctx context.Context, op string, fn func(domain.Worker) error) error
+	MachineWorker(ctx context.Context, machineID string) (string, bool, error)
+	GetWorker(ctx context.Context, id string) (domain.Worker, error)
 	PutPendingWorker(ctx context.Context, w domain.Worker) (bool, error)
 	AskToAdopt(ctx context.Context, id string, a domain.Adoption, staleAfter time.Duration) (domain.Worker, error)
 	MarkGone(ctx context.Context, id string, auth store.Authorize, kind domain.EndKind, why string) (domain.Worker, bool, error)
@@ -231,11 +233,11 @@ func (p *Provisioner) Pass(ctx context.Context) (Result, error) {
 		if err != nil {
 			return res, err
 		}
-		workers, seen, err := p.readWorkers(ctx)
+		workers, err := p.readWorkers(ctx)
 		if err != nil {
 			return res, err
 		}
-		ended, err := p.settle(ctx, hs, hosts, workers, seen)
+		ended, err := p.settle(ctx, hs, hosts, workers)
 		res.Ended += ended
 		if err != nil {
 			return res, err
@@ -284,22 +286,38 @@ func (p *Provisioner) Pass(ctx context.Context) (Result, error) {
 	return res, fmt.Errorf("provision: lost the reservation race %d times in a row", reserveTries)
 }
 
-// readWorkers reads the workers table once: the workers that read live now
-// (not stale, not gone), and the newest worker of every machine that said
-// hello (live or not; not the pending rows written at launch).
-func (p *Provisioner) readWorkers(ctx context.Context) (live []domain.Worker, seen map[string]domain.Worker, err error) {
+// readWorkers reads the workers the sweep is not done with
+// (store.Store.EachWorker) and answers those that read live now (not stale,
+// not gone).
+func (p *Provisioner) readWorkers(ctx context.Context) (live []domain.Worker, err error) {
 	now := p.cfg.Clock.Now()
-	seen = map[string]domain.Worker{}
 	err = p.cfg.Store.EachWorker(ctx, "provision", func(w domain.Worker) error {
 		if st := domain.Project(w, now, p.cfg.StaleAfter); st != domain.WorkerStale && st != domain.WorkerGone {
 			live = append(live, w)
 		}
-		if cur, ok := seen[w.MachineID]; w.BootID != "" && (!ok || w.CreatedAt.After(cur.CreatedAt)) {
-			seen[w.MachineID] = w
-		}
 		return nil
 	})
-	return live, seen, err
+	return live, err
+}
+
+// helloOf reports the worker of instance's current boot, when the instance
+// said hello (found false: it never did; the pending row written at launch
+// does not count). It reads the machines table, then the worker: what a
+// host has become is read for each host that needs it, never the workers
+// that ever were.
+func (p *Provisioner) helloOf(ctx context.Context, instance string) (domain.Worker, bool, error) {
+	id, ok, err := p.cfg.Store.MachineWorker(ctx, instance)
+	if err != nil || !ok {
+		return domain.Worker{}, false, err
+	}
+	w, err := p.cfg.Store.GetWorker(ctx, id)
+	if domain.KindOf(err) == domain.KindNotFound {
+		return domain.Worker{}, false, nil // expired since its machine row was read
+	}
+	if err != nil {
+		return domain.Worker{}, false, err
+	}
+	return w, w.BootID != "", nil
 }
 
 // fleetOf is what serves each key: free slots of live workers (a worker
@@ -736,7 +754,7 @@ func launchReason(err error) string {
 // settle lets go of launched hosts that are over, terminating each so it
 // costs nothing more: one whose worker said hello and then left (gone),
 // and one that never said hello within HelloTimeout. It reports how many.
-func (p *Provisioner) settle(ctx context.Context, hs holds, hosts []domain.Host, live []domain.Worker, seen map[string]domain.Worker) (int, error) {
+func (p *Provisioner) settle(ctx context.Context, hs holds, hosts []domain.Host, live []domain.Worker) (int, error) {
 	now := p.cfg.Clock.Now().UTC()
 	alive := map[string]bool{}
 	pending := map[string]string{} // instance → its pending worker
@@ -754,7 +772,10 @@ func (p *Provisioner) settle(ctx context.Context, hs holds, hosts []domain.Host,
 			continue
 		}
 		var why, failure string
-		w, said := seen[h.InstanceID]
+		w, said, err := p.helloOf(ctx, h.InstanceID)
+		if err != nil {
+			return ended, err
+		}
 		switch {
 		case said && !domain.Retired(w):
 			continue // said hello and reads stale: it may come back, and the sweep decides

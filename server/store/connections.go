@@ -108,32 +108,48 @@ func (s *Store) DeleteConnection(ctx context.Context, id string) (c Connection, 
 }
 
 // Connections lists every unexpired connection listening on wake key (all
-// but Keys set), up to maxConnectionsPages pages. It follows
-// LastEvaluatedKey rather than counting items: DynamoDB applies Limit
-// before the filter, so a page of expired items comes back short, even
-// empty, with more to read. It reads eventually consistently: a wake is a
-// hint, and the poll is what claims.
+// but Keys set), up to maxConnectionsPages pages. It reads the table's live
+// index, keyed by expiry, from now on: the expired items TTL has not
+// deleted yet (a socket whose $disconnect never ran, a worker long gone)
+// cost it nothing. It reads eventually consistently, as an index does: a
+// wake is a hint, and the poll is what claims.
 func (s *Store) Connections(ctx context.Context, wakeKey string) ([]Connection, error) {
-	return s.connections(ctx, wakeKey, false)
+	return s.connections(ctx, wakeKey, &dynamodb.QueryInput{
+		TableName:                 aws.String(s.tables.Connections),
+		IndexName:                 aws.String(indexLiveConnections),
+		KeyConditionExpression:    aws.String("wake_key = :k AND expires_at > :now"),
+		ExpressionAttributeValues: s.connectionValues(wakeKey),
+		Limit:                     aws.Int32(connectionsPage),
+	})
 }
 
-// ConnectionsConsistent is Connections read consistently: the cap on a
-// worker's sockets counts them right after a put.
+// ConnectionsConsistent is Connections read consistently, from the table:
+// the cap on a worker's sockets counts them right after a put. It reads
+// the key's expired items too (DynamoDB applies Limit before the filter,
+// so a page of them comes back short, even empty, with more to read); a
+// worker's own key holds only its sockets.
 func (s *Store) ConnectionsConsistent(ctx context.Context, wakeKey string) ([]Connection, error) {
-	return s.connections(ctx, wakeKey, true)
+	return s.connections(ctx, wakeKey, &dynamodb.QueryInput{
+		TableName:                 aws.String(s.tables.Connections),
+		KeyConditionExpression:    aws.String("wake_key = :k"),
+		FilterExpression:          aws.String("expires_at > :now"),
+		ExpressionAttributeValues: s.connectionValues(wakeKey),
+		Limit:                     aws.Int32(connectionsPage),
+		ConsistentRead:            aws.Bool(true),
+	})
 }
 
-func (s *Store) connections(ctx context.Context, wakeKey string, consistent bool) ([]Connection, error) {
-	in := &dynamodb.QueryInput{
-		TableName:              aws.String(s.tables.Connections),
-		KeyConditionExpression: aws.String("wake_key = :k"),
-		FilterExpression:       aws.String("expires_at > :now"),
-		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":k": str(wakeKey), ":now": &types.AttributeValueMemberN{Value: strconv.FormatInt(s.now().Unix(), 10)},
-		},
-		Limit:          aws.Int32(connectionsPage),
-		ConsistentRead: aws.Bool(consistent),
+// indexLiveConnections is the connections table's index of each wake
+// key's sockets by expiry (template.yaml).
+const indexLiveConnections = "live"
+
+func (s *Store) connectionValues(wakeKey string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{
+		":k": str(wakeKey), ":now": &types.AttributeValueMemberN{Value: strconv.FormatInt(s.now().Unix(), 10)},
 	}
+}
+
+func (s *Store) connections(ctx context.Context, wakeKey string, in *dynamodb.QueryInput) ([]Connection, error) {
 	var cs []Connection
 	for range maxConnectionsPages {
 		out, err := s.db.Query(ctx, in)

@@ -21,8 +21,9 @@ func (s *Store) UpdateHostStatus(ctx context.Context, id string, status domain.H
 
 // LiveWorkersByMachine reports, by machine id, the workers whose host status
 // may still change: those not stored gone and not on a terminated host. It
-// scans the workers table (every row is read; the filter is applied here):
-// it serves the host-status poller, once a minute, never a request path.
+// reads the workers the sweep is not done with (EachWorker; the filter is
+// applied here): it serves the host-status poller, once a minute, never a
+// request path.
 func (s *Store) LiveWorkersByMachine(ctx context.Context) (map[string][]domain.Worker, error) {
 	out := map[string][]domain.Worker{}
 	err := s.EachWorker(ctx, "live workers", func(w domain.Worker) error {

@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"slices"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -94,18 +93,21 @@ func (s *Store) Counters(ctx context.Context, queue string) (QueueCounters, erro
 	return c, unmarshal(out.Item, &c)
 }
 
-// NoteQueue records queue in the queues table, so Queues lists it before
-// any of its work has finished. Each process writes a queue once.
+// NoteQueue records queue in the queues table's listing index, so Queues
+// lists it before any of its work has finished. Each process writes a
+// queue once. The entry is an item of its own (queueListingPrefix + the
+// queue), written whole, beside the queue's counters row: a put is indexed
+// right on every engine, where an update that brings an existing item
+// into an index is not (minidyn v0.8.2 garbles the index).
 func (s *Store) NoteQueue(ctx context.Context, queue string) error {
 	if _, seen := s.queuesNoted.Load(queue); seen {
 		return nil
 	}
-	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                 aws.String(s.tables.Queues),
-		Key:                       key("queue", queue),
-		UpdateExpression:          aws.String("SET #seen = :t"),
-		ExpressionAttributeNames:  map[string]string{"#seen": "has_work"},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":t": &types.AttributeValueMemberBOOL{Value: true}},
+	_, err := s.db.PutItem(ctx, &dynamodb.PutItemInput{
+		TableName: aws.String(s.tables.Queues),
+		Item: map[string]types.AttributeValue{
+			"queue": str(queueListingPrefix + queue), "listing": str(queueListing), "listed": str(queue),
+		},
 	})
 	if err != nil {
 		return storeErr("note queue "+queue, err)
@@ -114,33 +116,36 @@ func (s *Store) NoteQueue(ctx context.Context, queue string) error {
 	return nil
 }
 
-// Queues lists every queue that ever had work (a scan of the small queues
-// table: one item per queue; an off-path read for metrics).
+// indexListing is the queues table's index of its queue rows
+// (queueListing) and of each queue's run rows (runListing).
+const indexListing = "listing"
+
+// queueListing is the listing index partition of the queues, and
+// queueListingPrefix the key of a queue's entry there (no queue name
+// starts with "!").
+const (
+	queueListing       = "queue"
+	queueListingPrefix = "!queue#"
+)
+
+// Queues lists every queue that ever had work (NoteQueue), from the queue
+// rows' partition of the listing index: the run rows beside them in the
+// queues table cost it nothing.
 func (s *Store) Queues(ctx context.Context) ([]string, error) {
 	var out []string
-	var start map[string]types.AttributeValue
-	for {
-		page, err := s.db.Scan(ctx, &dynamodb.ScanInput{
-			TableName:                aws.String(s.tables.Queues),
-			ProjectionExpression:     aws.String("#q"),
-			ExpressionAttributeNames: map[string]string{"#q": "queue"},
-			ExclusiveStartKey:        start,
-		})
-		if err != nil {
-			return nil, storeErr("list queues", err)
+	err := s.queryEach(ctx, "list queues", &dynamodb.QueryInput{
+		TableName:                 aws.String(s.tables.Queues),
+		IndexName:                 aws.String(indexListing),
+		KeyConditionExpression:    aws.String("listing = :l"),
+		ProjectionExpression:      aws.String("listed"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":l": str(queueListing)},
+	}, func(item map[string]types.AttributeValue) error {
+		if v, ok := item["listed"].(*types.AttributeValueMemberS); ok && domain.ValidQueue(v.Value) {
+			out = append(out, v.Value)
 		}
-		for _, item := range page.Items {
-			if v, ok := item["queue"].(*types.AttributeValueMemberS); ok && domain.ValidQueue(v.Value) {
-				out = append(out, v.Value)
-			}
-		}
-		if page.LastEvaluatedKey == nil {
-			break
-		}
-		start = page.LastEvaluatedKey
-	}
-	slices.Sort(out)
-	return out, nil
+		return nil
+	})
+	return out, err
 }
 
 // OldestQueued reports when the oldest queued invocation of queue was

@@ -34,6 +34,8 @@ func runKey(id string) map[string]types.AttributeValue { return key("queue", run
 // runRecord is the stored form of domain.Run.
 type runRecord struct {
 	Key             string    `dynamodbav:"queue"`
+	Listing         string    `dynamodbav:"listing"` // runListing(Queue): the listing index's partition
+	Listed          string    `dynamodbav:"listed"`  // ID: its order there
 	ID              string    `dynamodbav:"run_id"`
 	Queue           string    `dynamodbav:"run_queue"`
 	Name            string    `dynamodbav:"name,omitempty"`
@@ -51,7 +53,7 @@ type runRecord struct {
 }
 
 func toRunRecord(r domain.Run) runRecord {
-	return runRecord{Key: runKeyPrefix + r.ID, ID: r.ID, Queue: r.Queue, Name: r.Name, Total: r.Total,
+	return runRecord{Key: runKeyPrefix + r.ID, Listing: runListing(r.Queue), Listed: r.ID, ID: r.ID, Queue: r.Queue, Name: r.Name, Total: r.Total,
 		Submitted: r.Submitted, CancelRequested: r.CancelRequested, IdempotencyKey: r.IdempotencyKey, RequestHash: r.RequestHash, CreatedAt: r.CreatedAt,
 		Done: r.Counts.Done, Succeeded: r.Counts.Succeeded, Failed: r.Counts.Failed, Cancelled: r.Counts.Cancelled,
 		Version: r.Version}
@@ -216,40 +218,73 @@ func (s *Store) GetRun(ctx context.Context, id string) (domain.Run, error) {
 	return r.domain(), nil
 }
 
-// Runs lists the runs (of queue, "" for every queue), newest first. It
-// scans the queues table, which holds a row per queue and per run: an
-// operator's listing, never on a request's hot path.
-func (s *Store) Runs(ctx context.Context, queue string) ([]domain.Run, error) {
+// Runs answers one page of the runs (of queue, "" for every queue), newest
+// first: up to limit, and the cursor of the next page ("": none). Of a
+// queue it reads that queue's partition of the queues table's listing
+// index; of every queue it reads a page from each queue's and merges them
+// by id. Its cost follows the page and the number of queues, never the
+// runs that ever were.
+func (s *Store) Runs(ctx context.Context, queue string, limit int, cursor string) ([]domain.Run, string, error) {
+	start, err := decodeCursor(cursor, nil, runCursorKey)
+	if err != nil {
+		return nil, "", err
+	}
+	bound := ""
+	if start != nil {
+		bound = start[runCursorKey].(*types.AttributeValueMemberS).Value
+		if !ids.Valid(ids.Run, bound) {
+			return nil, "", domain.Errorf(domain.KindInvalid, "cursor is not one this listing returned")
+		}
+	}
+	queues := []string{queue}
+	if queue == "" {
+		if queues, err = s.Queues(ctx); err != nil {
+			return nil, "", err
+		}
+	}
 	var out []domain.Run
-	var start map[string]types.AttributeValue
-	for {
-		page, err := s.db.Scan(ctx, &dynamodb.ScanInput{
+	more := false
+	for _, q := range queues {
+		in := &dynamodb.QueryInput{
 			TableName:                 aws.String(s.tables.Queues),
-			FilterExpression:          aws.String("begins_with(#q, :p) AND attribute_exists(run_id)"),
-			ExpressionAttributeNames:  map[string]string{"#q": "queue"},
-			ExpressionAttributeValues: map[string]types.AttributeValue{":p": str(runKeyPrefix)},
-			ExclusiveStartKey:         start,
-		})
+			IndexName:                 aws.String(indexListing),
+			KeyConditionExpression:    aws.String("listing = :l"),
+			ExpressionAttributeValues: map[string]types.AttributeValue{":l": str(runListing(q))},
+			ScanIndexForward:          aws.Bool(false),
+			Limit:                     aws.Int32(int32(limit)),
+		}
+		if bound != "" {
+			*in.KeyConditionExpression += " AND listed < :b"
+			in.ExpressionAttributeValues[":b"] = str(bound)
+		}
+		page, err := s.db.Query(ctx, in)
 		if err != nil {
-			return nil, storeErr("list runs", err)
+			return nil, "", storeErr("list runs of "+q, err)
 		}
 		for _, item := range page.Items {
 			var r runRecord
 			if err := unmarshal(item, &r); err != nil {
-				return nil, err
+				return nil, "", err
 			}
-			if queue == "" || r.Queue == queue {
-				out = append(out, r.domain())
-			}
+			out = append(out, r.domain())
 		}
-		if page.LastEvaluatedKey == nil {
-			break
-		}
-		start = page.LastEvaluatedKey
+		more = more || page.LastEvaluatedKey != nil
 	}
 	slices.SortFunc(out, func(a, b domain.Run) int { return strings.Compare(b.ID, a.ID) })
-	return out, nil
+	if len(out) > limit {
+		out, more = out[:limit], true
+	}
+	if !more || len(out) == 0 {
+		return out, "", nil
+	}
+	return out, encodeCursor(map[string]types.AttributeValue{runCursorKey: str(out[len(out)-1].ID)}), nil
 }
+
+// runCursorKey names the last run of a page in a runs cursor.
+const runCursorKey = "run_id"
+
+// runListing is the listing index partition of queue's runs.
+func runListing(queue string) string { return "run#" + queue }
 
 // RunningJobs counts the jobs of run id running now, from its queue's
 // running partition of the state index: its cost follows the queue's

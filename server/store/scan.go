@@ -4,44 +4,11 @@ import (
 	"context"
 	"errors"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/dreamlake/lakeshore/shared/domain"
 )
-
-// EachWorker scans the workers table and calls fn for every row. A row that
-// does not decode or an error from fn is collected and the scan goes on; a
-// failed scan page ends it. op names the scan in errors. It is for off-path
-// sweeps only (the reaper, the host-status poller), never requests.
-func (s *Store) EachWorker(ctx context.Context, op string, fn func(domain.Worker) error) error {
-	var errs []error
-	var start map[string]types.AttributeValue
-	for {
-		page, err := s.db.Scan(ctx, &dynamodb.ScanInput{
-			TableName:         aws.String(s.tables.Workers),
-			ExclusiveStartKey: start,
-		})
-		if err != nil {
-			return errors.Join(append(errs, storeErr(op, err))...)
-		}
-		for _, item := range page.Items {
-			w, err := decodeWorker(item)
-			if err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			if err := fn(w); err != nil {
-				errs = append(errs, err)
-			}
-		}
-		if page.LastEvaluatedKey == nil {
-			return errors.Join(errs...)
-		}
-		start = page.LastEvaluatedKey
-	}
-}
 
 // errStopPaging, from queryEach's fn, ends the query early, with no error.
 var errStopPaging = errors.New("stop paging")

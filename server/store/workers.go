@@ -38,6 +38,7 @@ func (s *Store) workerPut(prev int64, next *domain.Worker) (*types.Put, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encode worker %s: %w", next.ID, err)
 	}
+	item["roster"], item["roster_until"] = str(rosterPartition), str(rosterUntil(*next, s.WorkerRetention))
 	switch {
 	case next.Reaped && s.WorkerRetention > 0:
 		// A reaped worker expires: the sweep found it holding nothing.
@@ -407,29 +408,4 @@ func (s *Store) AllowHandBack(ctx context.Context, id string, phase domain.Phase
 	return s.updateWorker(ctx, "requeued ack", id, auth, func(w domain.Worker) (domain.Worker, bool, error) {
 		return w.MayHandBack(phase)
 	})
-}
-
-// ListWorkers pages through every worker row (a scan: an operator view).
-func (s *Store) ListWorkers(ctx context.Context, limit int, cursor string) ([]domain.Worker, string, error) {
-	start, err := decodeCursor(cursor, nil, "worker_id")
-	if err != nil {
-		return nil, "", err
-	}
-	out, err := s.db.Scan(ctx, &dynamodb.ScanInput{
-		TableName:         aws.String(s.tables.Workers),
-		Limit:             aws.Int32(int32(limit)),
-		ExclusiveStartKey: start,
-	})
-	if err != nil {
-		return nil, "", storeErr("list workers", err)
-	}
-	ws := make([]domain.Worker, 0, len(out.Items))
-	for _, item := range out.Items {
-		w, err := decodeWorker(item)
-		if err != nil {
-			return nil, "", err
-		}
-		ws = append(ws, w)
-	}
-	return ws, encodeCursor(out.LastEvaluatedKey), nil
 }

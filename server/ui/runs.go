@@ -46,7 +46,7 @@ type runRow struct {
 // runsPage is what the runs page shows.
 type runsPage struct {
 	Runs []runRow
-	More int // runs past runRows
+	More bool // older runs than the page shows
 	CSRF string
 }
 
@@ -97,13 +97,13 @@ func (u *UI) runsLive(w http.ResponseWriter, r *http.Request, sess string) {
 }
 
 func (u *UI) runsPage(ctx context.Context, sess string) (runsPage, error) {
-	rl, err := u.api.Runs(ctx, "")
+	rl, err := u.api.RunsPage(ctx, client.RunsParams{Limit: runRows})
 	if err != nil {
 		return runsPage{}, fmt.Errorf("list runs: %w", err)
 	}
 	now := u.now()
-	p := runsPage{CSRF: u.csrfToken(sess), More: max(len(rl.Runs)-runRows, 0)}
-	for _, r := range rl.Runs[:min(len(rl.Runs), runRows)] {
+	p := runsPage{CSRF: u.csrfToken(sess), More: rl.NextCursor != ""}
+	for _, r := range rl.Runs {
 		p.Runs = append(p.Runs, runRowOf(r, now))
 	}
 	return p, nil

@@ -266,7 +266,9 @@ func (u *UI) fleet(ctx context.Context, sess string, win time.Duration) (fleet, 
 	for i, p := range []client.ListInvocationsParams{
 		{State: wire.StateRunning, Limit: listLimit},
 		{State: wire.StateQueued, Limit: listLimit},
-		{Order: wire.OrderNewest, Limit: listLimit},
+		// The newest of every state, as many as the rows show: the finished
+		// rows come from these, and a longer history costs nothing more.
+		{Order: wire.OrderNewest, Limit: liveRows + finishedRows},
 	} {
 		il, err := u.api.ListInvocations(ctx, p)
 		if err != nil {

@@ -37,10 +37,30 @@ func (c *Client) InvocationArtifacts(ctx context.Context, id string) (wire.Artif
 }
 
 // RunArtifacts lists the artifacts of every job of a run, each with its
-// job's index (GET /v1/runs/{id}/artifacts).
+// job's index, a page (GET /v1/runs/{id}/artifacts) at a time.
 func (c *Client) RunArtifacts(ctx context.Context, id string) (wire.ArtifactList, error) {
+	var all wire.ArtifactList
+	from := 0
+	for {
+		page, err := c.RunArtifactsPage(ctx, id, from, 0)
+		if err != nil {
+			return all, err
+		}
+		all.Artifacts = append(all.Artifacts, page.Artifacts...)
+		if page.NextIndex <= from {
+			return all, nil
+		}
+		from = page.NextIndex
+	}
+}
+
+// RunArtifactsPage lists the artifacts of jobs [from, from+limit) of a run
+// (limit 0: the control plane's default); NextIndex, when set, is the next
+// page's from.
+func (c *Client) RunArtifactsPage(ctx context.Context, id string, from, limit int) (wire.ArtifactList, error) {
+	q := query("from", positive(from), "limit", positive(limit))
 	var out wire.ArtifactList
-	_, err := c.Do(ctx, "list artifacts", http.MethodGet, "/v1/runs/"+url.PathEscape(id)+"/artifacts", nil, nil, &out)
+	_, err := c.Do(ctx, "list artifacts", http.MethodGet, "/v1/runs/"+url.PathEscape(id)+"/artifacts", q, nil, &out)
 	return out, err
 }
 

@@ -115,13 +115,7 @@ func (c *Client) ShipLogs(ctx context.Context, req wire.LogsRequest) (wire.LogsA
 // Logs reads one page of an attempt's output from seq after on (GET
 // /v1/invocations/{id}/logs); attempt 0 is the latest.
 func (c *Client) Logs(ctx context.Context, id string, attempt, after int) (wire.LogPage, error) {
-	q := url.Values{}
-	if attempt > 0 {
-		q.Set("attempt", strconv.Itoa(attempt))
-	}
-	if after > 0 {
-		q.Set("after", strconv.Itoa(after))
-	}
+	q := query("attempt", positive(attempt), "after", positive(after))
 	var out wire.LogPage
 	_, err := c.Do(ctx, "read logs", http.MethodGet, "/v1/invocations/"+url.PathEscape(id)+"/logs", q, nil, &out)
 	return out, err
@@ -190,22 +184,7 @@ type ListInvocationsParams struct {
 // A non-empty NextCursor in the answer means there may be more; pass it as
 // Cursor. A page may be empty and still carry a cursor (a filtered scan).
 func (c *Client) ListInvocations(ctx context.Context, p ListInvocationsParams) (wire.InvocationList, error) {
-	q := url.Values{}
-	if p.Queue != "" {
-		q.Set("queue", p.Queue)
-	}
-	if p.State != "" {
-		q.Set("state", p.State)
-	}
-	if p.Order != "" {
-		q.Set("order", p.Order)
-	}
-	if p.Limit > 0 {
-		q.Set("limit", strconv.Itoa(p.Limit))
-	}
-	if p.Cursor != "" {
-		q.Set("cursor", p.Cursor)
-	}
+	q := query("queue", p.Queue, "state", p.State, "order", p.Order, "limit", positive(p.Limit), "cursor", p.Cursor)
 	var out wire.InvocationList
 	_, err := c.Do(ctx, "list invocations", http.MethodGet, "/v1/invocations", q, nil, &out)
 	return out, err
@@ -444,4 +423,24 @@ func Retryable(err error) bool {
 		return wire.Status(we.Code) >= 500 && we.Code != wire.CodeNotImplemented
 	}
 	return true
+}
+
+// query is a request's query: each name with its value, leaving out the
+// names whose value is "" (pairs: name, value, name, value, …).
+func query(pairs ...string) url.Values {
+	q := url.Values{}
+	for i := 0; i+1 < len(pairs); i += 2 {
+		if pairs[i+1] != "" {
+			q.Set(pairs[i], pairs[i+1])
+		}
+	}
+	return q
+}
+
+// positive is n as a query value, "" (left out) unless n > 0.
+func positive(n int) string {
+	if n <= 0 {
+		return ""
+	}
+	return strconv.Itoa(n)
 }

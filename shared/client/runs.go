@@ -35,13 +35,43 @@ func (c *Client) Run(ctx context.Context, id string) (wire.Run, error) {
 	return out, err
 }
 
-// Runs lists runs, newest first, of one queue, or of every queue for ""
-// (GET /v1/runs).
+// Runs lists every run, newest first, of one queue, or of every queue for
+// "", a page (GET /v1/runs) at a time.
 func (c *Client) Runs(ctx context.Context, queue string) (wire.RunList, error) {
-	q := url.Values{}
-	if queue != "" {
-		q.Set("queue", queue)
+	var all wire.RunList
+	p := RunsParams{Queue: queue, Limit: maxRunsPage}
+	for range maxRunsPages {
+		page, err := c.RunsPage(ctx, p)
+		if err != nil {
+			return all, err
+		}
+		all.Runs = append(all.Runs, page.Runs...)
+		if p.Cursor = page.NextCursor; p.Cursor == "" {
+			return all, nil
+		}
 	}
+	return all, fmt.Errorf("list runs: more than %d pages", maxRunsPages)
+}
+
+// Bounds of Runs: the largest page the control plane serves, and how many
+// pages it reads at most.
+const (
+	maxRunsPage  = 500
+	maxRunsPages = 10_000
+)
+
+// RunsParams selects a page of runs: of Queue ("" for every queue), at
+// most Limit (0: the control plane's default), after Cursor.
+type RunsParams struct {
+	Queue  string
+	Limit  int
+	Cursor string
+}
+
+// RunsPage reads one page of runs, newest first (GET /v1/runs); its
+// NextCursor, when set, reads the next.
+func (c *Client) RunsPage(ctx context.Context, p RunsParams) (wire.RunList, error) {
+	q := query("queue", p.Queue, "limit", positive(p.Limit), "cursor", p.Cursor)
 	var out wire.RunList
 	_, err := c.Do(ctx, "list runs", http.MethodGet, "/v1/runs", q, nil, &out)
 	return out, err

@@ -107,6 +107,10 @@ type Artifact struct {
 // GET /v1/runs/{id}/artifacts.
 type ArtifactList struct {
 	Artifacts []Artifact `json:"artifacts"`
+	// NextIndex, in a page of a run's artifacts (GET
+	// /v1/runs/{id}/artifacts?from=&limit=), is the first job index of the
+	// next page; absent after the run's last job.
+	NextIndex int `json:"next_index,omitempty"`
 }
 
 // sha256Hex is a lower-case hex SHA-256 digest.

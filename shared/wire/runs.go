@@ -284,6 +284,9 @@ type Run struct {
 // RunList is GET /v1/runs: newest first.
 type RunList struct {
 	Runs []Run `json:"runs"`
+	// NextCursor, when set, is the cursor of the next page (GET
+	// /v1/runs?cursor=): older runs.
+	NextCursor string `json:"next_cursor,omitempty"`
 }
 
 // RunResult is one line of GET /v1/runs/{id}/results: job index's state

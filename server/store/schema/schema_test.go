@@ -20,12 +20,19 @@ import (
 type wantTable struct {
 	hash, rng string
 	gsis      map[string][2]string // index name -> hash, range
-	ttl       string
+	// keysOnly names the indexes that project keys only (the others
+	// project ALL).
+	keysOnly map[string]bool
+	// numbers names the key attributes of type N (the others are S).
+	numbers map[string]bool
+	ttl     string
 }
 
 func wantSchema(n store.TableNames) map[string]wantTable {
 	return map[string]wantTable{
-		n.Workers:  {hash: "worker_id", ttl: "expires_at"},
+		n.Workers: {hash: "worker_id", ttl: "expires_at",
+			gsis:     map[string][2]string{"roster": {"roster", "roster_until"}},
+			keysOnly: map[string]bool{"roster": true}},
 		n.Machines: {hash: "machine_id"},
 		n.Invocations: {
 			hash: "invocation_id",
@@ -38,11 +45,13 @@ func wantSchema(n store.TableNames) map[string]wantTable {
 			ttl: "expires_at",
 		},
 		n.Commands:    {hash: "worker_id", rng: "command_id"},
-		n.Queues:      {hash: "queue"},
+		n.Queues:      {hash: "queue", gsis: map[string][2]string{"listing": {"listing", "listed"}}},
 		n.Idempotency: {hash: "idempotency_key", ttl: "expires_at"},
-		n.Connections: {hash: "wake_key", rng: "connection_id", ttl: "expires_at"},
-		n.Logs:        {hash: "log_key", rng: "seq", ttl: "expires_at"},
-		n.Hosts:       {hash: "host_id", ttl: "expires_at"},
+		n.Connections: {hash: "wake_key", rng: "connection_id", ttl: "expires_at",
+			gsis:    map[string][2]string{"live": {"wake_key", "expires_at"}},
+			numbers: map[string]bool{"expires_at": true}},
+		n.Logs:  {hash: "log_key", rng: "seq", ttl: "expires_at"},
+		n.Hosts: {hash: "host_id", ttl: "expires_at"},
 	}
 }
 
@@ -130,7 +139,11 @@ func TestTableDefinitionsMatchSchema(t *testing.T) {
 				h, r := keys(g.KeySchema)
 				gotGSIs[aws.ToString(g.IndexName)] = [2]string{h, r}
 				wantP, ok := projections[strings.TrimPrefix(name, prefix)+"/"+aws.ToString(g.IndexName)]
-				if !ok {
+				switch {
+				case ok:
+				case w.keysOnly[aws.ToString(g.IndexName)]:
+					wantP = types.Projection{ProjectionType: types.ProjectionTypeKeysOnly}
+				default:
 					wantP = types.Projection{ProjectionType: types.ProjectionTypeAll}
 				}
 				if g.Projection == nil || !reflect.DeepEqual(*g.Projection, wantP) {
@@ -150,7 +163,8 @@ func TestTableDefinitionsMatchSchema(t *testing.T) {
 				t.Errorf("unexpected LSIs: %v", d.LocalSecondaryIndexes)
 			}
 
-			// DynamoDB wants exactly the key attributes defined, all S here.
+			// DynamoDB wants exactly the key attributes defined: S here,
+			// but for the numbers named.
 			used := map[string]bool{}
 			for _, k := range d.KeySchema {
 				used[aws.ToString(k.AttributeName)] = true
@@ -163,8 +177,12 @@ func TestTableDefinitionsMatchSchema(t *testing.T) {
 			defined := map[string]bool{}
 			for _, a := range d.AttributeDefinitions {
 				defined[aws.ToString(a.AttributeName)] = true
-				if a.AttributeType != types.ScalarAttributeTypeS {
-					t.Errorf("attribute %s: type %q, want S", aws.ToString(a.AttributeName), a.AttributeType)
+				wantType := types.ScalarAttributeTypeS
+				if w.numbers[aws.ToString(a.AttributeName)] {
+					wantType = types.ScalarAttributeTypeN
+				}
+				if a.AttributeType != wantType {
+					t.Errorf("attribute %s: type %q, want %s", aws.ToString(a.AttributeName), a.AttributeType, wantType)
 				}
 			}
 			if !reflect.DeepEqual(used, defined) {

@@ -21,8 +21,8 @@ import (
 	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
 
 	"github.com/dreamlake/lakeshore/server/api"
-	"github.com/dreamlake/lakeshore/server/api/daemonapi"
 	"github.com/dreamlake/lakeshore/server/api/apitest"
+	"github.com/dreamlake/lakeshore/server/api/daemonapi"
 	"github.com/dreamlake/lakeshore/server/blobs"
 	"github.com/dreamlake/lakeshore/server/blobs/blobstest"
 	"github.com/dreamlake/lakeshore/server/control"

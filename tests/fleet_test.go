@@ -3,15 +3,18 @@ package tests
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"maps"
 	"math"
 	"math/rand/v2"
+	"net"
 	"net/http"
-	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
 	"os"
+	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -174,10 +177,10 @@ type fleetResult struct {
 	dynamoAll    map[string]int
 	failedWrites map[string]int
 	// planeCPU is the control plane's process group (`lakeshore dev`, and
-	// with --lambdas its emulators and bootstraps) over window; simCPU this
-	// process (the virtual daemons, and the counting store: minidyn, or
-	// the proxy to moto).
-	planeCPU, simCPU float64
+	// with --lambdas its emulators and bootstraps) over window; storeCPU
+	// the store process's (minidyn, or the proxy to moto: not moto
+	// itself); simCPU this process's (the virtual daemons).
+	planeCPU, storeCPU, simCPU float64
 	// From the control plane's /metrics (in process only; -1 when absent).
 	metricClaims, metricConflicts float64
 	outcomes
@@ -228,6 +231,7 @@ func (r fleetResult) report(b *testing.B) {
 	}
 	b.ReportMetric(float64(sum(r.dynamo))/r.window.Seconds(), "dynamo-req/s")
 	b.ReportMetric(r.planeCPU, "plane-cpu-s")
+	b.ReportMetric(r.storeCPU, "store-cpu-s")
 }
 
 // table is the human report: every figure, and the requests by kind.
@@ -269,8 +273,8 @@ func (r fleetResult) table() string {
 		}
 		fmt.Fprintf(&s, "\n")
 	}
-	fmt.Fprintf(&s, "CPU over the window: control plane %.1f s (%.0f%% of a core), simulator and counting store %.1f s (%.0f%%)\n",
-		r.planeCPU, 100*r.planeCPU/secs, r.simCPU, 100*r.simCPU/secs)
+	fmt.Fprintf(&s, "CPU over the window: control plane %.1f s (%.0f%% of a core), store %.1f s (%.0f%%), simulator %.1f s (%.0f%%)\n",
+		r.planeCPU, 100*r.planeCPU/secs, r.storeCPU, 100*r.storeCPU/secs, r.simCPU, 100*r.simCPU/secs)
 	fmt.Fprintf(&s, "workers let go while alive %d, failed requests %d\n", r.letGo, r.failures)
 	if r.cfg.rate > 0 {
 		fmt.Fprintf(&s, "checks: %d invocations, lost %d (wrongly cancelled %d), double-counted %d, bad history %d %v, redelivered %d; "+
@@ -300,23 +304,97 @@ func raiseNoFile(t testing.TB, need uint64) {
 	}
 }
 
-// startFleetPlane starts `lakeshore dev` for cfg.plane over a DynamoDB
-// endpoint in this process that counts every request into counts: the
-// embedded store (minidyn, as `lakeshore dev` embeds it), or a proxy to
-// moto_server. `--store aws` points the control plane (and with --lambdas
-// every bootstrap) at it.
-func startFleetPlane(t testing.TB, cfg fleetConfig, counts *dynamoCounts) *devServer {
-	t.Helper()
+// fleetStoreEnv, set, makes the test binary the fleet's DynamoDB endpoint
+// (serveFleetStore) instead of running tests; its value is the upstream:
+// "embedded", or the URL of moto_server.
+const fleetStoreEnv = "LAKESHORE_FLEET_STORE"
+
+// serveFleetStore serves the fleet's DynamoDB endpoint on loopback and
+// prints its URL: the embedded store (minidyn, as `lakeshore dev` embeds
+// it) or a proxy to moto_server, counting every request (dynamoCounts). It
+// runs until its parent closes its stdin, and reports the exit code.
+func serveFleetStore(upstreamURL string) int {
 	var upstream http.Handler = embedded.Handler()
-	if cfg.plane == planeMoto {
-		u, err := url.Parse(storetest.MotoEndpoint(t))
+	if upstreamURL != "embedded" {
+		u, err := url.Parse(upstreamURL)
 		if err != nil {
-			t.Fatal(err)
+			fmt.Fprintln(os.Stderr, "fleet store:", err)
+			return 2
 		}
 		upstream = httputil.NewSingleHostReverseProxy(u)
 	}
-	srv := httptest.NewServer(counts.wrap(upstream))
-	t.Cleanup(srv.Close)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fleet store:", err)
+		return 2
+	}
+	srv := &http.Server{Handler: (&dynamoCounts{}).wrap(upstream), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	fmt.Printf("LAKESHORE_FLEET_STORE_URL=http://%s\n", ln.Addr())
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	_ = srv.Close()
+	return 0
+}
+
+// fleetStore is the store process: this test binary re-run as the fleet's
+// DynamoDB endpoint, so the store's CPU and garbage are its own, neither
+// the control plane's nor the simulator's.
+type fleetStore struct {
+	url string
+	pid int
+}
+
+func startFleetStore(t testing.TB, upstream string) fleetStore {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), fleetStoreEnv+"="+upstream)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start the fleet store: %v", err)
+	}
+	t.Cleanup(func() { _ = stdin.Close(); _ = cmd.Wait() })
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	u, ok := strings.CutPrefix(strings.TrimSpace(line), "LAKESHORE_FLEET_STORE_URL=")
+	if err != nil || !ok {
+		t.Fatalf("the fleet store did not say where it listens: %q, %v", line, err)
+	}
+	return fleetStore{url: u, pid: cmd.Process.Pid}
+}
+
+// counts reads the store's counts so far.
+func (s fleetStore) counts(t testing.TB) storeCounts {
+	t.Helper()
+	var c storeCounts
+	resp, err := http.Get(s.url + countsPath)
+	if err == nil {
+		defer resp.Body.Close()
+		err = json.NewDecoder(resp.Body).Decode(&c)
+	}
+	if err != nil {
+		t.Fatalf("fleet store counts: %v", err)
+	}
+	return c
+}
+
+// startFleetPlane starts `lakeshore dev` for cfg.plane over the fleet
+// store (startFleetStore): `--store aws` points the control plane, and
+// with --lambdas every bootstrap, at it.
+func startFleetPlane(t testing.TB, cfg fleetConfig) (*devServer, fleetStore) {
+	t.Helper()
+	upstream := "embedded"
+	if cfg.plane == planeMoto {
+		upstream = storetest.MotoEndpoint(t)
+	}
+	store := startFleetStore(t, upstream)
 	args := []string{"--store", "aws", "--table-prefix", storetest.Prefix(t), "--host-poll-interval", "0",
 		"--artifacts-dir", t.TempDir(), "--stale-after", cfg.staleAfter.String(), "--log-level", "warn"}
 	if cfg.plane == planeLambdas {
@@ -326,9 +404,9 @@ func startFleetPlane(t testing.TB, cfg fleetConfig, counts *dynamoCounts) *devSe
 		args = append(args, "--lambdas", lambdaDist(t), "--lambda-concurrency", strconv.Itoa(max(cfg.lambdaConcurrency, 1)),
 			"--log-level", "info")
 	}
-	env := []string{"AWS_ENDPOINT_URL=" + srv.URL, "AWS_REGION=" + storetest.Region, "AWS_ACCESS_KEY_ID=test",
+	env := []string{"AWS_ENDPOINT_URL=" + store.url, "AWS_REGION=" + storetest.Region, "AWS_ACCESS_KEY_ID=test",
 		"AWS_SECRET_ACCESS_KEY=test", "AWS_SESSION_TOKEN=", "AWS_PROFILE=", "AWS_EC2_METADATA_DISABLED=true"}
-	return startDev(t, backend{cfg.plane, func(testing.TB) ([]string, []string) { return args, env }})
+	return startDev(t, backend{cfg.plane, func(testing.TB) ([]string, []string) { return args, env }}), store
 }
 
 // selfCPU reports this process's user + system CPU seconds.
@@ -377,8 +455,7 @@ func scrapeClaims(d *devServer) (claims, conflicts float64) {
 func runFleet(t testing.TB, cfg fleetConfig) fleetResult {
 	t.Helper()
 	raiseNoFile(t, uint64(cfg.workers)*4+1024)
-	counts := &dynamoCounts{}
-	d := startFleetPlane(t, cfg, counts)
+	d, store := startFleetPlane(t, cfg)
 	op := d.Operator()
 	ctx, cancel := context.WithCancel(context.Background())
 	f := newFleet(d.URL, d.EnrollToken, "fleet", cfg.capacity, cfg.body)
@@ -405,9 +482,9 @@ func runFleet(t testing.TB, cfg fleetConfig) fleetResult {
 	time.Sleep(min(time.Duration(float64(cfg.staleAfter)/3*1.2), 25*time.Second))
 
 	r := fleetResult{cfg: cfg, metricClaims: -1, metricConflicts: -1}
-	reqs0, dyn0 := f.reqs.snapshot(), counts.requests.Snapshot()
-	fail0 := counts.failedWrites.Snapshot()
+	reqs0, counts0 := f.reqs.snapshot(), store.counts(t)
 	plane0, self0 := groupCPU(t, d.cmd.Process.Pid), selfCPU(t)
+	store0, _ := procCPU(store.pid)
 	claims0, conflicts0 := scrapeClaims(d)
 	start := time.Now()
 	var sent map[string]time.Time
@@ -420,12 +497,14 @@ func runFleet(t testing.TB, cfg fleetConfig) fleetResult {
 		churned.Wait()
 	}
 	r.window = time.Since(start)
-	reqs1, dyn1 := f.reqs.snapshot(), counts.requests.Snapshot()
+	reqs1, counts1 := f.reqs.snapshot(), store.counts(t)
 	r.planeCPU, r.simCPU = groupCPU(t, d.cmd.Process.Pid)-plane0, selfCPU(t)-self0
+	store1, _ := procCPU(store.pid)
+	r.storeCPU = store1 - store0
 	for i := range reqs1 {
 		r.daemonReqs[i] = reqs1[i] - reqs0[i]
 	}
-	r.dynamo = diffCounts(dyn1, dyn0)
+	r.dynamo = diffCounts(counts1.Requests, counts0.Requests)
 	if cfg.rate > 0 {
 		r.submitted = len(sent)
 		drainStart := time.Now()
@@ -433,8 +512,9 @@ func runFleet(t testing.TB, cfg fleetConfig) fleetResult {
 			return f.succeeded.Load() >= int64(len(sent))
 		})
 		r.drainedIn = time.Since(drainStart)
-		r.dynamoAll = diffCounts(counts.requests.Snapshot(), dyn0)
-		r.failedWrites = diffCounts(counts.failedWrites.Snapshot(), fail0)
+		counts2 := store.counts(t)
+		r.dynamoAll = diffCounts(counts2.Requests, counts0.Requests)
+		r.failedWrites = diffCounts(counts2.FailedWrites, counts0.FailedWrites)
 		if c, k := scrapeClaims(d); c >= 0 {
 			r.metricClaims, r.metricConflicts = c-max(claims0, 0), max(k, 0)-max(conflicts0, 0)
 		}

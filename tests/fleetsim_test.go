@@ -113,9 +113,23 @@ type dynamoCounts struct {
 	requests, failedWrites storetest.Counter
 }
 
-// wrap counts each request next serves.
+// storeCounts is a snapshot of dynamoCounts, as the store process serves it.
+type storeCounts struct {
+	Requests     map[string]int `json:"requests"`
+	FailedWrites map[string]int `json:"failed_writes"`
+}
+
+// countsPath is where the store process serves its counts.
+const countsPath = "/__fleet_counts"
+
+// wrap counts each request next serves, and serves the counts at countsPath.
 func (c *dynamoCounts) wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == countsPath {
+			w.Header().Set("Content-Type", "application/json")
+			_ = json.NewEncoder(w).Encode(storeCounts{Requests: c.requests.Snapshot(), FailedWrites: c.failedWrites.Snapshot()})
+			return
+		}
 		op := "other"
 		if _, o, ok := strings.Cut(r.Header.Get("X-Amz-Target"), "."); ok {
 			op = o

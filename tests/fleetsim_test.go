@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"strings"
@@ -111,12 +112,18 @@ func (b bodyDist) draw() time.Duration {
 // transaction cancelled), by operation.
 type dynamoCounts struct {
 	requests, failedWrites storetest.Counter
+	// busyMS and bytesOut: the milliseconds the store spent serving each
+	// operation and the bytes it answered, to tell where its time goes.
+	mu               sync.Mutex
+	busyMS, bytesOut map[string]int
 }
 
 // storeCounts is a snapshot of dynamoCounts, as the store process serves it.
 type storeCounts struct {
 	Requests     map[string]int `json:"requests"`
 	FailedWrites map[string]int `json:"failed_writes"`
+	BusyMS       map[string]int `json:"busy_ms"`
+	BytesOut     map[string]int `json:"bytes_out"`
 }
 
 // countsPath is where the store process serves its counts.
@@ -127,7 +134,11 @@ func (c *dynamoCounts) wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == countsPath {
 			w.Header().Set("Content-Type", "application/json")
-			_ = json.NewEncoder(w).Encode(storeCounts{Requests: c.requests.Snapshot(), FailedWrites: c.failedWrites.Snapshot()})
+			c.mu.Lock()
+			out := storeCounts{Requests: c.requests.Snapshot(), FailedWrites: c.failedWrites.Snapshot(),
+				BusyMS: maps.Clone(c.busyMS), BytesOut: maps.Clone(c.bytesOut)}
+			c.mu.Unlock()
+			_ = json.NewEncoder(w).Encode(out)
 			return
 		}
 		op := "other"
@@ -136,7 +147,15 @@ func (c *dynamoCounts) wrap(next http.Handler) http.Handler {
 		}
 		c.requests.Add(op)
 		s := &failureSniffer{ResponseWriter: w}
+		began := time.Now()
 		next.ServeHTTP(s, r)
+		c.mu.Lock()
+		if c.busyMS == nil {
+			c.busyMS, c.bytesOut = map[string]int{}, map[string]int{}
+		}
+		c.busyMS[op] += int(time.Since(began).Milliseconds())
+		c.bytesOut[op] += s.bytes
+		c.mu.Unlock()
 		if s.status == http.StatusBadRequest &&
 			(bytes.Contains(s.head, []byte("ConditionalCheckFailed")) || bytes.Contains(s.head, []byte("TransactionCanceled"))) {
 			c.failedWrites.Add(op)
@@ -149,6 +168,7 @@ type failureSniffer struct {
 	http.ResponseWriter
 	status int
 	head   []byte
+	bytes  int
 }
 
 func (s *failureSniffer) WriteHeader(code int) {
@@ -160,6 +180,7 @@ func (s *failureSniffer) Write(p []byte) (int, error) {
 	if s.status == 0 {
 		s.status = http.StatusOK
 	}
+	s.bytes += len(p)
 	if s.status >= 400 && len(s.head) < 512 {
 		s.head = append(s.head, p[:min(len(p), 512-len(s.head))]...)
 	}

@@ -74,6 +74,8 @@ type outcomes struct {
 	badHistory      int
 	badHistoryNotes []string
 	redelivered     int
+	// succeeded counts the invocations that ended succeeded.
+	succeeded int
 }
 
 var (
@@ -339,6 +341,9 @@ func checkOutcomes(t testing.TB, op *client.Client, queue string, ids []string, 
 			continue
 		}
 		terminal++
+		if inv.State == wire.StateSucceeded {
+			res.succeeded++
+		}
 		// Nobody cancels these batches: a cancelled invocation is work a
 		// fault threw away.
 		if inv.State == wire.StateCancelled && !inv.CancelRequested {

@@ -294,9 +294,9 @@ func (r fleetResult) table() string {
 
 // checks is the line of the fault suite's checks.
 func (r fleetResult) checks() string {
-	return fmt.Sprintf("checks: %d invocations, lost %d (wrongly cancelled %d), double-counted %d, bad history %d %v, redelivered %d; "+
+	return fmt.Sprintf("checks: %d invocations, %d succeeded, lost %d (wrongly cancelled %d), double-counted %d, bad history %d %v, redelivered %d; "+
 		"acks recorded twice %d, never a recorded success %d\n",
-		r.invocations, r.lost, r.wronglyCancelled, r.doubleCounted, r.badHistory, r.badHistoryNotes, r.redelivered,
+		r.invocations, r.succeeded, r.lost, r.wronglyCancelled, r.doubleCounted, r.badHistory, r.badHistoryNotes, r.redelivered,
 		r.ackedTwice, r.notSucceeded)
 }
 
@@ -585,9 +585,9 @@ func runFleet(t testing.TB, cfg fleetConfig, show func(string)) fleetResult {
 	if cfg.rate > 0 {
 		r.outcomes = checkOutcomes(t, op, f.queue, slices.Collect(maps.Keys(sent)), 8)
 		show(r.checks())
-		if r.lost != 0 || r.doubleCounted != 0 || r.badHistory != 0 || r.ackedTwice != 0 || r.notSucceeded != 0 {
-			t.Errorf("fleet: lost %d (wrongly cancelled %d), double-counted %d, bad history %d %v, acks recorded twice %d, no recorded success %d; want all 0",
-				r.lost, r.wronglyCancelled, r.doubleCounted, r.badHistory, r.badHistoryNotes, r.ackedTwice, r.notSucceeded)
+		if r.lost != 0 || r.doubleCounted != 0 || r.badHistory != 0 || r.ackedTwice != 0 || r.notSucceeded != 0 || r.succeeded != r.invocations {
+			t.Errorf("fleet: %d of %d succeeded; lost %d (wrongly cancelled %d), double-counted %d, bad history %d %v, acks recorded twice %d, no recorded success %d; want every one succeeded, the rest 0",
+				r.succeeded, r.invocations, r.lost, r.wronglyCancelled, r.doubleCounted, r.badHistory, r.badHistoryNotes, r.ackedTwice, r.notSucceeded)
 		}
 	}
 	return r

@@ -10,7 +10,7 @@ STATIC    := CGO_ENABLED=0
 LDFLAGS   := -s -w
 VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: all build demo lambdas test tools lint check bench clean localstack-test
+.PHONY: all build demo lambdas test tools lint check bench bench-fleet clean localstack-test
 
 # The Lambda Runtime Interface Emulator (what `sam local` runs in its
 # container); tests run every bootstrap under it.
@@ -135,6 +135,17 @@ bench: build tools lambdas
 		if [ "$$n" -gt 15000000 ]; then echo "$(DIST)/$$f/bootstrap is $$n bytes, over 15 MB (a daemon function cold-starts on every daemon's path: go tool nm -size -sort size shows what it links)"; exit 1; fi; \
 	done
 	bash scripts/footprint.sh
+
+## bench-fleet: the fleet simulator (docs/scale.md): 1,000 virtual workers idle
+## for 5 minutes, then 200 submits/s for 2 minutes with 5 % of the workers
+## killed, in process; then the same fleet through --lambdas. Each scenario
+## runs even if one before it failed; LAKESHORE_FLEET_* change their sizes.
+FLEET_SCENARIOS ?= idle churn lambdas
+bench-fleet: tools
+	@rc=0; for s in $(FLEET_SCENARIOS); do \
+		echo "fleet scenario $$s"; \
+		$(GO) test -count=1 -run '^$$' -bench "^BenchmarkFleet$$/^$$s\$$" -benchtime 1x -timeout 30m ./tests/ || rc=1; \
+	done; exit $$rc
 
 ## localstack-test: the integration suite against a running LocalStack (docs/localstack.md)
 LOCALSTACK_URL ?= http://127.0.0.1:4566

@@ -228,7 +228,7 @@ func procCPU(pid int) (float64, int) {
 
 // groupCPU sums the CPU seconds of every live process in process group
 // pgid: `lakeshore dev` and, with --lambdas, its emulators and bootstraps.
-func groupCPU(b *testing.B, pgid int) float64 {
+func groupCPU(b testing.TB, pgid int) float64 {
 	b.Helper()
 	entries, err := os.ReadDir("/proc")
 	if err != nil {

@@ -56,18 +56,26 @@ type faultEnv struct {
 
 // faultResult is one row of the report.
 type faultResult struct {
-	fault                            string
+	fault string
+	outcomes
+	worstRedelivery                   time.Duration
+	bodiesStarted, executionsRepeated int
+}
+
+// outcomes is what the control plane says became of a batch nobody
+// cancelled: the invariants of the fault suite and the fleet simulator.
+type outcomes struct {
 	invocations, lost, doubleCounted int
 	// wronglyCancelled counts invocations that ended cancelled although no
 	// operator cancelled them: lost work, counted in lost too.
 	wronglyCancelled int
 	// badHistory counts invocations whose attempt history disagrees with
 	// them (historyFault); the first few are in badHistoryNotes.
-	badHistory                        int
-	badHistoryNotes                   []string
-	redelivered                       int
-	worstRedelivery                   time.Duration
-	bodiesStarted, executionsRepeated int
+	badHistory      int
+	badHistoryNotes []string
+	redelivered     int
+	// succeeded counts the invocations that ended succeeded.
+	succeeded int
 }
 
 var (
@@ -278,41 +286,11 @@ func (e *faultEnv) readLedger() []ledgerLine {
 	return out
 }
 
-// measure computes the report row: lost (submitted, never terminal),
-// double-counted (terminal transitions counted beyond one per invocation),
-// redelivered (attempt > 1), and from the ledger how many bodies ran and how
-// many invocations ran more than once (at-least-once execution: the price of
-// never losing work).
+// measure computes the report row: the batch's outcomes (checkOutcomes),
+// and from the ledger how many bodies ran and how many invocations ran more
+// than once (at-least-once execution: the price of never losing work).
 func (e *faultEnv) measure(name string, faultAt time.Time) faultResult {
-	ctx := context.Background()
-	res := faultResult{fault: name, invocations: len(e.ids)}
-	terminal := 0
-	for _, id := range e.ids {
-		inv, err := e.op.GetInvocation(ctx, id)
-		if err != nil || !wire.Terminal(inv.State) {
-			res.lost++
-			continue
-		}
-		terminal++
-		// The fault suite never cancels: a cancelled invocation is work a
-		// fault threw away.
-		if inv.State == wire.StateCancelled && !inv.CancelRequested {
-			res.wronglyCancelled++
-			res.lost++
-		}
-		if inv.Attempt > 1 {
-			res.redelivered++
-		}
-		if why := historyFault(inv); why != "" {
-			res.badHistory++
-			if len(res.badHistoryNotes) < 5 {
-				res.badHistoryNotes = append(res.badHistoryNotes, inv.InvocationID+": "+why)
-			}
-		}
-	}
-	st := e.stats()
-	counted := st.Counts[wire.StateSucceeded] + st.Counts[wire.StateFailed] + st.Counts[wire.StateCancelled]
-	res.doubleCounted = max(st.DoneCount-terminal, counted-terminal, 0)
+	res := faultResult{fault: name, outcomes: checkOutcomes(e.t, e.op, e.queue, e.ids, 1)}
 	lines := e.readLedger()
 	res.bodiesStarted = len(lines)
 	seen := map[string]int{}
@@ -324,6 +302,70 @@ func (e *faultEnv) measure(name string, faultAt time.Time) faultResult {
 			res.executionsRepeated++
 		}
 	}
+	return res
+}
+
+// checkOutcomes reads every invocation of ids (parallel reads at once) and
+// the queue's counts, and computes lost (submitted, never terminal, or
+// cancelled though nobody cancelled it), double-counted (terminal
+// transitions counted beyond one per invocation), redelivered (attempt > 1)
+// and the invocations whose attempt history disagrees with them. The batch
+// must be the queue's only work: the queue's counts are compared with it.
+func checkOutcomes(t testing.TB, op *client.Client, queue string, ids []string, parallel int) outcomes {
+	t.Helper()
+	res := outcomes{invocations: len(ids)}
+	invs := make([]*wire.Invocation, len(ids))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range max(parallel, 1) {
+		wg.Go(func() {
+			for i := range next {
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				inv, err := op.GetInvocation(ctx, ids[i])
+				cancel()
+				if err == nil {
+					invs[i] = &inv
+				}
+			}
+		})
+	}
+	for i := range ids {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	terminal := 0
+	for _, inv := range invs {
+		if inv == nil || !wire.Terminal(inv.State) {
+			res.lost++
+			continue
+		}
+		terminal++
+		if inv.State == wire.StateSucceeded {
+			res.succeeded++
+		}
+		// Nobody cancels these batches: a cancelled invocation is work a
+		// fault threw away.
+		if inv.State == wire.StateCancelled && !inv.CancelRequested {
+			res.wronglyCancelled++
+			res.lost++
+		}
+		if inv.Attempt > 1 {
+			res.redelivered++
+		}
+		if why := historyFault(*inv); why != "" {
+			res.badHistory++
+			if len(res.badHistoryNotes) < 5 {
+				res.badHistoryNotes = append(res.badHistoryNotes, inv.InvocationID+": "+why)
+			}
+		}
+	}
+	st, err := op.QueueStats(context.Background(), queue)
+	if err != nil {
+		t.Fatalf("queue stats: %v", err)
+	}
+	counted := st.Counts[wire.StateSucceeded] + st.Counts[wire.StateFailed] + st.Counts[wire.StateCancelled]
+	res.doubleCounted = max(st.DoneCount-terminal, counted-terminal, 0)
 	return res
 }
 

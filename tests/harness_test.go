@@ -25,6 +25,9 @@ import (
 var binDir string
 
 func TestMain(m *testing.M) {
+	if upstream := os.Getenv(fleetStoreEnv); upstream != "" {
+		os.Exit(serveFleetStore(upstream))
+	}
 	dir, err := os.MkdirTemp("", "lakeshore-bin-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "tests: temp dir:", err)

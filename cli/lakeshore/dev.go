@@ -32,6 +32,7 @@ import (
 	"github.com/dreamlake/lakeshore/server/metrics"
 	"github.com/dreamlake/lakeshore/server/metrics/prom"
 	"github.com/dreamlake/lakeshore/server/provision"
+	"github.com/dreamlake/lakeshore/server/reaper"
 	"github.com/dreamlake/lakeshore/server/store"
 	"github.com/dreamlake/lakeshore/server/store/embedded"
 	"github.com/dreamlake/lakeshore/server/store/schema"
@@ -319,7 +320,10 @@ func runDev(ctx context.Context, o devOptions) error {
 		}
 		handler = srv
 		wakeRoute = wakelambda.Handler(svc, auth.DaemonAuthToken, log)
-		sweepOnce = func(ctx context.Context) error { return sweep(ctx, svc, log) }
+		sweepOnce = func(ctx context.Context) error {
+			reaper.Backfill(ctx, st, log)
+			return sweep(ctx, svc, log)
+		}
 	}
 	if o.wakeChannel {
 		handler = withWakeChannel(handler, sockets)

@@ -11,5 +11,6 @@ import (
 
 func main() {
 	s := lambdamain.Open("reaper")
-	lambda.Start(reaper.Handler(s.Control, s.Control, s.Metrics, s.Store.WorkerRetention, s.Log))
+	sweep := reaper.Handler(s.Control, s.Control, s.Metrics, s.Store.WorkerRetention, s.Log)
+	lambda.Start(reaper.WithBackfill(s.Store, s.Log, sweep))
 }

@@ -29,6 +29,33 @@ type Gauger interface {
 	Gauges(ctx context.Context, retention time.Duration) (metrics.Gauges, error)
 }
 
+// Backfiller brings rows written before the indexes that keep the sweep
+// independent of history into them, once per deployment
+// (store.Store.BackfillIndexes).
+type Backfiller interface {
+	BackfillIndexes(ctx context.Context) (int, error)
+}
+
+// Backfill runs b before a sweep and logs what it did. It never fails the
+// sweep: a pass cut short is tried again before the next one.
+func Backfill(ctx context.Context, b Backfiller, log *slog.Logger) {
+	n, err := b.BackfillIndexes(ctx)
+	if n > 0 {
+		log.Info("backfill: rows written before the history-independent indexes brought into them", "rows", n)
+	}
+	if err != nil {
+		log.Warn("backfill not finished; tried again before the next sweep", "rows", n, "error", err.Error())
+	}
+}
+
+// WithBackfill is h with Backfill run before each of its sweeps.
+func WithBackfill(b Backfiller, log *slog.Logger, h func(context.Context, json.RawMessage) (control.SweepResult, error)) func(context.Context, json.RawMessage) (control.SweepResult, error) {
+	return func(ctx context.Context, ev json.RawMessage) (control.SweepResult, error) {
+		Backfill(ctx, b, log)
+		return h(ctx, ev)
+	}
+}
+
 // Handler returns the Lambda handler: any event (a schedule's, or a manual
 // invoke) runs one sweep, then writes the gauges to out (nil g or out:
 // none). A failed sweep is returned as an error so the invocation is

@@ -95,3 +95,41 @@ func TestHandlerReportsFailure(t *testing.T) {
 		t.Fatalf("failure not logged: %s", logs.String())
 	}
 }
+
+type backfiller struct {
+	calls int
+	err   error
+}
+
+func (b *backfiller) BackfillIndexes(context.Context) (int, error) {
+	b.calls++
+	return 2, b.err
+}
+
+type countingSweeper struct{ calls int }
+
+func (c *countingSweeper) Sweep(context.Context) (control.SweepResult, error) {
+	c.calls++
+	return control.SweepResult{}, nil
+}
+
+// TestBackfillRunsBeforeEachSweep: the backfill runs before every sweep,
+// and one cut short is logged without failing the sweep (it is tried
+// again before the next).
+func TestBackfillRunsBeforeEachSweep(t *testing.T) {
+	var logs bytes.Buffer
+	b := &backfiller{err: context.DeadlineExceeded}
+	s := &countingSweeper{}
+	h := reaper.WithBackfill(b, slog.New(slog.NewJSONHandler(&logs, nil)), reaper.Handler(s, nil, nil, 0, slog.New(slog.DiscardHandler)))
+	for range 2 {
+		if _, err := h(context.Background(), nil); err != nil {
+			t.Fatalf("a backfill cut short failed the sweep: %v", err)
+		}
+	}
+	if b.calls != 2 || s.calls != 2 {
+		t.Errorf("backfills %d, sweeps %d; want 2 each", b.calls, s.calls)
+	}
+	if !strings.Contains(logs.String(), "backfill not finished") || !strings.Contains(logs.String(), `"rows":2`) {
+		t.Errorf("backfill not logged: %s", logs.String())
+	}
+}

@@ -119,6 +119,8 @@ type Store struct {
 	// queuesNoted holds the queues this process recorded in the queues
 	// table (NoteQueue): at most one write per queue per process.
 	queuesNoted sync.Map
+	// backfill records that BackfillIndexes found its work done.
+	backfill backfilled
 }
 
 // New returns a store over db with tables named prefix + fixed suffixes.

@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"testing"
@@ -25,6 +26,7 @@ func TestConformanceWake(t *testing.T) {
 				{"connections/limit applies before the filter", testConnectionsLimitBeforeFilter},
 				{"connections/every live listener past pages of expired ones", testConnectionsPastExpiredPages},
 				{"connections/connected at round-trips", testConnectionsConnectedAt},
+				{"connections/a sample of a large key's listeners", testConnectionsSample},
 			} {
 				t.Run(c.name, func(t *testing.T) {
 					c.run(t, newFixture(t, b, db))
@@ -138,5 +140,62 @@ func testConnectionsConnectedAt(t *testing.T, f *fixture) {
 				t.Fatalf("under %s: %+v %v; want c1 connected at %s", k, conns, err, at)
 			}
 		}
+	}
+}
+
+// testConnectionsSample: a key with more listeners than one wake reads
+// (32) gives a sample of that many live ones, from a random point of their
+// expiries, in a few small queries whatever their number; over many wakes
+// every listener is in some sample. A key with fewer gives every one.
+func testConnectionsSample(t *testing.T, f *fixture) {
+	now := f.clock.Now()
+	few := connectionIDs("f", 5)
+	f.putConnections("few#", now.Add(time.Hour), few...)
+	f.putConnections("q#", now.Add(-time.Minute), connectionIDs("x", 20)...)
+	var all []string
+	for i := range 100 {
+		id := fmt.Sprintf("c%03d", i)
+		all = append(all, id)
+		// Expiries spread over two hours, several a second apart.
+		f.putConnections("q#", now.Add(time.Hour+time.Duration(i%40)*3*time.Minute), id)
+	}
+	ids := func(key string) []string {
+		t.Helper()
+		conns, err := f.s.Connections(f.ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, c := range conns {
+			got = append(got, c.ID)
+		}
+		slices.Sort(got)
+		return got
+	}
+	if got := ids("few#"); !slices.Equal(got, few) {
+		t.Fatalf("a key with 5 listeners gave %v; want every one", got)
+	}
+	seen := map[string]bool{}
+	f.s.Random = rand.New(rand.NewPCG(1, 2)).Uint64
+	for range 40 {
+		got := ids("q#")
+		if len(got) != 32 || len(slices.Compact(slices.Clone(got))) != 32 {
+			t.Fatalf("a sample of %d distinct listeners (%v); want 32", len(slices.Compact(slices.Clone(got))), got)
+		}
+		for _, id := range got {
+			if id[0] != 'c' {
+				t.Fatalf("sample holds %s, an expired listener", id)
+			}
+			seen[id] = true
+		}
+	}
+	if len(seen) != len(all) {
+		var missing []string
+		for _, id := range all {
+			if !seen[id] {
+				missing = append(missing, id)
+			}
+		}
+		t.Errorf("40 samples reached %d of %d listeners (not %v); want every one", len(seen), len(all), missing)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -107,20 +108,76 @@ func (s *Store) DeleteConnection(ctx context.Context, id string) (c Connection, 
 	return c, true, nil
 }
 
-// Connections lists every unexpired connection listening on wake key (all
-// but Keys set), up to maxConnectionsPages pages. It reads the table's live
-// index, keyed by expiry, from now on: the expired items TTL has not
-// deleted yet (a socket whose $disconnect never ran, a worker long gone)
-// cost it nothing. It reads eventually consistently, as an index does: a
-// wake is a hint, and the poll is what claims.
+// Connections lists unexpired connections listening on wake key (all but
+// Keys set) for a wake to choose from: every one when the key has at most
+// connectionsSample, else a sample of that many from a random point of
+// their expiries (connectionsFrom), so a wake costs the same however large
+// the fleet, and every listener is about as likely to be in it. It reads
+// the table's live index, keyed by expiry, from now on: the expired items
+// TTL has not deleted yet (a socket whose $disconnect never ran, a worker
+// long gone) cost it nothing. It reads eventually consistently, as an
+// index does: a wake is a hint, and the poll is what claims.
 func (s *Store) Connections(ctx context.Context, wakeKey string) ([]Connection, error) {
-	return s.connections(ctx, wakeKey, &dynamodb.QueryInput{
+	now := s.now().Unix()
+	head, err := s.liveConnections(ctx, wakeKey, "expires_at > :a", now, 0, connectionsSample+1, true)
+	if err != nil || len(head) <= connectionsSample {
+		return head, err
+	}
+	tail, err := s.liveConnections(ctx, wakeKey, "expires_at > :a", now, 0, 1, false)
+	if err != nil || len(tail) == 0 {
+		return head[:connectionsSample], err
+	}
+	return s.connectionsFrom(ctx, wakeKey, now, head[0].ExpiresAt.Unix(), tail[0].ExpiresAt.Unix())
+}
+
+// connectionsSample is how many of a key's listeners one wake reads at
+// most: it wakes two workers among them.
+const connectionsSample = 32
+
+// connectionsFrom reads connectionsSample listeners of wakeKey from a
+// random expiry between first and last on, and from the earliest on when
+// that runs out.
+func (s *Store) connectionsFrom(ctx context.Context, wakeKey string, now, first, last int64) ([]Connection, error) {
+	pivot := first + int64(s.Random()%uint64(last-first+1))
+	cs, err := s.liveConnections(ctx, wakeKey, "expires_at >= :a", pivot, 0, connectionsSample, true)
+	if err != nil || len(cs) >= connectionsSample {
+		return cs, err
+	}
+	more, err := s.liveConnections(ctx, wakeKey, "expires_at BETWEEN :a AND :b", now+1, pivot-1, connectionsSample-len(cs), true)
+	return append(cs, more...), err
+}
+
+// liveConnections reads up to limit connections of wakeKey from the live
+// index whose expiry meets cond (over :a, and :b when cond names it), in
+// expiry order (forward: soonest first).
+func (s *Store) liveConnections(ctx context.Context, wakeKey, cond string, a, b int64, limit int, forward bool) ([]Connection, error) {
+	vals := map[string]types.AttributeValue{":k": str(wakeKey), ":a": num(a)}
+	if strings.Contains(cond, ":b") {
+		if b < a {
+			return nil, nil
+		}
+		vals[":b"] = num(b)
+	}
+	out, err := s.db.Query(ctx, &dynamodb.QueryInput{
 		TableName:                 aws.String(s.tables.Connections),
 		IndexName:                 aws.String(indexLiveConnections),
-		KeyConditionExpression:    aws.String("wake_key = :k AND expires_at > :now"),
-		ExpressionAttributeValues: s.connectionValues(wakeKey),
-		Limit:                     aws.Int32(connectionsPage),
+		KeyConditionExpression:    aws.String("wake_key = :k AND " + cond),
+		ExpressionAttributeValues: vals,
+		ScanIndexForward:          aws.Bool(forward),
+		Limit:                     aws.Int32(int32(limit)),
 	})
+	if err != nil {
+		return nil, storeErr("list connections of "+wakeKey, err)
+	}
+	var recs []connectionRecord
+	if err := attributevalue.UnmarshalListOfMaps(out.Items, &recs); err != nil {
+		return nil, fmt.Errorf("decode connections of %s: %w", wakeKey, err)
+	}
+	cs := make([]Connection, 0, len(recs))
+	for _, r := range recs {
+		cs = append(cs, r.connection())
+	}
+	return cs, nil
 }
 
 // ConnectionsConsistent is Connections read consistently, from the table:

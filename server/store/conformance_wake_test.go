@@ -47,6 +47,21 @@ func (f *fixture) putConnections(k string, exp time.Time, ids ...string) {
 	}
 }
 
+// listeners is the sorted ids of what Connections lists under key.
+func (f *fixture) listeners(key string) []string {
+	f.t.Helper()
+	conns, err := f.s.Connections(f.ctx, key)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	var got []string
+	for _, c := range conns {
+		got = append(got, c.ID)
+	}
+	slices.Sort(got)
+	return got
+}
+
 func connectionIDs(prefix string, n int) []string {
 	ids := make([]string, n)
 	for i := range ids {
@@ -111,16 +126,7 @@ func testConnectionsPastExpiredPages(t *testing.T, f *fixture) {
 	live := connectionIDs("z", 3)
 	f.putConnections("q#", now.Add(time.Hour), live...)
 	f.putConnections("other#", now.Add(time.Hour), "b000")
-	conns, err := f.s.Connections(f.ctx, "q#")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	for _, c := range conns {
-		got = append(got, c.ID)
-	}
-	slices.Sort(got)
-	if !slices.Equal(got, live) {
+	if got := f.listeners("q#"); !slices.Equal(got, live) {
 		t.Fatalf("listed %v; want every live listener %v", got, live)
 	}
 }
@@ -159,26 +165,13 @@ func testConnectionsSample(t *testing.T, f *fixture) {
 		// Expiries spread over two hours, several a second apart.
 		f.putConnections("q#", now.Add(time.Hour+time.Duration(i%40)*3*time.Minute), id)
 	}
-	ids := func(key string) []string {
-		t.Helper()
-		conns, err := f.s.Connections(f.ctx, key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var got []string
-		for _, c := range conns {
-			got = append(got, c.ID)
-		}
-		slices.Sort(got)
-		return got
-	}
-	if got := ids("few#"); !slices.Equal(got, few) {
+	if got := f.listeners("few#"); !slices.Equal(got, few) {
 		t.Fatalf("a key with 5 listeners gave %v; want every one", got)
 	}
 	seen := map[string]bool{}
 	f.s.Random = rand.New(rand.NewPCG(1, 2)).Uint64
 	for range 40 {
-		got := ids("q#")
+		got := f.listeners("q#")
 		if len(got) != 32 || len(slices.Compact(slices.Clone(got))) != 32 {
 			t.Fatalf("a sample of %d distinct listeners (%v); want 32", len(slices.Compact(slices.Clone(got))), got)
 		}

@@ -98,10 +98,12 @@ func TestStoreFaultsOneFault(t *testing.T) {
 			var once sync.Once
 			a.testHookPolled = func(wire.PollRequest) {
 				once.Do(func() {
-					// The next poll's heartbeat puts the worker row, then its
-					// claim puts the invocation.
+					// The submit first (its first in a queue also puts the
+					// queue's listing entry); then the next poll's heartbeat
+					// puts the worker row, and its claim puts the invocation.
+					id := r.submit(t, "k")
 					r.tr.Next(Put, none, drop)
-					inv.Store(r.submit(t, "k")) // a transaction, not a put
+					inv.Store(id)
 				})
 			}
 		})

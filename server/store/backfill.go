@@ -72,19 +72,42 @@ func (s *Store) backfillWorkers(ctx context.Context) (int, error) {
 		TableName:        aws.String(s.tables.Workers),
 		FilterExpression: aws.String("attribute_not_exists(roster_until)"),
 	}, func(item map[string]types.AttributeValue) error {
-		w, err := decodeWorker(item)
-		if err != nil {
-			return err
-		}
-		wrote, err := s.setIfMissing(ctx, s.tables.Workers, key("worker_id", w.ID), "roster_until", w.Version, map[string]types.AttributeValue{
-			"roster": str(rosterPartition), "roster_until": str(rosterUntil(w, s.WorkerRetention)),
-		})
+		wrote, err := s.backfillWorker(ctx, item)
 		if wrote {
 			n++
 		}
 		return err
 	})
 	return n, err
+}
+
+// backfillWorker gives the worker row item its roster entry, worked out
+// from that row. A row rewritten since without one (by a process of the
+// version before, during a rolling deploy) is read again and tried again;
+// one rewritten with its entry, or gone, needs nothing.
+func (s *Store) backfillWorker(ctx context.Context, item map[string]types.AttributeValue) (bool, error) {
+	for range maxVersionRetries {
+		w, err := decodeWorker(item)
+		if err != nil {
+			return false, err
+		}
+		k := key("worker_id", w.ID)
+		wrote, err := s.setIfMissing(ctx, s.tables.Workers, k, "roster_until", w.Version, map[string]types.AttributeValue{
+			"roster": str(rosterPartition), "roster_until": str(rosterUntil(w, s.WorkerRetention)),
+		})
+		if wrote || err != nil {
+			return wrote, err
+		}
+		out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(s.tables.Workers), Key: k, ConsistentRead: aws.Bool(true)})
+		if err != nil {
+			return false, storeErr("backfill: read worker "+w.ID, err)
+		}
+		if _, has := out.Item["roster_until"]; out.Item == nil || has {
+			return false, nil
+		}
+		item = out.Item
+	}
+	return false, fmt.Errorf("backfill: worker row kept changing: %w", errVersion)
 }
 
 // backfillQueues writes the listing entry of each queue counter row and

@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -121,5 +122,75 @@ func put(t *testing.T, db *dynamodb.Client, table string, item map[string]types.
 	t.Helper()
 	if _, err := db.PutItem(context.Background(), &dynamodb.PutItemInput{TableName: aws.String(table), Item: item}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// oldWriterDB rewrites, just before the first UpdateItem through it, a
+// worker row as a control plane not yet upgraded would: changed, and with
+// no roster entry.
+type oldWriterDB struct {
+	store.DB
+	once  sync.Once
+	write func()
+}
+
+func (o *oldWriterDB) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	o.once.Do(o.write)
+	return o.DB.UpdateItem(ctx, in, opts...)
+}
+
+// TestBackfillNeverWritesAStaleEntry: a worker row rewritten between the
+// backfill's scan and its write (by a process of the old version, during a
+// rolling deploy: here it reaped the worker) is read again and gets the
+// entry of what that write made. The entry worked out from the row it
+// scanned would list a reaped worker as live; skipping the row would leave
+// it out of the index for good.
+func TestBackfillNeverWritesAStaleEntry(t *testing.T) {
+	ctx := context.Background()
+	plain := storetest.Moto(t)
+	prefix := storetest.Prefix(t)
+	if err := schema.EnsureTables(ctx, plain, prefix); err != nil {
+		t.Fatal(err)
+	}
+	old := store.New(plain, prefix)
+	w := benchWorker(t, old, "m-old", "")
+	strip(t, plain, old.Tables().Workers, "worker_id", w.ID, "roster", "roster_until")
+	racing := &oldWriterDB{DB: plain, write: func() {
+		cur, err := old.GetWorker(ctx, w.ID)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		cur.Reaped, cur.Version = true, cur.Version+1
+		item, err := old.WorkerItem(cur)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		delete(item, "roster")
+		delete(item, "roster_until")
+		put(t, plain, old.Tables().Workers, item)
+	}}
+	s := store.New(racing, prefix)
+	if n, err := s.BackfillIndexes(ctx); err != nil || n != 1 {
+		t.Fatalf("BackfillIndexes = %d, %v; want the worker row written", n, err)
+	}
+	if err := s.EachWorker(ctx, "test", func(got domain.Worker) error {
+		if got.ID == w.ID {
+			t.Errorf("the sweep lists %s, reaped meanwhile, as live", w.ID)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	listed := false
+	if err := s.EachListedWorker(ctx, "test", func(got domain.Worker) error {
+		listed = listed || got.ID == w.ID
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if !listed {
+		t.Errorf("%s is in no part of the roster: the backfill skipped the row it found changed", w.ID)
 	}
 }

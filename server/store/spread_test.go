@@ -3,14 +3,17 @@ package store_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/dreamlake/lakeshore/server/store"
 	"github.com/dreamlake/lakeshore/server/store/storetest"
+	"github.com/dreamlake/lakeshore/shared/clock"
 	"github.com/dreamlake/lakeshore/shared/ids"
 )
 
@@ -136,5 +139,30 @@ func TestLostRaceAtTheTailYields(t *testing.T) {
 				t.Errorf("claim = %d claimed, %d conflicts; want %d claimed after %d", len(res.Claimed), res.Conflicts, c.wantClaimed, c.steals)
 			}
 		})
+	}
+}
+
+// TestSpreadClaimReadsItsSpanAgain: the partition's first and last entry
+// place spread reads for spanTTL (a second), then are read again, so work
+// queued since is reached from its own part of the queue.
+func TestSpreadClaimReadsItsSpanAgain(t *testing.T) {
+	ss, _ := countedStores(t, 1)
+	s := ss[0]
+	fake := clock.NewFake(time.Now())
+	s.Clock, s.SpreadClaims, s.Shuffle = fake.Clock(), true, oldestFirst
+	s.Random = func() uint64 { return math.MaxUint64 } // the last entry
+	w := benchWorker(t, s, "m1", "")
+	first := submitN(t, s, 10)
+	if got := claimOne(t, s, w); got.ID != first[9] {
+		t.Fatalf("took %s, want the last %s", got.ID, first[9])
+	}
+	later := submitN(t, s, 10)
+	fake.Advance(200 * time.Millisecond) // past the pool, within the span's second
+	if got := claimOne(t, s, w); got.ID != later[0] {
+		t.Fatalf("within the span's second took %s, want %s (the first past the old last entry)", got.ID, later[0])
+	}
+	fake.Advance(2 * time.Second)
+	if got := claimOne(t, s, w); got.ID != later[9] {
+		t.Errorf("after the span's second took %s, want the new last entry %s", got.ID, later[9])
 	}
 }

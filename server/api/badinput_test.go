@@ -135,7 +135,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 			{name: "invocation_id lower-case", body: withField(ack, "invocation_id", "inv_"+strings.ToLower(strings.TrimPrefix(f.running, "inv_")))},
 			{name: "invocation_id is a worker id", body: withField(ack, "invocation_id", a.id)},
 			{name: "attempt 0", body: withField(ack, "attempt", 0)},
-			{name: "attempt 21", body: withField(ack, "attempt", 21)},
+			{name: "attempt past the most hand-outs", body: withField(ack, "attempt", wire.MaxAttemptNumber+1)},
 			{name: "state running", body: withField(ack, "state", "running")},
 			{name: "state unknown", body: withField(ack, "state", "done")},
 			{name: "result_blob too large", body: withField(ack, "result_blob", strings.Repeat("r", wire.MaxResultBlobBytes))},

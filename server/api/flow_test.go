@@ -686,6 +686,62 @@ func TestPollOmittingHeldInvocationRequeuesIt(t *testing.T) {
 	}
 }
 
+// TestLostPollAnswersSpendNoAttempt: an overloaded control plane can claim
+// work for a poll whose answer never reaches the daemon (its request timed
+// out). Each such hand-out is omitted from the worker's next poll and given
+// back without spending an attempt, so a job with max_attempts 1 survives
+// several lost answers and runs once, to success, when one arrives. Its
+// ack carries an attempt number past max_attempts' limit of 20.
+func TestLostPollAnswersSpendNoAttempt(t *testing.T) {
+	c := newClock()
+	h := newHarness(t, withClock(c))
+	w := h.hello("m", "b")
+	inv := h.submitReq(wire.SubmitRequest{Queue: "default", Argv: []string{"x"}, MaxAttempts: 1})
+	lost := wire.MaxAttemptsLimit + 1
+	for i := range lost {
+		// The daemon never saw these answers: each next poll lists nothing.
+		c.Advance(time.Second)
+		got := runIDs(h.poll(w, wire.PollRequest{Phase: wire.PhaseReady, Invocations: []string{}}))
+		if len(got) != 1 || got[0] != inv.InvocationID {
+			t.Fatalf("poll %d after %d lost answers claimed %v, want %s again", i+1, i, got, inv.InvocationID)
+		}
+	}
+	if got := h.invocation(inv.InvocationID); got.State != wire.StateRunning || got.Attempt != lost {
+		t.Fatalf("after %d lost answers: %s attempt %d, want running attempt %d", lost-1, got.State, got.Attempt, lost)
+	}
+	c.Advance(time.Second)
+	h.poll(w, wire.PollRequest{Phase: wire.PhaseReady, Invocations: []string{inv.InvocationID}})
+	ack := h.ack(w, wire.AckRequest{InvocationID: inv.InvocationID, Attempt: lost, State: wire.StateSucceeded, ExitCode: intp(0)})
+	got := h.invocation(inv.InvocationID)
+	if !ack.Recorded || got.State != wire.StateSucceeded || got.MaxAttempts != lost {
+		t.Fatalf("ack of attempt %d: recorded %v, %s, max_attempts %d; want it recorded, succeeded, max_attempts %d",
+			lost, ack.Recorded, got.State, got.MaxAttempts, lost)
+	}
+}
+
+// TestAReceivedAttemptOmittedLaterCounts: a poll listed the attempt, so
+// its worker received it; a later poll that omits it (its warm process
+// died, or its ack was refused) spends the attempt, as a lost worker's
+// does, and the last one fails the invocation.
+func TestAReceivedAttemptOmittedLaterCounts(t *testing.T) {
+	c := newClock()
+	h := newHarness(t, withClock(c))
+	w := h.hello("m", "b")
+	inv := h.submitReq(wire.SubmitRequest{Queue: "default", Argv: []string{"x"}, MaxAttempts: 1})
+	if got := runIDs(h.poll(w, wire.PollRequest{Phase: wire.PhaseReady, Invocations: []string{}})); len(got) != 1 {
+		t.Fatalf("claimed %v", got)
+	}
+	c.Advance(time.Second)
+	h.poll(w, wire.PollRequest{Phase: wire.PhaseReady, Invocations: []string{inv.InvocationID}})
+	c.Advance(time.Second)
+	h.poll(w, wire.PollRequest{Phase: wire.PhaseReady, Invocations: []string{}})
+	got := h.invocation(inv.InvocationID)
+	if got.State != wire.StateFailed || got.Error == nil || got.Error.Type != "worker_lost" || got.Attempts[0].Outcome != "omitted" {
+		t.Fatalf("after its worker omitted a received attempt: %s %+v, attempts %+v; want failed worker_lost, attempt 1 omitted",
+			got.State, got.Error, got.Attempts)
+	}
+}
+
 func TestComputedStaleAndGone(t *testing.T) {
 	c := newClock()
 	h := newHarness(t, withClock(c), func(cfg *apitest.Config) { cfg.Control.StaleAfter = 3 * time.Second })

@@ -94,7 +94,7 @@ func (s *Server) invocationLogs(r *http.Request) (int, any, error) {
 		}
 		return n, nil
 	}
-	attempt, err := num("attempt", 0, wire.MaxAttemptsLimit, 0)
+	attempt, err := num("attempt", 0, wire.MaxAttemptNumber, 0)
 	if err != nil {
 		return 0, nil, err
 	}

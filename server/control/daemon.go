@@ -88,7 +88,14 @@ func (s *Service) Register(ctx context.Context, r domain.Registration, issue sto
 // Heartbeat records poll p of its worker (domain.Worker.Heartbeat) and
 // reports the worker row after it: the first step of Poll.
 func (s *Service) Heartbeat(ctx context.Context, p domain.Poll, auth store.Authorize) (domain.Worker, error) {
-	w, err := s.store.Heartbeat(ctx, p.WorkerID, p, auth)
+	w, _, err := s.heartbeat(ctx, p, auth)
+	return w, err
+}
+
+// heartbeat is Heartbeat, also reporting when the worker's poll before this
+// one was heard (store.Store.Heartbeat).
+func (s *Service) heartbeat(ctx context.Context, p domain.Poll, auth store.Authorize) (domain.Worker, time.Time, error) {
+	w, prior, err := s.store.Heartbeat(ctx, p.WorkerID, p, auth)
 	if de := (*domain.Error)(nil); errors.As(err, &de) && de.Reason == domain.GoneReplaced {
 		// A replaced worker polled: its process runs, so the hello that
 		// replaced it came from another process with its machine id.
@@ -98,7 +105,7 @@ func (s *Service) Heartbeat(ctx context.Context, p domain.Poll, auth store.Autho
 			s.log.Error("machine id conflict not recorded", "worker_id", p.WorkerID, "error", cerr.Error())
 		}
 	}
-	return w, err
+	return w, prior, err
 }
 
 // Ack records a worker's outcome o for one attempt

@@ -26,7 +26,7 @@ import (
 // row.
 func (s *Service) Poll(ctx context.Context, p domain.Poll, auth store.Authorize) ([]domain.Command, error) {
 	st := s.store
-	w, err := s.Heartbeat(ctx, p, auth)
+	w, priorPoll, err := s.heartbeat(ctx, p, auth)
 	if err != nil {
 		return nil, err
 	}
@@ -50,7 +50,7 @@ func (s *Service) Poll(ctx context.Context, p domain.Poll, auth store.Authorize)
 	for _, c := range pending {
 		cmds = append(cmds, domain.Command{Type: domain.CommandSetup, CommandID: c.CommandID, Argv: c.Argv})
 	}
-	cancels, finished, err := s.reconcile(ctx, w, p.Inflight)
+	cancels, finished, err := s.reconcile(ctx, w, p.Inflight, priorPoll)
 	if err != nil {
 		return nil, err
 	}
@@ -79,11 +79,15 @@ func (s *Service) Poll(ctx context.Context, p domain.Poll, auth store.Authorize)
 // a cancel command saying why: "operator" (an operator cancelled it) or
 // "superseded" (an earlier attempt's ack won, or it was handed to another
 // worker; the cancelled ack that follows is a no-op). An invocation the
-// worker holds but the daemon's (present) list omits was never received —
-// its run command was lost — and is handed out again. Cancels of
-// invocations that already finished come apart (finished): whatever the
-// daemon still does for them no longer counts.
-func (s *Service) reconcile(ctx context.Context, w domain.Worker, inflight []string) (cancels, finished []domain.Command, err error) {
+// worker holds but the daemon's (present) list omits is handed out again:
+// undelivered, without spending an attempt, when no poll since its claim
+// listed it (its run command was lost: domain.Invocation.Undelivered, with
+// priorPoll when the worker's poll before this one was heard); omitted,
+// as a lost worker's attempt, when one did (its body ran: its warm
+// process died, or its ack was refused). Cancels of invocations that
+// already finished come apart (finished): whatever the daemon still does
+// for them no longer counts.
+func (s *Service) reconcile(ctx context.Context, w domain.Worker, inflight []string, priorPoll time.Time) (cancels, finished []domain.Command, err error) {
 	if inflight == nil {
 		return nil, nil, nil // an old daemon that sends no list: nothing to compare
 	}
@@ -96,12 +100,16 @@ func (s *Service) reconcile(ctx context.Context, w domain.Worker, inflight []str
 		if !slices.Contains(inflight, inv.ID) {
 			// Requeue re-reads the invocation and does nothing unless it still
 			// runs this worker's attempt (the holder index may lag on AWS).
-			got, err := s.requeue(ctx, inv.ID, w.ID, domain.Loss{Kind: domain.EndOmitted, Why: "omitted from its worker's poll"})
+			loss := domain.Loss{Kind: domain.EndOmitted, Why: "omitted from its worker's poll"}
+			if inv.Undelivered(priorPoll) {
+				loss = domain.Loss{Kind: domain.EndUndelivered, Why: "its worker never received it: no poll since its claim listed it"}
+			}
+			got, err := s.requeue(ctx, inv.ID, w.ID, loss)
 			if err != nil {
 				return nil, nil, err
 			}
 			s.log.Warn("redelivered an invocation its worker does not know", "worker_id", w.ID,
-				"invocation_id", inv.ID, "attempt", inv.Attempt, "state", got.State)
+				"invocation_id", inv.ID, "attempt", inv.Attempt, "ended", loss.Kind, "state", got.State)
 		}
 	}
 	for _, id := range inflight {
@@ -213,11 +221,28 @@ func (s *Service) waitWake(ctx context.Context, woken <-chan struct{}, d time.Du
 	return d, nil
 }
 
+// handBackTimeout bounds the hand-back of a claim whose poll's client went
+// away: it outlives the poll's own context, but not by much.
+const handBackTimeout = 10 * time.Second
+
 // handOut turns claimed invocations into run commands, unless the worker
-// was retired while they were claimed: then they go straight back to the
-// queue, since nobody will run them.
+// was retired while they were claimed, or the poll's client went away:
+// then they go straight back to the queue, since nobody will run them.
 func (s *Service) handOut(ctx context.Context, w domain.Worker, claimed []domain.Invocation) ([]domain.Command, error) {
 	st := s.store
+	if ctx.Err() != nil {
+		// The poll's client went away as it claimed (it gave up waiting on
+		// a busy control plane): no answer can reach the daemon, so the
+		// work goes back now, undelivered, not at the worker's next poll.
+		back, done := context.WithTimeout(context.WithoutCancel(ctx), handBackTimeout)
+		defer done()
+		for _, inv := range claimed {
+			if _, err := s.requeue(back, inv.ID, w.ID, domain.Loss{Kind: domain.EndUndelivered, Why: "the poll that claimed it ended before it was answered"}); err != nil {
+				return nil, err
+			}
+		}
+		return nil, ctx.Err()
+	}
 	cur, err := st.GetWorker(ctx, w.ID)
 	if err != nil {
 		return nil, err

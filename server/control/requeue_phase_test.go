@@ -48,6 +48,11 @@ func newRequeueRig(t *testing.T, ctx context.Context) requeueRig {
 	if err != nil || len(cmds) != 1 || cmds[0].Run == nil || cmds[0].Run.ID != inv.ID {
 		t.Fatalf("poll: %+v %v, want a run of %s", cmds, err, inv.ID)
 	}
+	// A daemon lists what it received in its next poll, as the body runs.
+	if _, err := svc.Poll(ctx, wire.PollRequest{WorkerID: hello.Worker.ID, Queue: "q", Phase: wire.PhaseReady, Invocations: []string{inv.ID},
+		UpdatedCapabilities: &wire.Capabilities{MaxConcurrency: ptr(1), CurrentInvocations: ptr(1)}}.Poll(), nil); err != nil {
+		t.Fatal(err)
+	}
 	return requeueRig{svc: svc, st: st, worker: hello.Worker.ID, run: *cmds[0].Run,
 		snap: func() storetest.Snapshot { return storetest.TakeSnapshot(t, db, prefix) }}
 }

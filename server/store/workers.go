@@ -265,13 +265,17 @@ func noError(fn func(domain.Worker) (domain.Worker, bool)) func(domain.Worker) (
 
 // Heartbeat records poll p of worker id (domain.Worker.Heartbeat):
 // last_seen_at, phase, the state the phase projects to, capabilities and
-// host key. A retired worker gets ErrWorkerGone (410): it must say hello
-// again.
-func (s *Store) Heartbeat(ctx context.Context, id string, p domain.Poll, auth Authorize) (domain.Worker, error) {
+// host key. It also reports the last_seen_at the poll replaced: when the
+// worker's poll before this one was heard (domain.Invocation.Undelivered).
+// A retired worker gets ErrWorkerGone (410): it must say hello again.
+func (s *Store) Heartbeat(ctx context.Context, id string, p domain.Poll, auth Authorize) (domain.Worker, time.Time, error) {
 	now := s.now()
-	return s.updateWorker(ctx, "poll", id, auth, always(func(w domain.Worker) (domain.Worker, error) {
+	var prior time.Time
+	w, err := s.updateWorker(ctx, "poll", id, auth, always(func(w domain.Worker) (domain.Worker, error) {
+		prior = w.LastSeenAt
 		return w.Heartbeat(p, now)
 	}))
+	return w, prior, err
 }
 
 // MarkGone makes worker id gone (if it is not already), recording why: its

@@ -83,18 +83,30 @@ func (p *RetryPolicy) backoff(n int) time.Duration {
 	return min(d, MaxRetryBackoff)
 }
 
+// Bounds on how often one invocation is handed out. An attempt its worker
+// never received (EndUndelivered) does not spend one of max_attempts, up to
+// FreeUndelivered of them; beyond that a worker that drops every run
+// command spends attempts as a lost worker does. MaxHandOuts bounds the
+// attempts of one invocation in all, reruns included: its history lives on
+// its row, and attempt numbers on the wire stay below it.
+const (
+	FreeUndelivered = 20
+	MaxHandOuts     = 100
+)
+
 // EndKind is how an attempt that has no recorded outcome ended
 // (Attempt.Outcome), and how a worker was retired (Worker.GoneKind).
 type EndKind string
 
 // End kinds.
 const (
-	EndStale      EndKind = "stale"      // its worker went silent past the stale window
-	EndGone       EndKind = "gone"       // its worker is gone: a new boot, its host stopped or terminated
-	EndBye        EndKind = "bye"        // its worker said bye while it ran
-	EndOmitted    EndKind = "omitted"    // its worker's poll no longer listed it
-	EndSuperseded EndKind = "superseded" // another attempt's outcome was recorded first
-	EndRequeued   EndKind = "requeued"   // its body asked to be handed back as its worker drained (AckRequeued)
+	EndStale       EndKind = "stale"       // its worker went silent past the stale window
+	EndGone        EndKind = "gone"        // its worker is gone: a new boot, its host stopped or terminated
+	EndBye         EndKind = "bye"         // its worker said bye while it ran
+	EndOmitted     EndKind = "omitted"     // its worker's poll no longer listed it
+	EndUndelivered EndKind = "undelivered" // its worker never received it: no poll since its claim listed it
+	EndSuperseded  EndKind = "superseded"  // another attempt's outcome was recorded first
+	EndRequeued    EndKind = "requeued"    // its body asked to be handed back as its worker drained (AckRequeued)
 )
 
 // Loss says why a worker's attempt was taken back: Kind is an End* kind,
@@ -211,6 +223,17 @@ func (inv Invocation) ClaimableSince() time.Time {
 		return inv.Attempts[n-2].EndedAt
 	}
 	return inv.CreatedAt
+}
+
+// Undelivered reports whether inv's running attempt cannot have reached its
+// worker, whose poll now omits it: the poll before this one (heard at
+// priorPoll) was heard no later than the attempt was claimed, so no poll
+// since the claim listed it. A daemon lists what it receives in its very
+// next poll, so an attempt that poll listed and a later one omits was
+// received (the body ran, or its warm process died under it): it counts.
+func (inv Invocation) Undelivered(priorPoll time.Time) bool {
+	i := inv.attemptIndex(inv.Attempt)
+	return inv.State == StateRunning && i >= 0 && !priorPoll.After(inv.Attempts[i].ClaimedAt)
 }
 
 // Running reports whether inv is running its current attempt on worker.
@@ -412,15 +435,19 @@ func (inv Invocation) ReleaseRetry(now time.Time) (Invocation, bool) {
 // Rerun reports failed inv queued again at an operator's ask (a run's
 // retry of its failed jobs), and whether that changes it: its failure no
 // longer counts (the attempt that recorded it reads retried, not recorded),
-// and it gets its max_attempts again on top of the attempts it used. Only
-// a failed invocation is rerun; any other is left as it is.
+// and it gets its max_attempts again on top of the attempts it used, up to
+// MaxHandOuts in all. Only a failed invocation with hand-outs left is
+// rerun; any other is left as it is.
 func (inv Invocation) Rerun(now time.Time) (Invocation, bool) {
 	if inv.State != StateFailed {
 		return inv, false
 	}
+	if inv.Attempt >= MaxHandOuts {
+		return inv, false
+	}
 	next := inv
 	next.State = StateQueued
-	next.MaxAttempts = inv.Attempt + inv.MaxAttempts
+	next.MaxAttempts = min(inv.Attempt+inv.MaxAttempts, MaxHandOuts)
 	next.WorkerID = ""
 	next.ExitCode, next.ResultBlob, next.Error = nil, "", nil
 	next.StdoutTail, next.StderrTail = "", ""
@@ -470,8 +497,12 @@ func (inv Invocation) Cancel(now time.Time) (Invocation, bool, error) {
 // ended), and whether that changes it: queued
 // again (its next claim is attempt + 1); failed with error type
 // worker_lost once max_attempts is spent; cancelled if an operator's
-// cancel was pending. An invocation no longer running that worker's
-// attempt is left as it is.
+// cancel was pending. An attempt its worker never received
+// (EndUndelivered: the poll's answer was lost, as an overloaded control
+// plane loses them) is given back: max_attempts grows by one, for up to
+// FreeUndelivered such attempts. No invocation is handed out more than
+// MaxHandOuts times. An invocation no longer running that worker's attempt
+// is left as it is.
 func (inv Invocation) Requeue(workerID string, loss Loss, now time.Time) (Invocation, bool) {
 	if !inv.Running(workerID) {
 		return inv, false
@@ -485,16 +516,44 @@ func (inv Invocation) Requeue(workerID string, loss Loss, now time.Time) (Invoca
 		next.State = StateCancelled
 		next.FinishedAt = now
 		next.Error = &ErrorInfo{Type: ErrorTypeCancelled, Message: "cancelled; its worker was lost before it confirmed"}
+	case inv.Attempt >= MaxHandOuts:
+		next.fail(now, fmt.Sprintf("handed out %d times, the most one invocation may be; the last ended: %s", inv.Attempt, loss))
+	case loss.Kind == EndUndelivered && next.undelivered() <= FreeUndelivered:
+		// Its worker never received it, so the attempt is given back.
+		next.State = StateQueued
+		next.MaxAttempts = inv.MaxAttempts + 1
 	case inv.Attempt >= inv.MaxAttempts:
-		next.State = StateFailed
-		next.FinishedAt = now
 		msg := fmt.Sprintf("worker %s was lost (%s) on attempt %d of %d", workerID, loss, inv.Attempt, inv.MaxAttempts)
-		if loss.Kind == EndRequeued {
+		switch loss.Kind {
+		case EndRequeued:
 			msg = fmt.Sprintf("%s on attempt %d of %d; no attempt left to hand it to", loss, inv.Attempt, inv.MaxAttempts)
+		case EndUndelivered:
+			msg = fmt.Sprintf("worker %s never received attempt %d of %d, and the %d earlier hand-outs its workers never received were given back already",
+				workerID, inv.Attempt, inv.MaxAttempts, FreeUndelivered)
 		}
-		next.Error = &ErrorInfo{Type: ErrorTypeWorkerLost, Message: msg}
+		next.fail(now, msg)
 	default:
 		next.State = StateQueued
 	}
 	return next, true
+}
+
+// fail ends next (a clone the caller owns) at now as failed with error
+// type worker_lost: no attempt is left to hand it to.
+func (next *Invocation) fail(now time.Time, msg string) {
+	next.State = StateFailed
+	next.FinishedAt = now
+	next.Error = &ErrorInfo{Type: ErrorTypeWorkerLost, Message: msg}
+}
+
+// undelivered counts the attempts in inv's history that ended because
+// their worker never received them (EndUndelivered).
+func (inv Invocation) undelivered() int {
+	n := 0
+	for _, a := range inv.Attempts {
+		if a.Outcome == string(EndUndelivered) {
+			n++
+		}
+	}
+	return n
 }

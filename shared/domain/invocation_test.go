@@ -525,3 +525,104 @@ func TestRerun(t *testing.T) {
 		t.Fatal("rerun changed the invocation it was given")
 	}
 }
+
+// handOut claims inv for worker w at now, failing the test on a refusal.
+func handOut(t *testing.T, inv Invocation, w string, now time.Time) Invocation {
+	t.Helper()
+	next, err := inv.Claim(Worker{ID: w}, now)
+	if err != nil {
+		t.Fatalf("claim of attempt %d: %v", inv.Attempt+1, err)
+	}
+	return next
+}
+
+// TestAHandOutNeverReceivedIsGivenBack: an attempt its worker's poll never
+// listed (the run command was lost, or the poll's answer never reached the
+// daemon) does not spend one of max_attempts, so an overloaded control
+// plane that loses poll answers cannot fail work that never ran. An attempt
+// its worker lost after receiving it still counts.
+func TestAHandOutNeverReceivedIsGivenBack(t *testing.T) {
+	inv := Invocation{ID: "inv_1", State: StateQueued, MaxAttempts: 2, CreatedAt: t0}
+	omitted := Loss{Kind: EndUndelivered, Why: "never received"}
+	for i := range 5 {
+		inv = handOut(t, inv, "a", t0)
+		var changed bool
+		inv, changed = inv.Requeue("a", omitted, t0)
+		if !changed || inv.State != StateQueued {
+			t.Fatalf("hand-out %d omitted: %s (changed %v), want queued again", i+1, inv.State, changed)
+		}
+	}
+	if inv.MaxAttempts != 7 || inv.Attempt != 5 {
+		t.Fatalf("after 5 omitted hand-outs: attempt %d of %d, want 5 of 7", inv.Attempt, inv.MaxAttempts)
+	}
+	for i, a := range inv.Attempts {
+		if a.Outcome != string(EndUndelivered) {
+			t.Fatalf("history[%d] = %+v, want it to show the omission", i, a)
+		}
+	}
+	// Received and lost (its worker went silent, or its poll listed it
+	// once and then no more): each of the two attempts left counts.
+	inv = handOut(t, inv, "a", t0)
+	inv, _ = inv.Requeue("a", Loss{Kind: EndOmitted, Why: "omitted from its worker's poll"}, t0)
+	if inv.State != StateQueued {
+		t.Fatalf("first counted loss: %s, want queued", inv.State)
+	}
+	inv = handOut(t, inv, "a", t0)
+	inv, _ = inv.Requeue("a", Loss{Kind: EndStale, Why: "lost"}, t0)
+	if inv.State != StateFailed || inv.Error == nil || inv.Error.Type != ErrorTypeWorkerLost {
+		t.Fatalf("second counted loss: %s %+v, want failed worker_lost", inv.State, inv.Error)
+	}
+}
+
+// TestHandOutsAreBounded: undelivered attempts are given back only up to
+// FreeUndelivered, and no invocation is handed out more than MaxHandOuts
+// times in all, so a daemon that drops every run command (or an ack the
+// control plane refuses every time) cannot keep one invocation cycling.
+func TestHandOutsAreBounded(t *testing.T) {
+	omitted := Loss{Kind: EndUndelivered, Why: "never received"}
+	inv := Invocation{ID: "inv_1", State: StateQueued, MaxAttempts: 1, CreatedAt: t0}
+	for inv.State == StateQueued {
+		inv = handOut(t, inv, "a", t0)
+		inv, _ = inv.Requeue("a", omitted, t0)
+		if inv.Attempt > MaxHandOuts {
+			t.Fatalf("handed out %d times", inv.Attempt)
+		}
+	}
+	if inv.State != StateFailed || inv.Attempt != FreeUndelivered+1 || !strings.Contains(inv.Error.Message, "never received") {
+		t.Fatalf("after %d undelivered: %s %+v, want failed after %d", inv.Attempt, inv.State, inv.Error, FreeUndelivered+1)
+	}
+
+	// Reruns raise max_attempts, but never past MaxHandOuts.
+	failed := Invocation{ID: "inv_2", State: StateFailed, Attempt: MaxHandOuts - 1, MaxAttempts: MaxHandOuts - 1}
+	next, changed := failed.Rerun(t0)
+	if !changed || next.MaxAttempts != MaxHandOuts {
+		t.Fatalf("rerun one short of the bound: %v, max_attempts %d, want %d", changed, next.MaxAttempts, MaxHandOuts)
+	}
+	failed.Attempt, failed.MaxAttempts = MaxHandOuts, MaxHandOuts
+	if next, changed := failed.Rerun(t0); changed || next.State != StateFailed {
+		t.Fatalf("rerun of an invocation handed out %d times: %s (changed %v), want it left failed", MaxHandOuts, next.State, changed)
+	}
+}
+
+// TestUndelivered: an attempt is undelivered when the poll before the one
+// that omits it was heard no later than its claim.
+func TestUndelivered(t *testing.T) {
+	claimedAt := t0.Add(time.Second)
+	inv := handOut(t, Invocation{ID: "inv_1", State: StateQueued, MaxAttempts: 3, CreatedAt: t0}, "a", claimedAt)
+	for _, c := range []struct {
+		prior time.Time
+		want  bool
+	}{
+		{t0, true},                               // the poll that claimed it began before the claim
+		{claimedAt, true},                        // ... or at the same instant
+		{claimedAt.Add(time.Millisecond), false}, // a poll after the claim listed it
+		{time.Time{}, true},                      // no poll before this one
+	} {
+		if got := inv.Undelivered(c.prior); got != c.want {
+			t.Errorf("prior poll at %v, claimed at %v: undelivered %v, want %v", c.prior, claimedAt, got, c.want)
+		}
+	}
+	if (Invocation{ID: "inv_1", State: StateQueued}).Undelivered(t0) {
+		t.Error("a queued invocation reads undelivered")
+	}
+}

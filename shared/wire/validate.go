@@ -53,6 +53,10 @@ const (
 	MaxTimeoutS        = 7 * 24 * 3600
 	MaxAttemptsLimit   = 20
 	DefaultMaxAttempts = 3
+	// MaxAttemptNumber bounds an attempt number on the wire: attempts its
+	// worker never received and reruns take one invocation past
+	// max_attempts, up to domain.MaxHandOuts.
+	MaxAttemptNumber = domain.MaxHandOuts
 	// MaxRetryBackoffS is the longest first wait a retry policy may ask
 	// for: the domain never waits longer before a retry.
 	MaxRetryBackoffS  = int(domain.MaxRetryBackoff / time.Second)
@@ -422,8 +426,8 @@ func (r *AckRequest) Validate() error {
 	if err := checkID("invocation_id", ids.Invocation, r.InvocationID); err != nil {
 		return err
 	}
-	if r.Attempt < 1 || r.Attempt > MaxAttemptsLimit {
-		return invalid("attempt must be 1-%d", MaxAttemptsLimit)
+	if r.Attempt < 1 || r.Attempt > MaxAttemptNumber {
+		return invalid("attempt must be 1-%d", MaxAttemptNumber)
 	}
 	if err := checkOneOf("state", r.State, StateSucceeded, StateFailed, StateCancelled, AckRequeued); err != nil {
 		return err
@@ -475,8 +479,8 @@ func (r *LogsRequest) Validate() error {
 		if err := checkID(fmt.Sprintf("logs[%d].invocation_id", i), ids.Invocation, b.InvocationID); err != nil {
 			return err
 		}
-		if b.Attempt < 1 || b.Attempt > MaxAttemptsLimit {
-			return invalid("logs[%d].attempt must be 1-%d", i, MaxAttemptsLimit)
+		if b.Attempt < 1 || b.Attempt > MaxAttemptNumber {
+			return invalid("logs[%d].attempt must be 1-%d", i, MaxAttemptNumber)
 		}
 		if len(b.Chunks) == 0 {
 			return invalid("logs[%d].chunks is empty", i)

@@ -639,8 +639,10 @@ func TestDecode(t *testing.T) {
 			{name: "attempt missing", body: without(okAck, "attempt"), want: wire.CodeInvalid},
 			{name: "attempt 0", body: with(okAck, "attempt", 0), want: wire.CodeInvalid},
 			{name: "attempt -1", body: with(okAck, "attempt", -1), want: wire.CodeInvalid},
-			{name: "attempt at limit", body: with(okAck, "attempt", wire.MaxAttemptsLimit)},
-			{name: "attempt over limit", body: with(okAck, "attempt", wire.MaxAttemptsLimit+1), want: wire.CodeInvalid},
+			// Attempts given back and reruns take an invocation past max_attempts.
+			{name: "attempt past max_attempts' limit", body: with(okAck, "attempt", wire.MaxAttemptsLimit+1)},
+			{name: "attempt at limit", body: with(okAck, "attempt", wire.MaxAttemptNumber)},
+			{name: "attempt over limit", body: with(okAck, "attempt", wire.MaxAttemptNumber+1), want: wire.CodeInvalid},
 			{name: "state succeeded", body: with(okAck, "state", wire.StateSucceeded)},
 			{name: "state failed", body: with(okAck, "state", wire.StateFailed)},
 			{name: "state cancelled", body: with(okAck, "state", wire.StateCancelled)},

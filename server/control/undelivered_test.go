@@ -1,0 +1,65 @@
+package control_test
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/dreamlake/lakeshore/server/control"
+	"github.com/dreamlake/lakeshore/server/store"
+	"github.com/dreamlake/lakeshore/server/store/schema"
+	"github.com/dreamlake/lakeshore/server/store/storetest"
+	"github.com/dreamlake/lakeshore/shared/domain"
+	"github.com/dreamlake/lakeshore/shared/wire"
+)
+
+// goneAfterClaim is the real store, but the poll's client goes away just
+// as its claim lands (it timed out waiting on an overloaded control plane).
+type goneAfterClaim struct {
+	*store.Store
+	cancel context.CancelFunc
+}
+
+func (g goneAfterClaim) Claim(ctx context.Context, w domain.Worker, queue string, max int) (store.ClaimResult, error) {
+	res, err := g.Store.Claim(ctx, w, queue, max)
+	g.cancel()
+	return res, err
+}
+
+// TestAClaimForAPollWhoseClientLeftGoesBackAtOnce: when a poll's client
+// went away before its claim was answered, nothing can reach the daemon,
+// so what it claimed goes back to the queue at once, undelivered (no
+// attempt spent), rather than wait for that worker's next poll.
+func TestAClaimForAPollWhoseClientLeftGoesBackAtOnce(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	db := storetest.Embedded(t)
+	prefix := storetest.Prefix(t)
+	if err := schema.EnsureTables(ctx, db, prefix); err != nil {
+		t.Fatal(err)
+	}
+	st := store.New(db, prefix)
+	pollCtx, leave := context.WithCancel(ctx)
+	defer leave()
+	svc := control.New(control.Config{Store: goneAfterClaim{Store: st, cancel: leave}, StaleAfter: time.Minute,
+		Logger: slog.New(slog.DiscardHandler)})
+	hello, err := svc.Hello(ctx, wire.HelloRequest{MachineID: "m1", BootID: "b1", Lanes: []string{"q"},
+		Capabilities: wire.Capabilities{MaxConcurrency: ptr(1)}}.Registration(), func(string) (string, error) { return "hash", nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv, _, err := svc.Submit(ctx, wire.SubmitRequest{Queue: "q", Argv: []string{"train"}, MaxAttempts: 1}.Spec())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmds, err := svc.Poll(pollCtx, wire.PollRequest{WorkerID: hello.Worker.ID, Queue: "q", Phase: wire.PhaseReady, Invocations: []string{},
+		UpdatedCapabilities: &wire.Capabilities{MaxConcurrency: ptr(1), CurrentInvocations: ptr(0)}}.Poll(), nil)
+	if err == nil || len(cmds) != 0 {
+		t.Fatalf("poll whose client left: %+v %v, want no commands and an error", cmds, err)
+	}
+	got, err := st.GetInvocation(ctx, inv.ID)
+	if err != nil || got.State != domain.StateQueued || len(got.Attempts) != 1 || got.Attempts[0].Outcome != string(domain.EndUndelivered) {
+		t.Fatalf("after the poll: %s, attempts %+v (%v); want queued again, attempt 1 undelivered", got.State, got.Attempts, err)
+	}
+}

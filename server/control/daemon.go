@@ -92,9 +92,9 @@ func (s *Service) Heartbeat(ctx context.Context, p domain.Poll, auth store.Autho
 	return w, err
 }
 
-// heartbeat is Heartbeat, also reporting when the worker's poll before this
-// one was heard (store.Store.Heartbeat).
-func (s *Service) heartbeat(ctx context.Context, p domain.Poll, auth store.Authorize) (domain.Worker, time.Time, error) {
+// heartbeat is Heartbeat, also reporting what the worker's poll before
+// this one listed in flight (store.Store.Heartbeat).
+func (s *Service) heartbeat(ctx context.Context, p domain.Poll, auth store.Authorize) (domain.Worker, []string, error) {
 	w, prior, err := s.store.Heartbeat(ctx, p.WorkerID, p, auth)
 	if de := (*domain.Error)(nil); errors.As(err, &de) && de.Reason == domain.GoneReplaced {
 		// A replaced worker polled: its process runs, so the hello that

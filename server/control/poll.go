@@ -26,7 +26,7 @@ import (
 // row.
 func (s *Service) Poll(ctx context.Context, p domain.Poll, auth store.Authorize) ([]domain.Command, error) {
 	st := s.store
-	w, priorPoll, err := s.heartbeat(ctx, p, auth)
+	w, priorListed, err := s.heartbeat(ctx, p, auth)
 	if err != nil {
 		return nil, err
 	}
@@ -50,7 +50,7 @@ func (s *Service) Poll(ctx context.Context, p domain.Poll, auth store.Authorize)
 	for _, c := range pending {
 		cmds = append(cmds, domain.Command{Type: domain.CommandSetup, CommandID: c.CommandID, Argv: c.Argv})
 	}
-	cancels, finished, err := s.reconcile(ctx, w, p.Inflight, priorPoll)
+	cancels, finished, err := s.reconcile(ctx, w, p.Inflight, priorListed)
 	if err != nil {
 		return nil, err
 	}
@@ -80,14 +80,14 @@ func (s *Service) Poll(ctx context.Context, p domain.Poll, auth store.Authorize)
 // "superseded" (an earlier attempt's ack won, or it was handed to another
 // worker; the cancelled ack that follows is a no-op). An invocation the
 // worker holds but the daemon's (present) list omits is handed out again:
-// undelivered, without spending an attempt, when no poll since its claim
-// listed it (its run command was lost: domain.Invocation.Undelivered, with
-// priorPoll when the worker's poll before this one was heard); omitted,
-// as a lost worker's attempt, when one did (its body ran: its warm
-// process died, or its ack was refused). Cancels of invocations that
+// undelivered, without spending an attempt, when the worker's poll before
+// this one did not list it either (priorListed: its run command was lost,
+// domain.Invocation.Undelivered); omitted, as a lost worker's attempt, when
+// that poll did (its body ran: its warm process died, or its ack was
+// refused). Cancels of invocations that
 // already finished come apart (finished): whatever the daemon still does
 // for them no longer counts.
-func (s *Service) reconcile(ctx context.Context, w domain.Worker, inflight []string, priorPoll time.Time) (cancels, finished []domain.Command, err error) {
+func (s *Service) reconcile(ctx context.Context, w domain.Worker, inflight, priorListed []string) (cancels, finished []domain.Command, err error) {
 	if inflight == nil {
 		return nil, nil, nil // an old daemon that sends no list: nothing to compare
 	}
@@ -101,7 +101,7 @@ func (s *Service) reconcile(ctx context.Context, w domain.Worker, inflight []str
 			// Requeue re-reads the invocation and does nothing unless it still
 			// runs this worker's attempt (the holder index may lag on AWS).
 			loss := domain.Loss{Kind: domain.EndOmitted, Why: "omitted from its worker's poll"}
-			if inv.Undelivered(priorPoll) {
+			if inv.Undelivered(priorListed) {
 				loss = domain.Loss{Kind: domain.EndUndelivered, Why: "its worker never received it: no poll since its claim listed it"}
 			}
 			got, err := s.requeue(ctx, inv.ID, w.ID, loss)

@@ -39,6 +39,7 @@ type workerRecord struct {
 	Reaped             bool               `dynamodbav:"reaped,omitempty"`
 	AdoptHostSetup     bool               `dynamodbav:"adopt_host_setup,omitempty"`
 	Adoption           *adoptionRecord    `dynamodbav:"adoption,omitempty"`
+	Listed             []string           `dynamodbav:"listed,omitempty"`
 	Version            int64              `dynamodbav:"version"`
 }
 
@@ -220,6 +221,7 @@ func toWorkerRecord(v domain.Worker) workerRecord {
 		Reaped:             v.Reaped,
 		AdoptHostSetup:     v.AdoptHostSetup,
 		Adoption:           ptrMap(v.Adoption, func(a domain.Adoption) adoptionRecord { return adoptionRecord(a) }),
+		Listed:             v.Listed,
 		Version:            v.Version,
 	}
 }
@@ -251,6 +253,7 @@ func (r workerRecord) domain() domain.Worker {
 		Reaped:             r.Reaped,
 		AdoptHostSetup:     r.AdoptHostSetup,
 		Adoption:           ptrMap(r.Adoption, func(a adoptionRecord) domain.Adoption { return domain.Adoption(a) }),
+		Listed:             r.Listed,
 		Version:            r.Version,
 	}
 }

@@ -265,14 +265,14 @@ func noError(fn func(domain.Worker) (domain.Worker, bool)) func(domain.Worker) (
 
 // Heartbeat records poll p of worker id (domain.Worker.Heartbeat):
 // last_seen_at, phase, the state the phase projects to, capabilities and
-// host key. It also reports the last_seen_at the poll replaced: when the
-// worker's poll before this one was heard (domain.Invocation.Undelivered).
+// host key, and what it lists in flight. It also reports what the
+// worker's poll before this one listed (domain.Invocation.Undelivered).
 // A retired worker gets ErrWorkerGone (410): it must say hello again.
-func (s *Store) Heartbeat(ctx context.Context, id string, p domain.Poll, auth Authorize) (domain.Worker, time.Time, error) {
+func (s *Store) Heartbeat(ctx context.Context, id string, p domain.Poll, auth Authorize) (domain.Worker, []string, error) {
 	now := s.now()
-	var prior time.Time
+	var prior []string
 	w, err := s.updateWorker(ctx, "poll", id, auth, always(func(w domain.Worker) (domain.Worker, error) {
-		prior = w.LastSeenAt
+		prior = w.Listed
 		return w.Heartbeat(p, now)
 	}))
 	return w, prior, err

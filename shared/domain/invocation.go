@@ -225,15 +225,16 @@ func (inv Invocation) ClaimableSince() time.Time {
 	return inv.CreatedAt
 }
 
-// Undelivered reports whether inv's running attempt cannot have reached its
-// worker, whose poll now omits it: the poll before this one (heard at
-// priorPoll) was heard no later than the attempt was claimed, so no poll
-// since the claim listed it. A daemon lists what it receives in its very
-// next poll, so an attempt that poll listed and a later one omits was
-// received (the body ran, or its warm process died under it): it counts.
-func (inv Invocation) Undelivered(priorPoll time.Time) bool {
-	i := inv.attemptIndex(inv.Attempt)
-	return inv.State == StateRunning && i >= 0 && !priorPoll.After(inv.Attempts[i].ClaimedAt)
+// Undelivered reports whether inv's running attempt never reached its
+// worker, whose poll now omits it: the worker's poll before this one did
+// not list it either (priorListed, Worker.Listed). A daemon lists what it
+// receives in its very next poll, and keeps listing it until its ack is
+// answered; a poll that omits what it held then is the first not to list
+// it. So an attempt the prior poll listed was received (its body ran, and
+// its warm process died or its ack was refused): it counts. One it did not
+// list was claimed for that poll or later, and its answer was lost.
+func (inv Invocation) Undelivered(priorListed []string) bool {
+	return inv.State == StateRunning && !slices.Contains(priorListed, inv.ID)
 }
 
 // Running reports whether inv is running its current attempt on worker.

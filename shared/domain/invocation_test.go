@@ -604,25 +604,42 @@ func TestHandOutsAreBounded(t *testing.T) {
 	}
 }
 
-// TestUndelivered: an attempt is undelivered when the poll before the one
-// that omits it was heard no later than its claim.
+// TestUndelivered: an attempt is undelivered when the worker's poll before
+// the one that omits it did not list it either.
 func TestUndelivered(t *testing.T) {
-	claimedAt := t0.Add(time.Second)
-	inv := handOut(t, Invocation{ID: "inv_1", State: StateQueued, MaxAttempts: 3, CreatedAt: t0}, "a", claimedAt)
+	inv := handOut(t, Invocation{ID: "inv_1", State: StateQueued, MaxAttempts: 3, CreatedAt: t0}, "a", t0)
 	for _, c := range []struct {
-		prior time.Time
+		prior []string
 		want  bool
 	}{
-		{t0, true},                               // the poll that claimed it began before the claim
-		{claimedAt, true},                        // ... or at the same instant
-		{claimedAt.Add(time.Millisecond), false}, // a poll after the claim listed it
-		{time.Time{}, true},                      // no poll before this one
+		{nil, true},                         // no list: the poll that claimed it, or an older daemon's
+		{[]string{}, true},                  // the poll that claimed it ran nothing
+		{[]string{"inv_2"}, true},           // ... or something else
+		{[]string{"inv_0", "inv_1"}, false}, // a poll after the claim listed it: received
 	} {
 		if got := inv.Undelivered(c.prior); got != c.want {
-			t.Errorf("prior poll at %v, claimed at %v: undelivered %v, want %v", c.prior, claimedAt, got, c.want)
+			t.Errorf("prior poll listed %v: undelivered %v, want %v", c.prior, got, c.want)
 		}
 	}
-	if (Invocation{ID: "inv_1", State: StateQueued}).Undelivered(t0) {
+	if (Invocation{ID: "inv_1", State: StateQueued}).Undelivered(nil) {
 		t.Error("a queued invocation reads undelivered")
+	}
+}
+
+// TestHeartbeatKeepsWhatThePollListed: the row keeps the poll's list, for
+// the next poll's Undelivered; a poll without one leaves none.
+func TestHeartbeatKeepsWhatThePollListed(t *testing.T) {
+	w := Worker{ID: "a", State: WorkerActive, LastSeenAt: t0}
+	listed := []string{"inv_1"}
+	next, err := w.Heartbeat(Poll{Phase: PhaseReady, Inflight: listed}, t0)
+	if err != nil || !reflect.DeepEqual(next.Listed, []string{"inv_1"}) {
+		t.Fatalf("after a poll listing inv_1: %v %v", next.Listed, err)
+	}
+	listed[0] = "inv_9"
+	if next.Listed[0] != "inv_1" {
+		t.Fatal("the row shares the poll's slice")
+	}
+	if next, _ = next.Heartbeat(Poll{Phase: PhaseReady}, t0); next.Listed != nil {
+		t.Fatalf("after a poll with no list: %v, want none", next.Listed)
 	}
 }

@@ -45,7 +45,11 @@ type Worker struct {
 	// key (its hello said so); Adoption is the key it was last asked for.
 	AdoptHostSetup bool
 	Adoption       *Adoption
-	Version        int64
+	// Listed is what its last poll listed in flight (its invocations; nil
+	// when that poll sent no list): what it has received and not yet seen
+	// answered (Invocation.Undelivered).
+	Listed  []string
+	Version int64
 }
 
 // Adoption is a host key a generic worker is asked to take on
@@ -316,6 +320,7 @@ func (w Worker) Heartbeat(p Poll, now time.Time) (Worker, error) {
 	next.State = state
 	next.Phase = p.Phase
 	next.LastSeenAt = now
+	next.Listed = slices.Clone(p.Inflight)
 	if p.HostKey != "" {
 		next.HostKey = p.HostKey
 	}

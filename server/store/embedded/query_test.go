@@ -64,7 +64,7 @@ func (p *pair) answered() (n int) {
 }
 
 // post sends one raw request to srv.
-func post(t *testing.T, srv *httptest.Server, op string, body []byte) (int, []byte) {
+func post(t testing.TB, srv *httptest.Server, op string, body []byte) (int, []byte) {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodPost, srv.URL, bytes.NewReader(body))
 	if err != nil {

@@ -158,20 +158,22 @@ func (e *engine) observe(op string, body []byte, code int) {
 		if json.Unmarshal(body, &in) == nil && in.TableName != nil {
 			delete(e.tables, *in.TableName)
 		}
-	case "PutItem":
-		var in server.PutItemInput
-		if json.Unmarshal(body, &in) == nil {
-			e.refresh(in.TableName, in.Item)
+	case "PutItem", "UpdateItem", "DeleteItem":
+		// Only the table key is read out of the request: a put's whole item
+		// would cost a decode for nothing.
+		var in struct {
+			TableName *string
+			Item, Key map[string]json.RawMessage
 		}
-	case "UpdateItem":
-		var in server.UpdateItemInput
-		if json.Unmarshal(body, &in) == nil {
-			e.refresh(in.TableName, in.Key)
+		if json.Unmarshal(body, &in) != nil || in.TableName == nil {
+			return
 		}
-	case "DeleteItem":
-		var in server.DeleteItemInput
-		if json.Unmarshal(body, &in) == nil {
-			e.refresh(in.TableName, in.Key)
+		if t := e.tables[*in.TableName]; t != nil {
+			m := in.Key
+			if op == "PutItem" {
+				m = in.Item
+			}
+			e.refresh(in.TableName, t.rawKey(m))
 		}
 	case "BatchWriteItem":
 		var in server.BatchWriteItemInput

@@ -130,7 +130,7 @@ func (e *engine) query(body []byte) ([]byte, bool) {
 		if filter != "" {
 			m, err := lang.Match(interpreter.MatchInput{
 				TableName: *in.TableName, Expression: filter, ExpressionType: interpreter.ExpressionTypeFilter,
-				Item: it.typed, Attributes: values, Aliases: in.ExpressionAttributeNames,
+				Item: it.typedItem(), Attributes: values, Aliases: in.ExpressionAttributeNames,
 			})
 			if err != nil {
 				return nil, false
@@ -257,9 +257,11 @@ func (t *shadowTable) project(secondary bool, idx *shadowIndex, it *shadowItem, 
 	if expr == "" {
 		return wire, true
 	}
-	typed := it.typed
+	var typed map[string]*types.Item
 	if len(wire) != len(it.wire) {
 		typed = toTypes(wire)
+	} else {
+		typed = it.typedItem()
 	}
 	p, err := (&interpreter.Language{}).Project(interpreter.ProjectInput{Expression: expr, Item: typed, Aliases: names})
 	if err != nil {

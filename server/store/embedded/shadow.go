@@ -2,6 +2,7 @@ package embedded
 
 import (
 	"cmp"
+	"encoding/json"
 	"math/big"
 	"slices"
 	"strconv"
@@ -36,7 +37,9 @@ type shadowIndex struct {
 // and as its interpreter reads it (for filters and projections).
 type shadowItem struct {
 	id    string // tableKeyID of its table key
-	wire  map[string]*server.AttributeValue
+	wire map[string]*server.AttributeValue
+	// typed is wire converted, made when a filter or projection first
+	// reads the item.
 	typed map[string]*types.Item
 	// hashVal and rngVal are the table key, the tie-break of index entries.
 	hashVal, rngVal keyValue
@@ -203,6 +206,19 @@ func (t *shadowTable) tableKey(m map[string]*server.AttributeValue) (h, r keyVal
 	return h, r, ok
 }
 
+// rawKey decodes the table key attributes of an undecoded item or key map;
+// any it cannot decode are left out.
+func (t *shadowTable) rawKey(m map[string]json.RawMessage) map[string]*server.AttributeValue {
+	out := map[string]*server.AttributeValue{}
+	for _, a := range []string{t.primary.hash, t.primary.rng} {
+		var v server.AttributeValue
+		if raw, ok := m[a]; ok && a != "" && json.Unmarshal(raw, &v) == nil {
+			out[a] = &v
+		}
+	}
+	return out
+}
+
 // indexKey reads an index's key out of an item: an item without both key
 // attributes, or with one of another type, is not in the index (sparse).
 func (t *shadowTable) indexKey(idx *shadowIndex, m map[string]*server.AttributeValue) (h, r keyValue, ok bool) {
@@ -235,7 +251,7 @@ func (t *shadowTable) set(h, r keyValue, item map[string]*server.AttributeValue)
 	if item == nil {
 		return
 	}
-	it := &shadowItem{id: id, wire: item, typed: toTypes(item), hashVal: h, rngVal: r, in: map[string]entryKey{}}
+	it := &shadowItem{id: id, wire: item, hashVal: h, rngVal: r, in: map[string]entryKey{}}
 	t.items[id] = it
 	t.each(func(name string, idx *shadowIndex) {
 		ih, ir, ok := t.indexKey(idx, item)
@@ -267,6 +283,14 @@ func (idx *shadowIndex) remove(name string, it *shadowItem) {
 		return
 	}
 	idx.parts[at.part] = entries
+}
+
+// typedItem is the item as minidyn's interpreter reads it.
+func (it *shadowItem) typedItem() map[string]*types.Item {
+	if it.typed == nil {
+		it.typed = toTypes(it.wire)
+	}
+	return it.typed
 }
 
 // toTypes converts a wire item to the form minidyn's interpreter reads.

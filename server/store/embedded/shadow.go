@@ -36,7 +36,7 @@ type shadowIndex struct {
 // shadowItem is one item as minidyn answers it (wire form, for the answer)
 // and as its interpreter reads it (for filters and projections).
 type shadowItem struct {
-	id    string // tableKeyID of its table key
+	id   string // tableKeyID of its table key
 	wire map[string]*server.AttributeValue
 	// typed is wire converted, made when a filter or projection first
 	// reads the item.
@@ -295,52 +295,49 @@ func (it *shadowItem) typedItem() map[string]*types.Item {
 
 // toTypes converts a wire item to the form minidyn's interpreter reads.
 func toTypes(m map[string]*server.AttributeValue) map[string]*types.Item {
-	if m == nil {
-		return nil
-	}
-	out := make(map[string]*types.Item, len(m))
-	for k, v := range m {
-		out[k] = toType(v)
-	}
-	return out
+	return convertMap(m, toType)
 }
 
 func toType(av *server.AttributeValue) *types.Item {
 	if av == nil {
 		return nil
 	}
-	it := &types.Item{B: av.B, BOOL: av.BOOL, BS: av.BS, M: toTypes(av.M), N: av.N, NS: av.NS, NULL: av.NULL, S: av.S, SS: av.SS}
-	if av.L != nil {
-		it.L = make([]*types.Item, len(av.L))
-		for i, e := range av.L {
-			it.L[i] = toType(e)
-		}
-	}
-	return it
+	return &types.Item{B: av.B, BOOL: av.BOOL, BS: av.BS, L: convertList(av.L, toType), M: toTypes(av.M), N: av.N, NS: av.NS, NULL: av.NULL, S: av.S, SS: av.SS}
 }
 
 // fromTypes converts an interpreter item back to wire form.
 func fromTypes(m map[string]*types.Item) map[string]*server.AttributeValue {
-	if m == nil {
-		return nil
-	}
-	out := make(map[string]*server.AttributeValue, len(m))
-	for k, v := range m {
-		out[k] = fromType(v)
-	}
-	return out
+	return convertMap(m, fromType)
 }
 
 func fromType(it *types.Item) *server.AttributeValue {
 	if it == nil {
 		return nil
 	}
-	av := &server.AttributeValue{B: it.B, BOOL: it.BOOL, BS: it.BS, M: fromTypes(it.M), N: it.N, NS: it.NS, NULL: it.NULL, S: it.S, SS: it.SS}
-	if it.L != nil {
-		av.L = make([]*server.AttributeValue, len(it.L))
-		for i, e := range it.L {
-			av.L[i] = fromType(e)
-		}
+	return &server.AttributeValue{B: it.B, BOOL: it.BOOL, BS: it.BS, L: convertList(it.L, fromType), M: fromTypes(it.M), N: it.N, NS: it.NS, NULL: it.NULL, S: it.S, SS: it.SS}
+}
+
+// convertMap converts every value of a map, keeping nil a nil map (the
+// wire drops a nil M, and minidyn's conversions keep it nil).
+func convertMap[A, B any](m map[string]*A, f func(*A) *B) map[string]*B {
+	if m == nil {
+		return nil
 	}
-	return av
+	out := make(map[string]*B, len(m))
+	for k, v := range m {
+		out[k] = f(v)
+	}
+	return out
+}
+
+// convertList is convertMap for a list.
+func convertList[A, B any](l []*A, f func(*A) *B) []*B {
+	if l == nil {
+		return nil
+	}
+	out := make([]*B, len(l))
+	for i, v := range l {
+		out[i] = f(v)
+	}
+	return out
 }

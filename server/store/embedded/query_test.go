@@ -157,10 +157,17 @@ var diffTables = []map[string]any{
 		"AttributeDefinitions": []any{
 			map[string]any{"AttributeName": "pk", "AttributeType": "S"},
 			map[string]any{"AttributeName": "nr", "AttributeType": "N"},
+			map[string]any{"AttributeName": "ls", "AttributeType": "S"},
 		},
 		"KeySchema": []any{
 			map[string]any{"AttributeName": "pk", "KeyType": "HASH"},
 			map[string]any{"AttributeName": "nr", "KeyType": "RANGE"},
+		},
+		"LocalSecondaryIndexes": []any{
+			map[string]any{"IndexName": "l2", "KeySchema": []any{
+				map[string]any{"AttributeName": "pk", "KeyType": "HASH"},
+				map[string]any{"AttributeName": "ls", "KeyType": "RANGE"},
+			}, "Projection": map[string]any{"ProjectionType": "KEYS_ONLY"}},
 		},
 	},
 }
@@ -206,6 +213,7 @@ func (g *diffGen) item(table, pk string, k any) map[string]any {
 		}
 	default:
 		it["nr"] = n(k.(int))
+		it["ls"] = s(g.sk())
 	}
 	return it
 }
@@ -321,6 +329,7 @@ func (g *diffGen) query(p *pair) querySpec {
 		{"t1", "sp", "sp", "", "", func() map[string]any { return s("s" + strconv.Itoa(g.r.IntN(3))) }},
 		{"t1", "g3", "gh", "sk", "S", func() map[string]any { return s("g" + strconv.Itoa(g.r.IntN(4))) }},
 		{"t2", "", "pk", "nr", "N", func() map[string]any { return s(g.pk()) }},
+		{"t2", "l2", "pk", "ls", "S", func() map[string]any { return s(g.pk()) }},
 	}
 	sh := shapes[g.r.IntN(len(shapes))]
 	for g.dropped[sh.index] {
@@ -580,7 +589,8 @@ func (p *pair) compareQuery(g *diffGen, q querySpec, viaSDK bool) {
 // TestQueryMatchesMinidyn: a Query the shadow answers gets the answer
 // plain minidyn gives, over a random history of writes (puts, conditional
 // updates that fail, deletes, batches, transactions that cancel) on tables
-// with a KEYS_ONLY index, a sparse INCLUDE index and N and S sort keys, and
+// with a KEYS_ONLY index, a sparse INCLUDE index, a local index, and N and
+// S sort keys, and
 // after the table is changed (UpdateTable: minidyn answers from then on)
 // or deleted and created again.
 func TestQueryMatchesMinidyn(t *testing.T) {

@@ -24,25 +24,8 @@ func costTable(tb testing.TB, others int) (*httptest.Server, *engine) {
 			tb.Fatalf("%s: %d %s", op, code, out)
 		}
 	}
-	call("CreateTable", map[string]any{
-		"TableName":   "cost",
-		"BillingMode": "PAY_PER_REQUEST",
-		"AttributeDefinitions": []any{
-			map[string]any{"AttributeName": "pk", "AttributeType": "S"},
-			map[string]any{"AttributeName": "sk", "AttributeType": "S"},
-			map[string]any{"AttributeName": "gh", "AttributeType": "S"},
-		},
-		"KeySchema": []any{
-			map[string]any{"AttributeName": "pk", "KeyType": "HASH"},
-			map[string]any{"AttributeName": "sk", "KeyType": "RANGE"},
-		},
-		"GlobalSecondaryIndexes": []any{
-			map[string]any{"IndexName": "g", "KeySchema": []any{
-				map[string]any{"AttributeName": "gh", "KeyType": "HASH"},
-				map[string]any{"AttributeName": "sk", "KeyType": "RANGE"},
-			}, "Projection": map[string]any{"ProjectionType": "ALL"}},
-		},
-	})
+	call("CreateTable", tableSpec("cost", []string{"pk", "S", "sk", "S", "gh", "S"}, keySchema("pk", "sk"),
+		"GlobalSecondaryIndexes", []any{indexSpec("g", keySchema("gh", "sk"), "ALL")}))
 	var batch []any
 	flush := func() {
 		if len(batch) > 0 {

@@ -123,53 +123,43 @@ func n(v int) map[string]any    { return map[string]any{"N": strconv.Itoa(v)} }
 // key, because minidyn v0.8.2 loses index entries there (its index bugs,
 // which the shadow does not have).
 var diffTables = []map[string]any{
-	{
-		"TableName":   "t1",
-		"BillingMode": "PAY_PER_REQUEST",
-		"AttributeDefinitions": []any{
-			map[string]any{"AttributeName": "pk", "AttributeType": "S"},
-			map[string]any{"AttributeName": "sk", "AttributeType": "S"},
-			map[string]any{"AttributeName": "gh", "AttributeType": "S"},
-			map[string]any{"AttributeName": "gr", "AttributeType": "N"},
-			map[string]any{"AttributeName": "sp", "AttributeType": "S"},
-		},
-		"KeySchema": []any{
-			map[string]any{"AttributeName": "pk", "KeyType": "HASH"},
-			map[string]any{"AttributeName": "sk", "KeyType": "RANGE"},
-		},
-		"GlobalSecondaryIndexes": []any{
-			map[string]any{"IndexName": "g1", "KeySchema": []any{
-				map[string]any{"AttributeName": "gh", "KeyType": "HASH"},
-				map[string]any{"AttributeName": "gr", "KeyType": "RANGE"},
-			}, "Projection": map[string]any{"ProjectionType": "KEYS_ONLY"}},
-			map[string]any{"IndexName": "sp", "KeySchema": []any{
-				map[string]any{"AttributeName": "sp", "KeyType": "HASH"},
-			}, "Projection": map[string]any{"ProjectionType": "INCLUDE", "NonKeyAttributes": []any{"a"}}},
-			map[string]any{"IndexName": "g3", "KeySchema": []any{
-				map[string]any{"AttributeName": "gh", "KeyType": "HASH"},
-				map[string]any{"AttributeName": "sk", "KeyType": "RANGE"},
-			}, "Projection": map[string]any{"ProjectionType": "ALL"}},
-		},
-	},
-	{
-		"TableName":   "t2",
-		"BillingMode": "PAY_PER_REQUEST",
-		"AttributeDefinitions": []any{
-			map[string]any{"AttributeName": "pk", "AttributeType": "S"},
-			map[string]any{"AttributeName": "nr", "AttributeType": "N"},
-			map[string]any{"AttributeName": "ls", "AttributeType": "S"},
-		},
-		"KeySchema": []any{
-			map[string]any{"AttributeName": "pk", "KeyType": "HASH"},
-			map[string]any{"AttributeName": "nr", "KeyType": "RANGE"},
-		},
-		"LocalSecondaryIndexes": []any{
-			map[string]any{"IndexName": "l2", "KeySchema": []any{
-				map[string]any{"AttributeName": "pk", "KeyType": "HASH"},
-				map[string]any{"AttributeName": "ls", "KeyType": "RANGE"},
-			}, "Projection": map[string]any{"ProjectionType": "KEYS_ONLY"}},
-		},
-	},
+	tableSpec("t1", []string{"pk", "S", "sk", "S", "gh", "S", "gr", "N", "sp", "S"}, keySchema("pk", "sk"),
+		"GlobalSecondaryIndexes", []any{
+			indexSpec("g1", keySchema("gh", "gr"), "KEYS_ONLY"),
+			indexSpec("sp", keySchema("sp", ""), "INCLUDE", "a"),
+			indexSpec("g3", keySchema("gh", "sk"), "ALL"),
+		}),
+	tableSpec("t2", []string{"pk", "S", "nr", "N", "ls", "S"}, keySchema("pk", "nr"),
+		"LocalSecondaryIndexes", []any{indexSpec("l2", keySchema("pk", "ls"), "KEYS_ONLY")}),
+}
+
+// tableSpec is a CreateTable request: attrs holds name, type pairs; kind
+// names the list of indexes (global or local).
+func tableSpec(name string, attrs []string, key []any, kind string, indexes []any) map[string]any {
+	var defs []any
+	for i := 0; i+1 < len(attrs); i += 2 {
+		defs = append(defs, map[string]any{"AttributeName": attrs[i], "AttributeType": attrs[i+1]})
+	}
+	return map[string]any{"TableName": name, "BillingMode": "PAY_PER_REQUEST", "AttributeDefinitions": defs, "KeySchema": key, kind: indexes}
+}
+
+// keySchema is a key of hash and, unless "", range.
+func keySchema(hash, rng string) []any {
+	key := []any{map[string]any{"AttributeName": hash, "KeyType": "HASH"}}
+	if rng != "" {
+		key = append(key, map[string]any{"AttributeName": rng, "KeyType": "RANGE"})
+	}
+	return key
+}
+
+// indexSpec is a secondary index with its projection (and, for INCLUDE,
+// its non-key attributes).
+func indexSpec(name string, key []any, projection string, include ...string) map[string]any {
+	p := map[string]any{"ProjectionType": projection}
+	if len(include) > 0 {
+		p["NonKeyAttributes"] = include
+	}
+	return map[string]any{"IndexName": name, "KeySchema": key, "Projection": p}
 }
 
 // diffGen draws the random operations of one run.

@@ -106,12 +106,14 @@ func testConnectionsLimitBeforeFilter(t *testing.T, f *fixture) {
 		}
 	}
 	// The pages after the first: DynamoDB and moto read the two items
-	// left and keep the live one, and say the end. minidyn (v0.8.2)
-	// answers two more empty pages first and another one last; the live
-	// item still comes once, so a listing that pages to the end agrees.
+	// left and keep the live one, and say the end. The embedded store
+	// counts Limit as they do, but like minidyn it ends a page that
+	// reached its Limit with a LastEvaluatedKey even when nothing
+	// follows, so one more empty page says the end; the live item still
+	// comes once, so a listing that pages to the end agrees.
 	want := []int{1}
 	if f.backend.name == "embedded" {
-		want = []int{0, 0, 1, 0}
+		want = []int{1, 0}
 	}
 	if !slices.Equal(pages, want) {
 		t.Fatalf("the pages after the first held %v items; want %v", pages, want)

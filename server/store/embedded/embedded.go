@@ -4,9 +4,12 @@ package embedded
 
 import (
 	"bytes"
+	"encoding/json"
 	"hash/crc32"
+	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/truora/minidyn/server"
@@ -20,20 +23,105 @@ import (
 // CreateTable, DescribeTable, UpdateTable or DeleteTable, so a table call
 // beside any other call is a data race. One request at a time makes every
 // call atomic, which is also what the claim race tests rely on.
-func Handler() http.Handler {
-	h := server.NewServer()
-	var mu sync.Mutex
+//
+// minidyn answers a Query by walking every item of the table (or sorting a
+// whole index) and parsing the key condition again for each, so a Query
+// costs the table's size. In front of it a shadow of each table keeps the
+// items in key order per partition, refreshed from minidyn after every
+// write, and answers the Queries it can from there: such a Query costs what
+// it reads, as on DynamoDB. Everything else, and any Query the shadow does
+// not handle, minidyn answers.
+func Handler() http.Handler { return newHandler(true) }
+
+// newHandler is Handler with the shadow's Query path (fast) or without it:
+// plain minidyn, which the differential tests compare against.
+func newHandler(fast bool) http.Handler {
+	h, _ := newHandlerEngine(fast)
+	return h
+}
+
+// newHandlerEngine is newHandler and its engine, for tests that read the
+// engine's counters.
+func newHandlerEngine(fast bool) (http.Handler, *engine) {
+	e := newEngine(fast)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		defer mu.Unlock()
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		rec := e.serve(r)
+		for k, v := range rec.header {
+			w.Header()[k] = v
+		}
 		// DynamoDB sends X-Amz-Crc32 with every answer and the SDK checks
 		// it; minidyn sends none, and the SDK then warns on every call.
-		rec := &recorder{header: w.Header(), code: http.StatusOK}
-		h.ServeHTTP(rec, r)
 		w.Header().Set("X-Amz-Crc32", strconv.FormatUint(uint64(crc32.ChecksumIEEE(rec.body.Bytes())), 10))
 		w.WriteHeader(rec.code)
 		_, _ = w.Write(rec.body.Bytes())
-	})
+	}), e
+}
+
+// engine is minidyn and, when fast, the shadow of its tables. It serves
+// one request at a time (mu), so the shadow always agrees with minidyn.
+type engine struct {
+	mu     sync.Mutex
+	mini   *server.Server
+	fast   bool
+	tables map[string]*shadowTable
+	// evaluated counts the items the shadow's Queries have read: the
+	// measure of a Query's work that the tests pin.
+	evaluated int
+	// answered counts the Queries the shadow answered.
+	answered int
+}
+
+// locked runs f with the engine to itself: tests read its counters so.
+func (e *engine) locked(f func()) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	f()
+}
+
+func newEngine(fast bool) *engine {
+	return &engine{mini: server.NewServer(), fast: fast, tables: map[string]*shadowTable{}}
+}
+
+// serve answers one request.
+func (e *engine) serve(r *http.Request) *recorder {
+	op := operation(r)
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		rec := newRecorder()
+		rec.WriteHeader(http.StatusBadRequest)
+		_, _ = rec.Write([]byte("read request: " + err.Error()))
+		return rec
+	}
+	if e.fast && op == "Query" && r.Method == http.MethodPost {
+		if answer, ok := e.query(body); ok {
+			e.answered++
+			rec := newRecorder()
+			rec.header.Set("Content-Type", "application/x-amz-json-1.0")
+			_, _ = rec.Write(answer)
+			return rec
+		}
+	}
+	rec := e.call(r, body)
+	if e.fast && r.Method == http.MethodPost {
+		e.observe(op, body, rec.code)
+	}
+	return rec
+}
+
+// operation is the request's DynamoDB operation, read as minidyn reads it.
+func operation(r *http.Request) string {
+	target := r.Header.Get("X-Amz-Target")
+	return target[strings.LastIndex(target, ".")+1:]
+}
+
+// call passes a request to minidyn.
+func (e *engine) call(r *http.Request, body []byte) *recorder {
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	rec := newRecorder()
+	e.mini.ServeHTTP(rec, r)
+	return rec
 }
 
 // recorder holds an answer back until its checksum is known.
@@ -43,6 +131,123 @@ type recorder struct {
 	body   bytes.Buffer
 }
 
+func newRecorder() *recorder { return &recorder{header: http.Header{}, code: http.StatusOK} }
+
 func (r *recorder) Header() http.Header         { return r.header }
 func (r *recorder) WriteHeader(code int)        { r.code = code }
 func (r *recorder) Write(p []byte) (int, error) { return r.body.Write(p) }
+
+// observe brings the shadow up to date after minidyn answered op: a new
+// table gets a shadow, a changed or deleted table loses its shadow (its
+// Queries go to minidyn from then on), and every key a write named is read
+// again from minidyn, whether the write succeeded or not (a failed
+// conditional write changes nothing; a failed put can still have stored
+// the item in minidyn before its index update failed).
+func (e *engine) observe(op string, body []byte, code int) {
+	switch op {
+	case "CreateTable":
+		var in server.CreateTableInput
+		if code != http.StatusOK || json.Unmarshal(body, &in) != nil || in.TableName == nil {
+			return
+		}
+		if t, ok := newShadowTable(&in); ok {
+			e.tables[*in.TableName] = t
+		}
+	case "UpdateTable", "DeleteTable":
+		var in struct{ TableName *string }
+		if json.Unmarshal(body, &in) == nil && in.TableName != nil {
+			delete(e.tables, *in.TableName)
+		}
+	case "PutItem", "UpdateItem", "DeleteItem":
+		// Only the table key is read out of the request: a put's whole item
+		// would cost a decode for nothing.
+		var in struct {
+			TableName *string
+			Item, Key map[string]json.RawMessage
+		}
+		if json.Unmarshal(body, &in) != nil || in.TableName == nil {
+			return
+		}
+		if t := e.tables[*in.TableName]; t != nil {
+			m := in.Key
+			if op == "PutItem" {
+				m = in.Item
+			}
+			e.refresh(in.TableName, t.rawKey(m))
+		}
+	case "BatchWriteItem":
+		var in server.BatchWriteItemInput
+		if json.Unmarshal(body, &in) != nil {
+			return
+		}
+		for table, reqs := range in.RequestItems {
+			for _, req := range reqs {
+				if req.PutRequest != nil {
+					e.refresh(&table, req.PutRequest.Item)
+				}
+				if req.DeleteRequest != nil {
+					e.refresh(&table, req.DeleteRequest.Key)
+				}
+			}
+		}
+	case "TransactWriteItems":
+		var in server.TransactWriteItemsInput
+		if json.Unmarshal(body, &in) != nil {
+			return
+		}
+		for _, ti := range in.TransactItems {
+			switch {
+			case ti.Put != nil:
+				e.refresh(ti.Put.TableName, ti.Put.Item)
+			case ti.Update != nil:
+				e.refresh(ti.Update.TableName, ti.Update.Key)
+			case ti.Delete != nil:
+				e.refresh(ti.Delete.TableName, ti.Delete.Key)
+			}
+		}
+	}
+}
+
+// refresh reads the item whose table key m holds (m may be the whole item)
+// from minidyn, consistently, and makes the shadow hold what it answered.
+// A key the shadow cannot read (a write minidyn rejected for its key)
+// names no item.
+func (e *engine) refresh(tableName *string, m map[string]*server.AttributeValue) {
+	if tableName == nil {
+		return
+	}
+	t := e.tables[*tableName]
+	if t == nil {
+		return
+	}
+	h, r, ok := t.tableKey(m)
+	if !ok {
+		return
+	}
+	key := t.keyOf(t.primary, m)
+	consistent := true
+	body, err := json.Marshal(server.GetItemInput{TableName: tableName, Key: key, ConsistentRead: &consistent})
+	if err != nil {
+		delete(e.tables, *tableName) // cannot happen: a map of decoded values
+		return
+	}
+	req, err := http.NewRequest(http.MethodPost, "/", bytes.NewReader(body))
+	if err != nil {
+		delete(e.tables, *tableName)
+		return
+	}
+	req.Header.Set("X-Amz-Target", "DynamoDB_20120810.GetItem")
+	rec := e.call(req, body)
+	var out struct {
+		Item map[string]*server.AttributeValue
+	}
+	if rec.code != http.StatusOK || json.Unmarshal(rec.body.Bytes(), &out) != nil {
+		// The shadow no longer knows this item: stop answering from it.
+		delete(e.tables, *tableName)
+		return
+	}
+	if len(out.Item) == 0 {
+		out.Item = nil
+	}
+	t.set(h, r, out.Item)
+}

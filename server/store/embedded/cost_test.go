@@ -1,0 +1,112 @@
+package embedded
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+)
+
+// costTable is a table with a GSI, in which partition "hot" of the table
+// and of the index holds 10 items and the other partitions others items.
+func costTable(tb testing.TB, others int) (*httptest.Server, *engine) {
+	tb.Helper()
+	h, e := newHandlerEngine(true)
+	srv := httptest.NewServer(h)
+	tb.Cleanup(srv.Close)
+	call := func(op string, req any) {
+		body, err := json.Marshal(req)
+		if err != nil {
+			tb.Fatalf("encode %s: %v", op, err)
+		}
+		if code, out := post(tb, srv, op, body); code != http.StatusOK {
+			tb.Fatalf("%s: %d %s", op, code, out)
+		}
+	}
+	call("CreateTable", tableSpec("cost", []string{"pk", "S", "sk", "S", "gh", "S"}, keySchema("pk", "sk"),
+		"GlobalSecondaryIndexes", []any{indexSpec("g", keySchema("gh", "sk"), "ALL")}))
+	var batch []any
+	flush := func() {
+		if len(batch) > 0 {
+			call("BatchWriteItem", map[string]any{"RequestItems": map[string]any{"cost": batch}})
+			batch = nil
+		}
+	}
+	put := func(pk, sk, gh string) {
+		batch = append(batch, map[string]any{"PutRequest": map[string]any{"Item": map[string]any{
+			"pk": s(pk), "sk": s(sk), "gh": s(gh), "body": s("payload"),
+		}}})
+		if len(batch) == 25 {
+			flush()
+		}
+	}
+	for i := range 10 {
+		put("hot", fmt.Sprintf("k%08d", i), "hot")
+	}
+	// The others sort before and after the hot partition's entries, in the
+	// table's and the index's key order.
+	for i := range others {
+		put(fmt.Sprintf("p%06d", i%(others/10+1)), fmt.Sprintf("k%08d", i), fmt.Sprintf("g%02d", i%7))
+	}
+	flush()
+	return srv, e
+}
+
+// hotQueries are the Queries of the hot partition: the table's and the
+// index's, whole and paged.
+var hotQueries = []map[string]any{
+	{"TableName": "cost", "KeyConditionExpression": "pk = :h", "ExpressionAttributeValues": map[string]any{":h": s("hot")}},
+	{"TableName": "cost", "IndexName": "g", "KeyConditionExpression": "gh = :h", "ExpressionAttributeValues": map[string]any{":h": s("hot")}},
+	{"TableName": "cost", "IndexName": "g", "KeyConditionExpression": "gh = :h AND sk >= :s", "ScanIndexForward": false,
+		"ExpressionAttributeValues": map[string]any{":h": s("hot"), ":s": s("k00000005")}},
+}
+
+// TestQueryCostIndependentOfTable: a Query reads its partition's entries
+// and no others, however many items the rest of the table holds.
+func TestQueryCostIndependentOfTable(t *testing.T) {
+	var reads [2][]int
+	for i, others := range []int{10, 10_000} {
+		srv, e := costTable(t, others)
+		for _, q := range hotQueries {
+			var before, after, answered int
+			e.locked(func() { before, answered = e.evaluated, e.answered })
+			body, _ := json.Marshal(q)
+			code, out := post(t, srv, "Query", body)
+			if code != http.StatusOK {
+				t.Fatalf("Query %s: %d %s", body, code, out)
+			}
+			e.locked(func() { after, answered = e.evaluated, e.answered-answered })
+			if answered != 1 {
+				t.Fatalf("Query %s was not answered from the shadow", body)
+			}
+			var res struct{ Count int }
+			if err := json.Unmarshal(out, &res); err != nil {
+				t.Fatalf("decode %s: %v", out, err)
+			}
+			if res.Count == 0 || after-before != res.Count {
+				t.Errorf("%d other items: Query %s answered %d items and read %d", others, body, res.Count, after-before)
+			}
+			reads[i] = append(reads[i], after-before)
+		}
+	}
+	if fmt.Sprint(reads[0]) != fmt.Sprint(reads[1]) {
+		t.Errorf("items read per query: %v beside 10 other items, %v beside 10,000", reads[0], reads[1])
+	}
+}
+
+// BenchmarkEmbeddedQuery is a Query of a 10-item partition through the
+// handler, in a table of 100 items and in one of 100,000.
+func BenchmarkEmbeddedQuery(b *testing.B) {
+	for _, size := range []int{100, 100_000} {
+		b.Run(fmt.Sprint("items=", size), func(b *testing.B) {
+			srv, _ := costTable(b, size-10)
+			body, _ := json.Marshal(hotQueries[1])
+			for b.Loop() {
+				if code, out := post(b, srv, "Query", body); code != http.StatusOK {
+					b.Fatalf("Query: %d %s", code, out)
+				}
+			}
+		})
+	}
+}

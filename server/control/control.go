@@ -84,11 +84,13 @@ var _ Store = (*store.Store)(nil)
 const (
 	pollBackoffMin = 100 * time.Millisecond
 	pollBackoffMax = 2 * time.Second
-	// wokenBackoffMin is the first re-check of a control plane that offers
-	// long polls (LongPoll): it serves every route in one process, so its
-	// own submits and hand-backs wake the polls, and the re-check only
-	// looks for work made by another process on the same tables.
-	wokenBackoffMin = time.Second
+	// wokenRecheck is how often a held poll re-checks on a control plane
+	// that offers long polls (LongPoll): it serves every route in one
+	// process, so its own submits, hand-backs, sweeps and worker changes
+	// wake the polls, and the re-check only looks for work made by another
+	// process on the same tables. An idle fleet's polls are most of what a
+	// large fleet asks of the store, so it looks seldom.
+	wokenRecheck = 5 * time.Second
 )
 
 // Service runs the daemon use cases. Build it with New.

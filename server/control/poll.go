@@ -156,9 +156,9 @@ func (s *Service) claim(ctx context.Context, w domain.Worker, queue string, wait
 		waitFor = 0
 	}
 	var waited time.Duration
-	backoff := pollBackoffMin
+	backoff, maxBackoff := pollBackoffMin, pollBackoffMax
 	if s.longPoll {
-		backoff = wokenBackoffMin
+		backoff, maxBackoff = wokenRecheck, wokenRecheck
 	}
 	for {
 		// Registered before the look, so a wake between the look and the
@@ -180,7 +180,7 @@ func (s *Service) claim(ctx context.Context, w domain.Worker, queue string, wait
 			return nil, nil // the client went away; nothing was claimed
 		}
 		waited += slept
-		backoff = min(backoff*2, pollBackoffMax)
+		backoff = min(backoff*2, maxBackoff)
 		cur, err := st.GetWorker(ctx, w.ID)
 		if err != nil {
 			return nil, err

@@ -63,3 +63,46 @@ func TestAClaimForAPollWhoseClientLeftGoesBackAtOnce(t *testing.T) {
 		t.Fatalf("after the poll: %s, attempts %+v (%v); want queued again, attempt 1 undelivered", got.State, got.Attempts, err)
 	}
 }
+
+// countingClaims is the real store, counting claim reads.
+type countingClaims struct {
+	*store.Store
+	claims *int
+}
+
+func (c countingClaims) Claim(ctx context.Context, w domain.Worker, queue string, max int) (store.ClaimResult, error) {
+	*c.claims++
+	return c.Store.Claim(ctx, w, queue, max)
+}
+
+// TestAHeldPollInOneProcessRechecksSeldom: with long polls (one process
+// serves every route, so its own submits, hand-backs and sweeps wake a
+// held poll), an idle poll held 20 s looks at the store every 5 s, not on
+// the 1–2 s backoff a poll served beside other processes needs: an idle
+// fleet's polls are most of what a large in-process fleet asks the store.
+func TestAHeldPollInOneProcessRechecksSeldom(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	db := storetest.Embedded(t)
+	prefix := storetest.Prefix(t)
+	if err := schema.EnsureTables(ctx, db, prefix); err != nil {
+		t.Fatal(err)
+	}
+	claims := 0
+	svc := control.New(control.Config{Store: countingClaims{Store: store.New(db, prefix), claims: &claims}, StaleAfter: time.Minute,
+		LongPoll: true, Sleep: func(context.Context, time.Duration) error { return nil },
+		Logger: slog.New(slog.DiscardHandler)})
+	hello, err := svc.Hello(ctx, wire.HelloRequest{MachineID: "m1", BootID: "b1", Lanes: []string{"q"},
+		Capabilities: wire.Capabilities{MaxConcurrency: ptr(1)}}.Registration(), func(string) (string, error) { return "hash", nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmds, err := svc.Poll(ctx, wire.PollRequest{WorkerID: hello.Worker.ID, Queue: "q", Phase: wire.PhaseReady, Invocations: []string{},
+		TimeoutS: 20, UpdatedCapabilities: &wire.Capabilities{MaxConcurrency: ptr(1), CurrentInvocations: ptr(0)}}.Poll(), nil)
+	if err != nil || len(cmds) != 0 {
+		t.Fatalf("idle poll: %+v %v", cmds, err)
+	}
+	if claims != 5 {
+		t.Errorf("an idle poll held 20 s read the claim index %d times, want 5 (at 0, 5, 10, 15 and 20 s)", claims)
+	}
+}

@@ -19,9 +19,8 @@ func FuzzQuery(f *testing.F) {
 	_, e := costTable(f, 20)
 	f.Fuzz(func(t *testing.T, body []byte) {
 		var answer []byte
-		var ok bool
-		e.locked(func() { answer, ok = e.query(body) })
-		if ok && !json.Valid(answer) {
+		e.locked(func() { answer, _, _ = e.query(body) })
+		if answer != nil && !json.Valid(answer) {
 			t.Fatalf("answer %q to %q is not JSON", answer, body)
 		}
 	})

@@ -29,8 +29,10 @@ import (
 // costs the table's size. In front of it a shadow of each table keeps the
 // items in key order per partition, refreshed from minidyn after every
 // write, and answers the Queries it can from there: such a Query costs what
-// it reads, as on DynamoDB. Everything else, and any Query the shadow does
-// not handle, minidyn answers.
+// it reads, as on DynamoDB. The secondary indexes live in the shadow alone
+// (minidyn re-sorts a whole index on every new item), so the shadow
+// answers every index Query, refusing one it cannot read; everything else,
+// and any table Query the shadow does not handle, minidyn answers.
 func Handler() http.Handler { return newHandler(true) }
 
 // newHandler is Handler with the shadow's Query path (fast) or without it:

@@ -6,8 +6,8 @@ import (
 )
 
 // FuzzQuery: any Query body, on a shadowed table with items, is answered
-// from the shadow or left to minidyn, never a panic; an answer from the
-// shadow is JSON.
+// from the shadow, refused, or left to minidyn, never a panic; an answer
+// from the shadow is JSON.
 func FuzzQuery(f *testing.F) {
 	for _, q := range hotQueries {
 		body, _ := json.Marshal(q)

@@ -8,8 +8,8 @@ import (
 	"testing"
 )
 
-// costTable is a table with a GSI, in which partition "hot" of the table
-// and of the index holds 10 items and the other partitions others items.
+// costTable is a table with three GSIs, in which partition "hot" of the
+// table and of index g holds 10 items and the other partitions others items.
 func costTable(tb testing.TB, others int) (*httptest.Server, *engine) {
 	tb.Helper()
 	h, e := newHandlerEngine(true)
@@ -25,7 +25,8 @@ func costTable(tb testing.TB, others int) (*httptest.Server, *engine) {
 		}
 	}
 	call("CreateTable", tableSpec("cost", []string{"pk", "S", "sk", "S", "gh", "S"}, keySchema("pk", "sk"),
-		"GlobalSecondaryIndexes", []any{indexSpec("g", keySchema("gh", "sk"), "ALL")}))
+		"GlobalSecondaryIndexes", []any{indexSpec("g", keySchema("gh", "sk"), "ALL"),
+			indexSpec("bypk", keySchema("sk", "pk"), "KEYS_ONLY"), indexSpec("bygh", keySchema("gh", ""), "ALL")}))
 	var batch []any
 	flush := func() {
 		if len(batch) > 0 {
@@ -105,6 +106,27 @@ func BenchmarkEmbeddedQuery(b *testing.B) {
 			for b.Loop() {
 				if code, out := post(b, srv, "Query", body); code != http.StatusOK {
 					b.Fatalf("Query: %d %s", code, out)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkEmbeddedPut is a PutItem of a new item into a table with three
+// global secondary indexes that holds 100 items and one that holds 20,000:
+// a write costs what it touches, not the indexes' size.
+func BenchmarkEmbeddedPut(b *testing.B) {
+	for _, size := range []int{100, 20_000} {
+		b.Run(fmt.Sprint("items=", size), func(b *testing.B) {
+			srv, _ := costTable(b, size-10)
+			i := 0
+			for b.Loop() {
+				i++
+				body, _ := json.Marshal(map[string]any{"TableName": "cost", "Item": map[string]any{
+					"pk": s(fmt.Sprint("new", i%50)), "sk": s(fmt.Sprintf("n%08d", i)), "gh": s(fmt.Sprint("g", i%7)), "body": s("payload"),
+				}})
+				if code, out := post(b, srv, "PutItem", body); code != http.StatusOK {
+					b.Fatalf("PutItem: %d %s", code, out)
 				}
 			}
 		})

@@ -29,8 +29,10 @@ import (
 // costs the table's size. In front of it a shadow of each table keeps the
 // items in key order per partition, refreshed from minidyn after every
 // write, and answers the Queries it can from there: such a Query costs what
-// it reads, as on DynamoDB. Everything else, and any Query the shadow does
-// not handle, minidyn answers.
+// it reads, as on DynamoDB. The secondary indexes live in the shadow alone
+// (minidyn re-sorts a whole index on every new item), so the shadow
+// answers every index Query, refusing one it cannot read; everything else,
+// and any table Query the shadow does not handle, minidyn answers.
 func Handler() http.Handler { return newHandler(true) }
 
 // newHandler is Handler with the shadow's Query path (fast) or without it:
@@ -94,19 +96,36 @@ func (e *engine) serve(r *http.Request) *recorder {
 		_, _ = rec.Write([]byte("read request: " + err.Error()))
 		return rec
 	}
-	if e.fast && op == "Query" && r.Method == http.MethodPost {
-		if answer, ok := e.query(body); ok {
+	if !e.fast || r.Method != http.MethodPost {
+		return e.call(r, body)
+	}
+	var rec *recorder
+	switch op {
+	case "Query":
+		answer, index, reason := e.query(body)
+		switch {
+		case answer != nil:
 			e.answered++
-			rec := newRecorder()
+			rec = newRecorder()
 			rec.header.Set("Content-Type", "application/x-amz-json-1.0")
 			_, _ = rec.Write(answer)
 			return rec
+		case index:
+			return e.indexQueryError(r, body, reason)
 		}
+	case "Scan":
+		if refused, ok := e.scan(body); ok {
+			return refused
+		}
+	case "CreateTable":
+		return e.createTable(r, body)
+	case "DescribeTable":
+		return e.describeTable(r, body)
+	case "UpdateTable":
+		return e.updateTable(r, body)
 	}
-	rec := e.call(r, body)
-	if e.fast && r.Method == http.MethodPost {
-		e.observe(op, body, rec.code)
-	}
+	rec = e.call(r, body)
+	e.observe(op, body)
 	return rec
 }
 
@@ -137,23 +156,14 @@ func (r *recorder) Header() http.Header         { return r.header }
 func (r *recorder) WriteHeader(code int)        { r.code = code }
 func (r *recorder) Write(p []byte) (int, error) { return r.body.Write(p) }
 
-// observe brings the shadow up to date after minidyn answered op: a new
-// table gets a shadow, a changed or deleted table loses its shadow (its
-// Queries go to minidyn from then on), and every key a write named is read
+// observe brings the shadow up to date after minidyn answered op: a
+// deleted table loses its shadow, and every key a write named is read
 // again from minidyn, whether the write succeeded or not (a failed
 // conditional write changes nothing; a failed put can still have stored
 // the item in minidyn before its index update failed).
-func (e *engine) observe(op string, body []byte, code int) {
+func (e *engine) observe(op string, body []byte) {
 	switch op {
-	case "CreateTable":
-		var in server.CreateTableInput
-		if code != http.StatusOK || json.Unmarshal(body, &in) != nil || in.TableName == nil {
-			return
-		}
-		if t, ok := newShadowTable(&in); ok {
-			e.tables[*in.TableName] = t
-		}
-	case "UpdateTable", "DeleteTable":
+	case "DeleteTable":
 		var in struct{ TableName *string }
 		if json.Unmarshal(body, &in) == nil && in.TableName != nil {
 			delete(e.tables, *in.TableName)
@@ -228,12 +238,12 @@ func (e *engine) refresh(tableName *string, m map[string]*server.AttributeValue)
 	consistent := true
 	body, err := json.Marshal(server.GetItemInput{TableName: tableName, Key: key, ConsistentRead: &consistent})
 	if err != nil {
-		delete(e.tables, *tableName) // cannot happen: a map of decoded values
+		t.broken = true // cannot happen: a map of decoded values
 		return
 	}
 	req, err := http.NewRequest(http.MethodPost, "/", bytes.NewReader(body))
 	if err != nil {
-		delete(e.tables, *tableName)
+		t.broken = true
 		return
 	}
 	req.Header.Set("X-Amz-Target", "DynamoDB_20120810.GetItem")
@@ -243,7 +253,7 @@ func (e *engine) refresh(tableName *string, m map[string]*server.AttributeValue)
 	}
 	if rec.code != http.StatusOK || json.Unmarshal(rec.body.Bytes(), &out) != nil {
 		// The shadow no longer knows this item: stop answering from it.
-		delete(e.tables, *tableName)
+		t.broken = true
 		return
 	}
 	if len(out.Item) == 0 {

@@ -1,11 +1,11 @@
 package embedded
 
 import (
-	"bytes"
 	"encoding/json"
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -21,52 +21,68 @@ var (
 
 // query answers a Query from the table's shadow, walking only the entries
 // of the named partition that the sort key condition, ExclusiveStartKey and
-// Limit leave: its cost follows what it reads, not the table's size. It
-// reports false for a request it does not handle or that minidyn would
-// reject, which minidyn then answers with its own result or error.
-func (e *engine) query(body []byte) ([]byte, bool) {
+// Limit leave: its cost follows what it reads, not the table's size.
+//
+// When it does not answer (answer nil), index reports whether the Query
+// names a secondary index of a shadowed table, which minidyn does not hold:
+// such a Query is refused, with reason, or with minidyn's own error when
+// reason is "" (a request minidyn rejects before it reads any index). Any
+// other Query the shadow does not answer, minidyn answers.
+func (e *engine) query(body []byte) (answer []byte, index bool, reason string) {
 	var in server.QueryInput
-	if err := json.Unmarshal(body, &in); err != nil {
-		return nil, false
-	}
-	if in.TableName == nil || in.KeyConditionExpression == nil || len(in.AttributesToGet) > 0 ||
-		in.ConditionalOperator != "" || len(in.KeyConditions) > 0 || len(in.QueryFilter) > 0 ||
-		(in.Limit != nil && *in.Limit <= 0) {
-		return nil, false
-	}
-	countOnly := in.Select == ddbtypes.SelectCount
-	if in.Select != "" && !countOnly {
-		return nil, false
+	if err := json.Unmarshal(body, &in); err != nil || in.TableName == nil {
+		return nil, false, ""
 	}
 	t := e.tables[*in.TableName]
 	if t == nil {
-		return nil, false
+		return nil, false, ""
 	}
-	indexName := ""
-	if in.IndexName != nil {
-		indexName = *in.IndexName
-	}
-	idx := t.primary
-	if indexName != "" {
-		if idx = t.indexes[indexName]; idx == nil {
-			return nil, false
+	indexName := deref(in.IndexName)
+	index = indexName != ""
+	refuse := func(why string) ([]byte, bool, string) { return nil, index, why }
+	if t.broken {
+		if !index {
+			return nil, false, ""
 		}
+		return refuse("the embedded store lost track of an item of table " + *in.TableName + " and no longer answers Queries of its indexes")
+	}
+	if in.KeyConditionExpression == nil {
+		return refuse("the embedded store needs a KeyConditionExpression")
+	}
+	if len(in.AttributesToGet) > 0 || in.ConditionalOperator != "" || len(in.KeyConditions) > 0 || len(in.QueryFilter) > 0 {
+		return refuse("the embedded store does not take AttributesToGet, ConditionalOperator, KeyConditions or QueryFilter; use expressions")
+	}
+	if in.Limit != nil && *in.Limit <= 0 {
+		return refuse("Limit must be at least 1")
+	}
+	countOnly := in.Select == ddbtypes.SelectCount
+	switch {
+	case in.Select == "" || countOnly:
+	case index && in.Select == ddbtypes.SelectAllProjectedAttributes:
+	default:
+		return refuse("the embedded store takes Select COUNT, or ALL_PROJECTED_ATTRIBUTES on an index, or none")
 	}
 	keyExpr, filter, projection := *in.KeyConditionExpression, deref(in.FilterExpression), deref(in.ProjectionExpression)
 	if countOnly && projection != "" {
-		return nil, false
+		return refuse("Select COUNT takes no ProjectionExpression")
 	}
 	if !placeholdersValid(in.ExpressionAttributeNames, in.ExpressionAttributeValues, keyExpr, filter, projection) {
-		return nil, false
+		return refuse("")
 	}
 	values := toTypes(in.ExpressionAttributeValues)
 	if types.ValidateItemMap(values) != nil || types.ValidateItemMap(toTypes(in.ExclusiveStartKey)) != nil {
-		return nil, false
+		return refuse("")
+	}
+	idx := t.primary
+	if index {
+		if idx = t.indexes[indexName]; idx == nil {
+			return refuse("The table does not have the specified index: " + indexName)
+		}
 	}
 
 	conds, ok := parseKeyCondition(keyExpr, in.ExpressionAttributeNames)
 	if !ok {
-		return nil, false
+		return refuse("Invalid KeyConditionExpression: the embedded store cannot read " + strconv.Quote(keyExpr))
 	}
 	var hashCond, rangeCond *keyCond
 	for i := range conds {
@@ -76,26 +92,26 @@ func (e *engine) query(body []byte) ([]byte, bool) {
 		case c.attr == idx.rng && idx.rng != "" && rangeCond == nil:
 			rangeCond = c
 		default:
-			return nil, false
+			return refuse("Query condition missed key schema element or names another attribute: " + strconv.Quote(keyExpr))
 		}
 	}
 	if hashCond == nil {
-		return nil, false
+		return refuse("Query condition missed key schema element: " + idx.hash)
 	}
 	hv, ok := keyValueOf(in.ExpressionAttributeValues[hashCond.vals[0]], t.attrTypes[idx.hash])
 	if !ok {
-		return nil, false
+		return refuse("One or more parameter values were invalid: Condition parameter type does not match schema type")
 	}
 	entries := idx.parts[hv.id()]
 	lo, hi, ok := t.window(indexName, idx, entries, rangeCond, in.ExpressionAttributeValues)
 	if !ok {
-		return nil, false
+		return refuse("Invalid KeyConditionExpression: the sort key condition's values do not fit its type or order")
 	}
 	forward := in.ScanIndexForward == nil || *in.ScanIndexForward
 	if len(in.ExclusiveStartKey) > 0 {
 		pos, found, ok := t.startPosition(indexName, idx, entries, hv, in.ExclusiveStartKey)
 		if !ok {
-			return nil, false
+			return refuse("The provided starting key is invalid")
 		}
 		if forward {
 			if found {
@@ -133,16 +149,16 @@ func (e *engine) query(body []byte) ([]byte, bool) {
 				Item: it.typedItem(), Attributes: values, Aliases: in.ExpressionAttributeNames,
 			})
 			if err != nil {
-				return nil, false
+				return refuse("Invalid FilterExpression: " + err.Error())
 			}
 			matched = m
 		}
 		if matched {
 			out.Count++
 			if !countOnly {
-				item, ok := t.project(indexName != "", idx, it, projection, in.ExpressionAttributeNames)
+				item, ok := t.project(index, idx, it, projection, in.ExpressionAttributeNames)
 				if !ok {
-					return nil, false
+					return refuse("Invalid ProjectionExpression: " + strconv.Quote(projection))
 				}
 				out.Items = append(out.Items, item)
 			}
@@ -154,13 +170,11 @@ func (e *engine) query(body []byte) ([]byte, bool) {
 		}
 	}
 
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false) // as minidyn's server encodes
-	if err := enc.Encode(&out); err != nil {
-		return nil, false
+	answer, err := encode(&out)
+	if err != nil {
+		return refuse("encode the answer: " + err.Error())
 	}
-	return buf.Bytes(), true
+	return answer, index, ""
 }
 
 // window returns the range [lo, hi) of a partition's entries that the sort

@@ -22,6 +22,10 @@ type shadowTable struct {
 	primary   *shadowIndex
 	indexes   map[string]*shadowIndex
 	items     map[string]*shadowItem // by tableKeyID
+	// broken is set when the shadow lost track of an item (minidyn did
+	// not answer its GetItem): table Queries go to minidyn from then on,
+	// and Queries of its indexes, which only the shadow holds, are refused.
+	broken bool
 }
 
 // shadowIndex is the table's primary key or one secondary index: its key
@@ -30,6 +34,7 @@ type shadowIndex struct {
 	hash, rng  string
 	projection string   // ALL, KEYS_ONLY or INCLUDE; "" for the table
 	include    []string // INCLUDE's non-key attributes
+	local      bool     // a local secondary index
 	parts      map[string][]*shadowItem
 }
 
@@ -138,28 +143,48 @@ func newShadowTable(in *server.CreateTableInput) (*shadowTable, bool) {
 		return nil, false
 	}
 	for _, g := range in.GlobalSecondaryIndexes {
-		if !t.addIndex(g.IndexName, g.KeySchema, g.Projection) {
+		if !t.addIndex(g.IndexName, g.KeySchema, g.Projection, false) {
 			return nil, false
 		}
 	}
 	for _, l := range in.LocalSecondaryIndexes {
-		if !t.addIndex(l.IndexName, l.KeySchema, l.Projection) {
+		if !t.addIndex(l.IndexName, l.KeySchema, l.Projection, true) {
 			return nil, false
 		}
 	}
 	return t, true
 }
 
-func (t *shadowTable) addIndex(name *string, ks []ddbtypes.KeySchemaElement, p *ddbtypes.Projection) bool {
-	if name == nil {
+// addIndex adds an empty index. A name already taken, or a local index
+// whose partition key is not the table's, is a table the shadow leaves to
+// minidyn (which answers its own error).
+func (t *shadowTable) addIndex(name *string, ks []ddbtypes.KeySchemaElement, p *ddbtypes.Projection, local bool) bool {
+	if name == nil || *name == "" || t.indexes[*name] != nil {
 		return false
 	}
 	idx, ok := t.newIndex(ks, p)
-	if !ok {
+	if !ok || (local && idx.hash != t.primary.hash) {
 		return false
 	}
+	idx.local = local
 	t.indexes[*name] = idx
 	return true
+}
+
+// backfill puts every item of the table into the index name: what a new
+// global secondary index starts with.
+func (t *shadowTable) backfill(name string, idx *shadowIndex) {
+	for _, it := range t.items {
+		t.place(name, idx, it)
+	}
+}
+
+// dropIndex takes the index name and its entries away.
+func (t *shadowTable) dropIndex(name string) {
+	for _, it := range t.items {
+		delete(it.in, name)
+	}
+	delete(t.indexes, name)
 }
 
 // newIndex reads a key schema whose attributes are all defined; a schema it
@@ -253,17 +278,20 @@ func (t *shadowTable) set(h, r keyValue, item map[string]*server.AttributeValue)
 	}
 	it := &shadowItem{id: id, wire: item, hashVal: h, rngVal: r, in: map[string]entryKey{}}
 	t.items[id] = it
-	t.each(func(name string, idx *shadowIndex) {
-		ih, ir, ok := t.indexKey(idx, item)
-		if !ok {
-			return
-		}
-		part := ih.id()
-		it.in[name] = entryKey{part: part, sort: ir}
-		entries := idx.parts[part]
-		i, _ := slices.BinarySearchFunc(entries, it, func(a, b *shadowItem) int { return compareEntries(name, a, b) })
-		idx.parts[part] = slices.Insert(entries, i, it)
-	})
+	t.each(func(name string, idx *shadowIndex) { t.place(name, idx, it) })
+}
+
+// place puts it into the index name, if it holds the index's key.
+func (t *shadowTable) place(name string, idx *shadowIndex, it *shadowItem) {
+	ih, ir, ok := t.indexKey(idx, it.wire)
+	if !ok {
+		return
+	}
+	part := ih.id()
+	it.in[name] = entryKey{part: part, sort: ir}
+	entries := idx.parts[part]
+	i, _ := slices.BinarySearchFunc(entries, it, func(a, b *shadowItem) int { return compareEntries(name, a, b) })
+	idx.parts[part] = slices.Insert(entries, i, it)
 }
 
 // remove takes it out of the index's partition, if it is there.

@@ -15,6 +15,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -343,6 +344,17 @@ func serveFleetStore(upstreamURL string) int {
 		fmt.Fprintln(os.Stderr, "fleet store:", err)
 		return 2
 	}
+	if path := os.Getenv(fleetStoreProfileEnv); path != "" {
+		f, err := os.Create(path)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "fleet store: profile:", err)
+			return 2
+		}
+		defer func() { pprof.StopCPUProfile(); _ = f.Close() }()
+	}
 	srv := &http.Server{Handler: (&dynamoCounts{}).wrap(upstream), ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	fmt.Printf("LAKESHORE_FLEET_STORE_URL=http://%s\n", ln.Addr())
@@ -350,6 +362,11 @@ func serveFleetStore(upstreamURL string) int {
 	_ = srv.Close()
 	return 0
 }
+
+// fleetStoreProfileEnv, set to a path, has the store process write its CPU
+// profile there (go tool pprof reads it): where the store's time goes
+// under a fleet.
+const fleetStoreProfileEnv = "LAKESHORE_FLEET_STORE_PROFILE"
 
 // fleetStore is the store process: this test binary re-run as the fleet's
 // DynamoDB endpoint, so the store's CPU and garbage are its own, neither

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/dreamlake/lakeshore/server/control"
 	"github.com/dreamlake/lakeshore/server/store"
 	"github.com/dreamlake/lakeshore/server/store/schema"
@@ -17,12 +18,20 @@ import (
 // embeddedStore is a store over the embedded DynamoDB, its tables made.
 func embeddedStore(t *testing.T) *store.Store {
 	t.Helper()
+	_, _, st := embeddedTables(t)
+	return st
+}
+
+// embeddedTables is embeddedStore with its client and table prefix, for
+// snapshots of the tables.
+func embeddedTables(t *testing.T) (*dynamodb.Client, string, *store.Store) {
+	t.Helper()
 	db := storetest.Embedded(t)
 	prefix := storetest.Prefix(t)
 	if err := schema.EnsureTables(t.Context(), db, prefix); err != nil {
 		t.Fatal(err)
 	}
-	return store.New(db, prefix)
+	return db, prefix, store.New(db, prefix)
 }
 
 // TestPollUseCase drives the poll use case straight over the embedded

@@ -9,7 +9,6 @@ import (
 
 	"github.com/dreamlake/lakeshore/server/control"
 	"github.com/dreamlake/lakeshore/server/store"
-	"github.com/dreamlake/lakeshore/server/store/schema"
 	"github.com/dreamlake/lakeshore/server/store/storetest"
 	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/wire"
@@ -27,34 +26,39 @@ type requeueRig struct {
 
 func newRequeueRig(t *testing.T, ctx context.Context) requeueRig {
 	t.Helper()
-	db := storetest.Embedded(t)
-	prefix := storetest.Prefix(t)
-	if err := schema.EnsureTables(ctx, db, prefix); err != nil {
-		t.Fatal(err)
-	}
-	st := store.New(db, prefix)
-	svc := control.New(control.Config{Store: st, StaleAfter: time.Minute, Logger: slog.New(slog.DiscardHandler)})
-	hello, err := svc.Hello(ctx, wire.HelloRequest{MachineID: "m1", BootID: "b1", Lanes: []string{"q"},
-		Capabilities: wire.Capabilities{MaxConcurrency: ptr(1)}}.Registration(), func(string) (string, error) { return "hash", nil })
-	if err != nil {
-		t.Fatal(err)
-	}
+	db, prefix, st := embeddedTables(t)
+	svc, worker := oneWorker(t, ctx, control.Config{Store: st})
 	inv, _, err := svc.Submit(ctx, wire.SubmitRequest{Queue: "q", Argv: []string{"train"}, MaxAttempts: 3}.Spec())
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmds, err := svc.Poll(ctx, wire.PollRequest{WorkerID: hello.Worker.ID, Queue: "q", Phase: wire.PhaseReady, Invocations: []string{},
+	cmds, err := svc.Poll(ctx, wire.PollRequest{WorkerID: worker, Queue: "q", Phase: wire.PhaseReady, Invocations: []string{},
 		UpdatedCapabilities: &wire.Capabilities{MaxConcurrency: ptr(1), CurrentInvocations: ptr(0)}}.Poll(), nil)
 	if err != nil || len(cmds) != 1 || cmds[0].Run == nil || cmds[0].Run.ID != inv.ID {
 		t.Fatalf("poll: %+v %v, want a run of %s", cmds, err, inv.ID)
 	}
 	// A daemon lists what it received in its next poll, as the body runs.
-	if _, err := svc.Poll(ctx, wire.PollRequest{WorkerID: hello.Worker.ID, Queue: "q", Phase: wire.PhaseReady, Invocations: []string{inv.ID},
+	if _, err := svc.Poll(ctx, wire.PollRequest{WorkerID: worker, Queue: "q", Phase: wire.PhaseReady, Invocations: []string{inv.ID},
 		UpdatedCapabilities: &wire.Capabilities{MaxConcurrency: ptr(1), CurrentInvocations: ptr(1)}}.Poll(), nil); err != nil {
 		t.Fatal(err)
 	}
-	return requeueRig{svc: svc, st: st, worker: hello.Worker.ID, run: *cmds[0].Run,
+	return requeueRig{svc: svc, st: st, worker: worker, run: *cmds[0].Run,
 		snap: func() storetest.Snapshot { return storetest.TakeSnapshot(t, db, prefix) }}
+}
+
+// oneWorker builds the service of cfg (a minute's stale window, logs
+// discarded) and says hello for one worker of capacity 1 on queue q.
+func oneWorker(t *testing.T, ctx context.Context, cfg control.Config) (*control.Service, string) {
+	t.Helper()
+	cfg.StaleAfter = time.Minute
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	svc := control.New(cfg)
+	hello, err := svc.Hello(ctx, wire.HelloRequest{MachineID: "m1", BootID: "b1", Lanes: []string{"q"},
+		Capabilities: wire.Capabilities{MaxConcurrency: ptr(1)}}.Registration(), func(string) (string, error) { return "hash", nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return svc, hello.Worker.ID
 }
 
 // ack sends the rig's requeued ack, its daemon in phase ("" for none).

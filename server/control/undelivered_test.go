@@ -2,14 +2,11 @@ package control_test
 
 import (
 	"context"
-	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/dreamlake/lakeshore/server/control"
 	"github.com/dreamlake/lakeshore/server/store"
-	"github.com/dreamlake/lakeshore/server/store/schema"
-	"github.com/dreamlake/lakeshore/server/store/storetest"
 	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
@@ -34,26 +31,15 @@ func (g goneAfterClaim) Claim(ctx context.Context, w domain.Worker, queue string
 func TestAClaimForAPollWhoseClientLeftGoesBackAtOnce(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	db := storetest.Embedded(t)
-	prefix := storetest.Prefix(t)
-	if err := schema.EnsureTables(ctx, db, prefix); err != nil {
-		t.Fatal(err)
-	}
-	st := store.New(db, prefix)
+	st := embeddedStore(t)
 	pollCtx, leave := context.WithCancel(ctx)
 	defer leave()
-	svc := control.New(control.Config{Store: goneAfterClaim{Store: st, cancel: leave}, StaleAfter: time.Minute,
-		Logger: slog.New(slog.DiscardHandler)})
-	hello, err := svc.Hello(ctx, wire.HelloRequest{MachineID: "m1", BootID: "b1", Lanes: []string{"q"},
-		Capabilities: wire.Capabilities{MaxConcurrency: ptr(1)}}.Registration(), func(string) (string, error) { return "hash", nil })
-	if err != nil {
-		t.Fatal(err)
-	}
+	svc, worker := oneWorker(t, ctx, control.Config{Store: goneAfterClaim{Store: st, cancel: leave}})
 	inv, _, err := svc.Submit(ctx, wire.SubmitRequest{Queue: "q", Argv: []string{"train"}, MaxAttempts: 1}.Spec())
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmds, err := svc.Poll(pollCtx, wire.PollRequest{WorkerID: hello.Worker.ID, Queue: "q", Phase: wire.PhaseReady, Invocations: []string{},
+	cmds, err := svc.Poll(pollCtx, wire.PollRequest{WorkerID: worker, Queue: "q", Phase: wire.PhaseReady, Invocations: []string{},
 		UpdatedCapabilities: &wire.Capabilities{MaxConcurrency: ptr(1), CurrentInvocations: ptr(0)}}.Poll(), nil)
 	if err == nil || len(cmds) != 0 {
 		t.Fatalf("poll whose client left: %+v %v, want no commands and an error", cmds, err)
@@ -83,21 +69,11 @@ func (c countingClaims) Claim(ctx context.Context, w domain.Worker, queue string
 func TestAHeldPollInOneProcessRechecksSeldom(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	db := storetest.Embedded(t)
-	prefix := storetest.Prefix(t)
-	if err := schema.EnsureTables(ctx, db, prefix); err != nil {
-		t.Fatal(err)
-	}
+	st := embeddedStore(t)
 	claims := 0
-	svc := control.New(control.Config{Store: countingClaims{Store: store.New(db, prefix), claims: &claims}, StaleAfter: time.Minute,
-		LongPoll: true, Sleep: func(context.Context, time.Duration) error { return nil },
-		Logger: slog.New(slog.DiscardHandler)})
-	hello, err := svc.Hello(ctx, wire.HelloRequest{MachineID: "m1", BootID: "b1", Lanes: []string{"q"},
-		Capabilities: wire.Capabilities{MaxConcurrency: ptr(1)}}.Registration(), func(string) (string, error) { return "hash", nil })
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmds, err := svc.Poll(ctx, wire.PollRequest{WorkerID: hello.Worker.ID, Queue: "q", Phase: wire.PhaseReady, Invocations: []string{},
+	svc, worker := oneWorker(t, ctx, control.Config{Store: countingClaims{Store: st, claims: &claims},
+		LongPoll: true, Sleep: func(context.Context, time.Duration) error { return nil }})
+	cmds, err := svc.Poll(ctx, wire.PollRequest{WorkerID: worker, Queue: "q", Phase: wire.PhaseReady, Invocations: []string{},
 		TimeoutS: 20, UpdatedCapabilities: &wire.Capabilities{MaxConcurrency: ptr(1), CurrentInvocations: ptr(0)}}.Poll(), nil)
 	if err != nil || len(cmds) != 0 {
 		t.Fatalf("idle poll: %+v %v", cmds, err)

@@ -84,9 +84,8 @@ func (s *Service) Poll(ctx context.Context, p domain.Poll, auth store.Authorize)
 // this one did not list it either (priorListed: its run command was lost,
 // domain.Invocation.Undelivered); omitted, as a lost worker's attempt, when
 // that poll did (its body ran: its warm process died, or its ack was
-// refused). Cancels of invocations that
-// already finished come apart (finished): whatever the daemon still does
-// for them no longer counts.
+// refused). Cancels of invocations that already finished come apart
+// (finished): whatever the daemon still does for them no longer counts.
 func (s *Service) reconcile(ctx context.Context, w domain.Worker, inflight, priorListed []string) (cancels, finished []domain.Command, err error) {
 	if inflight == nil {
 		return nil, nil, nil // an old daemon that sends no list: nothing to compare

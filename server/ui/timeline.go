@@ -66,7 +66,7 @@ func barClass(a wire.Attempt) string {
 		return a.Outcome
 	case string(domain.EndSuperseded):
 		return "superseded"
-	default: // stale, gone, bye, omitted, requeued: taken back and handed on
+	default: // stale, gone, bye, omitted, undelivered, requeued: taken back and handed on
 		return "handed-back"
 	}
 }

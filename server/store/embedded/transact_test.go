@@ -156,16 +156,5 @@ func TestTransactCostIndependentOfTable(t *testing.T) {
 // BenchmarkEmbeddedTransact is a two-item TransactWriteItems (a
 // conditional Update and a Put) on a table of 100 items and one of 20,000.
 func BenchmarkEmbeddedTransact(b *testing.B) {
-	for _, size := range []int{100, 20_000} {
-		b.Run(fmt.Sprint("items=", size), func(b *testing.B) {
-			srv, _ := costTable(b, size-10)
-			i := 0
-			for b.Loop() {
-				i++
-				if code, out := post(b, srv, "TransactWriteItems", txBody(b, i)); code != http.StatusOK {
-					b.Fatalf("TransactWriteItems: %d %s", code, out)
-				}
-			}
-		})
-	}
+	benchWrites(b, "TransactWriteItems", txBody)
 }

@@ -143,7 +143,8 @@ func (e *engine) txOpOf(ti server.TransactWriteItem) *txOp {
 		exprs = append(exprs, *u.UpdateExpression)
 		op = txOp{tableName: u.TableName, key: u.Key, cond: u.ConditionExpression, names: u.ExpressionAttributeNames, values: u.ExpressionAttributeValues,
 			op: "UpdateItem", write: server.UpdateItemInput{TableName: u.TableName, Key: u.Key, UpdateExpression: u.UpdateExpression,
-				ConditionExpression: u.ConditionExpression, ExpressionAttributeNames: u.ExpressionAttributeNames, ExpressionAttributeValues: u.ExpressionAttributeValues}}
+				ConditionExpression: u.ConditionExpression, ExpressionAttributeNames: u.ExpressionAttributeNames, ExpressionAttributeValues: u.ExpressionAttributeValues,
+				ReturnValuesOnConditionCheckFailure: u.ReturnValuesOnConditionCheckFailure}}
 	case ti.Delete != nil:
 		d := ti.Delete
 		op = txOp{tableName: d.TableName, key: d.Key, cond: d.ConditionExpression, names: d.ExpressionAttributeNames, values: d.ExpressionAttributeValues,

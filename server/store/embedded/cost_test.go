@@ -116,17 +116,25 @@ func BenchmarkEmbeddedQuery(b *testing.B) {
 // global secondary indexes that holds 100 items and one that holds 20,000:
 // a write costs what it touches, not the indexes' size.
 func BenchmarkEmbeddedPut(b *testing.B) {
+	benchWrites(b, "PutItem", func(tb testing.TB, i int) []byte {
+		body, _ := json.Marshal(map[string]any{"TableName": "cost", "Item": map[string]any{
+			"pk": s(fmt.Sprint("new", i%50)), "sk": s(fmt.Sprintf("n%08d", i)), "gh": s(fmt.Sprint("g", i%7)), "body": s("payload"),
+		}})
+		return body
+	})
+}
+
+// benchWrites runs op with the i-th request body on the cost table of 100
+// items and on the one of 20,000.
+func benchWrites(b *testing.B, op string, body func(tb testing.TB, i int) []byte) {
 	for _, size := range []int{100, 20_000} {
 		b.Run(fmt.Sprint("items=", size), func(b *testing.B) {
 			srv, _ := costTable(b, size-10)
 			i := 0
 			for b.Loop() {
 				i++
-				body, _ := json.Marshal(map[string]any{"TableName": "cost", "Item": map[string]any{
-					"pk": s(fmt.Sprint("new", i%50)), "sk": s(fmt.Sprintf("n%08d", i)), "gh": s(fmt.Sprint("g", i%7)), "body": s("payload"),
-				}})
-				if code, out := post(b, srv, "PutItem", body); code != http.StatusOK {
-					b.Fatalf("PutItem: %d %s", code, out)
+				if code, out := post(b, srv, op, body(b, i)); code != http.StatusOK {
+					b.Fatalf("%s: %d %s", op, code, out)
 				}
 			}
 		})

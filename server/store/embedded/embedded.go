@@ -73,6 +73,9 @@ type engine struct {
 	evaluated int
 	// answered counts the Queries the shadow answered.
 	answered int
+	// transacted counts the TransactWriteItems the engine applied item
+	// by item; undone those it put back when a write failed.
+	transacted, undone int
 }
 
 // locked runs f with the engine to itself: tests read its counters so.
@@ -123,6 +126,10 @@ func (e *engine) serve(r *http.Request) *recorder {
 		return e.describeTable(r, body)
 	case "UpdateTable":
 		return e.updateTable(r, body)
+	case "TransactWriteItems":
+		if rec := e.transact(body); rec != nil {
+			return rec
+		}
 	}
 	rec = e.call(r, body)
 	e.observe(op, body)
@@ -234,30 +241,11 @@ func (e *engine) refresh(tableName *string, m map[string]*server.AttributeValue)
 	if !ok {
 		return
 	}
-	key := t.keyOf(t.primary, m)
-	consistent := true
-	body, err := json.Marshal(server.GetItemInput{TableName: tableName, Key: key, ConsistentRead: &consistent})
-	if err != nil {
-		t.broken = true // cannot happen: a map of decoded values
-		return
-	}
-	req, err := http.NewRequest(http.MethodPost, "/", bytes.NewReader(body))
-	if err != nil {
-		t.broken = true
-		return
-	}
-	req.Header.Set("X-Amz-Target", "DynamoDB_20120810.GetItem")
-	rec := e.call(req, body)
-	var out struct {
-		Item map[string]*server.AttributeValue
-	}
-	if rec.code != http.StatusOK || json.Unmarshal(rec.body.Bytes(), &out) != nil {
+	item, ok := e.getItem(tableName, t.keyOf(t.primary, m))
+	if !ok {
 		// The shadow no longer knows this item: stop answering from it.
 		t.broken = true
 		return
 	}
-	if len(out.Item) == 0 {
-		out.Item = nil
-	}
-	t.set(h, r, out.Item)
+	t.set(h, r, item)
 }

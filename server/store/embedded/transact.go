@@ -1,0 +1,241 @@
+package embedded
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"strings"
+
+	"github.com/truora/minidyn/interpreter"
+	"github.com/truora/minidyn/server"
+	"github.com/truora/minidyn/types"
+)
+
+// maxTransactItems is DynamoDB's limit on the operations of one
+// TransactWriteItems.
+const maxTransactItems = 100
+
+// txOp is one operation of a TransactWriteItems as the fast path reads it.
+type txOp struct {
+	table     *shadowTable
+	tableName *string
+	key       map[string]*server.AttributeValue // the table key alone
+	cond      *string
+	names     map[string]string
+	values    map[string]*server.AttributeValue
+	// write is the single-item request that applies the operation (op
+	// "PutItem", "UpdateItem" or "DeleteItem"); op is "" for a
+	// ConditionCheck.
+	op    string
+	write any
+	// pre is the item before the transaction; nil when there was none.
+	pre map[string]*server.AttributeValue
+}
+
+// transact serves a TransactWriteItems without minidyn's rollback, which
+// copies every table the transaction touches whole, so a transaction
+// costs the tables' size. Instead it reads each item the transaction
+// names and checks every condition first; when all hold, it applies the
+// writes one item at a time, each with its own condition (which still
+// holds: requests are served one at a time and no two operations name one
+// item). It answers nil, and minidyn answers the original request, for a
+// request it does not read as plainly valid, for a condition that fails or
+// errs, and when a write fails (after putting back every item written so
+// far): minidyn's answer is then exactly what it answers today.
+func (e *engine) transact(body []byte) *recorder {
+	var in server.TransactWriteItemsInput
+	if json.Unmarshal(body, &in) != nil || in.ClientRequestToken != nil ||
+		len(in.TransactItems) == 0 || len(in.TransactItems) > maxTransactItems {
+		return nil
+	}
+	ops := make([]*txOp, 0, len(in.TransactItems))
+	seen := map[string]bool{}
+	for _, ti := range in.TransactItems {
+		op := e.txOpOf(ti)
+		if op == nil {
+			return nil
+		}
+		h, r, _ := op.table.tableKey(op.key)
+		id := *op.tableName + "\x00" + tableKeyID(h, r)
+		if seen[id] {
+			return nil
+		}
+		seen[id] = true
+		ops = append(ops, op)
+	}
+	// Phase 1: every condition, against the items as they are.
+	for _, op := range ops {
+		pre, ok := e.getItem(op.tableName, op.key)
+		if !ok {
+			return nil
+		}
+		op.pre = pre
+		if op.cond == nil {
+			continue
+		}
+		item := toTypes(pre)
+		if item == nil {
+			item = map[string]*types.Item{}
+		}
+		lang := interpreter.Language{}
+		matched, err := lang.Match(interpreter.MatchInput{
+			TableName:      *op.tableName,
+			Expression:     *op.cond,
+			ExpressionType: interpreter.ExpressionTypeConditional,
+			Item:           item,
+			Aliases:        op.names,
+			Attributes:     toTypes(op.values),
+		})
+		if err != nil || !matched {
+			return nil
+		}
+	}
+	// Phase 2: the writes, each an item request of minidyn's.
+	for i, op := range ops {
+		if op.op == "" {
+			continue
+		}
+		if rec := e.internal(op.op, op.write); rec == nil || rec.code != http.StatusOK {
+			e.undo(ops[:i])
+			e.undone++
+			return nil
+		}
+	}
+	e.refreshOps(ops)
+	e.transacted++
+	// minidyn's answer to a TransactWriteItems that succeeded.
+	rec := newRecorder()
+	rec.header.Set("Content-Type", "application/x-amz-json-1.0")
+	_ = json.NewEncoder(&rec.body).Encode(server.TransactWriteItemsOutput{})
+	return rec
+}
+
+// txOpOf reads one operation of a transaction: nil unless it names exactly
+// one of Put, Update, Delete and ConditionCheck, on a shadowed table, with
+// a key of the table's key attributes alone (a Put's item holding them),
+// and expression names and values that its expressions all use.
+func (e *engine) txOpOf(ti server.TransactWriteItem) *txOp {
+	named := 0
+	for _, set := range []bool{ti.Put != nil, ti.Update != nil, ti.Delete != nil, ti.ConditionCheck != nil} {
+		if set {
+			named++
+		}
+	}
+	if named != 1 {
+		return nil
+	}
+	var op txOp
+	var exprs []string
+	switch {
+	case ti.Put != nil:
+		p := ti.Put
+		op = txOp{tableName: p.TableName, cond: p.ConditionExpression, names: p.ExpressionAttributeNames, values: p.ExpressionAttributeValues,
+			op: "PutItem", write: server.PutItemInput{TableName: p.TableName, Item: p.Item, ConditionExpression: p.ConditionExpression,
+				ExpressionAttributeNames: p.ExpressionAttributeNames, ExpressionAttributeValues: p.ExpressionAttributeValues}}
+		if t := e.tables[deref(p.TableName)]; t != nil {
+			op.key = t.keyOf(t.primary, p.Item)
+		}
+	case ti.Update != nil:
+		u := ti.Update
+		if u.UpdateExpression == nil {
+			return nil
+		}
+		exprs = append(exprs, *u.UpdateExpression)
+		op = txOp{tableName: u.TableName, key: u.Key, cond: u.ConditionExpression, names: u.ExpressionAttributeNames, values: u.ExpressionAttributeValues,
+			op: "UpdateItem", write: server.UpdateItemInput{TableName: u.TableName, Key: u.Key, UpdateExpression: u.UpdateExpression,
+				ConditionExpression: u.ConditionExpression, ExpressionAttributeNames: u.ExpressionAttributeNames, ExpressionAttributeValues: u.ExpressionAttributeValues,
+				ReturnValuesOnConditionCheckFailure: u.ReturnValuesOnConditionCheckFailure}}
+	case ti.Delete != nil:
+		d := ti.Delete
+		op = txOp{tableName: d.TableName, key: d.Key, cond: d.ConditionExpression, names: d.ExpressionAttributeNames, values: d.ExpressionAttributeValues,
+			op: "DeleteItem", write: server.DeleteItemInput{TableName: d.TableName, Key: d.Key, ConditionExpression: d.ConditionExpression,
+				ExpressionAttributeNames: d.ExpressionAttributeNames, ExpressionAttributeValues: d.ExpressionAttributeValues}}
+	default:
+		c := ti.ConditionCheck
+		if c.ConditionExpression == nil {
+			return nil
+		}
+		op = txOp{tableName: c.TableName, key: c.Key, cond: c.ConditionExpression, names: c.ExpressionAttributeNames, values: c.ExpressionAttributeValues}
+	}
+	if op.tableName == nil {
+		return nil
+	}
+	op.table = e.tables[*op.tableName]
+	if op.table == nil || op.table.broken {
+		return nil
+	}
+	if _, _, ok := op.table.tableKey(op.key); !ok || len(op.key) != len(op.table.keyOf(op.table.primary, op.key)) {
+		return nil
+	}
+	if op.cond != nil {
+		exprs = append(exprs, *op.cond)
+	}
+	if len(exprs) == 0 && (len(op.names) > 0 || len(op.values) > 0) {
+		return nil
+	}
+	if !placeholdersValid(op.names, op.values, strings.Join(exprs, " "), "", "") || types.ValidateItemMap(toTypes(op.values)) != nil {
+		return nil
+	}
+	return &op
+}
+
+// undo puts back the item of every write of applied as it was before the
+// transaction. A put-back minidyn refuses leaves the shadow no longer
+// answering for that table.
+func (e *engine) undo(applied []*txOp) {
+	for _, op := range applied {
+		if op.op == "" {
+			continue
+		}
+		var rec *recorder
+		if op.pre == nil {
+			rec = e.internal("DeleteItem", server.DeleteItemInput{TableName: op.tableName, Key: op.key})
+		} else {
+			rec = e.internal("PutItem", server.PutItemInput{TableName: op.tableName, Item: op.pre})
+		}
+		if rec == nil || rec.code != http.StatusOK {
+			op.table.broken = true
+		}
+	}
+}
+
+// refreshOps brings the shadow up to date for every item ops wrote.
+func (e *engine) refreshOps(ops []*txOp) {
+	for _, op := range ops {
+		if op.op != "" {
+			e.refresh(op.tableName, op.key)
+		}
+	}
+}
+
+// getItem reads an item from minidyn, consistently: nil when there is
+// none; ok false when minidyn refused the read.
+func (e *engine) getItem(tableName *string, key map[string]*server.AttributeValue) (map[string]*server.AttributeValue, bool) {
+	consistent := true
+	rec := e.internal("GetItem", server.GetItemInput{TableName: tableName, Key: key, ConsistentRead: &consistent})
+	var out struct {
+		Item map[string]*server.AttributeValue
+	}
+	if rec == nil || rec.code != http.StatusOK || json.Unmarshal(rec.body.Bytes(), &out) != nil {
+		return nil, false
+	}
+	if len(out.Item) == 0 {
+		return nil, true
+	}
+	return out.Item, true
+}
+
+// internal sends minidyn a request of the engine's own: nil when it cannot
+// be built (it cannot happen for values decoded from a request).
+func (e *engine) internal(op string, in any) *recorder {
+	body, err := json.Marshal(in)
+	if err != nil {
+		return nil
+	}
+	req, err := http.NewRequest(http.MethodPost, "/", bytes.NewReader(body))
+	if err != nil {
+		return nil
+	}
+	req.Header.Set("X-Amz-Target", "DynamoDB_20120810."+op)
+	return e.call(req, body)
+}

@@ -1,0 +1,160 @@
+package embedded
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"testing"
+)
+
+// transacted is how many transactions the fast handler applied item by
+// item.
+// undone is how many it put back after a write failed.
+func (p *pair) transacted() (n, undone int) {
+	p.fastEngine.locked(func() { n, undone = p.fastEngine.transacted, p.fastEngine.undone })
+	return n, undone
+}
+
+// sameTables fails unless a Scan of each diff table answers the same on
+// both handlers.
+func (p *pair) sameTables() {
+	p.t.Helper()
+	for _, tbl := range []string{"t1", "t2"} {
+		p.both("Scan", map[string]any{"TableName": tbl})
+	}
+}
+
+// transaction draws one TransactWriteItems: puts (some only of new items),
+// updates whose conditions hold or fail, deletes (some conditional),
+// condition checks, now and then two operations on one item or an update
+// minidyn rejects once the earlier operations are written.
+func (g *diffGen) transaction() map[string]any {
+	var items []any
+	for range 1 + g.r.IntN(4) {
+		table := g.table()
+		pk, k, key := g.key(table)
+		switch g.r.IntN(7) {
+		case 0:
+			put := map[string]any{"TableName": table, "Item": g.item(table, pk, k)}
+			if g.r.IntN(2) == 0 {
+				put["ConditionExpression"] = "attribute_not_exists(pk)"
+			}
+			items = append(items, map[string]any{"Put": put})
+		case 1, 2:
+			vals := map[string]any{":a": n(g.r.IntN(5))}
+			cond := "attribute_exists(#p)"
+			if g.r.IntN(2) == 0 {
+				cond += " AND a <> :was"
+				vals[":was"] = n(g.r.IntN(5))
+			}
+			items = append(items, map[string]any{"Update": map[string]any{"TableName": table, "Key": key,
+				"UpdateExpression": "SET a = :a", "ConditionExpression": cond,
+				"ExpressionAttributeNames": map[string]any{"#p": "pk"}, "ExpressionAttributeValues": vals}})
+		case 3:
+			del := map[string]any{"TableName": table, "Key": key}
+			if g.r.IntN(2) == 0 {
+				del["ConditionExpression"] = "a < :lim"
+				del["ExpressionAttributeValues"] = map[string]any{":lim": n(3)}
+			}
+			items = append(items, map[string]any{"Delete": del})
+		case 4:
+			cond := "attribute_not_exists(pk)"
+			if g.r.IntN(2) == 0 {
+				cond = "attribute_exists(pk)"
+			}
+			items = append(items, map[string]any{"ConditionCheck": map[string]any{"TableName": table, "Key": key, "ConditionExpression": cond}})
+		case 5:
+			if len(items) > 0 && g.r.IntN(2) == 0 { // the same item again
+				items = append(items, items[len(items)-1])
+				continue
+			}
+			items = append(items, map[string]any{"Put": map[string]any{"TableName": table, "Item": g.item(table, pk, k)}})
+		default: // a syntax error minidyn finds only when it applies the update
+			if g.r.IntN(3) == 0 {
+				items = append(items, map[string]any{"Update": map[string]any{"TableName": table, "Key": key,
+					"UpdateExpression": "SET a = = :a", "ExpressionAttributeValues": map[string]any{":a": n(1)}}})
+				continue
+			}
+			items = append(items, map[string]any{"Update": map[string]any{"TableName": table, "Key": key,
+				"UpdateExpression": "SET b = :b", "ExpressionAttributeValues": map[string]any{":b": s(g.sk())}}})
+		}
+	}
+	return map[string]any{"TransactItems": items}
+}
+
+// TestTransactMatchesMinidyn: random transactions answer as plain
+// minidyn's do and leave the same tables, and the fast handler applies the
+// ones whose conditions hold item by item.
+func TestTransactMatchesMinidyn(t *testing.T) {
+	for seed := range uint64(4) {
+		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
+			p := newPair(t)
+			g := &diffGen{r: rand.New(rand.NewPCG(seed, 11)), starts: map[string][]map[string]any{}, dropped: map[string]bool{}}
+			for _, tbl := range diffTables {
+				p.both("CreateTable", tbl)
+			}
+			ok := 0
+			for i := range 400 {
+				op, req := "TransactWriteItems", g.transaction()
+				if i%3 == 0 {
+					op, req = g.write()
+				}
+				if code, _ := p.both(op, req); code == http.StatusOK && op == "TransactWriteItems" {
+					ok++
+				}
+				p.sameTables()
+			}
+			applied, undone := p.transacted()
+			if ok == 0 || applied != ok || undone == 0 {
+				t.Fatalf("%d transactions succeeded; the fast handler applied %d and put back %d", ok, applied, undone)
+			}
+			t.Logf("%d transactions succeeded; the fast handler applied %d and put back %d", ok, applied, undone)
+		})
+	}
+}
+
+// txBody is a transaction of a conditional Update of an item of the cost
+// table and a Put of a new one.
+func txBody(tb testing.TB, i int) []byte {
+	tb.Helper()
+	body, err := json.Marshal(map[string]any{"TransactItems": []any{
+		map[string]any{"Update": map[string]any{"TableName": "cost", "Key": map[string]any{"pk": s("hot"), "sk": s("k00000001")},
+			"UpdateExpression": "SET body = :b", "ConditionExpression": "attribute_exists(pk)",
+			"ExpressionAttributeValues": map[string]any{":b": s(fmt.Sprint("v", i))}}},
+		map[string]any{"Put": map[string]any{"TableName": "cost", "Item": map[string]any{
+			"pk": s(fmt.Sprint("new", i%50)), "sk": s(fmt.Sprintf("n%08d", i)), "gh": s(fmt.Sprint("g", i%7)), "body": s("payload"),
+		}}},
+	}})
+	if err != nil {
+		tb.Fatalf("encode transaction: %v", err)
+	}
+	return body
+}
+
+// TestTransactCostIndependentOfTable: a transaction allocates about as
+// much in a table of 20,000 items as in one of 100 (a copy of the table
+// would allocate per item).
+func TestTransactCostIndependentOfTable(t *testing.T) {
+	var allocs [2]float64
+	for j, size := range []int{100, 20_000} {
+		srv, _ := costTable(t, size-10)
+		i := 0
+		allocs[j] = testing.AllocsPerRun(20, func() {
+			i++
+			if code, out := post(t, srv, "TransactWriteItems", txBody(t, i)); code != http.StatusOK {
+				t.Fatalf("TransactWriteItems: %d %s", code, out)
+			}
+		})
+	}
+	if allocs[1] > 2*allocs[0] {
+		t.Errorf("allocations per transaction: %.0f in a table of 100 items, %.0f in one of 20,000", allocs[0], allocs[1])
+	}
+	t.Logf("allocations per transaction: %.0f in a table of 100 items, %.0f in one of 20,000", allocs[0], allocs[1])
+}
+
+// BenchmarkEmbeddedTransact is a two-item TransactWriteItems (a
+// conditional Update and a Put) on a table of 100 items and one of 20,000.
+func BenchmarkEmbeddedTransact(b *testing.B) {
+	benchWrites(b, "TransactWriteItems", txBody)
+}

@@ -44,8 +44,10 @@ type txOp struct {
 // far): minidyn's answer is then exactly what it answers today.
 func (e *engine) transact(body []byte) *recorder {
 	var in server.TransactWriteItemsInput
-	if json.Unmarshal(body, &in) != nil || in.ClientRequestToken != nil ||
-		len(in.TransactItems) == 0 || len(in.TransactItems) > maxTransactItems {
+	// A ClientRequestToken (the AWS SDK sends one with every transaction)
+	// is read and ignored, as minidyn ignores it: a retried transaction is
+	// applied again, its conditions deciding.
+	if json.Unmarshal(body, &in) != nil || len(in.TransactItems) == 0 || len(in.TransactItems) > maxTransactItems {
 		return nil
 	}
 	ops := make([]*txOp, 0, len(in.TransactItems))

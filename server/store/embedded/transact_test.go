@@ -118,7 +118,8 @@ func TestTransactMatchesMinidyn(t *testing.T) {
 // table and a Put of a new one.
 func txBody(tb testing.TB, i int) []byte {
 	tb.Helper()
-	body, err := json.Marshal(map[string]any{"TransactItems": []any{
+	// The AWS SDK sends a ClientRequestToken with every transaction.
+	body, err := json.Marshal(map[string]any{"ClientRequestToken": fmt.Sprint("token-", i), "TransactItems": []any{
 		map[string]any{"Update": map[string]any{"TableName": "cost", "Key": map[string]any{"pk": s("hot"), "sk": s("k00000001")},
 			"UpdateExpression": "SET body = :b", "ConditionExpression": "attribute_exists(pk)",
 			"ExpressionAttributeValues": map[string]any{":b": s(fmt.Sprint("v", i))}}},

@@ -25,12 +25,7 @@ import (
 // embedded store does not index an item an update brings into an index.
 func TestBackfillIndexes(t *testing.T) {
 	ctx := context.Background()
-	plain := storetest.Moto(t)
-	prefix := storetest.Prefix(t)
-	if err := schema.EnsureTables(ctx, plain, prefix); err != nil {
-		t.Fatal(err)
-	}
-	old := store.New(plain, prefix)
+	plain, prefix, old := motoStore(t)
 	tables := old.Tables()
 
 	// A worker as the old code wrote it: no roster entry.
@@ -147,12 +142,7 @@ func (o *oldWriterDB) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInp
 // it out of the index for good.
 func TestBackfillNeverWritesAStaleEntry(t *testing.T) {
 	ctx := context.Background()
-	plain := storetest.Moto(t)
-	prefix := storetest.Prefix(t)
-	if err := schema.EnsureTables(ctx, plain, prefix); err != nil {
-		t.Fatal(err)
-	}
-	old := store.New(plain, prefix)
+	plain, prefix, old := motoStore(t)
 	w := benchWorker(t, old, "m-old", "")
 	strip(t, plain, old.Tables().Workers, "worker_id", w.ID, "roster", "roster_until")
 	racing := &oldWriterDB{DB: plain, write: func() {
@@ -193,4 +183,16 @@ func TestBackfillNeverWritesAStaleEntry(t *testing.T) {
 	if !listed {
 		t.Errorf("%s is in no part of the roster: the backfill skipped the row it found changed", w.ID)
 	}
+}
+
+// motoStore is a store over fresh tables on moto_server, with its plain
+// client: these tests write rows as the version before wrote them.
+func motoStore(t *testing.T) (*dynamodb.Client, string, *store.Store) {
+	t.Helper()
+	plain := storetest.Moto(t)
+	prefix := storetest.Prefix(t)
+	if err := schema.EnsureTables(context.Background(), plain, prefix); err != nil {
+		t.Fatal(err)
+	}
+	return plain, prefix, store.New(plain, prefix)
 }

@@ -592,6 +592,13 @@ func TestHandOutsAreBounded(t *testing.T) {
 		t.Fatalf("after %d undelivered: %s %+v, want failed after %d", inv.Attempt, inv.State, inv.Error, FreeUndelivered+1)
 	}
 
+	// Even an attempt given back ends the invocation at MaxHandOuts, however
+	// high reruns and given-back attempts took max_attempts.
+	worn := handOut(t, Invocation{ID: "inv_3", State: StateQueued, Attempt: MaxHandOuts - 1, MaxAttempts: MaxHandOuts + 5, CreatedAt: t0}, "a", t0)
+	if worn, _ = worn.Requeue("a", omitted, t0); worn.State != StateFailed || !strings.Contains(worn.Error.Message, "the most one invocation may be") {
+		t.Fatalf("attempt %d of %d never received: %s %+v, want failed at the bound", worn.Attempt, worn.MaxAttempts, worn.State, worn.Error)
+	}
+
 	// Reruns raise max_attempts, but never past MaxHandOuts.
 	failed := Invocation{ID: "inv_2", State: StateFailed, Attempt: MaxHandOuts - 1, MaxAttempts: MaxHandOuts - 1}
 	next, changed := failed.Rerun(t0)

@@ -26,8 +26,8 @@ import (
 // Each check takes its inputs as text and answers what disagrees, so
 // TestFactsChecksCatch can show it failing on a changed copy.
 
-// templateResources reads template.yaml's resources: logical id → type.
-func templateResources(src []byte) (map[string]string, error) {
+// resourcesNode reads a template's Resources mapping.
+func resourcesNode(src []byte) (*yaml.Node, error) {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(src, &doc); err != nil {
 		return nil, fmt.Errorf("parse the template: %w", err)
@@ -38,6 +38,15 @@ func templateResources(src []byte) (map[string]string, error) {
 	res := mapping(doc.Content[0], "Resources")
 	if res == nil {
 		return nil, fmt.Errorf("the template has no Resources")
+	}
+	return res, nil
+}
+
+// templateResources reads template.yaml's resources: logical id → type.
+func templateResources(src []byte) (map[string]string, error) {
+	res, err := resourcesNode(src)
+	if err != nil {
+		return nil, err
 	}
 	out := map[string]string{}
 	for i := 0; i+1 < len(res.Content); i += 2 {
@@ -107,8 +116,8 @@ func checkTemplateFacts(tmpl []byte, deploy string) []string {
 // checkTableNames reports the tables of tmpl whose name (after the
 // prefix) README's --table-prefix row does not list.
 func checkTableNames(tmpl []byte, readme string) []string {
-	var doc yaml.Node
-	if err := yaml.Unmarshal(tmpl, &doc); err != nil {
+	res, err := resourcesNode(tmpl)
+	if err != nil {
 		return []string{err.Error()}
 	}
 	row := ""
@@ -121,7 +130,6 @@ func checkTableNames(tmpl []byte, readme string) []string {
 		return []string{"README has no `--table-prefix` row"}
 	}
 	var bad []string
-	res := mapping(doc.Content[0], "Resources")
 	for i := 0; i+1 < len(res.Content); i += 2 {
 		r := res.Content[i+1]
 		if typ := mapping(r, "Type"); typ == nil || typ.Value != "AWS::DynamoDB::Table" {

@@ -15,6 +15,7 @@ import (
 	"github.com/dreamlake/lakeshore/server/api"
 	"github.com/dreamlake/lakeshore/server/api/daemonapi"
 	"github.com/dreamlake/lakeshore/server/blobs"
+	"github.com/dreamlake/lakeshore/server/config"
 	"github.com/dreamlake/lakeshore/server/provision"
 	"github.com/dreamlake/lakeshore/shared/domain"
 )
@@ -361,6 +362,31 @@ func TestProvisionerPolicy(t *testing.T) {
 			if seen[a] == 0 {
 				t.Errorf("%s: the provisioner has no %s (it calls it)", file, a)
 			}
+		}
+	}
+}
+
+// TestProvisionerSettings: the stack's provisioner parameters reach its
+// function as the environment server/config reads, with the same defaults
+// and values: each launched host's capacity and how hosts are bought.
+func TestProvisionerSettings(t *testing.T) {
+	for file, root := range bothTemplates(t) {
+		params := mapping(root, "Parameters")
+		vars := mapping(mapping(mapping(mapping(mapping(root, "Resources"), "ProvisionerFunction"), "Properties"), "Environment"), "Variables")
+		for env, param := range map[string]string{config.EnvProvisionHostCapacity: "ProvisionHostCapacity", config.EnvProvisionMarket: "ProvisionMarket"} {
+			if v := mapping(vars, env); v == nil || v.Tag != "!Ref" || v.Value != param {
+				t.Errorf("%s: the provisioner's %s is not !Ref %s", file, env, param)
+			}
+		}
+		if d := mapping(mapping(params, "ProvisionHostCapacity"), "Default"); d == nil || d.Value != strconv.Itoa(config.DefaultProvisionHostCapacity) {
+			t.Errorf("%s: ProvisionHostCapacity's default is not %d", file, config.DefaultProvisionHostCapacity)
+		}
+		market := mapping(params, "ProvisionMarket")
+		if d := mapping(market, "Default"); d == nil || d.Value != config.ProvisionMarkets[0] {
+			t.Errorf("%s: ProvisionMarket's default is not %s", file, config.ProvisionMarkets[0])
+		}
+		if got := scalars(mapping(market, "AllowedValues")); !slices.Equal(got, config.ProvisionMarkets) {
+			t.Errorf("%s: ProvisionMarket allows %v; the provisioner takes %v", file, got, config.ProvisionMarkets)
 		}
 	}
 }

@@ -411,7 +411,7 @@ var infraFleetValues = map[string]string{
 	"ControlPlaneUrl": "https://abc123.execute-api.eu-west-1.amazonaws.com", "EnrollTokenParameter": "/lakeshore/enroll-token",
 	"NymphBucket": "artifacts-bucket", "NymphKey": "lakeshore/nymph-v1", "NymphSha256": strings.Repeat("ab", 32), "Queue": "batch", "Capacity": "4",
 	"KeepAlive": "15m", "Grace": "45s", "AdoptHostSetup": "true", "ShutdownWhenDone": "yes", "UseSpot": "yes",
-	"InstanceType": "m7i.large", "VolumeSize": "30", "VpcId": "vpc-1",
+	"InstanceType": "m7i.large", "VolumeSize": "30", "VpcId": "vpc-1", "SubnetId": "",
 }
 
 // infraSubstitute fills ${Name} from values and reports names it does not know.
@@ -454,7 +454,7 @@ func infraRenderFleet(t *testing.T, values map[string]string) map[string]any {
 	}
 	out, err := intrinsics.ProcessYAML([]byte(infraFile(t, "fleet.yaml")), &intrinsics.ProcessorOptions{
 		IntrinsicHandlerOverrides: map[string]intrinsics.IntrinsicHandler{"Fn::Sub": sub, "Ref": ref},
-		ParameterOverrides:        map[string]any{"UseSpot": values["UseSpot"]},
+		ParameterOverrides:        map[string]any{"UseSpot": values["UseSpot"], "SubnetId": values["SubnetId"]},
 		EvaluateConditions:        true,
 	})
 	if err != nil {
@@ -549,6 +549,29 @@ func TestInfraFleetTemplate(t *testing.T) {
 		if !strings.HasPrefix(l, "#") && !strings.HasPrefix(l, "export ") && !strings.HasPrefix(l, "NYMPH_") {
 			t.Errorf("user data header line %q: only settings belong there", l)
 		}
+	}
+}
+
+// TestInfraFleetSubnet: with SubnetId the launch template puts every
+// instance in that subnet (a network interface carrying the workers'
+// security group, which then is not also at the top level: EC2 refuses
+// both), so a launch that names no subnet, as the provisioner's, works;
+// without it the template names no subnet and keeps the security group at
+// the top level.
+func TestInfraFleetSubnet(t *testing.T) {
+	data := func(subnet string) any {
+		values := maps.Clone(infraFleetValues)
+		values["SubnetId"] = subnet
+		return infraDig(infraRenderFleet(t, values), "Resources", "LaunchTemplate", "Properties", "LaunchTemplateData")
+	}
+	none := data("")
+	if got := fmt.Sprint(infraDig(none, "SecurityGroupIds")); got != "[WorkerSecurityGroup]" || infraDig(none, "NetworkInterfaces") != nil {
+		t.Errorf("no SubnetId: SecurityGroupIds %s, NetworkInterfaces %v; want the group at the top level and no interface", got, infraDig(none, "NetworkInterfaces"))
+	}
+	set := data("subnet-0123456789abcdef0")
+	want := "[map[DeleteOnTermination:true DeviceIndex:0 Groups:[WorkerSecurityGroup] SubnetId:subnet-0123456789abcdef0]]"
+	if got := fmt.Sprint(infraDig(set, "NetworkInterfaces")); got != want || infraDig(set, "SecurityGroupIds") != nil {
+		t.Errorf("SubnetId set: NetworkInterfaces %s, SecurityGroupIds %v; want %s and no top-level group", got, infraDig(set, "SecurityGroupIds"), want)
 	}
 }
 

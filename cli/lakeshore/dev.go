@@ -137,6 +137,9 @@ bootstrap, and the Lambdas post through the emulated management API).`,
 	f.IntVar(&o.provision.MaxHosts, "provision-max-hosts", 0, "the most hosts the provisioner keeps launched at once (0: provisioning off)")
 	f.IntVar(&o.provision.MaxHostsPerKey, "provision-max-hosts-per-key", 0, "the most launched hosts for one queue and host key (0: only --provision-max-hosts)")
 	f.DurationVar(&o.provision.Interval, "provision-interval", lsconfig.DefaultProvisionInterval, "how often the provisioner looks at the queues")
+	f.IntVar(&o.provision.HostCapacity, "provision-host-capacity", lsconfig.DefaultProvisionHostCapacity, "each launched host's nymph --capacity: how many invocations it runs at once, and so how many queued ones one launch covers")
+	f.StringVar(&o.provision.Market, "provision-market", lsconfig.MarketSpotFirst, "how launched hosts are bought: "+strings.Join(lsconfig.ProvisionMarkets, ", ")+
+		" (spot-first: on demand when EC2 refuses spot capacity; on-demand: the launch template's own market options, none by default)")
 	f.StringVar(&o.artifactsDir, "artifacts-dir", "", "keep artifacts' bytes in this directory, behind URLs this server signs (default: a temporary directory removed on exit, unless --store aws, which uses --artifacts-bucket); docs/artifacts.md")
 	f.StringVar(&o.artifactsBucket, "artifacts-bucket", "", "with --store aws and no --artifacts-dir, the S3 bucket artifacts go to, created if missing (default: "+devDefaultBucket+" on an emulator, AWS_ENDPOINT_URL; on AWS, a directory unless this is given)")
 	return cmd
@@ -605,9 +608,9 @@ func devProvisioner(ctx context.Context, o devOptions, st *store.Store, m metric
 	if err != nil {
 		return nil, fmt.Errorf("provisioner: load AWS config: %w", err)
 	}
-	p := provision.New(provision.Config{Store: st, EC2: ec2.NewFromConfig(cfg), LaunchTemplate: o.provision.LaunchTemplate,
-		Limits:     domain.ProvisionLimits{MaxHosts: o.provision.MaxHosts, MaxHostsPerKey: o.provision.MaxHostsPerKey},
-		StaleAfter: o.staleAfter, HostSetup: st.HostSetupOf, Metrics: m, Logger: log})
+	pc := provision.ConfigOf(o.provision)
+	pc.Store, pc.EC2, pc.StaleAfter, pc.HostSetup, pc.Metrics, pc.Logger = st, ec2.NewFromConfig(cfg), o.staleAfter, st.HostSetupOf, m, log
+	p := provision.New(pc)
 	return func(ctx context.Context) error {
 		res, err := p.Pass(ctx)
 		if res.Launched+res.Failed+res.Ended > 0 {

@@ -384,6 +384,8 @@ func lambdaEnv(environ []string, o devOptions, endpoint, invokeURL string, wake 
 			lsconfig.EnvProvisionLaunchTemplate+"="+p.LaunchTemplate,
 			lsconfig.EnvProvisionMaxHosts+"="+strconv.Itoa(p.MaxHosts),
 			lsconfig.EnvProvisionMaxHostsPerKey+"="+strconv.Itoa(p.MaxHostsPerKey),
+			lsconfig.EnvProvisionHostCapacity+"="+strconv.Itoa(p.HostCapacity),
+			lsconfig.EnvProvisionMarket+"="+p.Market,
 			lsconfig.EnvProvisionerFunction+"=provisioner",
 			"AWS_ENDPOINT_URL_LAMBDA="+invokeURL)
 	}

@@ -13,15 +13,15 @@ import (
 	"github.com/dreamlake/lakeshore/server/lambdamain"
 	"github.com/dreamlake/lakeshore/server/metrics"
 	"github.com/dreamlake/lakeshore/server/provision"
-	"github.com/dreamlake/lakeshore/shared/domain"
 )
 
 func main() {
 	s := lambdamain.Open("provisioner")
 	c, err := config.LoadProvision(os.Getenv)
 	s.Check("read the provisioner's configuration", err)
-	p := provision.New(provision.Config{Store: s.Store, EC2: ec2.NewFromConfig(s.AWS), LaunchTemplate: c.LaunchTemplate, Stack: c.Stack,
-		Limits:     domain.ProvisionLimits{MaxHosts: c.MaxHosts, MaxHostsPerKey: c.MaxHostsPerKey},
-		StaleAfter: s.Config.StaleAfter, HostSetup: s.Store.HostSetupOf, Logger: s.Log, Metrics: &metrics.EMF{W: os.Stdout}})
+	pc := provision.ConfigOf(c)
+	pc.Store, pc.EC2, pc.StaleAfter, pc.HostSetup = s.Store, ec2.NewFromConfig(s.AWS), s.Config.StaleAfter, s.Store.HostSetupOf
+	pc.Logger, pc.Metrics = s.Log, &metrics.EMF{W: os.Stdout}
+	p := provision.New(pc)
 	lambda.Start(provision.Handler(p, s.Log))
 }

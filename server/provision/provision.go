@@ -28,6 +28,7 @@ import (
 	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
 	"github.com/aws/smithy-go"
 
+	"github.com/dreamlake/lakeshore/server/config"
 	"github.com/dreamlake/lakeshore/server/metrics"
 	"github.com/dreamlake/lakeshore/server/store"
 	"github.com/dreamlake/lakeshore/shared/clock"
@@ -49,7 +50,7 @@ const (
 
 // Defaults of Config.
 const (
-	DefaultSlotsPerHost = 4
+	DefaultSlotsPerHost = config.DefaultProvisionHostCapacity
 	DefaultHelloTimeout = 10 * time.Minute
 	// queuedReadLimit bounds how many queued items a pass reads per queue.
 	queuedReadLimit = 10000
@@ -101,6 +102,9 @@ type Config struct {
 	// the deployment's stack name, which its policy requires to terminate.
 	Stack  string
 	Limits domain.ProvisionLimits
+	// Market is how hosts are bought: one of config.ProvisionMarkets
+	// ("": config.MarketSpotFirst).
+	Market string
 	// HelloTimeout is how long a launched host may take to say hello
 	// before it is terminated and its demand counts again.
 	HelloTimeout time.Duration
@@ -121,6 +125,14 @@ type Config struct {
 	Clock   clock.Clock
 	IDs     *ids.Generator
 	Logger  *slog.Logger
+}
+
+// ConfigOf is the part of a Config that c sets: the launch template, the
+// stack, the caps, each host's capacity and the market. The caller adds
+// the store, EC2 and the rest.
+func ConfigOf(c config.Provision) Config {
+	return Config{LaunchTemplate: c.LaunchTemplate, Stack: c.Stack, Market: c.Market,
+		Limits: domain.ProvisionLimits{MaxHosts: c.MaxHosts, MaxHostsPerKey: c.MaxHostsPerKey, SlotsPerHost: c.HostCapacity}}
 }
 
 // Provisioner runs passes. Build it with New.
@@ -177,6 +189,7 @@ func (p *Provisioner) checkTemplate(ctx context.Context) error {
 // New returns a provisioner for cfg.
 func New(cfg Config) *Provisioner {
 	cfg.Limits.SlotsPerHost = cmp.Or(cfg.Limits.SlotsPerHost, DefaultSlotsPerHost)
+	cfg.Market = cmp.Or(cfg.Market, config.MarketSpotFirst)
 	cfg.HelloTimeout = cmp.Or(cfg.HelloTimeout, DefaultHelloTimeout)
 	cfg.KeepAlive = cmp.Or(cfg.KeepAlive, DefaultKeepAlive)
 	cfg.StaleAfter = cmp.Or(cfg.StaleAfter, domain.DefaultStaleAfter)
@@ -547,8 +560,8 @@ func (p *Provisioner) launchReserved(ctx context.Context, hs holds, hosts []doma
 	return nil
 }
 
-// launch starts host h (reserved): spot first, on-demand when spot
-// capacity is refused; records the instance, or the refusal's reason.
+// launch starts host h (reserved), bought as Config.Market says (spot
+// first: on demand when spot capacity is refused); records the instance, or the refusal's reason.
 // base reads the launch template's user data. A call whose answer was lost
 // may have launched: the instance is looked up by its host-id tag, and if
 // it cannot be found h stays reserved for the next pass (which looks again,
@@ -613,7 +626,10 @@ var spotRefusals = []string{"InsufficientInstanceCapacity", "MaxSpotInstanceCoun
 	"InsufficientCapacity", "UnfulfillableCapacity"}
 
 // runInstance makes the EC2 call for h, reporting the instance and how it
-// was bought.
+// was bought. Config.Market decides the market: spot first asks for spot
+// and, when EC2 refuses spot capacity, asks again naming no market; spot
+// asks for spot only; on demand names no market, so the launch template's
+// own market options apply (none: on demand).
 func (p *Provisioner) runInstance(ctx context.Context, h domain.Host, base func() (string, error)) (string, string, error) {
 	tmpl, err := base()
 	if err != nil {
@@ -628,19 +644,19 @@ func (p *Provisioner) runInstance(ctx context.Context, h domain.Host, base func(
 		// Its idle bye powers it off (SHUTDOWN_WHEN_DONE): then it is gone.
 		InstanceInitiatedShutdownBehavior: ec2types.ShutdownBehaviorTerminate,
 		MinCount:                          aws.Int32(1), MaxCount: aws.Int32(1),
-		LaunchTemplate:        launchTemplate(p.cfg.LaunchTemplate),
-		ClientToken:           aws.String(h.ID),
-		TagSpecifications:     []ec2types.TagSpecification{{ResourceType: ec2types.ResourceTypeInstance, Tags: p.tags(h)}},
-		InstanceMarketOptions: &ec2types.InstanceMarketOptionsRequest{MarketType: ec2types.MarketTypeSpot},
+		LaunchTemplate:    launchTemplate(p.cfg.LaunchTemplate),
+		ClientToken:       aws.String(h.ID),
+		TagSpecifications: []ec2types.TagSpecification{{ResourceType: ec2types.ResourceTypeInstance, Tags: p.tags(h)}},
+	}
+	if p.cfg.Market != config.MarketOnDemand {
+		in.InstanceMarketOptions = &ec2types.InstanceMarketOptionsRequest{MarketType: ec2types.MarketTypeSpot}
 	}
 	out, err := p.cfg.EC2.RunInstances(ctx, in)
-	market := "spot"
-	if err != nil && slices.Contains(spotRefusals, errorCode(err)) {
+	if err != nil && p.cfg.Market == config.MarketSpotFirst && slices.Contains(spotRefusals, errorCode(err)) {
 		p.log.Info("provision: spot refused; launching on demand", "host_id", h.ID, "reason", launchReason(err))
 		in.InstanceMarketOptions = nil
 		in.ClientToken = aws.String(h.ID + "-od") // another request than the refused one
 		out, err = p.cfg.EC2.RunInstances(ctx, in)
-		market = "on-demand"
 	}
 	if err != nil && answerLost(err) {
 		return "", "", &lostAnswer{err: err}
@@ -651,7 +667,17 @@ func (p *Provisioner) runInstance(ctx context.Context, h domain.Host, base func(
 	if len(out.Instances) == 0 || out.Instances[0].InstanceId == nil {
 		return "", "", errors.New("RunInstances answered no instance")
 	}
-	return aws.ToString(out.Instances[0].InstanceId), market, nil
+	return aws.ToString(out.Instances[0].InstanceId), marketOf(in, out.Instances[0]), nil
+}
+
+// marketOf says how instance was bought: spot when the request asked for
+// it or the instance reads spot (a launch template's own market options),
+// else on demand.
+func marketOf(in *ec2.RunInstancesInput, instance ec2types.Instance) string {
+	if in.InstanceMarketOptions != nil || instance.InstanceLifecycle == ec2types.InstanceLifecycleTypeSpot {
+		return "spot"
+	}
+	return "on-demand"
 }
 
 // tags are what a launched instance carries: its host, queue and key, and

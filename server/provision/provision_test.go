@@ -187,21 +187,28 @@ func TestPassLaunchesWhatTheWorkNeeds(t *testing.T) {
 
 	// Its user data: the host's settings first (queue, capacity, its exact
 	// host setup), then the launch template's own.
-	attr, err := w.ec2.DescribeInstanceAttribute(w.ctx, &ec2.DescribeInstanceAttributeInput{
-		InstanceId: insts[0].InstanceId, Attribute: ec2types.InstanceAttributeNameUserData})
-	if err != nil || attr.UserData == nil {
-		t.Fatalf("user data: %v", err)
-	}
-	raw, err := base64.StdEncoding.DecodeString(aws.ToString(attr.UserData.Value))
-	if err != nil {
-		t.Fatal(err)
-	}
-	settings, setup := provision.ReadUserData(t, string(raw))
+	raw := w.userData(aws.ToString(insts[0].InstanceId))
+	settings, setup := provision.ReadUserData(t, raw)
 	if !strings.Contains(string(raw), "echo from the launch template") || !strings.Contains(settings, "QUEUE=gpu\n") ||
 		!strings.Contains(settings, "CAPACITY=4\n") || !strings.Contains(settings, "NYMPH_HOST_SETUP_FILE=/etc/lakeshore/host-setup.json") ||
 		setup != `["echo warm"]` {
 		t.Fatalf("user data:\n%s\nsettings:\n%s\nhost setup %s", raw, settings, setup)
 	}
+}
+
+// userData is the user data instance was launched with, decoded.
+func (w *world) userData(instance string) string {
+	w.t.Helper()
+	attr, err := w.ec2.DescribeInstanceAttribute(w.ctx, &ec2.DescribeInstanceAttributeInput{
+		InstanceId: aws.String(instance), Attribute: ec2types.InstanceAttributeNameUserData})
+	if err != nil || attr.UserData == nil {
+		w.t.Fatalf("user data of %s: %v", instance, err)
+	}
+	raw, err := base64.StdEncoding.DecodeString(aws.ToString(attr.UserData.Value))
+	if err != nil {
+		w.t.Fatalf("user data of %s: %v", instance, err)
+	}
+	return string(raw)
 }
 
 // TestPassKeepsToTheCap: with at most 2 hosts, exactly 2.

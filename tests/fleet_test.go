@@ -76,7 +76,7 @@ var (
 	fleetLambdas = fleetConfig{plane: planeLambdas, workers: 1000, capacity: 2, rate: 20, duration: 2 * time.Minute,
 		body: bodyDist{"exp", time.Second}, kill: 0.05, bye: 0.01, staleAfter: time.Minute, maxAttempts: 5,
 		ramp: 2 * time.Minute, lambdaConcurrency: 32}
-	fleetMoto = fleetConfig{plane: planeMoto, workers: 200, capacity: 2, rate: 20, duration: time.Minute,
+	fleetMoto = fleetConfig{plane: planeMoto, workers: 50, capacity: 2, rate: 5, duration: time.Minute,
 		body: bodyDist{"exp", time.Second}, kill: 0.05, bye: 0.01, staleAfter: time.Minute, maxAttempts: 5, ramp: 20 * time.Second}
 	// fleetSmoke is what `go test ./tests/` runs: small and short, with a
 	// stale window short enough that a killed worker's work comes back

@@ -180,6 +180,8 @@ type fleetResult struct {
 	dynamo       map[string]int
 	dynamoAll    map[string]int
 	failedWrites map[string]int
+	// failedByTable: the refused single-item writes by operation and table.
+	failedByTable map[string]int
 	// storeBusyMS and storeBytes: the store's time serving each operation
 	// and the bytes it answered, first submit to drained.
 	storeBusyMS, storeBytes map[string]int
@@ -275,7 +277,10 @@ func (r fleetResult) table() string {
 		for _, op := range slices.Sorted(maps.Keys(r.failedWrites)) {
 			fmt.Fprintf(&s, " %s %d", op, r.failedWrites[op])
 		}
-		fmt.Fprintf(&s, " (%.3f failed PutItem per claim)", float64(r.failedWrites["PutItem"])/float64(max(r.claims, 1)))
+		fmt.Fprintf(&s, " (%.3f failed PutItem per claim); by table:", float64(r.failedWrites["PutItem"])/float64(max(r.claims, 1)))
+		for _, k := range slices.Sorted(maps.Keys(r.failedByTable)) {
+			fmt.Fprintf(&s, " %s %d", k, r.failedByTable[k])
+		}
 
 		if r.metricClaims >= 0 {
 			fmt.Fprintf(&s, "; /metrics: %.0f claims, %.0f claim conflicts (%.3f per claim)", r.metricClaims, r.metricConflicts,
@@ -547,6 +552,7 @@ func runFleet(t testing.TB, cfg fleetConfig, show func(string)) fleetResult {
 	}
 	r.dynamo = diffCounts(counts1.Requests, counts0.Requests)
 	r.dynamoAll, r.failedWrites = r.dynamo, diffCounts(counts1.FailedWrites, counts0.FailedWrites)
+	r.failedByTable = diffCounts(counts1.FailedByTable, counts0.FailedByTable)
 	r.storeBusyMS, r.storeBytes = diffCounts(counts1.BusyMS, counts0.BusyMS), diffCounts(counts1.BytesOut, counts0.BytesOut)
 	if cfg.rate > 0 {
 		r.submitted = len(sent)
@@ -563,6 +569,7 @@ func runFleet(t testing.TB, cfg fleetConfig, show func(string)) fleetResult {
 		counts2 := store.counts(t)
 		r.dynamoAll = diffCounts(counts2.Requests, counts0.Requests)
 		r.failedWrites = diffCounts(counts2.FailedWrites, counts0.FailedWrites)
+		r.failedByTable = diffCounts(counts2.FailedByTable, counts0.FailedByTable)
 		r.storeBusyMS = diffCounts(counts2.BusyMS, counts0.BusyMS)
 		r.storeBytes = diffCounts(counts2.BytesOut, counts0.BytesOut)
 		if c, k := scrapeClaims(d); c >= 0 {

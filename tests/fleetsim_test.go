@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"math/rand/v2"
 	"net/http"
@@ -112,6 +113,10 @@ func (b bodyDist) draw() time.Duration {
 // transaction cancelled), by operation.
 type dynamoCounts struct {
 	requests, failedWrites storetest.Counter
+	// failedByTable counts the refused single-item writes by operation and
+	// table ("PutItem invocations"), to tell a claim's lost race from
+	// another refused write.
+	failedByTable storetest.Counter
 	// busyMS and bytesOut: the milliseconds the store spent serving each
 	// operation and the bytes it answered, to tell where its time goes.
 	mu               sync.Mutex
@@ -120,10 +125,11 @@ type dynamoCounts struct {
 
 // storeCounts is a snapshot of dynamoCounts, as the store process serves it.
 type storeCounts struct {
-	Requests     map[string]int `json:"requests"`
-	FailedWrites map[string]int `json:"failed_writes"`
-	BusyMS       map[string]int `json:"busy_ms"`
-	BytesOut     map[string]int `json:"bytes_out"`
+	Requests      map[string]int `json:"requests"`
+	FailedWrites  map[string]int `json:"failed_writes"`
+	FailedByTable map[string]int `json:"failed_by_table"`
+	BusyMS        map[string]int `json:"busy_ms"`
+	BytesOut      map[string]int `json:"bytes_out"`
 }
 
 // countsPath is where the store process serves its counts.
@@ -135,7 +141,7 @@ func (c *dynamoCounts) wrap(next http.Handler) http.Handler {
 		if r.URL.Path == countsPath {
 			w.Header().Set("Content-Type", "application/json")
 			c.mu.Lock()
-			out := storeCounts{Requests: c.requests.Snapshot(), FailedWrites: c.failedWrites.Snapshot(),
+			out := storeCounts{Requests: c.requests.Snapshot(), FailedWrites: c.failedWrites.Snapshot(), FailedByTable: c.failedByTable.Snapshot(),
 				BusyMS: maps.Clone(c.busyMS), BytesOut: maps.Clone(c.bytesOut)}
 			c.mu.Unlock()
 			_ = json.NewEncoder(w).Encode(out)
@@ -146,6 +152,10 @@ func (c *dynamoCounts) wrap(next http.Handler) http.Handler {
 			op = o
 		}
 		c.requests.Add(op)
+		table := ""
+		if op == "PutItem" || op == "UpdateItem" || op == "DeleteItem" {
+			table = peekTable(r)
+		}
 		s := &failureSniffer{ResponseWriter: w}
 		began := time.Now()
 		next.ServeHTTP(s, r)
@@ -159,8 +169,26 @@ func (c *dynamoCounts) wrap(next http.Handler) http.Handler {
 		if s.status == http.StatusBadRequest &&
 			(bytes.Contains(s.head, []byte("ConditionalCheckFailed")) || bytes.Contains(s.head, []byte("TransactionCanceled"))) {
 			c.failedWrites.Add(op)
+			if table != "" {
+				c.failedByTable.Add(op + " " + table)
+			}
 		}
 	})
+}
+
+// peekTable reads the table a single-item write names, leaving r's body
+// whole for the store; "" when it cannot tell.
+func peekTable(r *http.Request) string {
+	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	r.Body = io.NopCloser(io.MultiReader(bytes.NewReader(body), r.Body))
+	if err != nil {
+		return ""
+	}
+	var req struct{ TableName string }
+	if json.Unmarshal(body, &req) != nil {
+		return ""
+	}
+	return req.TableName
 }
 
 // failureSniffer keeps the status and the start of an error answer's body.

@@ -39,7 +39,7 @@ type logRecord struct {
 	// up to and including this chunk (domain.LogTotals).
 	StdoutDropped int64 `dynamodbav:"stdout_dropped,omitempty"`
 	StderrDropped int64 `dynamodbav:"stderr_dropped,omitempty"`
-	ExpiresAt   int64 `dynamodbav:"expires_at"`
+	ExpiresAt     int64 `dynamodbav:"expires_at"`
 }
 
 // logKey is the partition of attempt n of invocation id.

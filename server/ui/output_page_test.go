@@ -140,7 +140,7 @@ func TestInvocationPageOutput(t *testing.T) {
 		t.Errorf("stderr's download: %d %q", resp.StatusCode, body)
 	}
 	for path, status := range map[string]int{
-		base + "/output?attempt=1&stream=stdin": 400,
+		base + "/output?attempt=1&stream=stdin":  400,
 		base + "/output?attempt=x&stream=stdout": 400,
 		base + "/output?attempt=2&stream=stdout": 404,
 		base + "?attempt=2":                      404,

@@ -33,14 +33,7 @@ func TestWebViewOutput(t *testing.T) {
 	op := d.Operator()
 	a := startNymph(t, d, "out-a", "--capacity", "2")
 	ctx := browser(t, exe)
-	if err := chromedp.Do(ctx,
-		chromedp.Navigate(d.URL+"/ui/"),
-		chromedp.SendKeys(chromedp.ID("token"), d.OperatorToken),
-		chromedp.Submit(chromedp.ID("login")),
-		chromedp.WaitVisible(chromedp.ID("workers")),
-	); err != nil {
-		t.Fatalf("log in: %v", err)
-	}
+	uiLogin(t, ctx, d)
 	submit := func(t *testing.T, script string) string {
 		t.Helper()
 		inv, _, err := op.Submit(context.Background(), wire.SubmitRequest{Queue: "q", Argv: []string{"/bin/sh", "-c", script}})

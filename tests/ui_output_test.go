@@ -107,6 +107,9 @@ func TestWebViewOutput(t *testing.T) {
 			t.Fatalf("the download: %d bytes, starting %q, ending %q; want the %d bytes the body printed", len(got),
 				got[:min(len(got), 20)], got[max(0, len(got)-30):], len(want))
 		}
+		// The page may have loaded before the last chunks: a refresh brings them.
+		evalEventually(t, ctx, 30*time.Second, "the box shows the last line",
+			`document.getElementById('stdout').textContent.endsWith('RED LINE plain\n')`)
 		note := eval(t, `(document.getElementById('stdout-omitted') || {}).textContent || ''`)
 		m := regexp.MustCompile(`^([0-9.]+) KiB of earlier output not shown$`).FindStringSubmatch(note)
 		shown := eval(t, `document.getElementById('stdout').textContent`)

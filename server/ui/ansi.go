@@ -112,7 +112,8 @@ func (r *ansiRenderer) close() {
 // html closes what is open and returns what was rendered.
 func (r *ansiRenderer) html() template.HTML {
 	r.close()
-	return template.HTML(r.b.String()) //nolint:gosec // built only of escaped text and fixed span tags
+	// Built only of escaped text and the fixed span tags above.
+	return template.HTML(r.b.String())
 }
 
 // escapeSequence reads the escape sequence s starts with (s[0] is ESC) and

@@ -18,7 +18,8 @@ func init() {
 
 // testLogs: shipped output reads back in seq order, text and bytes alike,
 // from any seq on, a page at a time; a re-shipped chunk is taken as stored;
-// attempts are apart; expired chunks are not served.
+// attempts are apart; expired chunks are not served. Each chunk reads back
+// with where it ends in its stream, the bytes left out before it counted.
 func testLogs(t *testing.T, f *fixture) {
 	at := f.clock.Now()
 	chunks := []domain.LogChunk{
@@ -43,11 +44,18 @@ func testLogs(t *testing.T, f *fixture) {
 	if len(got) != 4 {
 		t.Fatalf("read %d chunks, want 4: %+v", len(got), got)
 	}
+	ends := []int64{6, 3, 6 + 12345 + 5, 6 + 12345 + 5}
 	for i, c := range got {
 		w := chunks[i]
 		if c.Seq != w.Seq || c.Stream != w.Stream || !bytes.Equal(c.Data, w.Data) || !c.At.Equal(w.At) || c.Dropped != w.Dropped || c.EOF != w.EOF {
 			t.Errorf("chunk %d = %+v, want %+v", i, c, w)
 		}
+		if c.End != ends[i] {
+			t.Errorf("chunk %d ends its %s at %d, want %d", i, c.Stream, c.End, ends[i])
+		}
+	}
+	if tail, err := f.s.LogsTail(f.ctx, "inv_a", 1, 1); err != nil || len(tail) != 1 || tail[0].End != ends[3] {
+		t.Errorf("the last chunk read from the end: %+v, %v; want it ending at %d", tail, err, ends[3])
 	}
 	page, err := f.s.Logs(f.ctx, "inv_a", 1, 2, 1)
 	if err != nil || len(page) != 1 || page[0].Seq != 2 {

@@ -35,7 +35,11 @@ type logRecord struct {
 	// attempt's chunks up to and including this one (domain.LogTotals).
 	StdoutTotal int64 `dynamodbav:"stdout_total,omitempty"`
 	StderrTotal int64 `dynamodbav:"stderr_total,omitempty"`
-	ExpiresAt   int64 `dynamodbav:"expires_at"`
+	// StdoutDropped and StderrDropped are the bytes of each stream left out
+	// up to and including this chunk (domain.LogTotals).
+	StdoutDropped int64 `dynamodbav:"stdout_dropped,omitempty"`
+	StderrDropped int64 `dynamodbav:"stderr_dropped,omitempty"`
+	ExpiresAt     int64 `dynamodbav:"expires_at"`
 }
 
 // logKey is the partition of attempt n of invocation id.
@@ -78,7 +82,8 @@ func (s *Store) PutLogs(ctx context.Context, id string, n int, chunks []domain.L
 			return err
 		}
 		r := logRecord{LogKey: logKey(id, n), Seq: seqKey(c.Seq), Stream: c.Stream, At: c.At.UTC(),
-			Dropped: c.Dropped, EOF: c.EOF, StdoutTotal: after.Stdout, StderrTotal: after.Stderr, ExpiresAt: exp}
+			Dropped: c.Dropped, EOF: c.EOF, StdoutTotal: after.Stdout, StderrTotal: after.Stderr,
+			StdoutDropped: after.StdoutDropped, StderrDropped: after.StderrDropped, ExpiresAt: exp}
 		if utf8.Valid(c.Data) {
 			r.Text = string(c.Data)
 		} else {
@@ -147,10 +152,11 @@ func (s *Store) logRecord(ctx context.Context, id string, n, seq int) (logRecord
 
 // totals reports the attempt's totals through r.
 func (r logRecord) totals() domain.LogTotals {
-	return domain.LogTotals{Stdout: r.StdoutTotal, Stderr: r.StderrTotal, EOF: r.EOF}
+	return domain.LogTotals{Stdout: r.StdoutTotal, Stderr: r.StderrTotal,
+		StdoutDropped: r.StdoutDropped, StderrDropped: r.StderrDropped, EOF: r.EOF}
 }
 
-// chunk reports the chunk r stores.
+// chunk reports the chunk r stores, with where it ends in its stream.
 func (r logRecord) chunk() (domain.LogChunk, error) {
 	data := []byte(r.Text)
 	if r.Data64 != "" {
@@ -163,7 +169,8 @@ func (r logRecord) chunk() (domain.LogChunk, error) {
 	if err != nil {
 		return domain.LogChunk{}, fmt.Errorf("decode log chunk %q: %w", r.Seq, err)
 	}
-	return domain.LogChunk{Seq: seq, Stream: r.Stream, Data: data, At: r.At, Dropped: r.Dropped, EOF: r.EOF}, nil
+	return domain.LogChunk{Seq: seq, Stream: r.Stream, Data: data, At: r.At, Dropped: r.Dropped, EOF: r.EOF,
+		End: r.totals().End(r.Stream)}, nil
 }
 
 // Logs reads up to limit chunks of attempt n of invocation id from seq
@@ -213,18 +220,11 @@ func (s *Store) readLogs(ctx context.Context, id string, n int, in *dynamodb.Que
 		if r.ExpiresAt > 0 && r.ExpiresAt < now {
 			continue
 		}
-		data := []byte(r.Text)
-		if r.Data64 != "" {
-			if data, err = base64.StdEncoding.DecodeString(r.Data64); err != nil {
-				return nil, fmt.Errorf("decode log chunk %s of %s attempt %d: %w", r.Seq, id, n, err)
-			}
-		}
-		seq, err := strconv.Atoi(r.Seq)
+		c, err := r.chunk()
 		if err != nil {
-			return nil, fmt.Errorf("decode log chunk %q of %s attempt %d: %w", r.Seq, id, n, err)
+			return nil, fmt.Errorf("read logs of %s attempt %d: %w", id, n, err)
 		}
-		chunks = append(chunks, domain.LogChunk{Seq: seq, Stream: r.Stream, Data: data, At: r.At,
-			Dropped: r.Dropped, EOF: r.EOF})
+		chunks = append(chunks, c)
 	}
 	return chunks, nil
 }

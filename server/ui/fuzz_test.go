@@ -40,6 +40,7 @@ var fuzzRoutes = []struct{ method, path string }{
 	{"POST", "/ui/runs/{id}/cancel"},
 	{"POST", "/ui/runs/{id}/retry"},
 	{"GET", "/ui/invocations/{id}/artifacts/1/{id}"},
+	{"GET", "/ui/invocations/{id}/output?stream=stdout"},
 }
 
 // Session selectors (modulo fuzzSessions): the cookie a fuzzed request
@@ -54,7 +55,7 @@ const (
 
 // FuzzUIForms sends the web view's forms and pages (login, logout, cancel,
 // drain, setup, cancel and retry a run, the pages and their live parts, an
-// artifact's download link) with fuzzed fields, ids,
+// artifact's download link, an output's download) with fuzzed fields, ids,
 // back=, cookie and CSRF token, to the router over the embedded store, and
 // checks that the view never panics, never answers 5xx, and never
 // redirects outside /ui/. The clock moves by a fuzzed step between inputs
@@ -138,6 +139,11 @@ func FuzzUIForms(f *testing.F) {
 	f.Add(uint8(15), uint8(sessLive), false, "$I", "", "", "", "", "", uint16(1))
 	f.Add(uint8(15), uint8(sessNone), false, "$I", "", "", "", "", "", uint16(1))
 	f.Add(uint8(15), uint8(sessLive), false, "%3F%25 x", "", "", "", "", "", uint16(1))
+	f.Add(uint8(16), uint8(sessLive), false, "$I", "", "", "", "", "", uint16(1))
+	f.Add(uint8(16), uint8(sessNone), false, "$I", "", "", "", "", "", uint16(1))
+	f.Add(uint8(16), uint8(sessLive), false, "$I/output?attempt=99&x=", "", "", "", "", "", uint16(1))
+	f.Add(uint8(7), uint8(sessLive), false, "$I?attempt=1", "", "", "", "", "", uint16(1))
+	f.Add(uint8(8), uint8(sessLive), false, "$I?attempt=-1", "", "", "", "", "", uint16(1))
 	f.Fuzz(func(t *testing.T, route, sessSel uint8, rightCSRF bool, id, token, backTo, command, raw, cookie string, step uint16) {
 		c.Advance(time.Duration(step) * time.Second)
 		id = strings.NewReplacer("$I", inv.InvocationID, "$W", wrk.WorkerID, "$R", run.RunID).Replace(id)

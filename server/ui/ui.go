@@ -29,7 +29,6 @@ import (
 	"github.com/dreamlake/lakeshore/shared/client"
 	"github.com/dreamlake/lakeshore/shared/clock"
 	"github.com/dreamlake/lakeshore/shared/display"
-	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/wire"
 )
 
@@ -106,6 +105,7 @@ func New(cfg Config) (*UI, error) {
 	u.mux.HandleFunc("GET /ui/live", u.withSession(false, u.live))
 	u.mux.HandleFunc("GET /ui/invocations/{id}", u.withSession(false, u.invocation))
 	u.mux.HandleFunc("GET /ui/invocations/{id}/live", u.withSession(false, u.invocationLive))
+	u.mux.HandleFunc("GET /ui/invocations/{id}/output", u.withSession(false, u.wholeOutput))
 	u.mux.HandleFunc("GET /ui/invocations/{id}/artifacts/{attempt}/{name}", u.withSession(false, u.artifact))
 	u.mux.HandleFunc("POST /ui/invocations/{id}/cancel", u.withSession(true, u.cancel))
 	u.mux.HandleFunc("GET /ui/runs", u.withSession(false, u.runs))
@@ -184,13 +184,22 @@ func (u *UI) live(w http.ResponseWriter, r *http.Request, sess string) {
 }
 
 func (u *UI) invocation(w http.ResponseWriter, r *http.Request, sess string) {
-	p, err := u.invocationPage(r.Context(), sess, r.PathValue("id"))
+	p, err := u.invocationOf(r, sess)
 	u.page(w, "invocation.html", p, err)
 }
 
 func (u *UI) invocationLive(w http.ResponseWriter, r *http.Request, sess string) {
-	p, err := u.invocationPage(r.Context(), sess, r.PathValue("id"))
+	p, err := u.invocationOf(r, sess)
 	u.liveParts(w, p, err, "invocation")
+}
+
+// invocationOf reads the invocation page r asks for: {id}, ?attempt=.
+func (u *UI) invocationOf(r *http.Request, sess string) (invPage, error) {
+	n, err := attemptParam(r)
+	if err != nil {
+		return invPage{}, err
+	}
+	return u.invocationPage(r.Context(), sess, r.PathValue("id"), n)
 }
 
 // page answers template name rendered with data, or the error page for
@@ -377,8 +386,7 @@ type invPage struct {
 	Result   string
 	Error    string
 	Waiting  string
-	Stdout   string
-	Stderr   string
+	Output   outputView
 	Running  bool
 	CSRF     string
 	Back     string
@@ -393,10 +401,9 @@ type attemptRow struct {
 	Recorded                        bool
 }
 
-// logTailBytes is how much of each stream the invocation page shows.
-const logTailBytes = 8 << 10
-
-func (u *UI) invocationPage(ctx context.Context, sess, id string) (invPage, error) {
+// invocationPage reads what invocation id's page shows, with attempt's
+// output (0: the latest attempt's).
+func (u *UI) invocationPage(ctx context.Context, sess, id string, attempt int) (invPage, error) {
 	inv, err := u.api.GetInvocation(ctx, id)
 	if err != nil {
 		return invPage{}, err
@@ -426,41 +433,12 @@ func (u *UI) invocationPage(ctx context.Context, sess, id string) (invPage, erro
 		p.Error = printable(inv.Error.Type + ": " + inv.Error.Message)
 	}
 	p.Waiting = printable(inv.WaitingReason)
-	p.Stdout, p.Stderr = u.output(ctx, inv)
+	if attempt > inv.Attempt {
+		return invPage{}, wire.Errorf(wire.CodeNotFound, "invocation %s has run %d attempts; there is no attempt %d", id, inv.Attempt, attempt)
+	}
+	p.Output = u.output(ctx, inv, attempt)
 	p.Artifacts = u.invocationArtifacts(ctx, inv.InvocationID)
 	return p, nil
-}
-
-// logTailChunks is how many of the last chunks of an attempt's output the
-// invocation page reads (the most one read answers).
-const logTailChunks = 64
-
-// output reads the tail of the latest attempt's output (its last chunks,
-// what `lakeshore logs` ends with); an invocation whose output was not
-// shipped shows its ack's tails.
-func (u *UI) output(ctx context.Context, inv wire.Invocation) (stdout, stderr string) {
-	var out, errs []byte
-	if page, err := u.api.LogsTail(ctx, inv.InvocationID, 0, logTailChunks); err == nil {
-		for _, c := range page.Chunks {
-			switch c.Stream {
-			case domain.LogStdout:
-				out = tail(append(out, c.Data...))
-			case domain.LogStderr:
-				errs = tail(append(errs, c.Data...))
-			}
-		}
-	}
-	if len(out) == 0 && len(errs) == 0 {
-		return printableLog(inv.StdoutTail), printableLog(inv.StderrTail)
-	}
-	return printableLog(string(out)), printableLog(string(errs))
-}
-
-func tail(b []byte) []byte {
-	if len(b) > logTailBytes {
-		return b[len(b)-logTailBytes:]
-	}
-	return b
 }
 
 // printableLog shows output with its newlines and tabs, its other hidden

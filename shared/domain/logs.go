@@ -20,6 +20,11 @@ type LogChunk struct {
 	Dropped int64
 	// EOF marks the attempt's last chunk: its output is complete.
 	EOF bool
+	// End, on a chunk read back, is where it ends in its stream: the bytes
+	// of that stream the body wrote up to and including this chunk, those
+	// left out (Dropped) counted. The store sets it on reads (0 for a chunk
+	// stored before it kept the count); a worker's is ignored.
+	End int64
 }
 
 // Same reports whether c and o are the same chunk, byte for byte: a chunk
@@ -71,7 +76,20 @@ const DefaultLogRetention = 7 * 24 * time.Hour
 // orders or races its requests.
 type LogTotals struct {
 	Stdout, Stderr int64
-	EOF            bool
+	// StdoutDropped and StderrDropped count the bytes of each stream left
+	// out (the chunks' Dropped): not stored, so not held to the cap, but
+	// part of where each later chunk ends in its stream (LogChunk.End).
+	StdoutDropped, StderrDropped int64
+	EOF                          bool
+}
+
+// End reports where the stream's output through these totals ends: its
+// stored bytes and those left out.
+func (t LogTotals) End(stream string) int64 {
+	if stream == LogStderr {
+		return t.Stderr + t.StderrDropped
+	}
+	return t.Stdout + t.StdoutDropped
 }
 
 // Add reports the totals through chunk c, t being those through the chunk
@@ -82,15 +100,16 @@ func (t LogTotals) Add(c LogChunk) (LogTotals, error) {
 		return t, refuse(KindConflict, "chunk %d follows the attempt's eof: its output is complete", c.Seq)
 	}
 	next := t
-	total := &next.Stdout
+	total, dropped := &next.Stdout, &next.StdoutDropped
 	switch c.Stream {
 	case LogStdout:
 	case LogStderr:
-		total = &next.Stderr
+		total, dropped = &next.Stderr, &next.StderrDropped
 	default:
 		return t, refuse(KindInvalid, "chunk %d: stream %q is not stdout or stderr", c.Seq, c.Stream)
 	}
 	*total += int64(len(c.Data))
+	*dropped += max(c.Dropped, 0)
 	if *total > MaxLogStreamBytes {
 		return t, refuse(KindConflict, "chunk %d would take %s of the attempt to %d bytes; the cap is %d (the head and tail nymph keeps)",
 			c.Seq, c.Stream, *total, MaxLogStreamBytes)

@@ -20,7 +20,7 @@ func TestLogTotalsAdd(t *testing.T) {
 		{"stdout to its cap", at, LogChunk{Stream: LogStdout, Data: full}, LogTotals{Stdout: MaxLogStreamBytes, Stderr: 5}, 0},
 		{"stdout past its cap", at, LogChunk{Stream: LogStdout, Data: append(full, 'x')}, at, KindConflict},
 		{"stderr apart", at, LogChunk{Stream: LogStderr, Data: full}, LogTotals{Stdout: at.Stdout, Stderr: 5 + LogChunkBytes}, 0},
-		{"a marker at the cap", LogTotals{Stdout: MaxLogStreamBytes}, LogChunk{Stream: LogStdout, Dropped: 9}, LogTotals{Stdout: MaxLogStreamBytes}, 0},
+		{"a marker at the cap", LogTotals{Stdout: MaxLogStreamBytes}, LogChunk{Stream: LogStdout, Dropped: 9}, LogTotals{Stdout: MaxLogStreamBytes, StdoutDropped: 9}, 0},
 		{"the eof", at, LogChunk{Stream: LogStdout, EOF: true}, LogTotals{Stdout: at.Stdout, Stderr: 5, EOF: true}, 0},
 		{"after the eof", LogTotals{EOF: true}, LogChunk{Stream: LogStdout}, LogTotals{EOF: true}, KindConflict},
 		{"no such stream", at, LogChunk{Stream: "stdin"}, at, KindInvalid},

@@ -560,7 +560,10 @@ type LogBatch struct {
 // output is bytes, not necessarily text). dropped, when set, counts the
 // bytes of its stream left out just before it (the stream passed the
 // per-attempt cap; head and tail are kept); eof marks the attempt's last
-// chunk.
+// chunk. end, on a read, is where the chunk ends in its stream: the bytes
+// of that stream the body wrote through it, those left out counted (so the
+// last chunk's end is the stream's size so far); absent on chunks stored
+// before the control plane kept the count, ignored when a worker ships.
 type LogChunk struct {
 	Seq     int       `json:"seq"`
 	Stream  string    `json:"stream"`
@@ -568,6 +571,7 @@ type LogChunk struct {
 	At      time.Time `json:"at"`
 	Dropped int64     `json:"dropped,omitempty"`
 	EOF     bool      `json:"eof,omitempty"`
+	End     int64     `json:"end,omitempty"`
 }
 
 // LogsAccepted answers a LogsRequest.

@@ -172,7 +172,7 @@ FUZZMINIMIZE ?= 5s
 FUZZ_TARGETS := shared/wire:FuzzDecode server/api:FuzzHello server/api:FuzzPoll server/api:FuzzAck \
 	server/api:FuzzBye server/api:FuzzLogs server/api:FuzzOperatorPost server/api:FuzzOperatorGet \
 	server/api:FuzzArtifacts server/api:FuzzArtifactComplete \
-	server/ui:FuzzUIForms agent/internal/lifecycle:FuzzLifecycleView \
+	server/ui:FuzzUIForms server/ui:FuzzANSI agent/internal/lifecycle:FuzzLifecycleView \
 	server/store/embedded:FuzzQuery server/store/embedded:FuzzParseKeyCondition
 .PHONY: fuzz
 fuzz:

@@ -295,7 +295,7 @@ func (u *UI) fleet(ctx context.Context, sess string, r *http.Request) (fleet, er
 	slices.SortFunc(invs, func(a, b wire.Invocation) int { return b.CreatedAt.Compare(a.CreatedAt) })
 	f := fleet{Groups: groupWorkers(wl.Workers, now), CSRF: u.csrfToken(sess),
 		Timeline: layoutTimeline(invs, wl.Workers, now, win),
-		LiveURL: Prefix + "live?" + rq.values("minutes", strconv.Itoa(int(win/time.Minute))).Encode(), States: wire.InvocationStates}
+		LiveURL:  Prefix + "live?" + rq.values("minutes", strconv.Itoa(int(win/time.Minute))).Encode(), States: wire.InvocationStates}
 	if f.Recent, err = u.recentList(ctx, rq, win, labels(wl.Workers), now); err != nil {
 		return fleet{}, err
 	}

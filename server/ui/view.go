@@ -69,7 +69,7 @@ type fleet struct {
 	LiveURL string
 	// States are what the list's state filter offers.
 	States []string
-	CSRF     string
+	CSRF   string
 }
 
 func workerRowOf(w wire.Worker, now time.Time) workerRow {

@@ -114,6 +114,8 @@ func New(cfg Config) (*UI, error) {
 	u.mux.HandleFunc("GET /ui/runs/{id}/live", u.withSession(false, u.runLive))
 	u.mux.HandleFunc("POST /ui/runs/{id}/cancel", u.withSession(true, u.cancelRun))
 	u.mux.HandleFunc("POST /ui/runs/{id}/retry", u.withSession(true, u.retryRun))
+	u.mux.HandleFunc("GET /ui/hosts", u.withSession(false, u.hosts))
+	u.mux.HandleFunc("GET /ui/hosts/live", u.withSession(false, u.hostsLive))
 	u.mux.HandleFunc("POST /ui/workers/{id}/drain", u.withSession(true, u.drain))
 	u.mux.HandleFunc("POST /ui/workers/{id}/setup", u.withSession(true, u.setup))
 	return u, nil

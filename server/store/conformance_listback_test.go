@@ -16,7 +16,9 @@ func init() {
 	)
 }
 
-// pages reads q page by page (limit 2) and returns each page's ids.
+// pages reads q page by page and returns each page's ids (empty pages
+// left out), checking that each holds at most its limit, of its queue and
+// state.
 func (f *fixture) pages(q store.ListQuery) [][]string {
 	f.t.Helper()
 	var out [][]string
@@ -25,8 +27,14 @@ func (f *fixture) pages(q store.ListQuery) [][]string {
 		if err != nil {
 			f.t.Fatalf("List(%+v): %v", q, err)
 		}
+		if len(invs) > q.Limit {
+			f.t.Fatalf("page of %d with limit %d", len(invs), q.Limit)
+		}
 		var page []string
 		for _, inv := range invs {
+			if (q.Queue != "" && inv.Queue != q.Queue) || (q.State != "" && inv.State != q.State) {
+				f.t.Fatalf("List(%+v) returned %s in %s/%s", q, inv.ID, inv.Queue, inv.State)
+			}
 			page = append(page, inv.ID)
 		}
 		if len(page) > 0 {

@@ -126,6 +126,12 @@ func testListByPrefix(t *testing.T, f *fixture) {
 	if got := f.pages(store.ListQuery{IDPrefix: "inv_ZZ", Order: store.OrderNewest, Limit: 2}); len(got) != 0 {
 		t.Errorf("prefix inv_ZZ: %v, want none", got)
 	}
+	// A queue's cursor outside the prefix asked for (a bookmark edited):
+	// invalid, not DynamoDB's ValidationException.
+	other := store.CursorAt(store.ListQuery{Queue: "a"}, all[0])
+	if _, _, err := f.s.List(f.ctx, store.ListQuery{Queue: "a", IDPrefix: "inv_ZZ", Limit: 2, Cursor: other}); domain.KindOf(err) != domain.KindInvalid {
+		t.Errorf("a cursor outside the prefix: %v, want invalid", err)
+	}
 }
 
 func isIn(invs []domain.Invocation, id string) bool {

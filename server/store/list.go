@@ -4,6 +4,7 @@ import (
 	"context"
 	"maps"
 	"slices"
+	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -91,6 +92,11 @@ func (s *Store) List(ctx context.Context, q ListQuery) ([]domain.Invocation, str
 	}
 	if err != nil {
 		return nil, "", err
+	}
+	if v, ok := start["invocation_id"].(*types.AttributeValueMemberS); ok && q.IDPrefix != "" && !strings.HasPrefix(v.Value, q.IDPrefix) {
+		// DynamoDB refuses a start key outside the key condition's range
+		// (a ValidationException): a cursor of another prefix's listing.
+		return nil, "", domain.Errorf(domain.KindInvalid, "cursor is not one this listing returned")
 	}
 	var items []map[string]types.AttributeValue
 	var last map[string]types.AttributeValue

@@ -172,11 +172,19 @@ func (s *Server) listInvocations(r *http.Request) (int, any, error) {
 	if order != "" && order != wire.OrderOldest && order != wire.OrderNewest {
 		return 0, nil, wire.Errorf(wire.CodeInvalid, "order must be %s or %s, got %q", wire.OrderOldest, wire.OrderNewest, order)
 	}
-	invs, next, err := s.svc.Invocations(r.Context(), store.ListQuery{Queue: queue, State: domain.InvocationState(state), Order: order, Limit: limit, Cursor: cursor})
+	prefix := q.Get("id_prefix")
+	if prefix != "" && !ids.ValidPrefix(ids.Invocation, prefix) {
+		return 0, nil, wire.Errorf(wire.CodeInvalid, "id_prefix must be inv_ and 1-26 characters of an id (0-9, A-Z but I, L, O, U), got %q", prefix)
+	}
+	lq := store.ListQuery{Queue: queue, State: domain.InvocationState(state), Order: order, Limit: limit, Cursor: cursor, IDPrefix: prefix}
+	invs, next, err := s.svc.Invocations(r.Context(), lq)
 	if err != nil {
 		return 0, nil, err
 	}
 	out := wire.InvocationList{Invocations: make([]wire.Invocation, 0, len(invs)), NextCursor: next}
+	if len(invs) > 0 {
+		out.PrevCursor = store.CursorAt(lq, invs[0].ID)
+	}
 	for _, inv := range invs {
 		out.Invocations = append(out.Invocations, invocationView(inv))
 	}

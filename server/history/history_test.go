@@ -364,6 +364,22 @@ var paths = []path{
 	{"fleet refresh", func(ctx context.Context, p *plane) error {
 		return p.page("/ui/live")
 	}},
+	{"fleet refresh, filtered by queue and state", func(ctx context.Context, p *plane) error {
+		return p.page("/ui/live?state=succeeded&queue=" + queue)
+	}},
+	{"fleet refresh, by the first characters of an id", func(ctx context.Context, p *plane) error {
+		return p.page("/ui/live?id=inv_0")
+	}},
+	{"fleet refresh, an older page and back", func(ctx context.Context, p *plane) error {
+		il, err := p.operator.ListInvocations(ctx, client.ListInvocationsParams{Order: wire.OrderNewest, Limit: 50})
+		if err != nil || il.NextCursor == "" || il.PrevCursor == "" {
+			return fmt.Errorf("a page of 50 newest: cursors %q %q, %v", il.NextCursor, il.PrevCursor, err)
+		}
+		if err := p.page("/ui/live?after=" + il.NextCursor); err != nil {
+			return err
+		}
+		return p.page("/ui/live?before=" + il.PrevCursor)
+	}},
 	{"queue stats", func(ctx context.Context, p *plane) error {
 		_, err := p.operator.QueueStats(ctx, queue)
 		return err

@@ -94,28 +94,7 @@ func testQueueStatsCost(t *testing.T, f *fixture) {
 // order the pages gave them.
 func (f *fixture) listQuery(q store.ListQuery) []string {
 	f.t.Helper()
-	var got []string
-	for range 50 {
-		invs, next, err := f.s.List(f.ctx, q)
-		if err != nil {
-			f.t.Fatalf("List(%+v): %v", q, err)
-		}
-		if len(invs) > q.Limit {
-			f.t.Fatalf("page of %d with limit %d", len(invs), q.Limit)
-		}
-		for _, inv := range invs {
-			if (q.Queue != "" && inv.Queue != q.Queue) || (q.State != "" && inv.State != q.State) {
-				f.t.Fatalf("List(%+v) returned %s in %s/%s", q, inv.ID, inv.Queue, inv.State)
-			}
-			got = append(got, inv.ID)
-		}
-		if next == "" {
-			return got
-		}
-		q.Cursor = next
-	}
-	f.t.Fatalf("List(%+v): more than 50 pages", q)
-	return nil
+	return slices.Concat(f.pages(q)...)
 }
 
 // testListAcrossQueues: without a queue, an ordered listing merges every

@@ -2,7 +2,9 @@ package store
 
 import (
 	"context"
+	"maps"
 	"slices"
+	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -36,6 +38,30 @@ type ListQuery struct {
 	Order  string
 	Limit  int
 	Cursor string
+	// IDPrefix, when set, keeps the invocations whose id starts with it
+	// (a range of the indexes' sort key: ids are ULIDs, so a prefix is a
+	// span of creation time). Without a queue, a state or an order it
+	// reads every queue's index, oldest first.
+	IDPrefix string
+}
+
+// CursorAt reports the cursor of q's listing that stands at invocation id:
+// given back with q in the other order, it reads what lies on id's other
+// side (the page before one that starts at id), nearest first. It is ""
+// for a listing with no order (a table scan).
+func CursorAt(q ListQuery, id string) string {
+	k := map[string]types.AttributeValue{"invocation_id": str(id)}
+	switch {
+	case q.Queue != "" && q.State != "":
+		k["queue_state"] = str(queueState(q.Queue, q.State))
+	case q.Queue != "":
+		k["queue"] = str(q.Queue)
+	case q.State != "" || q.Order != "" || q.IDPrefix != "":
+		k = map[string]types.AttributeValue{listCursorKey: str(id)}
+	default:
+		return ""
+	}
+	return encodeCursor(k)
 }
 
 // List answers one page of q and the cursor of the next ("": none).
@@ -48,6 +74,9 @@ type ListQuery struct {
 // history. Queues are those the queues table names (NoteQueue). Without a
 // queue, a state or an order it scans the table (no particular order).
 func (s *Store) List(ctx context.Context, q ListQuery) ([]domain.Invocation, string, error) {
+	if q.IDPrefix != "" && q.Queue == "" && q.State == "" && q.Order == "" {
+		q.Order = OrderOldest // a prefix is a range of an index: read it in order
+	}
 	if q.Queue == "" && (q.State != "" || q.Order != "") {
 		return s.listAcross(ctx, q)
 	}
@@ -64,11 +93,20 @@ func (s *Store) List(ctx context.Context, q ListQuery) ([]domain.Invocation, str
 	if err != nil {
 		return nil, "", err
 	}
+	if v, ok := start["invocation_id"].(*types.AttributeValueMemberS); ok && q.IDPrefix != "" && !strings.HasPrefix(v.Value, q.IDPrefix) {
+		// DynamoDB refuses a start key outside the key condition's range
+		// (a ValidationException): a cursor of another prefix's listing.
+		return nil, "", domain.Errorf(domain.KindInvalid, "cursor is not one this listing returned")
+	}
 	var items []map[string]types.AttributeValue
 	var last map[string]types.AttributeValue
 	if q.Queue != "" {
 		in := s.queueQuery(q.Queue, q.State, q.Order, q.Limit)
 		in.ExclusiveStartKey = start
+		if q.IDPrefix != "" {
+			*in.KeyConditionExpression += " AND begins_with(invocation_id, :p)"
+			in.ExpressionAttributeValues[":p"] = str(q.IDPrefix)
+		}
 		out, err := s.db.Query(ctx, in)
 		if err != nil {
 			return nil, "", storeErr("list invocations", err)
@@ -175,21 +213,23 @@ func (s *Store) listAcross(ctx context.Context, q ListQuery) ([]domain.Invocatio
 	}
 	var ids []string
 	more := false
+	cond, values, none := idRange(q.IDPrefix, bound, newest)
+	if none {
+		return []domain.Invocation{}, "", nil
+	}
 	for _, queue := range queues {
-		in := s.queueQuery(queue, q.State, q.Order, q.Limit)
-		if bound != "" {
-			op := ">"
-			if newest {
-				op = "<"
-			}
-			*in.KeyConditionExpression += " AND invocation_id " + op + " :b"
-			in.ExpressionAttributeValues[":b"] = str(bound)
+		// One more than the page: a range that holds the bound reads it
+		// again, and it is dropped.
+		in := s.queueQuery(queue, q.State, q.Order, q.Limit+1)
+		if cond != "" {
+			*in.KeyConditionExpression += " AND " + cond
+			maps.Copy(in.ExpressionAttributeValues, values)
 		}
 		out, err := s.db.Query(ctx, in)
 		if err != nil {
 			return nil, "", storeErr("list invocations of "+queue, err)
 		}
-		ids = append(ids, idsOf(out.Items)...)
+		ids = append(ids, slices.DeleteFunc(idsOf(out.Items), func(id string) bool { return id == bound })...)
 		more = more || out.LastEvaluatedKey != nil
 	}
 	slices.Sort(ids)
@@ -208,6 +248,36 @@ func (s *Store) listAcross(ctx context.Context, q ListQuery) ([]domain.Invocatio
 	}
 	// The page ends at the last id listed, kept or not.
 	return invs, encodeCursor(map[string]types.AttributeValue{listCursorKey: str(ids[len(ids)-1])}), nil
+}
+
+// idRange is the key condition on invocation_id of a listing across
+// queues: ids starting with prefix (if set), past bound (if set: below it
+// newest first, above it oldest first). A range that holds bound may read
+// it (BETWEEN is inclusive): the caller drops it. none reports that no id
+// can match. Ids are ASCII letters, digits and "_", all below "~".
+func idRange(prefix, bound string, newest bool) (cond string, values map[string]types.AttributeValue, none bool) {
+	hi := prefix + "~"
+	values = map[string]types.AttributeValue{}
+	switch {
+	case prefix == "" && bound == "":
+		return "", nil, false
+	case prefix == "":
+		values[":b"] = str(bound)
+		if newest {
+			return "invocation_id < :b", values, false
+		}
+		return "invocation_id > :b", values, false
+	case bound == "" || (newest && bound >= hi) || (!newest && bound < prefix):
+		values[":p"] = str(prefix)
+		return "begins_with(invocation_id, :p)", values, false
+	case newest && bound <= prefix, !newest && bound >= hi:
+		return "", nil, true
+	case newest:
+		values[":lo"], values[":hi"] = str(prefix), str(bound)
+	default:
+		values[":lo"], values[":hi"] = str(bound), str(hi)
+	}
+	return "invocation_id BETWEEN :lo AND :hi", values, false
 }
 
 func decodeInvocations(items []map[string]types.AttributeValue) ([]domain.Invocation, error) {

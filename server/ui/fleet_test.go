@@ -21,8 +21,8 @@ func (s served) submit(t *testing.T, queue string, argv ...string) wire.Invocati
 
 // TestFleetShowsLiveWorkPastTheListLimit: with 1,200 finished invocations
 // stored (more than one listing page of 500), the fleet page and its live
-// parts still show the oldest queued invocation, submitted first, and the
-// running and queued ones submitted last.
+// parts show the running and queued ones submitted last, and filtered by
+// queue and state the oldest queued invocation, submitted first.
 func TestFleetShowsLiveWorkPastTheListLimit(t *testing.T) {
 	s := serve(t)
 	ctx := t.Context()
@@ -45,22 +45,26 @@ func TestFleetShowsLiveWorkPastTheListLimit(t *testing.T) {
 	queued := s.submit(t, "q", "last")
 
 	s.do(t, "POST", "/ui/login", url.Values{"token": {operatorToken}})
-	for _, path := range []string{"/ui/", "/ui/live"} {
-		resp, body := s.do(t, "GET", path, nil)
-		if resp.StatusCode != 200 {
-			t.Fatalf("%s: %d %s", path, resp.StatusCode, body)
-		}
-		for _, want := range []struct {
-			inv   wire.Invocation
-			state string
-		}{{oldest, wire.StateQueued}, {running, wire.StateRunning}, {queued, wire.StateQueued}} {
-			row := `data-invocation=` + attr(path, `"`+want.inv.InvocationID+`" data-state=`+`"`+want.state+`"`)
-			if !strings.Contains(body, row) {
-				t.Errorf("%s does not list %s (%s, %s)", path, want.inv.InvocationID, want.inv.Argv[0], want.state)
+	// The list, newest first, shows the running and the last queued; its
+	// state and queue filters read the oldest queued by index.
+	for _, c := range []struct {
+		query string
+		want  []wire.Invocation
+	}{{"", []wire.Invocation{running, queued}}, {"?queue=slow&state=queued", []wire.Invocation{oldest}}, {"?state=running", []wire.Invocation{running}}} {
+		for _, path := range []string{"/ui/", "/ui/live"} {
+			resp, body := s.do(t, "GET", path+c.query, nil)
+			if resp.StatusCode != 200 {
+				t.Fatalf("%s%s: %d %s", path, c.query, resp.StatusCode, body)
 			}
-		}
-		if len(body) > 100<<10 {
-			t.Errorf("%s weighs %d bytes; the budget is 100 KB", path, len(body))
+			for _, inv := range c.want {
+				row := `data-invocation=` + attr(path, `"`+inv.InvocationID+`"`)
+				if !strings.Contains(body, row) {
+					t.Errorf("%s%s does not list %s (%s)", path, c.query, inv.InvocationID, inv.Argv[0])
+				}
+			}
+			if len(body) > 100<<10 {
+				t.Errorf("%s weighs %d bytes; the budget is 100 KB", path, len(body))
+			}
 		}
 	}
 }

@@ -41,6 +41,8 @@ var fuzzRoutes = []struct{ method, path string }{
 	{"POST", "/ui/runs/{id}/retry"},
 	{"GET", "/ui/invocations/{id}/artifacts/1/{id}"},
 	{"GET", "/ui/invocations/{id}/output?stream=stdout"},
+	{"GET", "/ui/hosts"},
+	{"GET", "/ui/hosts/live"},
 }
 
 // Session selectors (modulo fuzzSessions): the cookie a fuzzed request
@@ -54,8 +56,10 @@ const (
 )
 
 // FuzzUIForms sends the web view's forms and pages (login, logout, cancel,
-// drain, setup, cancel and retry a run, the pages and their live parts, an
-// artifact's download link, an output's download) with fuzzed fields, ids,
+// drain, setup, cancel and retry a run, the pages and their live parts
+// with fuzzed queries (the invocation list's filter and cursors), an
+// artifact's download link, an output's download, the hosts page) with
+// fuzzed fields, ids,
 // back=, cookie and CSRF token, to the router over the embedded store, and
 // checks that the view never panics, never answers 5xx, and never
 // redirects outside /ui/. The clock moves by a fuzzed step between inputs
@@ -91,6 +95,13 @@ func FuzzUIForms(f *testing.F) {
 	send := func(method, path, cookie, addr string, body string) *httptest.ResponseRecorder {
 		req := httptest.NewRequest(method, "/", strings.NewReader(body))
 		req.URL.Path = path
+		if method == "GET" {
+			// A page's query (its filter and cursor), encoded as a
+			// browser sends it: a request line holds no raw control
+			// character.
+			q, _ := url.ParseQuery(body)
+			req.URL.RawQuery = q.Encode()
+		}
 		req.RemoteAddr = addr
 		if method == "POST" {
 			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
@@ -144,10 +155,16 @@ func FuzzUIForms(f *testing.F) {
 	f.Add(uint8(16), uint8(sessLive), false, "$I/output?attempt=99&x=", "", "", "", "", "", uint16(1))
 	f.Add(uint8(7), uint8(sessLive), false, "$I?attempt=1", "", "", "", "", "", uint16(1))
 	f.Add(uint8(8), uint8(sessLive), false, "$I?attempt=-1", "", "", "", "", "", uint16(1))
+	f.Add(uint8(5), uint8(sessLive), false, "", "", "", "", "state=queued&queue=q&after=eyJ4IjoiMSJ9", "", uint16(1))
+	f.Add(uint8(6), uint8(sessLive), false, "", "", "", "", "id=inv_0&before=eyJsaXN0ZWRfdG8iOiJpbnZfMCJ9", "", uint16(1))
+	f.Add(uint8(6), uint8(sessLive), false, "", "", "", "", "id=$I&after=%00&before=x", "", uint16(1))
+	f.Add(uint8(17), uint8(sessLive), false, "", "", "", "", "", "", uint16(1))
+	f.Add(uint8(18), uint8(sessLive), false, "", "", "", "", "", "", uint16(1))
 	f.Fuzz(func(t *testing.T, route, sessSel uint8, rightCSRF bool, id, token, backTo, command, raw, cookie string, step uint16) {
 		c.Advance(time.Duration(step) * time.Second)
 		id = strings.NewReplacer("$I", inv.InvocationID, "$W", wrk.WorkerID, "$R", run.RunID).Replace(id)
 		backTo = strings.ReplaceAll(backTo, "$I", inv.InvocationID)
+		raw = strings.ReplaceAll(raw, "$I", inv.InvocationID)
 		rt := fuzzRoutes[int(route)%len(fuzzRoutes)]
 		switch sessSel % fuzzSessions {
 		case sessNone:

@@ -22,7 +22,14 @@ const (
 	tlRowH    = 14  // one bar's row
 	tlLaneGap = 8
 	tlAxisH   = 22
+	// tlBarGap is the least space between two bars of one row: attempts
+	// back to back (one ends as the next is claimed) read as two bars.
+	tlBarGap = 3
 )
+
+// tlMinSpan is the least the axis spans: a few seconds of activity fill
+// the width rather than a corner of a minute.
+const tlMinSpan = 10 * time.Second
 
 type timeline struct {
 	Width, Height int
@@ -75,8 +82,10 @@ func barClass(a wire.Attempt) string {
 // lane per worker they ran on (labelled from workers where known).
 //
 // The axis starts at the earliest attempt shown (a little before it), so
-// a few minutes of activity fill the width; it never spans less than a
-// minute or more than window.
+// a few seconds or minutes of activity fill the width; it never spans
+// less than tlMinSpan or more than window. A bar's title holds the
+// attempt's UTC start and end; attempts back to back in one row keep
+// tlBarGap between their bars.
 func layoutTimeline(invs []wire.Invocation, workers []wire.Worker, now time.Time, window time.Duration) timeline {
 	minutes := int(window / time.Minute) // what was asked for (?minutes=)
 	start := now.Add(-window)
@@ -89,7 +98,7 @@ func layoutTimeline(invs []wire.Invocation, workers []wire.Worker, now time.Time
 		}
 	}
 	if fit := now.Sub(first) * 21 / 20; fit < window {
-		window = max(fit, time.Minute)
+		window = max(fit, tlMinSpan)
 		start = now.Add(-window)
 	}
 	x := func(t time.Time) int {
@@ -132,27 +141,38 @@ func layoutTimeline(invs []wire.Invocation, workers []wire.Worker, now time.Time
 	slices.SortFunc(ids, func(a, b string) int { return cmp.Or(cmp.Compare(label(a), label(b)), cmp.Compare(a, b)) })
 
 	tl := timeline{Width: tlLabelW + tlPlotW + 10, Minutes: minutes, Span: shortAge(window), NowX: x(now), Empty: len(ids) == 0}
-	type pos struct{ x1, x2, y int }
-	where := map[string]pos{} // "invocation/attempt" → its bar
+	where := map[string]int{} // "invocation/attempt" → its bar's index
 	y := tlAxisH
 	for _, id := range ids {
 		spans := byWorker[id]
 		slices.SortFunc(spans, func(a, b span) int { return a.from.Compare(b.from) })
-		var rowEnds []int // each row's right edge: bars that overlap in time stack
+		// Each row's last bar and when its attempt ended: attempts that
+		// overlap in time stack in rows.
+		type rowEnd struct {
+			bar int
+			at  time.Time
+		}
+		var rows []rowEnd
 		for _, s := range spans {
 			x1, x2 := x(s.from), max(x(s.to), x(s.from)+2)
-			row := slices.IndexFunc(rowEnds, func(end int) bool { return end <= x1 })
+			row := slices.IndexFunc(rows, func(r rowEnd) bool { return !r.at.After(s.from) })
 			if row < 0 {
-				row = len(rowEnds)
-				rowEnds = append(rowEnds, 0)
+				row = len(rows)
+				rows = append(rows, rowEnd{bar: -1})
+			} else if last := &tl.Bars[rows[row].bar]; last.X+last.W+tlBarGap > x1 {
+				// Back to back with the row's last bar: that one gives up
+				// its end to the gap (as much as it can), this one moves
+				// past the rest.
+				last.W = max(x1-tlBarGap-last.X, 1)
+				x1 = max(x1, last.X+last.W+tlBarGap)
+				x2 = max(x2, x1+1)
 			}
-			rowEnds[row] = x2 // the next attempt may start where this one ended
-			by := y + row*tlRowH
-			tl.Bars = append(tl.Bars, bar{X: x1, Y: by + 1, W: max(x2-x1-1, 1), H: tlRowH - 2, Class: barClass(s.a), InvocationID: s.inv.InvocationID,
-				Title: fmt.Sprintf("%s attempt %d: %s", s.inv.InvocationID, s.a.Attempt, cmp.Or(s.a.Outcome, "running"))})
-			where[fmt.Sprintf("%s/%d", s.inv.InvocationID, s.a.Attempt)] = pos{x1, x2, by + tlRowH/2}
+			rows[row] = rowEnd{bar: len(tl.Bars), at: s.to}
+			where[fmt.Sprintf("%s/%d", s.inv.InvocationID, s.a.Attempt)] = len(tl.Bars)
+			tl.Bars = append(tl.Bars, bar{X: x1, Y: y + row*tlRowH + 1, W: x2 - x1, H: tlRowH - 2, Class: barClass(s.a),
+				InvocationID: s.inv.InvocationID, Title: barTitle(s.inv.InvocationID, s.a, s.from, s.a.EndedAt)})
 		}
-		h := max(len(rowEnds), 1) * tlRowH
+		h := max(len(rows), 1) * tlRowH
 		tl.Lanes = append(tl.Lanes, lane{Y: y, H: h, Label: label(id), WorkerID: id, State: known[id].State})
 		y += h + tlLaneGap
 	}
@@ -162,7 +182,8 @@ func layoutTimeline(invs []wire.Invocation, workers []wire.Worker, now time.Time
 			from, ok1 := where[fmt.Sprintf("%s/%d", inv.InvocationID, inv.Attempts[i].Attempt)]
 			to, ok2 := where[fmt.Sprintf("%s/%d", inv.InvocationID, inv.Attempts[i+1].Attempt)]
 			if ok1 && ok2 {
-				tl.Links = append(tl.Links, link{from.x2, from.y, to.x1, to.y})
+				a, b := tl.Bars[from], tl.Bars[to]
+				tl.Links = append(tl.Links, link{a.X + a.W, a.Y + tlRowH/2 - 1, b.X, b.Y + tlRowH/2 - 1})
 			}
 		}
 	}
@@ -173,6 +194,18 @@ func layoutTimeline(invs []wire.Invocation, workers []wire.Worker, now time.Time
 	}
 	tl.Height = y + 4
 	return tl
+}
+
+// barTitle is what hovering an attempt's bar shows: the invocation, the
+// attempt, how it ended and its UTC start and end (an attempt still
+// running has no end).
+func barTitle(id string, a wire.Attempt, from time.Time, to *time.Time) string {
+	const layout = "2006-01-02 15:04:05Z"
+	end := "running"
+	if to != nil {
+		end = to.UTC().Format(layout) + " (" + shortAge(to.Sub(from)) + ")"
+	}
+	return fmt.Sprintf("%s attempt %d: %s, %s – %s", id, a.Attempt, cmp.Or(a.Outcome, "running"), from.UTC().Format(layout), end)
 }
 
 // tickLabel names a tick d before now: "-90 s" under two minutes, "-5 min",

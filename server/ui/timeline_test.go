@@ -1,6 +1,8 @@
 package ui
 
 import (
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -29,7 +31,8 @@ func TestLayoutTimeline(t *testing.T) {
 	}
 	classes := map[string]string{}
 	for _, b := range tl.Bars {
-		classes[b.Title] = b.Class
+		head, _, _ := strings.Cut(b.Title, ",")
+		classes[head] = b.Class
 	}
 	want := map[string]string{"inv_1 attempt 1: stale": "handed-back", "inv_1 attempt 2: running": "running", "inv_2 attempt 1: succeeded": "succeeded"}
 	if len(classes) != len(want) {
@@ -47,7 +50,7 @@ func TestLayoutTimeline(t *testing.T) {
 		t.Fatalf("links %+v: want one hand-off", tl.Links)
 	}
 	l, a1 := tl.Links[0], tl.Bars[0]
-	if l.X1 != a1.X+a1.W+1 || l.Y1 >= tl.Lanes[1].Y || l.Y2 < tl.Lanes[1].Y || l.X2 <= l.X1 {
+	if l.X1 != a1.X+a1.W || l.Y1 >= tl.Lanes[1].Y || l.Y2 < tl.Lanes[1].Y || l.X2 <= l.X1 {
 		t.Errorf("the hand-off %+v does not run from a's bar end (%+v) to b's lane", l, a1)
 	}
 	// The axis fits the activity (about two minutes), not the 15 asked for.
@@ -56,5 +59,71 @@ func TestLayoutTimeline(t *testing.T) {
 	}
 	if empty := layoutTimeline(nil, workers, now, 15*time.Minute); !empty.Empty {
 		t.Error("no attempts: not Empty")
+	}
+}
+
+// TestTimelineSeparatesBackToBack: attempts one worker ran back to back
+// (each claimed as the last ended) are bars of one row with a visible gap
+// between them, not one long bar.
+func TestTimelineSeparatesBackToBack(t *testing.T) {
+	now := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	at := func(s int) *time.Time { v := now.Add(time.Duration(s) * time.Second); return &v }
+	var invs []wire.Invocation
+	for i := range 3 {
+		from := -600 + 200*i
+		invs = append(invs, wire.Invocation{InvocationID: "inv_" + strconv.Itoa(i), Attempts: []wire.Attempt{
+			{Attempt: 1, WorkerID: "wrk_a", ClaimedAt: *at(from), EndedAt: at(from + 200), Outcome: "succeeded"}}})
+	}
+	tl := layoutTimeline(invs, nil, now, 15*time.Minute)
+	if len(tl.Bars) != 3 || len(tl.Lanes) != 1 || tl.Lanes[0].H != tlRowH {
+		t.Fatalf("bars %+v lanes %+v: want three bars in one row", tl.Bars, tl.Lanes)
+	}
+	for i := 1; i < len(tl.Bars); i++ {
+		prev, b := tl.Bars[i-1], tl.Bars[i]
+		if gap := b.X - (prev.X + prev.W); gap < tlBarGap || b.Y != prev.Y {
+			t.Errorf("bars %d and %d: gap %d units (want at least %d) in one row: %+v %+v", i-1, i, gap, tlBarGap, prev, b)
+		}
+	}
+}
+
+// TestTimelineBarTitles: hovering a bar shows the attempt's start and end
+// in UTC, whatever the zone of the times it was given.
+func TestTimelineBarTitles(t *testing.T) {
+	now := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	zone := time.FixedZone("X", 5*3600)
+	claimed, ended := now.Add(-90*time.Second).In(zone), now.Add(-30*time.Second).In(zone)
+	invs := []wire.Invocation{
+		{InvocationID: "inv_done", Attempts: []wire.Attempt{{Attempt: 2, WorkerID: "wrk_a", ClaimedAt: claimed, EndedAt: &ended, Outcome: "failed"}}},
+		{InvocationID: "inv_run", Attempts: []wire.Attempt{{Attempt: 1, WorkerID: "wrk_a", ClaimedAt: claimed}}},
+	}
+	tl := layoutTimeline(invs, nil, now, 15*time.Minute)
+	want := map[string]string{
+		"inv_done": "inv_done attempt 2: failed, 2026-12-02 11:58:30Z – 2026-12-02 11:59:30Z (1 min)",
+		"inv_run":  "inv_run attempt 1: running, 2026-12-02 11:58:30Z – running",
+	}
+	for _, b := range tl.Bars {
+		if b.Title != want[b.InvocationID] {
+			t.Errorf("bar of %s: title %q, want %q", b.InvocationID, b.Title, want[b.InvocationID])
+		}
+	}
+}
+
+// TestTimelineAxisFitsActivity: 25 s of activity spans about 25 s of the
+// axis (its ticks within it), not a minute.
+func TestTimelineAxisFitsActivity(t *testing.T) {
+	now := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	claimed, ended := now.Add(-25*time.Second), now.Add(-2*time.Second)
+	invs := []wire.Invocation{{InvocationID: "inv_a", Attempts: []wire.Attempt{{Attempt: 1, WorkerID: "wrk_a", ClaimedAt: claimed, EndedAt: &ended, Outcome: "succeeded"}}}}
+	tl := layoutTimeline(invs, nil, now, 15*time.Minute)
+	if tl.Span != "26 s" {
+		t.Errorf("span %q, want 26 s (25 s of activity and a margin)", tl.Span)
+	}
+	for _, tk := range tl.Ticks {
+		if tk.Label == "-60 s" || tk.Label == "-30 s" {
+			t.Errorf("tick %q on an axis of 25 s of activity: %+v", tk.Label, tl.Ticks)
+		}
+	}
+	if b := tl.Bars[0]; b.X > tlLabelW+tlPlotW/10 {
+		t.Errorf("the bar starts at x=%d: the activity does not fill the axis (plot from %d)", b.X, tlLabelW)
 	}
 }

@@ -114,6 +114,8 @@ func New(cfg Config) (*UI, error) {
 	u.mux.HandleFunc("GET /ui/runs/{id}/live", u.withSession(false, u.runLive))
 	u.mux.HandleFunc("POST /ui/runs/{id}/cancel", u.withSession(true, u.cancelRun))
 	u.mux.HandleFunc("POST /ui/runs/{id}/retry", u.withSession(true, u.retryRun))
+	u.mux.HandleFunc("GET /ui/hosts", u.withSession(false, u.hosts))
+	u.mux.HandleFunc("GET /ui/hosts/live", u.withSession(false, u.hostsLive))
 	u.mux.HandleFunc("POST /ui/workers/{id}/drain", u.withSession(true, u.drain))
 	u.mux.HandleFunc("POST /ui/workers/{id}/setup", u.withSession(true, u.setup))
 	return u, nil
@@ -173,13 +175,13 @@ func wantsJSON(r *http.Request) bool {
 }
 
 func (u *UI) index(w http.ResponseWriter, r *http.Request, sess string) {
-	f, err := u.fleet(r.Context(), sess, window(r))
+	f, err := u.fleet(r.Context(), sess, r)
 	u.page(w, "fleet.html", f, err)
 }
 
 // live answers the fleet page's parts, rendered, for the script to swap in.
 func (u *UI) live(w http.ResponseWriter, r *http.Request, sess string) {
-	f, err := u.fleet(r.Context(), sess, window(r))
+	f, err := u.fleet(r.Context(), sess, r)
 	u.liveParts(w, f, err, "workers", "queues", "timeline", "recent")
 }
 
@@ -262,10 +264,17 @@ func window(r *http.Request) time.Duration {
 	return defaultWindow
 }
 
-// fleet reads what the fleet page shows: the workers, every queue's live
-// work (running, then queued, oldest first), then the newest invocations,
-// each read by index, so live work shows however long the history.
-func (u *UI) fleet(ctx context.Context, sess string, win time.Duration) (fleet, error) {
+// fleet reads what the fleet page at r shows: the workers, every queue's
+// live work (running, then queued, oldest first) and the newest
+// invocations for the timeline and the counts, and the page of the
+// invocation list r's query asks for, each read by index, so the page
+// costs the same however long the history.
+func (u *UI) fleet(ctx context.Context, sess string, r *http.Request) (fleet, error) {
+	rq, err := parseRecent(r.URL.Query())
+	if err != nil {
+		return fleet{}, err
+	}
+	win := window(r)
 	now := u.now()
 	wl, err := u.api.ListWorkers(ctx, listLimit, "")
 	if err != nil {
@@ -275,9 +284,9 @@ func (u *UI) fleet(ctx context.Context, sess string, win time.Duration) (fleet, 
 	for i, p := range []client.ListInvocationsParams{
 		{State: wire.StateRunning, Limit: listLimit},
 		{State: wire.StateQueued, Limit: listLimit},
-		// The newest of every state, as many as the rows show: the finished
-		// rows come from these, and a longer history costs nothing more.
-		{Order: wire.OrderNewest, Limit: liveRows + finishedRows},
+		// The newest of every state, for the timeline: a longer history
+		// costs nothing more.
+		{Order: wire.OrderNewest, Limit: timelineNewest},
 	} {
 		il, err := u.api.ListInvocations(ctx, p)
 		if err != nil {
@@ -296,8 +305,11 @@ func (u *UI) fleet(ctx context.Context, sess string, win time.Duration) (fleet, 
 	}
 	slices.SortFunc(invs, func(a, b wire.Invocation) int { return b.CreatedAt.Compare(a.CreatedAt) })
 	f := fleet{Groups: groupWorkers(wl.Workers, now), CSRF: u.csrfToken(sess),
-		Timeline: layoutTimeline(invs, wl.Workers, now, win)}
-	f.Recent, f.More = recentRows(running, queued, newest, labels(wl.Workers), now)
+		Timeline: layoutTimeline(invs, wl.Workers, now, win),
+		LiveURL:  Prefix + "live?" + rq.values("minutes", strconv.Itoa(int(win/time.Minute))).Encode(), States: wire.InvocationStates}
+	if f.Recent, err = u.recentList(ctx, rq, win, labels(wl.Workers), now); err != nil {
+		return fleet{}, err
+	}
 	queues := map[string]bool{}
 	for _, w := range wl.Workers {
 		for _, q := range w.Lanes {
@@ -339,44 +351,9 @@ func (u *UI) fleet(ctx context.Context, sess string, win time.Duration) (fleet, 
 	return f, nil
 }
 
-// Rows of the fleet page's invocation list: up to liveRows running and as
-// many queued (the page stays light with thousands queued; `lakeshore ls
-// invocations --state queued` lists them all), then the newest finished.
-const (
-	liveRows     = 50
-	finishedRows = 25
-)
-
-// recentRows lists running work newest first, queued work oldest first
-// (the longest waiting), then the newest finished invocations; more says
-// what live work the rows leave out.
-func recentRows(running, queued, newest []wire.Invocation, names map[string]string, now time.Time) (rows []invRow, more string) {
-	running = slices.Clone(running)
-	slices.SortFunc(running, func(a, b wire.Invocation) int { return b.CreatedAt.Compare(a.CreatedAt) })
-	var left []string
-	for _, l := range []struct {
-		invs []wire.Invocation
-		what string
-	}{{running, wire.StateRunning}, {queued, wire.StateQueued}} {
-		for _, inv := range l.invs[:min(len(l.invs), liveRows)] {
-			rows = append(rows, invRowOf(inv, names, now))
-		}
-		if n := len(l.invs) - liveRows; n > 0 {
-			left = append(left, fmt.Sprintf("%d more %s", n, l.what))
-		}
-	}
-	finished := 0
-	for _, inv := range newest {
-		if wire.Terminal(inv.State) && finished < finishedRows {
-			rows = append(rows, invRowOf(inv, names, now))
-			finished++
-		}
-	}
-	if len(left) > 0 {
-		more = "and " + strings.Join(left, ", ") + " (lakeshore ls invocations --state STATE)"
-	}
-	return rows, more
-}
+// timelineNewest is how many of the newest invocations the fleet page's
+// timeline reads, besides the running and queued ones.
+const timelineNewest = 75
 
 // invPage is what an invocation's page shows.
 type invPage struct {

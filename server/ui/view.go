@@ -51,18 +51,25 @@ type queueRow struct {
 
 type invRow struct {
 	ID, Queue, State, Worker, Age string
-	Attempt                       int
-	Cancellable                   bool
+	// Command is the argv shortened (Argv whole, as its title);
+	// Duration how long it ran or runs; ExitCode its exit status.
+	Command, Argv, Duration, ExitCode string
+	Attempt                           int
+	Cancellable                       bool
 }
 
 // fleet is what the fleet page shows.
 type fleet struct {
 	Groups   []workerGroup
 	Queues   []queueRow
-	Recent   []invRow
-	More     string // live work the rows leave out
+	Recent   recentList
 	Timeline timeline
-	CSRF     string
+	// LiveURL is where the page's live parts are read: with its window
+	// and its list's filter and page.
+	LiveURL string
+	// States are what the list's state filter offers.
+	States []string
+	CSRF   string
 }
 
 func workerRowOf(w wire.Worker, now time.Time) workerRow {
@@ -114,5 +121,6 @@ func labels(ws []wire.Worker) map[string]string {
 func invRowOf(inv wire.Invocation, names map[string]string, now time.Time) invRow {
 	return invRow{ID: inv.InvocationID, Queue: inv.Queue, State: inv.State, Attempt: inv.Attempt,
 		Worker: cmp.Or(names[inv.WorkerID], inv.WorkerID), Age: shortAge(now.Sub(inv.CreatedAt)),
-		Cancellable: !wire.Terminal(inv.State)}
+		Command: shortCommand(inv.Argv, commandWidth), Argv: shortCommand(inv.Argv, 1000),
+		Duration: runTime(inv, now), ExitCode: exitCode(inv), Cancellable: !wire.Terminal(inv.State)}
 }

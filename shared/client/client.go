@@ -178,13 +178,16 @@ type ListInvocationsParams struct {
 	Order  string // wire.OrderOldest or wire.OrderNewest
 	Limit  int
 	Cursor string
+	// IDPrefix keeps the invocations whose id starts with it (inv_ and
+	// the first characters of an id).
+	IDPrefix string
 }
 
 // ListInvocations reads one page of invocations (GET /v1/invocations).
 // A non-empty NextCursor in the answer means there may be more; pass it as
 // Cursor. A page may be empty and still carry a cursor (a filtered scan).
 func (c *Client) ListInvocations(ctx context.Context, p ListInvocationsParams) (wire.InvocationList, error) {
-	q := query("queue", p.Queue, "state", p.State, "order", p.Order, "limit", positive(p.Limit), "cursor", p.Cursor)
+	q := query("queue", p.Queue, "state", p.State, "order", p.Order, "limit", positive(p.Limit), "cursor", p.Cursor, "id_prefix", p.IDPrefix)
 	var out wire.InvocationList
 	_, err := c.Do(ctx, "list invocations", http.MethodGet, "/v1/invocations", q, nil, &out)
 	return out, err

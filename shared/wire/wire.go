@@ -429,6 +429,10 @@ type Attempt struct {
 type InvocationList struct {
 	Invocations []Invocation `json:"invocations"`
 	NextCursor  string       `json:"next_cursor,omitempty"`
+	// PrevCursor stands at the page's first invocation (on an ordered
+	// listing): given as cursor with the other order, it reads the
+	// invocations before this page, nearest first.
+	PrevCursor string `json:"prev_cursor,omitempty"`
 }
 
 // Worker is the operator's view of one worker. State is computed on read.

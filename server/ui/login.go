@@ -4,6 +4,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/url"
 	"path"
 	"strconv"
 	"strings"
@@ -112,10 +113,13 @@ func (u *UI) logout(w http.ResponseWriter, r *http.Request, secret string) {
 // back is the page an action's form says it came from, or def: a path of
 // the view only, cleaned (no step out of /ui/), of the characters the
 // view's own paths use (no backslash, no escape a browser would read as
-// another path).
+// another path), and the query of a filtered or paged list (the fleet
+// page's queue, state, id and cursors: names, values and separators only,
+// no escapes), so an action taken from a page of the list returns to it.
 func back(r *http.Request, def string) string {
-	to := r.PostFormValue("back")
-	if to == "" || !strings.HasPrefix(to, Prefix) || strings.IndexFunc(to, notPathChar) >= 0 {
+	to, query, hasQuery := strings.Cut(r.PostFormValue("back"), "?")
+	if to == "" || !strings.HasPrefix(to, Prefix) || strings.IndexFunc(to, notPathChar) >= 0 ||
+		strings.IndexFunc(query, notQueryChar) >= 0 {
 		return def
 	}
 	clean := path.Clean(to)
@@ -125,7 +129,23 @@ func back(r *http.Request, def string) string {
 	if !strings.HasPrefix(clean, Prefix) {
 		return def
 	}
+	if hasQuery {
+		v, err := url.ParseQuery(query)
+		if err != nil {
+			return def
+		}
+		if q := v.Encode(); q != "" {
+			clean += "?" + q
+		}
+	}
 	return clean
+}
+
+// notQueryChar reports whether c is not among the characters of the
+// view's own list queries: names, values (queue names, states, id
+// prefixes, base64url cursors, minutes) and their separators.
+func notQueryChar(c rune) bool {
+	return notPathChar(c) && !strings.ContainsRune("=&", c) || c == '/'
 }
 
 // notPathChar reports whether c is not among the characters of the view's

@@ -116,8 +116,9 @@ func (q recentQuery) filtered() bool { return q.Queue != "" || q.State != "" || 
 type recentList struct {
 	Query recentQuery
 	Rows  []invRow
-	// Newer and Older are the links to the pages either side ("": none).
-	Newer, Older string
+	// Newer and Older are the links to the pages either side ("": none);
+	// Here is this page's, where an action taken from it returns.
+	Newer, Older, Here string
 	// Note says why the page is empty, in words.
 	Note string
 }
@@ -125,13 +126,13 @@ type recentList struct {
 // recentList reads the page q asks for, with win, the timeline's window,
 // kept in the links.
 func (u *UI) recentList(ctx context.Context, q recentQuery, win time.Duration, names map[string]string, now time.Time) (recentList, error) {
-	out := recentList{Query: q}
 	link := func(cursorKey, cursor string) string {
 		page := q
 		page.After, page.Before = "", ""
 		v := page.values("minutes", strconv.Itoa(int(win/time.Minute)), cursorKey, cursor)
 		return Prefix + "?" + v.Encode()
 	}
+	out := recentList{Query: q, Here: Prefix + "?" + q.values("minutes", strconv.Itoa(int(win/time.Minute))).Encode()}
 	if ids.Valid(ids.Invocation, q.ID) {
 		// An exact id: that invocation, by key.
 		inv, err := u.api.GetInvocation(ctx, q.ID)

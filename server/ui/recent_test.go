@@ -176,3 +176,24 @@ func TestRecentListColumns(t *testing.T) {
 		}
 	}
 }
+
+// TestCancelFromTheListReturnsToItsPage: a row's Cancel on a filtered page
+// of the list carries that page, and the cancel returns to it.
+func TestCancelFromTheListReturnsToItsPage(t *testing.T) {
+	s := serve(t)
+	inv := s.submit(t, "nobody", "job")
+	s.do(t, "POST", "/ui/login", url.Values{"token": {operatorToken}})
+	_, body := s.do(t, "GET", "/ui/?queue=nobody&state=queued", nil)
+	m := regexp.MustCompile(`name="csrf" value="([^"]+)"><input type="hidden" name="back" value="([^"]+)"><button type="submit" class="cancel">`).FindStringSubmatch(body)
+	if m == nil {
+		t.Fatalf("no Cancel in the filtered list:\n%s", body)
+	}
+	back := html.UnescapeString(m[2])
+	if u, err := url.Parse(back); err != nil || u.Path != "/ui/" || u.Query().Get("state") != "queued" || u.Query().Get("queue") != "nobody" {
+		t.Fatalf("the row's Cancel returns to %q, not the filtered page", back)
+	}
+	resp, _ := s.do(t, "POST", "/ui/invocations/"+inv.InvocationID+"/cancel", url.Values{"csrf": {html.UnescapeString(m[1])}, "back": {back}})
+	if loc := resp.Header.Get("Location"); loc != back {
+		t.Fatalf("after the cancel: → %q, want %q", loc, back)
+	}
+}

@@ -176,7 +176,8 @@ func TestBackStaysUnderTheView(t *testing.T) {
 	sess := s.login(t, operatorToken)
 	for _, b := range []string{"/ui/../%5Cevil.example", `/ui/../\evil.example`, `/ui/\evil.example`, `/ui/..\evil.example`,
 		"/ui/%2e%2e/%2fevil.example", "/ui/./../../evil.example", "https://evil.example/ui/", "//evil.example/ui/",
-		"/ui/../ui/../evil", "/ui//evil.example", "/ui/\r\nSet-Cookie: x=y", "/ui/\x00"} {
+		"/ui/../ui/../evil", "/ui//evil.example", "/ui/\r\nSet-Cookie: x=y", "/ui/\x00",
+		"/ui/?x=//evil.example", "/ui/?x=%2F%2Fevil.example", "/ui/?x=a?b", "/ui/?x=\\evil", "/ui/?x=\r\nSet-Cookie:y", "/ui/?next=https:evil"} {
 		inv, _, err := s.op.Submit(t.Context(), wire.SubmitRequest{Queue: "nobody", Argv: []string{"true"}})
 		if err != nil {
 			t.Fatal(err)
@@ -191,6 +192,22 @@ func TestBackStaysUnderTheView(t *testing.T) {
 	if resp, _ := s.as(t, sess.Cookie, "POST", "/ui/invocations/"+inv.InvocationID+"/cancel", url.Values{"csrf": {sess.CSRF},
 		"back": {"/ui/invocations/" + inv.InvocationID}}); resp.Header.Get("Location") != "/ui/invocations/"+inv.InvocationID {
 		t.Errorf("a back= of the view's own page: → %q", resp.Header.Get("Location"))
+	}
+	// A page of the list, filtered and paged, is returned to whole; a query
+	// with any other character goes to the default.
+	for b, want := range map[string]string{
+		"/ui/?state=queued&queue=q&after=eyJ4-_IjoiMSJ9&minutes=15": "/ui/?after=eyJ4-_IjoiMSJ9&minutes=15&queue=q&state=queued",
+		"/ui/?id=inv_01AB":         "/ui/?id=inv_01AB",
+		"/ui/?":                    "/ui/",
+		"/ui/?state=queued&x=%2Fa": "/ui/invocations/",
+		"/ui/../evil?state=queued": "/ui/invocations/",
+	} {
+		inv, _, _ := s.op.Submit(t.Context(), wire.SubmitRequest{Queue: "nobody", Argv: []string{"true"}})
+		resp, _ := s.as(t, sess.Cookie, "POST", "/ui/invocations/"+inv.InvocationID+"/cancel", url.Values{"csrf": {sess.CSRF}, "back": {b}})
+		got := strings.Replace(resp.Header.Get("Location"), inv.InvocationID, "", 1)
+		if resp.StatusCode != http.StatusSeeOther || got != want {
+			t.Errorf("back=%q: %d → %q, want %q", b, resp.StatusCode, got, want)
+		}
 	}
 }
 

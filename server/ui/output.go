@@ -146,11 +146,15 @@ func (u *UI) output(ctx context.Context, inv wire.Invocation, n int) outputView 
 		v.Attempt = n
 	}
 	tails := map[string]streamTail{}
+	// laterOnly: the chunks read start after the attempt's first, so a
+	// stream none of them holds may still have earlier output.
+	laterOnly := false
 	if v.Attempt > 0 {
 		if page, err := u.api.LogsTail(ctx, inv.InvocationID, v.Attempt, logTailChunks); err == nil {
 			for _, s := range []string{domain.LogStdout, domain.LogStderr} {
 				tails[s] = tailOf(page.Chunks, s, logTailBytes)
 			}
+			laterOnly = len(page.Chunks) > 0 && page.Chunks[0].Seq > 0
 		} else {
 			u.log.Warn("ui: read output", "invocation_id", inv.InvocationID, "attempt", v.Attempt, "error", err.Error())
 		}
@@ -164,8 +168,11 @@ func (u *UI) output(ctx context.Context, inv wire.Invocation, n int) outputView 
 		case t.shipped:
 			sv.HTML, sv.Omitted = t.render(s), t.omitted()
 			sv.Download = outputHref(inv.InvocationID, v.Attempt, s)
+		case laterOnly:
+			sv.Omitted = fmt.Sprintf("none of the last %d chunks read is %s: any earlier %s is in the download", logTailChunks, s, s)
+			sv.Download = outputHref(inv.InvocationID, v.Attempt, s)
 		}
-		if s == domain.LogStdout || sv.HTML != "" {
+		if s == domain.LogStdout || sv.HTML != "" || sv.Download != "" {
 			v.Streams = append(v.Streams, sv)
 		}
 	}

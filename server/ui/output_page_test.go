@@ -165,3 +165,29 @@ func csrfOf(t *testing.T, page string) string {
 	}
 	return m[1]
 }
+
+// TestAStreamOnlyBeforeTheTailIsLinked: stderr written early, then more
+// stdout chunks than the page reads: stderr has no chunk among those read,
+// yet the page links its whole stream and says why its box is empty; a
+// short output, read whole, shows no stderr at all.
+func TestAStreamOnlyBeforeTheTailIsLinked(t *testing.T) {
+	s := serve(t)
+	early := s.submit(t, "q", "early-stderr")
+	s.claimAndShip(t, "q", early, shipped{domain.LogStderr, []byte("early warning\n"), 100},
+		shipped{domain.LogStdout, bytes.Repeat([]byte("out\n"), 80), 4})
+	short := s.submit(t, "q", "short")
+	s.claimAndShip(t, "q", short, shipped{domain.LogStdout, []byte("just this\n"), 100})
+	s.do(t, "POST", "/ui/login", url.Values{"token": {operatorToken}})
+
+	_, page := s.do(t, "GET", "/ui/invocations/"+early.InvocationID, nil)
+	m := regexp.MustCompile(`id="stderr-download" href="([^"]+)"`).FindStringSubmatch(page)
+	if m == nil || !strings.Contains(page, `id="stderr-omitted">none of the last 64 chunks read is stderr`) {
+		t.Fatalf("no stderr link or note for a stderr written before the chunks read:\n%s", page)
+	}
+	if resp, body := s.do(t, "GET", html.UnescapeString(m[1]), nil); resp.StatusCode != 200 || body != "early warning\n" {
+		t.Errorf("stderr's download: %d %q", resp.StatusCode, body)
+	}
+	if _, page := s.do(t, "GET", "/ui/invocations/"+short.InvocationID, nil); strings.Contains(page, `id="stderr`) {
+		t.Errorf("a short output read whole shows a stderr:\n%s", page)
+	}
+}

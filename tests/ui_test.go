@@ -186,6 +186,15 @@ func TestWebViewInABrowser(t *testing.T) {
 	}
 	evalEventually(t, ctx, 10*time.Second, "the timeline shows the handed-back attempts",
 		`document.querySelectorAll('#timeline rect.bar.handed-back').length > 0 && document.querySelectorAll('#timeline rect.bar.succeeded').length >= 10`)
+	// The axis fits what happened (the first bar starts in the plot's
+	// first quarter, not minutes after its left edge), and each bar's
+	// title says when it started and ended, in UTC.
+	evalEventually(t, ctx, 10*time.Second, "the timeline's axis fits its activity and its bars' titles hold UTC times",
+		`(() => { const svg = document.querySelector('#timeline svg'), label = 170, plot = svg.viewBox.baseVal.width - label - 10;
+		  const bars = [...document.querySelectorAll('#timeline rect.bar')];
+		  const first = Math.min(...bars.map(b => b.x.baseVal.value));
+		  return bars.length > 0 && first < label + plot / 4 &&
+		    bars.every(b => /\d\d:\d\d:\d\dZ/.test(b.querySelector('title').textContent)); })()`)
 	shot(t, ctx, "ui-timeline.png", "#timeline svg")
 	shot(t, ctx, "ui-fleet.png", "")
 

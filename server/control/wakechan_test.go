@@ -80,6 +80,9 @@ type wakeChannelFixture struct {
 	svc    *control.Service
 	hub    *wake.Hub
 	poster *recordingPoster
+	// sleeping hears each held poll that has looked for work, found none,
+	// and waits (its re-check never fires: it waits until woken).
+	sleeping <-chan struct{}
 }
 
 func newWakeChannelFixture(t *testing.T) wakeChannelFixture {
@@ -97,10 +100,18 @@ func newWakeChannelFixtureWith(t *testing.T, p control.Poster) wakeChannelFixtur
 	t.Cleanup(cancel)
 	st, c := storetest.Store(t)
 	hub := &wake.Hub{}
-	svc := control.New(control.Config{Store: st, Sleep: blockSleep, Wake: hub, Clock: st.Clock,
+	sleeping := make(chan struct{}, 16)
+	sleep := func(ctx context.Context, d time.Duration) error {
+		select {
+		case sleeping <- struct{}{}:
+		default:
+		}
+		return blockSleep(ctx, d)
+	}
+	svc := control.New(control.Config{Store: st, Sleep: sleep, Wake: hub, Clock: st.Clock,
 		WakeURL: "wss://wake.example/wake", Poster: p, Logger: slog.New(slog.DiscardHandler),
 		Rand: rand.New(rand.NewPCG(1, 2))})
-	return wakeChannelFixture{ctx: ctx, st: st, clock: c, svc: svc, hub: hub}
+	return wakeChannelFixture{ctx: ctx, st: st, clock: c, svc: svc, hub: hub, sleeping: sleeping}
 }
 
 // worker says hello for machine on queue q (host key hk) and returns its
@@ -293,14 +304,15 @@ func TestHeldPollTakesTheWakeFirst(t *testing.T) {
 		}
 		done <- resp
 	}()
-	for f.hub.Waiting(wake.Key("q", "")) == 0 {
-		select {
-		case <-done:
-			t.Fatal("the poll answered before anything was submitted")
-		case <-f.ctx.Done():
-			t.Fatal("the poll never waited")
-		case <-time.After(5 * time.Millisecond):
-		}
+	// Submitted once the poll has looked and waits: a submit that lands
+	// before its look is claimed by the look, not by the wake, and then
+	// the submit's wake finds no held poll and goes to a socket.
+	select {
+	case <-f.sleeping:
+	case <-done:
+		t.Fatal("the poll answered before anything was submitted")
+	case <-f.ctx.Done():
+		t.Fatal("the poll never waited")
 	}
 	f.submit(t, "q")
 	if cmds := <-done; len(cmds) != 1 || cmds[0].Type != wire.CommandRun {

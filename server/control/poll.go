@@ -240,7 +240,7 @@ func (s *Service) handOut(ctx context.Context, w domain.Worker, claimed []domain
 				return nil, err
 			}
 		}
-		return nil, &domain.Error{Kind: domain.KindUnavailable, Message: "request cancelled or timed out", Err: ctx.Err()}
+		return nil, domain.Interrupted(ctx.Err())
 	}
 	cur, err := st.GetWorker(ctx, w.ID)
 	if err != nil {

@@ -323,7 +323,7 @@ func storeErr(op string, err error) error {
 		return fmt.Errorf("%s: %w", op, err)
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return &domain.Error{Kind: domain.KindUnavailable, Message: "request cancelled or timed out", Err: fmt.Errorf("%s: %w", op, err)}
+		return domain.Interrupted(fmt.Errorf("%s: %w", op, err))
 	}
 	return &domain.Error{Kind: domain.KindUnavailable, Message: "the store did not answer; try again", Err: fmt.Errorf("%s: %w", op, err)}
 }

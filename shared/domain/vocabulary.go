@@ -222,6 +222,13 @@ var (
 	ErrNotFound  = &Error{Kind: KindNotFound}
 )
 
+// Interrupted is the error of a request whose context ended (its client
+// went away, or its time ran out) while err was its cause: unavailable, so
+// the caller may try again.
+func Interrupted(err error) *Error {
+	return &Error{Kind: KindUnavailable, Message: "request cancelled or timed out", Err: err}
+}
+
 func refuse(kind Kind, format string, args ...any) *Error {
 	return &Error{Kind: kind, Message: fmt.Sprintf(format, args...)}
 }

@@ -45,6 +45,13 @@ type ListQuery struct {
 	IDPrefix string
 }
 
+// across reports whether q lists every queue's partition of an index and
+// merges them by id: no queue, but a state, an order or an id prefix (a
+// range of an index, read in order).
+func (q ListQuery) across() bool {
+	return q.Queue == "" && (q.State != "" || q.Order != "" || q.IDPrefix != "")
+}
+
 // CursorAt reports the cursor of q's listing that stands at invocation id:
 // given back with q in the other order, it reads what lies on id's other
 // side (the page before one that starts at id), nearest first. It is ""
@@ -56,7 +63,7 @@ func CursorAt(q ListQuery, id string) string {
 		k["queue_state"] = str(queueState(q.Queue, q.State))
 	case q.Queue != "":
 		k["queue"] = str(q.Queue)
-	case q.State != "" || q.Order != "" || q.IDPrefix != "":
+	case q.across():
 		k = map[string]types.AttributeValue{listCursorKey: str(id)}
 	default:
 		return ""
@@ -74,11 +81,8 @@ func CursorAt(q ListQuery, id string) string {
 // history. Queues are those the queues table names (NoteQueue). Without a
 // queue, a state or an order it scans the table (no particular order).
 func (s *Store) List(ctx context.Context, q ListQuery) ([]domain.Invocation, string, error) {
-	if q.IDPrefix != "" && q.Queue == "" && q.State == "" && q.Order == "" {
-		q.Order = OrderOldest // a prefix is a range of an index: read it in order
-	}
-	if q.Queue == "" && (q.State != "" || q.Order != "") {
-		return s.listAcross(ctx, q)
+	if q.across() {
+		return s.listAcross(ctx, q) // no order is oldest first
 	}
 	var start map[string]types.AttributeValue
 	var err error

@@ -22,8 +22,9 @@ type LogChunk struct {
 	EOF bool
 	// End, on a chunk read back, is where it ends in its stream: the bytes
 	// of that stream the body wrote up to and including this chunk, those
-	// left out (Dropped) counted. The store sets it on reads (0 for a chunk
-	// stored before it kept the count); a worker's is ignored.
+	// left out (Dropped) counted. The store sets it on reads; a worker's is
+	// ignored. A chunk stored without the dropped counts reads its stored
+	// bytes only, so past the cap it runs short by what was left out.
 	End int64
 }
 

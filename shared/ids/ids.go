@@ -105,9 +105,6 @@ func Valid(prefix, s string) bool {
 	return err == nil
 }
 
-// crockford is the alphabet of a ULID's canonical spelling.
-const crockford = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
-
 // ValidPrefix reports whether s is the start of an id of kind prefix, in
 // its canonical spelling: prefix, "_" and 1 to 26 characters of a ULID's
 // alphabet (a search by the first characters of an id).
@@ -116,12 +113,7 @@ func ValidPrefix(prefix, s string) bool {
 	if !ok || rest == "" || len(rest) > ulid.EncodedSize {
 		return false
 	}
-	for _, c := range rest {
-		if !strings.ContainsRune(crockford, c) {
-			return false
-		}
-	}
-	return true
+	return strings.Trim(rest, ulid.Encoding) == "" // a ULID's canonical alphabet
 }
 
 // Between returns an id of lo's kind at fraction r/2⁶⁴ of the way from lo

@@ -566,8 +566,9 @@ type LogBatch struct {
 // per-attempt cap; head and tail are kept); eof marks the attempt's last
 // chunk. end, on a read, is where the chunk ends in its stream: the bytes
 // of that stream the body wrote through it, those left out counted (so the
-// last chunk's end is the stream's size so far); absent on chunks stored
-// before the control plane kept the count, ignored when a worker ships.
+// last chunk's end is the stream's size so far); ignored when a worker
+// ships. A chunk stored without the left-out counts ends at its stored
+// bytes only (short of the true size by what the cap left out).
 type LogChunk struct {
 	Seq     int       `json:"seq"`
 	Stream  string    `json:"stream"`

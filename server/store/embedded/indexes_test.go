@@ -117,7 +117,10 @@ func TestDescribeTableShowsIndexes(t *testing.T) {
 			if fg[i].Status != ddbtypes.IndexStatusActive {
 				t.Errorf("%s: index %s status %q, want ACTIVE", table, fg[i].Name, fg[i].Status)
 			}
-			fg[i].Status = pg[min(i, len(pg)-1)].Status // minidyn's own status is not the point
+			fg[i].Status = "" // minidyn's own status is not the point
+		}
+		for i := range pg {
+			pg[i].Status = ""
 		}
 		if !reflect.DeepEqual(fg, pg) || !reflect.DeepEqual(fl, pl) {
 			t.Errorf("%s: described indexes\nfast  %v %v\nplain %v %v", table, fg, fl, pg, pl)

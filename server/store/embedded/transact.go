@@ -19,6 +19,7 @@ const maxTransactItems = 100
 type txOp struct {
 	table     *shadowTable
 	tableName *string
+	id        string                            // tableKeyID of key
 	key       map[string]*server.AttributeValue // the table key alone
 	cond      *string
 	names     map[string]string
@@ -34,8 +35,8 @@ type txOp struct {
 
 // transact serves a TransactWriteItems without minidyn's rollback, which
 // copies every table the transaction touches whole, so a transaction
-// costs the tables' size. Instead it reads each item the transaction
-// names and checks every condition first; when all hold, it applies the
+// costs the tables' size. Instead it takes each item the transaction
+// names from the shadow and checks every condition first; when all hold, it applies the
 // writes one item at a time, each with its own condition (which still
 // holds: requests are served one at a time and no two operations name one
 // item). It answers nil, and minidyn answers the original request, for a
@@ -57,27 +58,22 @@ func (e *engine) transact(body []byte) *recorder {
 		if op == nil {
 			return nil
 		}
-		h, r, _ := op.table.tableKey(op.key)
-		id := *op.tableName + "\x00" + tableKeyID(h, r)
+		id := *op.tableName + "\x00" + op.id
 		if seen[id] {
 			return nil
 		}
 		seen[id] = true
 		ops = append(ops, op)
 	}
-	// Phase 1: every condition, against the items as they are.
+	// Phase 1: every condition, against the items as they are: the
+	// shadow's, which are what minidyn last answered for their keys.
 	for _, op := range ops {
-		pre, ok := e.getItem(op.tableName, op.key)
-		if !ok {
-			return nil
+		item := map[string]*types.Item{}
+		if it := op.table.items[op.id]; it != nil {
+			op.pre, item = it.wire, it.typedItem()
 		}
-		op.pre = pre
 		if op.cond == nil {
 			continue
-		}
-		item := toTypes(pre)
-		if item == nil {
-			item = map[string]*types.Item{}
 		}
 		lang := interpreter.Language{}
 		matched, err := lang.Match(interpreter.MatchInput{
@@ -166,9 +162,11 @@ func (e *engine) txOpOf(ti server.TransactWriteItem) *txOp {
 	if op.table == nil || op.table.broken {
 		return nil
 	}
-	if _, _, ok := op.table.tableKey(op.key); !ok || len(op.key) != len(op.table.keyOf(op.table.primary, op.key)) {
+	h, r, ok := op.table.tableKey(op.key)
+	if !ok || len(op.key) != len(op.table.keyOf(op.table.primary, op.key)) {
 		return nil
 	}
+	op.id = tableKeyID(h, r)
 	if op.cond != nil {
 		exprs = append(exprs, *op.cond)
 	}

@@ -40,7 +40,7 @@ var fuzzRoutes = []struct{ method, path string }{
 	{"POST", "/ui/runs/{id}/cancel"},
 	{"POST", "/ui/runs/{id}/retry"},
 	{"GET", "/ui/invocations/{id}/artifacts/1/{id}"},
-	{"GET", "/ui/invocations/{id}/output?stream=stdout"},
+	{"GET", "/ui/invocations/{id}/output"},
 	{"GET", "/ui/hosts"},
 	{"GET", "/ui/hosts/live"},
 }
@@ -150,11 +150,11 @@ func FuzzUIForms(f *testing.F) {
 	f.Add(uint8(15), uint8(sessLive), false, "$I", "", "", "", "", "", uint16(1))
 	f.Add(uint8(15), uint8(sessNone), false, "$I", "", "", "", "", "", uint16(1))
 	f.Add(uint8(15), uint8(sessLive), false, "%3F%25 x", "", "", "", "", "", uint16(1))
-	f.Add(uint8(16), uint8(sessLive), false, "$I", "", "", "", "", "", uint16(1))
-	f.Add(uint8(16), uint8(sessNone), false, "$I", "", "", "", "", "", uint16(1))
-	f.Add(uint8(16), uint8(sessLive), false, "$I/output?attempt=99&x=", "", "", "", "", "", uint16(1))
-	f.Add(uint8(7), uint8(sessLive), false, "$I?attempt=1", "", "", "", "", "", uint16(1))
-	f.Add(uint8(8), uint8(sessLive), false, "$I?attempt=-1", "", "", "", "", "", uint16(1))
+	f.Add(uint8(16), uint8(sessLive), false, "$I", "", "", "", "stream=stdout&attempt=1", "", uint16(1))
+	f.Add(uint8(16), uint8(sessNone), false, "$I", "", "", "", "stream=stderr", "", uint16(1))
+	f.Add(uint8(16), uint8(sessLive), false, "$I", "", "", "", "stream=stdout&attempt=99&x=", "", uint16(1))
+	f.Add(uint8(7), uint8(sessLive), false, "$I", "", "", "", "attempt=1", "", uint16(1))
+	f.Add(uint8(8), uint8(sessLive), false, "$I", "", "", "", "attempt=-1", "", uint16(1))
 	f.Add(uint8(5), uint8(sessLive), false, "", "", "", "", "state=queued&queue=q&after=eyJ4IjoiMSJ9", "", uint16(1))
 	f.Add(uint8(6), uint8(sessLive), false, "", "", "", "", "id=inv_0&before=eyJsaXN0ZWRfdG8iOiJpbnZfMCJ9", "", uint16(1))
 	f.Add(uint8(6), uint8(sessLive), false, "", "", "", "", "id=$I&after=%00&before=x", "", uint16(1))

@@ -28,8 +28,6 @@ const (
 
 type hostRow struct {
 	ID, Queue, HostKey, State, Where, Instance, Market, Created, Ended, Reason string
-	// WorkerID is the worker the host joined as ("" until its hello).
-	WorkerID string
 }
 
 type refusalRow struct {
@@ -98,9 +96,6 @@ func hostsView(hosts []wire.Host, workers []wire.Worker, now time.Time, csrf str
 		row := hostRow{ID: h.HostID, Queue: h.Queue, HostKey: h.HostKey, State: h.State, Where: where(h, w, joined),
 			Instance: h.InstanceID, Market: h.Market, Created: shortAge(now.Sub(h.CreatedAt)) + " ago", Ended: ended,
 			Reason: printable(h.Reason)}
-		if joined && !domainPending(w) {
-			row.WorkerID = w.WorkerID
-		}
 		p.Hosts = append(p.Hosts, row)
 	}
 	slices.SortStableFunc(p.Refusals, func(a, b refusalRow) int { return b.at.Compare(a.at) })

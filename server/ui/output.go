@@ -243,6 +243,9 @@ func (u *UI) wholeOutput(w http.ResponseWriter, r *http.Request, _ string) {
 				return
 			}
 		}
+		if page.Chunks[len(page.Chunks)-1].EOF {
+			return // the attempt's last chunk: nothing follows
+		}
 		next, err := u.api.Logs(ctx, page.InvocationID, page.Attempt, page.Next)
 		if err != nil {
 			// The answer is under way: its status is sent. A cut download

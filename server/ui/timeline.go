@@ -158,14 +158,12 @@ func layoutTimeline(invs []wire.Invocation, workers []wire.Worker, now time.Time
 			row := slices.IndexFunc(rows, func(r rowEnd) bool { return !r.at.After(s.from) })
 			if row < 0 {
 				row = len(rows)
-				rows = append(rows, rowEnd{bar: -1})
+				rows = append(rows, rowEnd{})
 			} else if last := &tl.Bars[rows[row].bar]; last.X+last.W+tlBarGap > x1 {
 				// Back to back with the row's last bar: that one gives up
-				// its end to the gap (as much as it can), this one moves
-				// past the rest.
+				// its end to the gap (as much as it can); this one stays
+				// at its own time.
 				last.W = max(x1-tlBarGap-last.X, 1)
-				x1 = max(x1, last.X+last.W+tlBarGap)
-				x2 = max(x2, x1+1)
 			}
 			rows[row] = rowEnd{bar: len(tl.Bars), at: s.to}
 			where[fmt.Sprintf("%s/%d", s.inv.InvocationID, s.a.Attempt)] = len(tl.Bars)

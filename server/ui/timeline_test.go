@@ -127,3 +127,22 @@ func TestTimelineAxisFitsActivity(t *testing.T) {
 		t.Errorf("the bar starts at x=%d: the activity does not fill the axis (plot from %d)", b.X, tlLabelW)
 	}
 }
+
+// TestTimelineBarsStayAtTheirTime: many short attempts back to back in
+// one row each start where their time puts them, so none is pushed past
+// the axis's now (a gap taken from each bar's start would add up).
+func TestTimelineBarsStayAtTheirTime(t *testing.T) {
+	now := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	var invs []wire.Invocation
+	for i := range 250 {
+		from, to := now.Add(time.Duration(-2510+10*i)*time.Second), now.Add(time.Duration(-2500+10*i)*time.Second)
+		invs = append(invs, wire.Invocation{InvocationID: "inv_" + strconv.Itoa(i), Attempts: []wire.Attempt{
+			{Attempt: 1, WorkerID: "wrk_a", ClaimedAt: from, EndedAt: &to, Outcome: "succeeded"}}})
+	}
+	tl := layoutTimeline(invs, nil, now, 2*time.Hour)
+	for _, b := range tl.Bars {
+		if b.X+b.W > tl.NowX {
+			t.Fatalf("bar %s ends at %d, past now at %d", b.InvocationID, b.X+b.W, tl.NowX)
+		}
+	}
+}

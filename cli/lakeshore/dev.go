@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -175,6 +176,13 @@ func pickTokens(flag string, vals []string, current, previous *string) error {
 }
 
 func runDev(ctx context.Context, o devOptions) error {
+	if path := os.Getenv(devProfileEnv); path != "" {
+		stop, err := profileCPU(path)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	if err := pickTokens("--enroll-token", o.enrollTokens, &o.enrollToken, &o.previousEnroll); err != nil {
 		return err
 	}
@@ -617,5 +625,26 @@ func devProvisioner(ctx context.Context, o devOptions, st *store.Store, m metric
 			log.Info("provision pass", "launched", res.Launched, "refused", res.Failed, "let_go", res.Ended)
 		}
 		return err
+	}, nil
+}
+
+// devProfileEnv, set to a path, has `lakeshore dev` write its CPU profile
+// there until it stops (go tool pprof reads it): where the control
+// plane's time goes under a fleet (docs/scale.md).
+const devProfileEnv = "LAKESHORE_DEV_CPU_PROFILE"
+
+// profileCPU starts a CPU profile into path and returns what ends it.
+func profileCPU(path string) (func(), error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", devProfileEnv, err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%s: %w", devProfileEnv, err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
 	}, nil
 }

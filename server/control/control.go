@@ -26,7 +26,7 @@ import (
 // each one conditional write (or one transaction) of a domain transition.
 type Store interface {
 	Hello(ctx context.Context, reg domain.Registration, issue store.TokenIssuer) (store.HelloResult, error)
-	Heartbeat(ctx context.Context, id string, p domain.Poll, auth store.Authorize) (domain.Worker, []string, error)
+	Heartbeat(ctx context.Context, id string, p domain.Poll, auth store.Authorize, quiet time.Duration) (domain.Worker, []string, error)
 	RecordSetupResults(ctx context.Context, w domain.Worker, results []domain.SetupResult) (domain.Worker, error)
 	SetupCommands(ctx context.Context, workerID string, pendingOnly bool) ([]domain.SetupCommand, error)
 	AddSetup(ctx context.Context, workerID string, argv []string) (domain.SetupCommand, error)

@@ -95,7 +95,11 @@ func (s *Service) Heartbeat(ctx context.Context, p domain.Poll, auth store.Autho
 // heartbeat is Heartbeat, also reporting what the worker's poll before
 // this one listed in flight (store.Store.Heartbeat).
 func (s *Service) heartbeat(ctx context.Context, p domain.Poll, auth store.Authorize) (domain.Worker, []string, error) {
-	w, prior, err := s.store.Heartbeat(ctx, p.WorkerID, p, auth)
+	// A poll that changes nothing else records last_seen_at at most once
+	// per poll interval: the stored one is then at most the longest gap
+	// plus an interval behind (a half of the stale window), so a live
+	// worker never reads as stale.
+	w, prior, err := s.store.Heartbeat(ctx, p.WorkerID, p, auth, cadence.Of(s.staleAfter).Interval)
 	if de := (*domain.Error)(nil); errors.As(err, &de) && de.Reason == domain.GoneReplaced {
 		// A replaced worker polled: its process runs, so the hello that
 		// replaced it came from another process with its machine id.

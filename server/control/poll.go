@@ -41,9 +41,11 @@ func (s *Service) Poll(ctx context.Context, p domain.Poll, auth store.Authorize)
 	if hk := w.Adopting(); hk != "" {
 		cmds = append(cmds, domain.Command{Type: domain.CommandAdopt, HostKey: hk, HostSetup: w.Adoption.HostSetup})
 	}
-	pending, err := st.SetupCommands(ctx, w.ID, true)
-	if err != nil {
-		return nil, err
+	var pending []domain.SetupCommand
+	if w.MayHaveSetup() {
+		if pending, err = st.SetupCommands(ctx, w.ID, true); err != nil {
+			return nil, err
+		}
 	}
 	// Unreported commands go out on every poll until reported: an answer
 	// lost on the way must not leave the FIFO stuck. The daemon dedupes by id.

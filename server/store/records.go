@@ -40,7 +40,10 @@ type workerRecord struct {
 	AdoptHostSetup     bool               `dynamodbav:"adopt_host_setup,omitempty"`
 	Adoption           *adoptionRecord    `dynamodbav:"adoption,omitempty"`
 	Listed             []string           `dynamodbav:"listed,omitempty"`
-	Version            int64              `dynamodbav:"version"`
+	// SetupAdded is absent on rows stored before it was counted (nil:
+	// domain.Worker.SetupAdded < 0); AddSetup's transaction adds to it.
+	SetupAdded *int  `dynamodbav:"setup_added,omitempty"`
+	Version    int64 `dynamodbav:"version"`
 }
 
 // adoptionRecord is the stored form of domain.Adoption.
@@ -222,8 +225,18 @@ func toWorkerRecord(v domain.Worker) workerRecord {
 		AdoptHostSetup:     v.AdoptHostSetup,
 		Adoption:           ptrMap(v.Adoption, func(a domain.Adoption) adoptionRecord { return adoptionRecord(a) }),
 		Listed:             v.Listed,
+		SetupAdded:         setupAddedRecord(v.SetupAdded),
 		Version:            v.Version,
 	}
+}
+
+// setupAddedRecord stores a worker's setup count, or none for a row whose
+// commands were never counted (n < 0).
+func setupAddedRecord(n int) *int {
+	if n < 0 {
+		return nil
+	}
+	return &n
 }
 
 func (r workerRecord) domain() domain.Worker {
@@ -254,8 +267,17 @@ func (r workerRecord) domain() domain.Worker {
 		AdoptHostSetup:     r.AdoptHostSetup,
 		Adoption:           ptrMap(r.Adoption, func(a adoptionRecord) domain.Adoption { return domain.Adoption(a) }),
 		Listed:             r.Listed,
+		SetupAdded:         derefOr(r.SetupAdded, -1),
 		Version:            r.Version,
 	}
+}
+
+// derefOr is *p, or or when p is nil.
+func derefOr[T any](p *T, or T) T {
+	if p == nil {
+		return or
+	}
+	return *p
 }
 
 func toAttemptRecord(v domain.Attempt) attemptRecord {

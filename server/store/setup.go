@@ -37,7 +37,9 @@ func (s *Store) AddSetup(ctx context.Context, id string, argv []string) (domain.
 		{Update: &types.Update{
 			TableName:        aws.String(s.tables.Workers),
 			Key:              key("worker_id", id),
-			UpdateExpression: aws.String("ADD version :one"),
+			// setup_added tells the worker's polls there is a FIFO to read
+			// (domain.Worker.MayHaveSetup).
+			UpdateExpression: aws.String("ADD version :one, setup_added :one"),
 			// Not retired (domain.Retired) since it was read.
 			ConditionExpression:      aws.String("attribute_exists(worker_id) AND #s <> :gone AND NOT (#h IN (:stopped, :terminated))"),
 			ExpressionAttributeNames: map[string]string{"#s": "state", "#h": "host_status"},

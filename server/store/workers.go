@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -268,14 +269,34 @@ func noError(fn func(domain.Worker) (domain.Worker, bool)) func(domain.Worker) (
 // host key, and what it lists in flight. It also reports what the
 // worker's poll before this one listed (domain.Invocation.Undelivered).
 // A retired worker gets ErrWorkerGone (410): it must say hello again.
-func (s *Store) Heartbeat(ctx context.Context, id string, p domain.Poll, auth Authorize) (domain.Worker, []string, error) {
+//
+// A poll that would change nothing but last_seen_at, within quiet of the
+// stored one, writes nothing: a busy fleet's workers poll every few
+// seconds (woken, or after a claim), and the row's last_seen_at is then
+// at most quiet behind, which the stale window allows for
+// (control.Service.heartbeat).
+func (s *Store) Heartbeat(ctx context.Context, id string, p domain.Poll, auth Authorize, quiet time.Duration) (domain.Worker, []string, error) {
 	now := s.now()
 	var prior []string
-	w, err := s.updateWorker(ctx, "poll", id, auth, always(func(w domain.Worker) (domain.Worker, error) {
+	w, err := s.updateWorker(ctx, "poll", id, auth, func(w domain.Worker) (domain.Worker, bool, error) {
 		prior = w.Listed
-		return w.Heartbeat(p, now)
-	}))
+		next, err := w.Heartbeat(p, now)
+		if err != nil {
+			return next, false, err
+		}
+		return next, !onlySeen(w, next) || now.Sub(w.LastSeenAt) >= quiet, nil
+	})
 	return w, prior, err
+}
+
+// onlySeen reports whether next differs from the stored w in nothing but
+// last_seen_at, as the row stores it (an empty list is no list).
+func onlySeen(w, next domain.Worker) bool {
+	next.LastSeenAt = w.LastSeenAt
+	if len(next.Listed) == 0 && len(w.Listed) == 0 {
+		next.Listed = w.Listed
+	}
+	return reflect.DeepEqual(toWorkerRecord(w), toWorkerRecord(next))
 }
 
 // MarkGone makes worker id gone (if it is not already), recording why: its

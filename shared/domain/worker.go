@@ -48,9 +48,17 @@ type Worker struct {
 	// Listed is what its last poll listed in flight (its invocations; nil
 	// when that poll sent no list): what it has received and not yet seen
 	// answered (Invocation.Undelivered).
-	Listed  []string
-	Version int64
+	Listed []string
+	// SetupAdded counts the setup commands ever given to it (AddSetup),
+	// so a poll reads its setup FIFO only when it may hold one; negative
+	// for a row stored before the count existed, which may hold any.
+	SetupAdded int
+	Version    int64
 }
+
+// MayHaveSetup reports whether w may have setup commands pending: a poll
+// of a worker never given one skips reading its FIFO.
+func (w Worker) MayHaveSetup() bool { return w.SetupAdded != 0 }
 
 // Adoption is a host key a generic worker is asked to take on
 // (docs/provision.md, "Adopting a host key"): it runs HostSetup, the

@@ -175,13 +175,20 @@ func (s *Service) claim(ctx context.Context, w domain.Worker, queue string, wait
 			return s.handOut(ctx, w, res.Claimed)
 		}
 		d := min(backoff, waitFor-waited)
-		slept, err := s.waitWake(ctx, woken, d)
+		slept, wasWoken, err := s.waitWake(ctx, woken, d)
 		stop()
 		if err != nil {
 			return nil, nil // the client went away; nothing was claimed
 		}
 		waited += slept
 		backoff = min(backoff*2, maxBackoff)
+		if !wasWoken && s.longPoll {
+			// This process makes the worker's news and wakes it (the
+			// worker's key): a re-check on the clock looks only for work
+			// another process made. News another process made reaches the
+			// worker with its next poll.
+			continue
+		}
 		cur, err := st.GetWorker(ctx, w.ID)
 		if err != nil {
 			return nil, err
@@ -193,11 +200,11 @@ func (s *Service) claim(ctx context.Context, w domain.Worker, queue string, wait
 }
 
 // waitWake sleeps d (Config.Sleep) or until woken, whichever is first, and
-// reports how much of d it counts as waited: all of it after a full sleep,
-// the time it really waited after a wake. An error ends the poll with
-// nothing claimed: its client went away, or Sleep failed (which must not
-// spin the wait).
-func (s *Service) waitWake(ctx context.Context, woken <-chan struct{}, d time.Duration) (time.Duration, error) {
+// reports how much of d it counts as waited (all of it after a full sleep,
+// the time it really waited after a wake) and whether it was woken. An
+// error ends the poll with nothing claimed: its client went away, or Sleep
+// failed (which must not spin the wait).
+func (s *Service) waitWake(ctx context.Context, woken <-chan struct{}, d time.Duration) (time.Duration, bool, error) {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel() // ends the goroutine below, woken or not
 	go func() {
@@ -212,14 +219,14 @@ func (s *Service) waitWake(ctx context.Context, woken <-chan struct{}, d time.Du
 	select {
 	case <-woken:
 		if ctx.Err() == nil {
-			return min(d, time.Since(start)), nil
+			return min(d, time.Since(start)), true, nil
 		}
 	default:
 	}
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
-	return d, nil
+	return d, false, nil
 }
 
 // handBackTimeout bounds the hand-back of a claim whose poll's client went

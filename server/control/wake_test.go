@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/dreamlake/lakeshore/server/control"
+	"github.com/dreamlake/lakeshore/server/store"
+	"github.com/dreamlake/lakeshore/server/store/schema"
 	"github.com/dreamlake/lakeshore/server/store/storetest"
 	"github.com/dreamlake/lakeshore/server/wake"
 	"github.com/dreamlake/lakeshore/shared/domain"
@@ -241,5 +243,46 @@ func TestLongPollEndsOnItsWorkersNews(t *testing.T) {
 				t.Fatalf("the next poll answered %+v (%v); want a %s command", cmds, err, tc.want)
 			}
 		})
+	}
+}
+
+// TestLongPollRecheckReadsOnlyTheClaimIndex: where long polls are offered
+// this process wakes a held poll for its worker's news, so a re-check on
+// the clock (no wake) reads only the claim index, for work another process
+// made, not the worker's row: an idle fleet's held polls are most of what
+// it asks of the store.
+func TestLongPollRecheckReadsOnlyTheClaimIndex(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	db := storetest.Embedded(t)
+	prefix := storetest.Prefix(t)
+	if err := schema.EnsureTables(ctx, db, prefix); err != nil {
+		t.Fatal(err)
+	}
+	counter := &storetest.Counter{}
+	st := store.New(storetest.CountingClient(db, counter), prefix)
+	sleeps := 0
+	svc := control.New(control.Config{Store: st, Wake: &wake.Hub{}, LongPoll: true, Logger: slog.New(slog.DiscardHandler),
+		Sleep: func(context.Context, time.Duration) error { sleeps++; return nil }})
+	hello, err := svc.Hello(ctx, wire.HelloRequest{MachineID: "m", BootID: "b", Lanes: []string{"q"}}.Registration(),
+		func(string) (string, error) { return "hash", nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	counter.Reset()
+	cmds, err := svc.Poll(ctx, wire.PollRequest{WorkerID: hello.Worker.ID, Queue: "q", Phase: wire.PhaseReady,
+		Invocations: []string{}, TimeoutS: 15}.Poll(), nil)
+	if err != nil || len(cmds) != 0 {
+		t.Fatalf("held poll = %+v, %v; want nothing after its hold", cmds, err)
+	}
+	if sleeps < 2 {
+		t.Fatalf("the hold re-checked %d times; want a few (every 5 s of 15 s)", sleeps)
+	}
+	got := counter.Snapshot()
+	if got["GetItem"] != 1 {
+		t.Errorf("a held poll with %d re-checks read the worker row %d times (%v); want once, for its heartbeat", sleeps, got["GetItem"], got)
+	}
+	if got["Query"] < sleeps+1 {
+		t.Errorf("a held poll with %d re-checks made %d queries (%v); want the claim index read at each", sleeps, got["Query"], got)
 	}
 }

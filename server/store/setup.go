@@ -34,11 +34,11 @@ func (s *Store) AddSetup(ctx context.Context, id string, argv []string) (domain.
 	}
 	_, err = s.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
 		{Put: versionedPut(s.tables.Commands, "command_id", item, 0)},
+		// setup_added tells the worker's polls there is a FIFO to read
+		// (domain.Worker.MayHaveSetup).
 		{Update: &types.Update{
 			TableName:        aws.String(s.tables.Workers),
 			Key:              key("worker_id", id),
-			// setup_added tells the worker's polls there is a FIFO to read
-			// (domain.Worker.MayHaveSetup).
 			UpdateExpression: aws.String("ADD version :one, setup_added :one"),
 			// Not retired (domain.Retired) since it was read.
 			ConditionExpression:      aws.String("attribute_exists(worker_id) AND #s <> :gone AND NOT (#h IN (:stopped, :terminated))"),

@@ -122,7 +122,9 @@ func (s *Store) claimRound(ctx context.Context, w domain.Worker, part string, wi
 		// Each lost race means the candidates we hold are going stale under
 		// other pollers: after as many losses as claims wanted, a fresh read
 		// (cheap) beats more failed conditional writes (each one billed).
-		if lost >= want {
+		// Where the read held every candidate (not full: a queue's last
+		// few), one loss is enough: the rest have racers of their own.
+		if lost >= want || (lost > 0 && !full) {
 			s.pool.contended(part, s.now())
 			return got, full, !full, nil
 		}

@@ -115,13 +115,19 @@ func (r *racingDB) PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts 
 func TestLostRaceAtTheTailYields(t *testing.T) {
 	for _, c := range []struct {
 		queued, steals int
+		want           int // the claim's room; 0 is 1
 		wantClaimed    int
+		wantConflicts  int // 0 is steals
 	}{
 		{queued: 3, steals: 1, wantClaimed: 1},
 		{queued: 3, steals: 2, wantClaimed: 0},
 		{queued: 20, steals: 2, wantClaimed: 1},
+		// Room for two changes nothing at the tail: a loss there ends the
+		// read, and a second loss the claim.
+		{queued: 3, steals: 3, want: 2, wantClaimed: 0, wantConflicts: 2},
+		{queued: 4, steals: 1, want: 2, wantClaimed: 2},
 	} {
-		t.Run(fmt.Sprintf("queued=%d/lost=%d", c.queued, c.steals), func(t *testing.T) {
+		t.Run(fmt.Sprintf("queued=%d/lost=%d/room=%d", c.queued, c.steals, max(c.want, 1)), func(t *testing.T) {
 			ss, _ := countedStores(t, 1)
 			other := ss[0]
 			submitN(t, other, c.queued)
@@ -131,12 +137,16 @@ func TestLostRaceAtTheTailYields(t *testing.T) {
 			s := store.New(racing, prefixOf(other))
 			s.SpreadClaims, s.Shuffle, s.Random = true, oldestFirst, func() uint64 { return 0 }
 			w := benchWorker(t, other, "m1", "")
-			res, err := s.Claim(context.Background(), w, "q", 1)
+			res, err := s.Claim(context.Background(), w, "q", max(c.want, 1))
 			if err != nil {
 				t.Fatal(err)
 			}
-			if res.Conflicts != c.steals || len(res.Claimed) != c.wantClaimed {
-				t.Errorf("claim = %d claimed, %d conflicts; want %d claimed after %d", len(res.Claimed), res.Conflicts, c.wantClaimed, c.steals)
+			conflicts := c.steals
+			if c.wantConflicts > 0 {
+				conflicts = c.wantConflicts
+			}
+			if res.Conflicts != conflicts || len(res.Claimed) != c.wantClaimed {
+				t.Errorf("claim = %d claimed, %d conflicts; want %d claimed after %d", len(res.Claimed), res.Conflicts, c.wantClaimed, conflicts)
 			}
 		})
 	}

@@ -146,9 +146,10 @@ func (s *Service) reconcile(ctx context.Context, w domain.Worker, inflight, prio
 // the poll's timeout (capped) for some to arrive when wait is set. A wait
 // ends early when this process makes work the worker may claim (a submit,
 // a hand-back: the wake hub), and re-checks the store on a backoff for work
-// made elsewhere. Any change to the worker's row during the wait (a drain, a
-// setup command, a newer hello, a retirement) ends the wait without a
-// claim: the next poll sees it.
+// made elsewhere. News for the worker made in this process (a drain, a
+// setup command, a newer hello, a retirement: its own wake key) ends the
+// wait without a claim, and so does, without long polls, any change to the
+// worker's row found at a re-check: the next poll sees it.
 func (s *Service) claim(ctx context.Context, w domain.Worker, queue string, wait bool, timeout time.Duration) ([]domain.Command, error) {
 	st := s.store
 	free := w.MaxConcurrency - w.CurrentInvocations
@@ -164,29 +165,35 @@ func (s *Service) claim(ctx context.Context, w domain.Worker, queue string, wait
 	for {
 		// Registered before the look, so a wake between the look and the
 		// wait is not lost.
-		woken, stop := s.wake.Wait(wake.Key(queue, ""), wake.Key(queue, w.HostKey), wake.WorkerKey(w.ID))
+		work, stopWork := s.wake.Wait(wake.Key(queue, ""), wake.Key(queue, w.HostKey))
+		news, stopNews := s.wake.Wait(wake.WorkerKey(w.ID))
 		res, err := st.Claim(ctx, w, queue, free)
 		s.claimed(queue, res)
 		if err != nil || len(res.Claimed) > 0 || waited >= waitFor {
-			stop()
+			stopWork()
+			stopNews()
 			if err != nil || len(res.Claimed) == 0 {
 				return nil, err
 			}
 			return s.handOut(ctx, w, res.Claimed)
 		}
 		d := min(backoff, waitFor-waited)
-		slept, wasWoken, err := s.waitWake(ctx, woken, d)
-		stop()
+		slept, by, err := s.waitWake(ctx, work, news, d)
+		stopWork()
+		stopNews()
 		if err != nil {
 			return nil, nil // the client went away; nothing was claimed
 		}
 		waited += slept
 		backoff = min(backoff*2, maxBackoff)
-		if !wasWoken && s.longPoll {
-			// This process makes the worker's news and wakes it (the
-			// worker's key): a re-check on the clock looks only for work
-			// another process made. News another process made reaches the
-			// worker with its next poll.
+		switch {
+		case by == wokenByNews:
+			return nil, nil // the worker's row changed: the next poll carries it
+		case s.longPoll:
+			// This process makes the worker's news and wakes it: a wake for
+			// work, or a re-check on the clock (for work another process
+			// made), claims without reading the row, which the hand-out reads.
+			// News another process made reaches the worker with its next poll.
 			continue
 		}
 		cur, err := st.GetWorker(ctx, w.ID)
@@ -199,34 +206,49 @@ func (s *Service) claim(ctx context.Context, w domain.Worker, queue string, wait
 	}
 }
 
-// waitWake sleeps d (Config.Sleep) or until woken, whichever is first, and
-// reports how much of d it counts as waited (all of it after a full sleep,
-// the time it really waited after a wake) and whether it was woken. An
-// error ends the poll with nothing claimed: its client went away, or Sleep
-// failed (which must not spin the wait).
-func (s *Service) waitWake(ctx context.Context, woken <-chan struct{}, d time.Duration) (time.Duration, bool, error) {
+// What ended a wait (waitWake).
+const (
+	wokenByClock = iota // its time ran out
+	wokenByWork         // work the worker may claim was made
+	wokenByNews         // news for the worker was made
+)
+
+// waitWake sleeps d (Config.Sleep) or until woken by work or news,
+// whichever is first, and reports how much of d it counts as waited (all
+// of it after a full sleep, the time it really waited after a wake) and
+// what ended it: news first when both came. An error ends the poll with
+// nothing claimed: its client went away, or Sleep failed (which must not
+// spin the wait).
+func (s *Service) waitWake(ctx context.Context, work, news <-chan struct{}, d time.Duration) (time.Duration, int, error) {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel() // ends the goroutine below, woken or not
 	go func() {
 		select {
-		case <-woken:
+		case <-work:
+			cancel()
+		case <-news:
 			cancel()
 		case <-sctx.Done():
 		}
 	}()
 	start := time.Now()
 	err := s.sleep(sctx, d)
-	select {
-	case <-woken:
-		if ctx.Err() == nil {
-			return min(d, time.Since(start)), true, nil
+	if ctx.Err() == nil {
+		for _, w := range []struct {
+			ch <-chan struct{}
+			by int
+		}{{news, wokenByNews}, {work, wokenByWork}} {
+			select {
+			case <-w.ch:
+				return min(d, time.Since(start)), w.by, nil
+			default:
+			}
 		}
-	default:
 	}
 	if err != nil {
-		return 0, false, err
+		return 0, wokenByClock, err
 	}
-	return d, false, nil
+	return d, wokenByClock, nil
 }
 
 // handBackTimeout bounds the hand-back of a claim whose poll's client went

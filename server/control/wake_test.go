@@ -246,6 +246,69 @@ func TestLongPollEndsOnItsWorkersNews(t *testing.T) {
 	}
 }
 
+// countedLongPolls is a long-polling service over a new embedded store whose
+// requests counter counts, with a wake hub, and a hello for worker m of
+// queue q; sleep is its Sleep.
+func countedLongPolls(t *testing.T, ctx context.Context, sleep func(context.Context, time.Duration) error) (*control.Service, *wake.Hub, *storetest.Counter, string) {
+	t.Helper()
+	db := storetest.Embedded(t)
+	prefix := storetest.Prefix(t)
+	if err := schema.EnsureTables(ctx, db, prefix); err != nil {
+		t.Fatal(err)
+	}
+	counter := &storetest.Counter{}
+	hub := &wake.Hub{}
+	svc := control.New(control.Config{Store: store.New(storetest.CountingClient(db, counter), prefix), Wake: hub,
+		LongPoll: true, Logger: slog.New(slog.DiscardHandler), Sleep: sleep})
+	hello, err := svc.Hello(ctx, wire.HelloRequest{MachineID: "m", BootID: "b", Lanes: []string{"q"}}.Registration(),
+		func(string) (string, error) { return "hash", nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	counter.Reset()
+	return svc, hub, counter, hello.Worker.ID
+}
+
+// TestLongPollWokenForWorkReadsTheRowOnce: a held poll woken by a submit
+// claims without reading the worker row first; the hand-out's read (is the
+// worker retired?) is the one read after the heartbeat's.
+func TestLongPollWokenForWorkReadsTheRowOnce(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	svc, hub, counter, id := countedLongPolls(t, ctx, blockSleep)
+	// What a submit reads, with nobody to wake.
+	if _, _, err := svc.Submit(ctx, wire.SubmitRequest{Queue: "other", Argv: []string{"true"}}.Spec()); err != nil {
+		t.Fatal(err)
+	}
+	submitGets := counter.Get("GetItem")
+	counter.Reset()
+	answered := make(chan []domain.Command, 1)
+	go func() {
+		cmds, err := svc.Poll(ctx, wire.PollRequest{WorkerID: id, Queue: "q", Phase: wire.PhaseReady,
+			Invocations: []string{}, TimeoutS: 15}.Poll(), nil)
+		if err != nil {
+			t.Error(err)
+		}
+		answered <- cmds
+	}()
+	for hub.Waiting(wake.Key("q", "")) != 1 {
+		select {
+		case <-ctx.Done():
+			t.Fatal("the long poll never waited")
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	if _, _, err := svc.Submit(ctx, wire.SubmitRequest{Queue: "q", Argv: []string{"true"}}.Spec()); err != nil {
+		t.Fatal(err)
+	}
+	if cmds := <-answered; len(cmds) != 1 || cmds[0].Type != wire.CommandRun {
+		t.Fatalf("woken poll answered %+v; want one run", cmds)
+	}
+	if got := counter.Get("GetItem") - submitGets; got != 2 {
+		t.Errorf("a held poll woken for work read the worker row %d times (%v); want 2: its heartbeat and its hand-out", got, counter.Snapshot())
+	}
+}
+
 // TestLongPollRecheckReadsOnlyTheClaimIndex: where long polls are offered
 // this process wakes a held poll for its worker's news, so a re-check on
 // the clock (no wake) reads only the claim index, for work another process
@@ -254,23 +317,9 @@ func TestLongPollEndsOnItsWorkersNews(t *testing.T) {
 func TestLongPollRecheckReadsOnlyTheClaimIndex(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	db := storetest.Embedded(t)
-	prefix := storetest.Prefix(t)
-	if err := schema.EnsureTables(ctx, db, prefix); err != nil {
-		t.Fatal(err)
-	}
-	counter := &storetest.Counter{}
-	st := store.New(storetest.CountingClient(db, counter), prefix)
 	sleeps := 0
-	svc := control.New(control.Config{Store: st, Wake: &wake.Hub{}, LongPoll: true, Logger: slog.New(slog.DiscardHandler),
-		Sleep: func(context.Context, time.Duration) error { sleeps++; return nil }})
-	hello, err := svc.Hello(ctx, wire.HelloRequest{MachineID: "m", BootID: "b", Lanes: []string{"q"}}.Registration(),
-		func(string) (string, error) { return "hash", nil })
-	if err != nil {
-		t.Fatal(err)
-	}
-	counter.Reset()
-	cmds, err := svc.Poll(ctx, wire.PollRequest{WorkerID: hello.Worker.ID, Queue: "q", Phase: wire.PhaseReady,
+	svc, _, counter, id := countedLongPolls(t, ctx, func(context.Context, time.Duration) error { sleeps++; return nil })
+	cmds, err := svc.Poll(ctx, wire.PollRequest{WorkerID: id, Queue: "q", Phase: wire.PhaseReady,
 		Invocations: []string{}, TimeoutS: 15}.Poll(), nil)
 	if err != nil || len(cmds) != 0 {
 		t.Fatalf("held poll = %+v, %v; want nothing after its hold", cmds, err)

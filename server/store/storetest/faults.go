@@ -3,6 +3,7 @@ package storetest
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -73,6 +74,9 @@ type Call struct {
 	Op  string
 	N   int
 	Seq int
+	// Table is the table the request names at its top level ("" for one
+	// that names several, as a transaction does).
+	Table string
 }
 
 // Schedule decides each request's fault.
@@ -177,6 +181,21 @@ func (t *FaultyTransport) Next(op string, faults ...Fault) {
 	})
 }
 
+// NextIn is Next for the requests of op to table only: NextIn("PutItem",
+// invocations, DropAfter) loses the answer of the next put of an
+// invocation, whatever other puts come first.
+func (t *FaultyTransport) NextIn(op, table string, faults ...Fault) {
+	faults = append([]Fault(nil), faults...)
+	seen := 0 // the schedule runs under t.mu
+	t.SetSchedule(func(c Call) Fault {
+		if c.Op != op || c.Table != table || seen >= len(faults) {
+			return NoFault
+		}
+		seen++
+		return faults[seen-1]
+	})
+}
+
 // Injected lists the faults injected so far, in order.
 func (t *FaultyTransport) Injected() []Injected {
 	t.mu.Lock()
@@ -215,16 +234,36 @@ func operation(req *http.Request) (string, error) {
 	return form.Get("Action"), nil
 }
 
+// tableOf reads the TableName a DynamoDB JSON request names at its top
+// level, leaving req's body to be sent ("" when it names none).
+func tableOf(req *http.Request) (string, error) {
+	if req.Header.Get("X-Amz-Target") == "" || req.Body == nil {
+		return "", nil
+	}
+	body, err := readBody(req)
+	if err != nil {
+		return "", err
+	}
+	req.Body = io.NopCloser(bytes.NewReader(body))
+	var named struct{ TableName string }
+	_ = json.Unmarshal(body, &named) // not JSON: names no table
+	return named.TableName, nil
+}
+
 // RoundTrip sends req, or not, by the schedule.
 func (t *FaultyTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	op, err := operation(req)
 	if err != nil {
 		return nil, err
 	}
+	table, err := tableOf(req)
+	if err != nil {
+		return nil, err
+	}
 	t.mu.Lock()
 	t.seq++
 	t.perOp[op]++
-	call := Call{Op: op, N: t.perOp[op], Seq: t.seq}
+	call := Call{Op: op, N: t.perOp[op], Seq: t.seq, Table: table}
 	fault := t.schedule(call)
 	if fault != NoFault {
 		t.injected = append(t.injected, Injected{Call: call, Fault: fault})

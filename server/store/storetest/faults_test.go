@@ -82,6 +82,16 @@ func inj(op string, n, seq int, f storetest.Fault) storetest.Injected {
 	return storetest.Injected{Call: storetest.Call{Op: op, N: n, Seq: seq}, Fault: f}
 }
 
+// injectedOf is the faults r injected so far, without the table each one
+// met (a rig has one table).
+func injectedOf(r *faultRig) []storetest.Injected {
+	got := r.tr.Injected()
+	for i := range got {
+		got[i].Table = ""
+	}
+	return got
+}
+
 // TestFaultEveryAttemptFailsBefore proves a schedule failing every attempt
 // exhausts the SDK's 3 attempts, each counted as its own call, and that
 // nothing was applied.
@@ -95,7 +105,7 @@ func TestFaultEveryAttemptFailsBefore(t *testing.T) {
 	}
 	want := []storetest.Injected{inj("PutItem", 1, 1, storetest.FailBefore),
 		inj("PutItem", 2, 2, storetest.FailBefore), inj("PutItem", 3, 3, storetest.FailBefore)}
-	if got := r.tr.Injected(); !slices.Equal(got, want) {
+	if got := injectedOf(r); !slices.Equal(got, want) {
 		t.Fatalf("Injected = %v, want %v", got, want)
 	}
 }
@@ -165,10 +175,39 @@ func TestFaultDelayLandsLate(t *testing.T) {
 			t.Fatalf("after Settle a = %q, want the late %q", v, "old")
 		}
 		want := []storetest.Injected{inj("PutItem", 1, 1, storetest.Delay)}
-		if got := r.tr.Injected(); !slices.Equal(got, want) {
+		if got := injectedOf(r); !slices.Equal(got, want) {
 			t.Fatalf("Injected = %v, want %v", got, want)
 		}
 	})
+}
+
+// TestNextInAimsAtOneTable: NextIn injects into the next requests of its
+// operation to its table only, however many of that operation go to other
+// tables first, then nothing.
+func TestNextInAimsAtOneTable(t *testing.T) {
+	r := newFaultRig(t, nil, 0, 0)
+	other := aws.String(*r.table + "-other")
+	if _, err := r.truth.CreateTable(r.ctx, &dynamodb.CreateTableInput{
+		TableName:            other,
+		AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String("k"), AttributeType: types.ScalarAttributeTypeS}},
+		KeySchema:            []types.KeySchemaElement{{AttributeName: aws.String("k"), KeyType: types.KeyTypeHash}},
+		BillingMode:          types.BillingModePayPerRequest,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	r.tr.NextIn("PutItem", *r.table, storetest.FailBefore)
+	if _, err := r.db.PutItem(r.ctx, &dynamodb.PutItemInput{TableName: other, Item: item("a", "1")}, noRetry); err != nil {
+		t.Fatalf("a put to another table met a fault: %v", err)
+	}
+	if err := r.put("a", "1", noRetry); err == nil {
+		t.Fatal("the first put to the aimed table got through, want the fault")
+	}
+	if err := r.put("a", "1", noRetry); err != nil {
+		t.Fatalf("the second put to the aimed table: %v; want no more faults", err)
+	}
+	if got := r.tr.Injected(); len(got) != 1 || got[0].Table != *r.table || got[0].N != 2 {
+		t.Fatalf("Injected = %+v; want one fault, the 2nd PutItem, to %s", got, *r.table)
+	}
 }
 
 // TestFaultCallNumbering proves N counts per operation and Seq across all
@@ -197,17 +236,18 @@ func TestFaultCallNumbering(t *testing.T) {
 			t.Fatalf("%s missing after a successful put", k)
 		}
 	}
+	tb := *r.table
 	wantCalls := []storetest.Call{
-		{Op: "PutItem", N: 1, Seq: 1}, {Op: "GetItem", N: 1, Seq: 2},
-		{Op: "PutItem", N: 2, Seq: 3}, {Op: "PutItem", N: 3, Seq: 4}, // the SDK's retry
-		{Op: "GetItem", N: 2, Seq: 5},
+		{Op: "PutItem", N: 1, Seq: 1, Table: tb}, {Op: "GetItem", N: 1, Seq: 2, Table: tb},
+		{Op: "PutItem", N: 2, Seq: 3, Table: tb}, {Op: "PutItem", N: 3, Seq: 4, Table: tb}, // the SDK's retry
+		{Op: "GetItem", N: 2, Seq: 5, Table: tb},
 	}
 	mu.Lock()
 	defer mu.Unlock()
 	if !slices.Equal(calls, wantCalls) {
 		t.Fatalf("calls = %+v, want %+v", calls, wantCalls)
 	}
-	got := r.tr.Injected()
+	got := injectedOf(r)
 	if want := []storetest.Injected{inj("PutItem", 2, 3, storetest.FailBefore)}; !slices.Equal(got, want) {
 		t.Fatalf("Injected = %v, want %v", got, want)
 	}
@@ -304,7 +344,7 @@ func TestFaultSetSchedule(t *testing.T) {
 			t.Fatalf("PutItem#%d: err = %v, want a fault: %t", i+1, err, step.fail)
 		}
 	}
-	if got, want := r.tr.Injected(), []storetest.Injected{inj("PutItem", 3, 3, storetest.FailBefore)}; !slices.Equal(got, want) {
+	if got, want := injectedOf(r), []storetest.Injected{inj("PutItem", 3, 3, storetest.FailBefore)}; !slices.Equal(got, want) {
 		t.Fatalf("Injected = %v, want %v", got, want)
 	}
 }
@@ -364,7 +404,7 @@ func TestFaultAfterThenRetryFailsCondition(t *testing.T) {
 			if _, ok := r.read(t, "a"); !ok {
 				t.Fatalf("the first attempt was not applied")
 			}
-			if got, want := r.tr.Injected(), []storetest.Injected{inj(tc.op, 1, 1, storetest.FailAfter)}; !slices.Equal(got, want) {
+			if got, want := injectedOf(r), []storetest.Injected{inj(tc.op, 1, 1, storetest.FailAfter)}; !slices.Equal(got, want) {
 				t.Fatalf("Injected = %v, want %v", got, want)
 			}
 		})

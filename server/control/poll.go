@@ -234,15 +234,15 @@ func (s *Service) waitWake(ctx context.Context, work, news <-chan struct{}, d ti
 	start := time.Now()
 	err := s.sleep(sctx, d)
 	if ctx.Err() == nil {
-		for _, w := range []struct {
-			ch <-chan struct{}
-			by int
-		}{{news, wokenByNews}, {work, wokenByWork}} {
-			select {
-			case <-w.ch:
-				return min(d, time.Since(start)), w.by, nil
-			default:
-			}
+		select {
+		case <-news:
+			return min(d, time.Since(start)), wokenByNews, nil
+		default:
+		}
+		select {
+		case <-work:
+			return min(d, time.Since(start)), wokenByWork, nil
+		default:
 		}
 	}
 	if err != nil {

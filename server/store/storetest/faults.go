@@ -218,45 +218,33 @@ func (t *FaultyTransport) Settle() {
 // X-Amz-Target header.
 const dynamoTargetPrefix = "DynamoDB_20120810."
 
-// operation names req's API operation: DynamoDB's from its X-Amz-Target
-// header, or a query-protocol API's (EC2: "RunInstances") from the Action
-// of its form body, which is read and put back.
-func operation(req *http.Request) (string, error) {
-	if target := req.Header.Get("X-Amz-Target"); target != "" || req.Body == nil {
-		return strings.TrimPrefix(target, dynamoTargetPrefix), nil
+// identify names req's API operation and the table it names at its top
+// level ("" for none, or several, as a transaction does), reading its body
+// once and putting it back. DynamoDB's operation is in its X-Amz-Target
+// header and its table in its JSON body; a query-protocol API's (EC2:
+// "RunInstances") is the Action of its form body.
+func identify(req *http.Request) (op, table string, err error) {
+	target := req.Header.Get("X-Amz-Target")
+	if req.Body == nil {
+		return strings.TrimPrefix(target, dynamoTargetPrefix), "", nil
 	}
 	body, err := readBody(req)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	req.Body = io.NopCloser(bytes.NewReader(body))
-	form, _ := url.ParseQuery(string(body))
-	return form.Get("Action"), nil
-}
-
-// tableOf reads the TableName a DynamoDB JSON request names at its top
-// level, leaving req's body to be sent ("" when it names none).
-func tableOf(req *http.Request) (string, error) {
-	if req.Header.Get("X-Amz-Target") == "" || req.Body == nil {
-		return "", nil
+	if target == "" {
+		form, _ := url.ParseQuery(string(body))
+		return form.Get("Action"), "", nil
 	}
-	body, err := readBody(req)
-	if err != nil {
-		return "", err
-	}
-	req.Body = io.NopCloser(bytes.NewReader(body))
 	var named struct{ TableName string }
 	_ = json.Unmarshal(body, &named) // not JSON: names no table
-	return named.TableName, nil
+	return strings.TrimPrefix(target, dynamoTargetPrefix), named.TableName, nil
 }
 
 // RoundTrip sends req, or not, by the schedule.
 func (t *FaultyTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	op, err := operation(req)
-	if err != nil {
-		return nil, err
-	}
-	table, err := tableOf(req)
+	op, table, err := identify(req)
 	if err != nil {
 		return nil, err
 	}

@@ -39,7 +39,8 @@ func TestMain(m *testing.M) { storetest.Main(m) }
 // templateUserData is the test launch template's own user data.
 const templateUserData = "#!/bin/bash\necho from the launch template\n"
 
-// world is moto's EC2 and DynamoDB, one launch template, fresh tables.
+// world is moto's EC2 and DynamoDB (or another DynamoDB: newWorldOn), one
+// launch template, fresh tables.
 type world struct {
 	t        *testing.T
 	ctx      context.Context
@@ -52,6 +53,12 @@ type world struct {
 }
 
 func newWorld(t *testing.T) *world {
+	t.Helper()
+	return newWorldOn(t, storetest.Client(storetest.MotoEndpoint(t)))
+}
+
+// newWorldOn is a world whose tables are in db, EC2 still moto's.
+func newWorldOn(t *testing.T, db *dynamodb.Client) *world {
 	t.Helper()
 	endpoint := storetest.MotoEndpoint(t)
 	ctx := context.Background()
@@ -66,7 +73,6 @@ func newWorld(t *testing.T) *world {
 	}); err != nil {
 		t.Fatalf("moto CreateLaunchTemplate: %v", err)
 	}
-	db := storetest.Client(endpoint)
 	prefix := storetest.Prefix(t)
 	if err := schema.EnsureTables(ctx, db, prefix); err != nil {
 		t.Fatal(err)
@@ -85,7 +91,7 @@ func (w *world) store() *store.Store {
 	return s
 }
 
-func (w *world) provisioner(s *store.Store, lim domain.ProvisionLimits) *provision.Provisioner {
+func (w *world) provisioner(s provision.Store, lim domain.ProvisionLimits) *provision.Provisioner {
 	return provision.New(provision.Config{Store: s, EC2: w.ec2, LaunchTemplate: w.template, Limits: lim,
 		Clock: w.clock.Clock(), HostSetup: func(ctx context.Context, q, hk string) ([]string, error) { return []string{"echo warm"}, nil }})
 }
@@ -229,11 +235,24 @@ func TestPassKeepsToTheCap(t *testing.T) {
 // TestRacingPassesNeverLaunchTwice: two provisioners (two Lambda instances,
 // each with its own store) pass at once, 20 rounds, over demand that needs
 // 5 hosts: never more than 5 hosts, and the instances are the hosts.
+//
+// The tables are the embedded store's, where a transaction is atomic as on
+// DynamoDB. On the shared moto_server two racing reservations can both pass
+// their condition on the ledger (it serves requests on threads and its
+// backend takes no lock; see storetest.MotoEndpoint), and this test failed
+// there once in CI with 10 hosts for 5, the emulator's race, not ours.
 func TestRacingPassesNeverLaunchTwice(t *testing.T) {
-	w := newWorld(t)
+	w := newWorldOn(t, storetest.Embedded(t))
 	w.submit("gpu", 20, "echo warm")
 	lim := domain.ProvisionLimits{MaxHosts: 50, SlotsPerHost: 4}
-	ps := []*provision.Provisioner{w.provisioner(w.store(), lim), w.provisioner(w.store(), lim)}
+	// Both passes' first reservations meet before either is sent, so both
+	// plan on the same read of the fleet and only the ledger's condition
+	// stands between them and 10 hosts.
+	meet := newBarrier(2)
+	ps := []*provision.Provisioner{
+		w.provisioner(meetingStore{w.store(), meet}, lim),
+		w.provisioner(meetingStore{w.store(), meet}, lim),
+	}
 	for round := range 20 {
 		var wg sync.WaitGroup
 		errs := make([]error, len(ps))
@@ -253,6 +272,43 @@ func TestRacingPassesNeverLaunchTwice(t *testing.T) {
 	hosts := w.alive()
 	if len(hosts) != 5 || len(w.instances(hosts)) != 5 {
 		t.Fatalf("%d hosts, %d instances after the race; want 5 and 5", len(hosts), len(w.instances(hosts)))
+	}
+}
+
+// meetingStore holds each pass's first reservation until the other pass's
+// first one arrives (or a while passes: a pass that plans nothing never
+// comes).
+type meetingStore struct {
+	*store.Store
+	meet *barrier
+}
+
+func (m meetingStore) ReserveHosts(ctx context.Context, version int64, hosts []domain.Host) error {
+	m.meet.wait(5 * time.Second)
+	return m.Store.ReserveHosts(ctx, version, hosts)
+}
+
+// barrier lets its first n waiters go together; later waiters pass at once.
+type barrier struct {
+	mu      sync.Mutex
+	left    int
+	arrived chan struct{}
+}
+
+func newBarrier(n int) *barrier { return &barrier{left: n, arrived: make(chan struct{})} }
+
+// wait blocks until n waiters have come, or for at most d.
+func (b *barrier) wait(d time.Duration) {
+	b.mu.Lock()
+	if b.left > 0 {
+		if b.left--; b.left == 0 {
+			close(b.arrived)
+		}
+	}
+	b.mu.Unlock()
+	select {
+	case <-b.arrived:
+	case <-time.After(d):
 	}
 }
 

@@ -77,7 +77,8 @@ type plane struct {
 	st       *store.Store
 	svc      *control.Service
 	clock    *clock.Fake
-	requests *storetest.Counter
+	requests *storetest.Counter // calls: a retried attempt is the network's, not the path's
+	attempts *storetest.Counter // HTTP attempts, retries included (logged)
 	items    *storetest.Counter
 	url      string
 	operator *client.Client
@@ -119,8 +120,8 @@ func newPlane(t *testing.T, h history) *plane {
 	if err := schema.EnsureTables(ctx, db, prefix); err != nil {
 		t.Fatalf("create tables: %v", err)
 	}
-	p := &plane{t: t, clock: clock.NewFake(start), requests: &storetest.Counter{}, items: &storetest.Counter{}, workers: map[string]liveWorker{}, poster: &wakeCounter{}}
-	counting := dynamodb.New(db.Options(), storetest.CountRequests(p.requests), storetest.CountItemsRead(p.items))
+	p := &plane{t: t, clock: clock.NewFake(start), requests: &storetest.Counter{}, attempts: &storetest.Counter{}, items: &storetest.Counter{}, workers: map[string]liveWorker{}, poster: &wakeCounter{}}
+	counting := dynamodb.New(db.Options(), storetest.CountCalls(p.requests), storetest.CountRequests(p.attempts), storetest.CountItemsRead(p.items))
 	p.st = store.New(counting, prefix)
 	p.st.Clock = p.clock.Clock()
 	p.st.IDs = &ids.Generator{Clock: p.st.Clock}
@@ -470,9 +471,13 @@ func measure(t *testing.T, h history) map[string]cost {
 	out := map[string]cost{}
 	for _, pa := range paths {
 		p.requests.Reset()
+		p.attempts.Reset()
 		p.items.Reset()
 		if err := pa.call(ctx, p); err != nil {
 			t.Fatalf("%s: %v", pa.name, err)
+		}
+		if retried := p.attempts.Total() - p.requests.Total(); retried > 0 {
+			t.Logf("%s: the SDK retried %d of its requests (not counted against it)", pa.name, retried)
 		}
 		out[pa.name] = cost{requests: p.requests.Snapshot(), items: p.items.Snapshot()}
 	}

@@ -89,6 +89,25 @@ func CountRequests(counter *Counter) func(*dynamodb.Options) {
 	}
 }
 
+// CountCalls returns a DynamoDB client option that counts every call made
+// through the client in counter, once however many HTTP attempts the SDK's
+// retryer makes for it (CountRequests counts those). A test that asks "how
+// many requests does this path make" of a path's code, not of the network's
+// luck, counts calls: one retried attempt would otherwise read as a path that
+// grew. Its id names the counter, as CountRequests's does.
+func CountCalls(counter *Counter) func(*dynamodb.Options) {
+	id := fmt.Sprintf("storetest.CountCalls(%p)", counter)
+	return func(o *dynamodb.Options) {
+		o.APIOptions = append(o.APIOptions, func(stack *middleware.Stack) error {
+			return stack.Initialize.Add(middleware.InitializeMiddlewareFunc(id,
+				func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+					counter.Add(awsmiddleware.GetOperationName(ctx))
+					return next.HandleInitialize(ctx, in)
+				}), middleware.After)
+		})
+	}
+}
+
 // CountingClient returns a copy of db whose requests are also counted in
 // counter; db itself is left as it was.
 func CountingClient(db *dynamodb.Client, counter *Counter) *dynamodb.Client {

@@ -84,7 +84,8 @@ func TestCountRequestsByOperation(t *testing.T) {
 }
 
 // TestCountRequestsCountsRetries shows that each HTTP attempt counts: the
-// server fails twice with a retryable 500, then answers.
+// server fails twice with a retryable 500, then answers. CountCalls counts
+// the call once.
 func TestCountRequestsCountsRetries(t *testing.T) {
 	var calls atomic.Int32
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -98,8 +99,8 @@ func TestCountRequestsCountsRetries(t *testing.T) {
 	}))
 	defer srv.Close()
 
-	var c storetest.Counter
-	db := dynamodb.New(storetest.Client(srv.URL).Options(), storetest.CountRequests(&c), func(o *dynamodb.Options) {
+	var c, once storetest.Counter
+	db := dynamodb.New(storetest.Client(srv.URL).Options(), storetest.CountRequests(&c), storetest.CountCalls(&once), func(o *dynamodb.Options) {
 		o.Retryer = retry.NewStandard(func(so *retry.StandardOptions) {
 			so.MaxAttempts = 5
 			so.Backoff = retry.BackoffDelayerFunc(func(int, error) (time.Duration, error) { return 0, nil })
@@ -114,6 +115,9 @@ func TestCountRequestsCountsRetries(t *testing.T) {
 	}
 	if got := c.Get("GetItem"); got != 3 || calls.Load() != 3 {
 		t.Fatalf("counted %d GetItem requests, server saw %d; want 3 and 3", got, calls.Load())
+	}
+	if got := once.Snapshot(); !maps.Equal(got, map[string]int{"GetItem": 1}) {
+		t.Fatalf("CountCalls counted %v; want one GetItem", got)
 	}
 }
 

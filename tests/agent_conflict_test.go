@@ -20,6 +20,7 @@ import (
 // logs its exit for reason conflict and says no bye; no work is lost, and
 // the worker list holds two rows, not dozens.
 func TestAgentMachineIDConflict(t *testing.T) {
+	t.Parallel()
 	d := startDev(t, backends[0], "--stale-after", "3s")
 	op := d.Operator()
 	first := startNymph(t, d, "clone-a", "--machine-id", "cloned-machine", "--capacity", "2")

@@ -76,7 +76,8 @@ func TestAgentHelloRefused(t *testing.T) {
 // agent.HelloBackoffTotal, which the unit's start limit relies on to keep
 // restarting through an outage (tests/infra_test.go). About 35 s.
 func TestAgentControlPlaneDownExits1(t *testing.T) {
-	d := &devServer{URL: fmt.Sprintf("http://127.0.0.1:%d", freePort(t)), EnrollToken: "x"} // nothing listens
+	t.Parallel()
+	d := &devServer{URL: "http://" + closedPort(t), EnrollToken: "x"} // nothing answers
 	// Build bin/nymph before the clock starts.
 	bin(t, "nymph")
 	started := time.Now()
@@ -159,6 +160,28 @@ func TestAgentAckSurvivesRestart(t *testing.T) {
 	if got.State != wire.StateSucceeded || got.Attempt != 1 || string(got.ResultBlob) != `{"from":"first"}` {
 		t.Fatalf("after restart: %+v; want the first process's outcome, attempt 1", got)
 	}
+}
+
+// closedPort holds a loopback port whose every connection is closed at
+// once: a control plane that is down. Holding it (rather than closing a
+// free port) keeps a dev server of a test running alongside from taking it.
+func closedPort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.Close()
+		}
+	}()
+	return l.Addr().String()
 }
 
 func freePort(t *testing.T) int {
@@ -356,7 +379,7 @@ func TestAgentZeroGraceHandsBackAtOnce(t *testing.T) {
 // TestAgentSignalDuringHello: a daemon whose control plane does not answer
 // stops promptly on SIGTERM instead of finishing hello's retries.
 func TestAgentSignalDuringHello(t *testing.T) {
-	d := &devServer{URL: fmt.Sprintf("http://127.0.0.1:%d", freePort(t)), EnrollToken: "x"} // nothing listens
+	d := &devServer{URL: "http://" + closedPort(t), EnrollToken: "x"} // nothing answers
 	n := startNymph(t, d, "unheard")
 	waittest.Until(t, 10*time.Second, "hello retrying", func() bool {
 		return strings.Contains(n.logs.String(), "hello failed; retrying")

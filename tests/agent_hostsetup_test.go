@@ -36,6 +36,7 @@ func hostSetupFailed(w wire.Worker, cmd string) bool {
 // nothing), the operator views say why, and nobody repairing it, it leaves
 // by keep-alive: bye{idle}, exit 4.
 func TestAgentHostSetupFailure(t *testing.T) {
+	t.Parallel()
 	forEachPlane(t, func(t *testing.T, b backend) {
 		d := startDev(t, b, "--stale-after", "3s") // polls every 0.5 s
 		op := d.Operator()

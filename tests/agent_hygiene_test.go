@@ -168,6 +168,7 @@ func TestAgentRunDirsCappedBySize(t *testing.T) {
 // goes some seconds after its end, while a run that just finished keeps
 // its own.
 func TestAgentRunDirsExpire(t *testing.T) {
+	t.Parallel()
 	d := startDev(t, backends[0], "--stale-after", "60s")
 	op := d.Operator()
 	dir := t.TempDir()

@@ -167,6 +167,7 @@ func waitTerminal(t *testing.T, op *client.Client, id string, limit time.Duratio
 // TestAgentRunsWork: several nymph processes run successes, failures and
 // timeouts, report results, and keep secrets out of bodies.
 func TestAgentRunsWork(t *testing.T) {
+	t.Parallel()
 	forEachPlane(t, func(t *testing.T, b backend) {
 		d := startDev(t, b, "--stale-after", "3s")
 		op := d.Operator()
@@ -203,6 +204,7 @@ func TestAgentRunsWork(t *testing.T) {
 // TestAgentExits: keep-alive idle expiry and SIGTERM both end with bye, so
 // the worker reads gone at once (no stale wait), and exit 0.
 func TestAgentExits(t *testing.T) {
+	t.Parallel()
 	forEachPlane(t, func(t *testing.T, b backend) {
 		d := startDev(t, b, "--stale-after", "60s")
 		op := d.Operator()
@@ -246,6 +248,7 @@ func TestAgentExits(t *testing.T) {
 // TestAgentHostSetupGates: a worker with --host-setup claims only work
 // whose host key matches, and only after its setup ran.
 func TestAgentHostSetupGates(t *testing.T) {
+	t.Parallel()
 	forEachPlane(t, func(t *testing.T, b backend) {
 		d := startDev(t, b, "--stale-after", "3s")
 		op := d.Operator()
@@ -288,6 +291,7 @@ func (p *nymphProc) logLines(t *testing.T, msg string) []map[string]any {
 // operator's cancel from a superseded attempt's (tests/stale_return_test.go).
 // The invocation ends cancelled, as the operator asked.
 func TestAgentLogsOperatorCancel(t *testing.T) {
+	t.Parallel()
 	d := startDev(t, backends[0], "--stale-after", "60s")
 	op := d.Operator()
 	ctx := context.Background()

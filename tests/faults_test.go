@@ -439,6 +439,7 @@ func (e *faultEnv) victim() int {
 }
 
 func TestFaultSIGKILL(t *testing.T) {
+	t.Parallel()
 	runFaultSpec(t, faultSpec{name: "SIGKILL an agent mid-run", backend: backends[0], inject: sigkillVictim,
 		heldEnds: []string{"stale"}})
 }
@@ -455,11 +456,13 @@ func sigkillVictim(e *faultEnv) (time.Time, []wire.Invocation) {
 // TestFaultSIGKILLThroughLambdas is the capstone through the real Lambda
 // path: every poll, ack and sweep runs in a bootstrap under the emulator.
 func TestFaultSIGKILLThroughLambdas(t *testing.T) {
+	t.Parallel()
 	runFaultSpec(t, faultSpec{name: "SIGKILL an agent mid-run (Lambda bootstraps)", backend: lambdasBackend,
 		inject: sigkillVictim, heldEnds: []string{"stale"}})
 }
 
 func TestFaultSIGSTOP(t *testing.T) {
+	t.Parallel()
 	victim := 0
 	runFaultSpec(t, faultSpec{name: "SIGSTOP past stale_after, then SIGCONT", backend: backends[0],
 		inject: func(e *faultEnv) (time.Time, []wire.Invocation) {
@@ -491,6 +494,7 @@ const staleReturnBody = `echo "$NYMPH_INVOCATION_ID $NYMPH_ATTEMPT $NYMPH_WORKER
 // those acks must change nothing. An invocation that ends cancelled here is
 // lost work (no operator cancels anything in this suite).
 func TestFaultStaleAndReturn(t *testing.T) {
+	t.Parallel()
 	hold := filepath.Join(t.TempDir(), "hold")
 	if err := os.WriteFile(hold, nil, 0o644); err != nil {
 		t.Fatal(err)
@@ -536,6 +540,7 @@ func TestFaultStaleAndReturn(t *testing.T) {
 // TestFaultSIGTERM: one SIGTERM drains (in-flight work finishes inside the
 // grace); the agent says bye and no work needs handing back.
 func TestFaultSIGTERM(t *testing.T) {
+	t.Parallel()
 	runFault(t, "SIGTERM an agent mid-run (drain)", backends[0], func(e *faultEnv) (time.Time, []wire.Invocation) {
 		at := time.Now()
 		_ = e.agents[e.victim()].cmd.Process.Signal(syscall.SIGTERM)
@@ -560,6 +565,7 @@ const holdBody = `echo "$NYMPH_INVOCATION_ID $NYMPH_ATTEMPT $NYMPH_WORKER_ID $(d
 // hand-back inside 10 s — a generous bound for a loaded machine (about 1 s
 // is typical).
 func TestFaultSIGTERMTwice(t *testing.T) {
+	t.Parallel()
 	hold := filepath.Join(t.TempDir(), "hold")
 	if err := os.WriteFile(hold, nil, 0o644); err != nil {
 		t.Fatal(err)
@@ -647,6 +653,7 @@ func TestFaultControlPlaneRestart(t *testing.T) {
 // handed back within a host poll — the stale window is set long (30 s) so
 // only the host status can explain a fast hand-back.
 func TestFaultEC2Terminate(t *testing.T) {
+	t.Parallel()
 	endpoint := storetest.MotoEndpoint(t)
 	ec2c := ec2.NewFromConfig(aws.Config{Region: "us-east-1", Credentials: credentials.NewStaticCredentialsProvider("test", "test", "")},
 		func(o *ec2.Options) { o.BaseEndpoint = aws.String(endpoint) })
@@ -729,6 +736,7 @@ func (n testNetns) setLink(t *testing.T, state string) {
 // out; its work is swept and handed out), then healed (its late acks are
 // no-ops or count if first; it is told to cancel what it no longer holds).
 func TestFaultPartition(t *testing.T) {
+	t.Parallel()
 	n := newTestNetns(t)
 	runFaultSpec(t, faultSpec{name: "network partition past stale_after, healed", backend: backends[0],
 		devArgs:    []string{"--addr", n.hostIP + ":0"},
@@ -780,6 +788,7 @@ func (f *imdsFake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // before its (simulated) reclaim: it drains, says bye{spot_interruption},
 // and its work finishes or is handed back; nothing is lost.
 func TestFaultSpotNotice(t *testing.T) {
+	t.Parallel()
 	fake := &imdsFake{}
 	srv := httptest.NewServer(fake)
 	t.Cleanup(srv.Close)
@@ -817,6 +826,8 @@ func writeFaultReport() error {
 		fmt.Fprintf(&b, "%-50s %5s %5s %7s %9s %12s %18s %8s\n", "fault", "invs", "lost", "double", "wrongly", "redelivered", "handed back after", "re-ran")
 		fmt.Fprintf(&b, "%-50s %5s %5s %7s %9s\n", "", "", "", "", "cancelled")
 	}
+	// The faults run in parallel: the table is in their names' order.
+	slices.SortFunc(report, func(a, b faultResult) int { return strings.Compare(a.fault, b.fault) })
 	for _, r := range report {
 		fmt.Fprintf(&b, "%-50s %5d %5d %7d %9d %12d %17.1fs %8d\n", r.fault, r.invocations, r.lost, r.doubleCounted,
 			r.wronglyCancelled, r.redelivered, r.worstRedelivery.Seconds(), r.executionsRepeated)

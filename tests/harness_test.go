@@ -6,12 +6,15 @@ package tests
 import (
 	"bufio"
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -40,10 +43,29 @@ func TestMain(m *testing.M) {
 		os.Exit(2)
 	}
 	binDir = dir
+	parallelByDefault(testParallel)
 	storetest.Main(m)
 	if err := writeFaultReport(); err != nil {
 		fmt.Fprintln(os.Stderr, "tests:", err)
 		os.Exit(1)
+	}
+}
+
+// testParallel is how many of this package's parallel tests run at once
+// unless -parallel says otherwise. Those that call t.Parallel mostly wait
+// on real clocks (poll intervals, keep-alives, graces, a daemon's hello
+// backoff) and use little CPU, so more of them than the machine has cores
+// share it well; CPU-heavy tests (the browser, the fleet, the fault table
+// with its 3 s stale window) stay serial.
+const testParallel = 4
+
+// parallelByDefault sets -test.parallel to n when the command line did not.
+func parallelByDefault(n int) {
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		_ = flag.Set("test.parallel", strconv.Itoa(max(n, runtime.GOMAXPROCS(0))))
 	}
 }
 

@@ -263,6 +263,7 @@ func peekAs(t *testing.T, uid uint32, args ...string) (string, error) {
 // refused; so are a process of another uid and a --run-as body of another
 // nymph; the first body itself reads its view.
 func TestLifecycleViewIsTheRunsOwn(t *testing.T) {
+	t.Parallel()
 	d := startDev(t, backends[0])
 	op := d.Operator()
 	ctx := context.Background()

@@ -49,6 +49,7 @@ func readLogs(t *testing.T, op *client.Client, id string, attempt int) (stdout, 
 // counted; and the CLI prints stdout to stdout and stderr to stderr. In
 // process and through the Lambda bootstraps.
 func TestLogs(t *testing.T) {
+	t.Parallel()
 	forEachPlane(t, func(t *testing.T, b backend) {
 		d := startDev(t, b)
 		op := d.Operator()

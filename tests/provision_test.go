@@ -33,6 +33,7 @@ import (
 // from its user data) adopts the pending worker, runs the setup, claims
 // and finishes the work. Nothing else is launched meanwhile.
 func TestProvisionLaunchesAHostThatRunsTheWork(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ec2c, template := motoLaunchTemplate(t, "lakeshore-e2e-")
 	d := startDev(t, backends[1], "--provision-launch-template", template, "--provision-max-hosts", "3", "--provision-interval", "1s")
@@ -157,6 +158,7 @@ func launchedFor(t *testing.T, ec2c *ec2.Client, setup []string) ec2types.Instan
 // no other in its place (its key waits out a backoff), and `lakeshore get`
 // of the queued work says why it waits, with the setup's output.
 func TestProvisionFailedHostSetupIsHeldBack(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ec2c, template := motoLaunchTemplate(t, "lakeshore-e2e-")
 	d := startDev(t, backends[1], "--provision-launch-template", template, "--provision-max-hosts", "3", "--provision-interval", "1s")
@@ -207,6 +209,7 @@ func TestProvisionFailedHostSetupIsHeldBack(t *testing.T) {
 // the api function invokes the provisioner function asynchronously through
 // the Lambda Invoke API, as on AWS.
 func TestProvisionNudgedBySubmit(t *testing.T) {
+	t.Parallel()
 	t.Run("in process", func(t *testing.T) { testProvisionNudged(t, backends[1]) })
 	t.Run("lambdas", func(t *testing.T) {
 		rieBin(t)
@@ -236,6 +239,7 @@ func testProvisionNudged(t *testing.T, b backend) {
 // (generic work still reaches it); the provisioner launches a host for
 // that key instead.
 func TestProvisionAsksAGenericWorkerToAdopt(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ec2c, template := motoLaunchTemplate(t, "lakeshore-adopt-")
 	d := startDev(t, backends[1], "--provision-launch-template", template, "--provision-max-hosts", "3", "--provision-interval", "1s")

@@ -15,6 +15,7 @@ import (
 // attempts are spent; each retried attempt shows in the history. Without a
 // policy a failure is final at once.
 func TestRetryPolicy(t *testing.T) {
+	t.Parallel()
 	forEachPlane(t, func(t *testing.T, b backend) {
 		d := startDev(t, b, "--stale-after", "4s")
 		op := d.Operator()

@@ -21,6 +21,7 @@ import (
 // restarts with the new enrollment token; the third knows only the new
 // ones and refuses the old. Work submitted all along finishes, each once.
 func TestTokenRotation(t *testing.T) {
+	t.Parallel()
 	shared, addr := sharedStore(t), fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	const (
 		oldEnroll, newEnroll     = "enroll-token-old-0123456789abcdef", "enroll-token-new-0123456789abcdef"

@@ -58,6 +58,7 @@ func cliOK(t *testing.T, d *devServer, args ...string) string {
 // job and run get then reads it done with cancelled = total. In process
 // and through the Lambda bootstraps.
 func TestRunCLI(t *testing.T) {
+	t.Parallel()
 	forEachPlane(t, testRunCLI)
 }
 

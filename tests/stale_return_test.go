@@ -27,6 +27,7 @@ const gatedBody = `i=0; while [ ! -e "$GATE" ] && [ $i -lt 600 ]; do sleep 0.1; 
 // done_count 8, none cancelled. Runs in process and through the Lambda
 // bootstraps.
 func TestStaleWorkerReturns(t *testing.T) {
+	t.Parallel()
 	for _, b := range []backend{backends[0], lambdasBackend} {
 		t.Run(b.name, func(t *testing.T) { staleWorkerReturns(t, b) })
 	}

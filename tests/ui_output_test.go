@@ -26,6 +26,7 @@ import (
 // colour with no escape left as text; attempt 1 of a SIGKILLed worker's
 // invocation opens from its row while attempt 2 runs elsewhere.
 func TestWebViewOutput(t *testing.T) {
+	t.Parallel()
 	exe := chromium(t)
 	// A stale window of 6 s, as TestWebViewInABrowser's: the killed worker
 	// reads stale soon, a live one on a loaded machine does not.

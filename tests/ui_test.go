@@ -77,6 +77,7 @@ const hostileLabel = "<script>document.title='pwned'</script><b>ui-c</b>\x1b[31m
 // a POST without the CSRF token is refused. Screenshots of the fleet page
 // and the timeline go to bin/ (ui-fleet.png, ui-timeline.png).
 func TestWebViewInABrowser(t *testing.T) {
+	t.Parallel()
 	exe := chromium(t)
 	// A stale window of 6 s: short enough that the killed worker reads
 	// stale soon, long enough that a live worker on a loaded machine does

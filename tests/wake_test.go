@@ -162,7 +162,9 @@ func TestNoWakeChannel(t *testing.T) {
 // work beyond one poll interval (5 s at the 60 s stale window): nymph falls
 // back to polling on the interval while it retries the socket.
 func TestWakeSocketLostOrBlocked(t *testing.T) {
+	t.Parallel()
 	t.Run("blocked", func(t *testing.T) {
+		t.Parallel()
 		d := startDev(t, backends[0], "--long-poll=false", "--stale-after", "60s")
 		p := newWakeProxy(t, d)
 		p.refuse.Store(true)
@@ -178,6 +180,7 @@ func TestWakeSocketLostOrBlocked(t *testing.T) {
 		}
 	})
 	t.Run("dropped", func(t *testing.T) {
+		t.Parallel()
 		d := startDev(t, backends[0], "--long-poll=false", "--stale-after", "60s")
 		p := newWakeProxy(t, d)
 		n := startNymph(t, p.dev(d), "dropped")

@@ -185,6 +185,8 @@ type fleetResult struct {
 	// storeBusyMS and storeBytes: the store's time serving each operation
 	// and the bytes it answered, first submit to drained.
 	storeBusyMS, storeBytes map[string]int
+	// storeConns: the connections the store accepted over the window.
+	storeConns int64
 	// planeCPU is the control plane's process group (`lakeshore dev`, and
 	// with --lambdas its emulators and bootstraps) over window; storeCPU
 	// the store process's (minidyn, or the proxy to moto: not moto
@@ -292,6 +294,7 @@ func (r fleetResult) table() string {
 	for _, op := range slices.Sorted(maps.Keys(r.dynamoAll)) {
 		fmt.Fprintf(&s, " %s %d/%d ms/%d KB", op, r.dynamoAll[op], r.storeBusyMS[op], r.storeBytes[op]>>10)
 	}
+	fmt.Fprintf(&s, "\nconnections the store accepted over the window: %d", r.storeConns)
 	fmt.Fprintf(&s, "\nCPU over the window: control plane %.1f s (%.0f%% of a core), store %.1f s (%.0f%%), simulator %.1f s (%.0f%%)\n",
 		r.planeCPU, 100*r.planeCPU/secs, r.storeCPU, 100*r.storeCPU/secs, r.simCPU, 100*r.simCPU/secs)
 	fmt.Fprintf(&s, "workers let go while alive %d, failed requests %d\n", r.letGo, r.failures)
@@ -360,7 +363,8 @@ func serveFleetStore(upstreamURL string) int {
 		}
 		defer func() { pprof.StopCPUProfile(); _ = f.Close() }()
 	}
-	srv := &http.Server{Handler: (&dynamoCounts{}).wrap(upstream), ReadHeaderTimeout: 10 * time.Second}
+	counts := &dynamoCounts{}
+	srv := &http.Server{Handler: counts.wrap(upstream), ConnState: counts.countConn, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	fmt.Printf("LAKESHORE_FLEET_STORE_URL=http://%s\n", ln.Addr())
 	_, _ = io.Copy(io.Discard, os.Stdin)
@@ -554,6 +558,7 @@ func runFleet(t testing.TB, cfg fleetConfig, show func(string)) fleetResult {
 	r.dynamoAll, r.failedWrites = r.dynamo, diffCounts(counts1.FailedWrites, counts0.FailedWrites)
 	r.failedByTable = diffCounts(counts1.FailedByTable, counts0.FailedByTable)
 	r.storeBusyMS, r.storeBytes = diffCounts(counts1.BusyMS, counts0.BusyMS), diffCounts(counts1.BytesOut, counts0.BytesOut)
+	r.storeConns = counts1.Connections - counts0.Connections
 	if cfg.rate > 0 {
 		r.submitted = len(sent)
 		drainStart := time.Now()

@@ -9,6 +9,7 @@ import (
 	"io"
 	"maps"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -121,6 +122,9 @@ type dynamoCounts struct {
 	// operation and the bytes it answered, to tell where its time goes.
 	mu               sync.Mutex
 	busyMS, bytesOut map[string]int
+	// conns counts the connections the store accepted: a client that
+	// closes connections it could keep pays a dial per request.
+	conns atomic.Int64
 }
 
 // storeCounts is a snapshot of dynamoCounts, as the store process serves it.
@@ -130,6 +134,7 @@ type storeCounts struct {
 	FailedByTable map[string]int `json:"failed_by_table"`
 	BusyMS        map[string]int `json:"busy_ms"`
 	BytesOut      map[string]int `json:"bytes_out"`
+	Connections   int64          `json:"connections"`
 }
 
 // countsPath is where the store process serves its counts.
@@ -142,7 +147,7 @@ func (c *dynamoCounts) wrap(next http.Handler) http.Handler {
 			w.Header().Set("Content-Type", "application/json")
 			c.mu.Lock()
 			out := storeCounts{Requests: c.requests.Snapshot(), FailedWrites: c.failedWrites.Snapshot(), FailedByTable: c.failedByTable.Snapshot(),
-				BusyMS: maps.Clone(c.busyMS), BytesOut: maps.Clone(c.bytesOut)}
+				BusyMS: maps.Clone(c.busyMS), BytesOut: maps.Clone(c.bytesOut), Connections: c.conns.Load()}
 			c.mu.Unlock()
 			_ = json.NewEncoder(w).Encode(out)
 			return
@@ -174,6 +179,13 @@ func (c *dynamoCounts) wrap(next http.Handler) http.Handler {
 			}
 		}
 	})
+}
+
+// countConn counts each connection the store accepts (http.Server.ConnState).
+func (c *dynamoCounts) countConn(_ net.Conn, st http.ConnState) {
+	if st == http.StateNew {
+		c.conns.Add(1)
+	}
 }
 
 // peekTable reads the table a single-item write names, leaving r's body

@@ -556,13 +556,13 @@ func openStore(ctx context.Context, kind string, log *slog.Logger) (*dynamodb.Cl
 		hs := &http.Server{Handler: embedded.Handler(), ReadHeaderTimeout: 10 * time.Second}
 		go func() { _ = hs.Serve(ln) }()
 		endpoint := "http://" + ln.Addr().String()
-		return store.EndpointClient(endpoint), endpoint, func() { _ = hs.Close() }, nil
+		return store.EndpointClient(endpoint, store.SharedConnections(store.ServerPool)), endpoint, func() { _ = hs.Close() }, nil
 	case "aws":
 		cfg, err := config.LoadDefaultConfig(ctx, config.WithLogger(logjson.SDK(log)))
 		if err != nil {
 			return nil, "", nil, fmt.Errorf("load AWS config: %w", err)
 		}
-		return dynamodb.NewFromConfig(cfg), "", func() {}, nil
+		return dynamodb.NewFromConfig(cfg, store.SharedConnections(store.ServerPool)), "", func() {}, nil
 	default:
 		return nil, "", nil, fmt.Errorf("--store must be embedded or aws, got %q", kind)
 	}

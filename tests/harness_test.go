@@ -54,9 +54,13 @@ func TestMain(m *testing.M) {
 // testParallel is how many of this package's parallel tests run at once
 // unless -parallel says otherwise. Those that call t.Parallel mostly wait
 // on real clocks (poll intervals, keep-alives, graces, a daemon's hello
-// backoff) and use little CPU, so more of them than the machine has cores
-// share it well; CPU-heavy tests (the browser, the fleet, the fault table
-// with its 3 s stale window) stay serial.
+// backoff, the browser's 2 s refreshes) more than they compute, so more of
+// them than the machine has cores share it well. Every invariant they
+// check holds under any timing (the fault table's: nothing lost, nothing
+// counted twice), and their clock bounds are generous. Serial still: the
+// drain notice's 2 s bound (TestBodiesSeeTheLifecycle), the fleet smoke
+// test (CPU), and the fault that restarts a control plane on a port it
+// freed (TestFaultControlPlaneRestart).
 const testParallel = 4
 
 // parallelByDefault sets -test.parallel to n when the command line did not.

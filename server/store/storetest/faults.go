@@ -169,26 +169,23 @@ func (t *FaultyTransport) SetSchedule(s Schedule) {
 // loses the answer of the next transaction, and with three faults also its
 // SDK retries (each attempt is a request).
 func (t *FaultyTransport) Next(op string, faults ...Fault) {
-	t.mu.Lock()
-	first := t.perOp[op] + 1
-	t.mu.Unlock()
-	faults = append([]Fault(nil), faults...)
-	t.SetSchedule(func(c Call) Fault {
-		if c.Op == op && c.N >= first && c.N < first+len(faults) {
-			return faults[c.N-first]
-		}
-		return NoFault
-	})
+	t.nextWhere(func(c Call) bool { return c.Op == op }, faults)
 }
 
 // NextIn is Next for the requests of op to table only: NextIn("PutItem",
 // invocations, DropAfter) loses the answer of the next put of an
 // invocation, whatever other puts come first.
 func (t *FaultyTransport) NextIn(op, table string, faults ...Fault) {
+	t.nextWhere(func(c Call) bool { return c.Op == op && c.Table == table }, faults)
+}
+
+// nextWhere injects faults, in order, into the next len(faults) requests
+// that match, and nothing else.
+func (t *FaultyTransport) nextWhere(match func(Call) bool, faults []Fault) {
 	faults = append([]Fault(nil), faults...)
 	seen := 0 // the schedule runs under t.mu
 	t.SetSchedule(func(c Call) Fault {
-		if c.Op != op || c.Table != table || seen >= len(faults) {
+		if seen >= len(faults) || !match(c) {
 			return NoFault
 		}
 		seen++

@@ -182,6 +182,8 @@ type fleetResult struct {
 	failedWrites map[string]int
 	// failedByTable: the refused single-item writes by operation and table.
 	failedByTable map[string]int
+	// byTarget: every request by operation, table and index.
+	byTarget map[string]int
 	// storeBusyMS and storeBytes: the store's time serving each operation
 	// and the bytes it answered, first submit to drained.
 	storeBusyMS, storeBytes map[string]int
@@ -293,6 +295,10 @@ func (r fleetResult) table() string {
 	fmt.Fprintf(&s, "store, by operation (requests, ms serving them, KB answered; over the window, or first submit to drained):")
 	for _, op := range slices.Sorted(maps.Keys(r.dynamoAll)) {
 		fmt.Fprintf(&s, " %s %d/%d ms/%d KB", op, r.dynamoAll[op], r.storeBusyMS[op], r.storeBytes[op]>>10)
+	}
+	fmt.Fprintf(&s, "\nstore, by table and index (requests; the same span):")
+	for _, k := range slices.Sorted(maps.Keys(r.byTarget)) {
+		fmt.Fprintf(&s, " %s %d;", k, r.byTarget[k])
 	}
 	fmt.Fprintf(&s, "\nconnections the store accepted over the window: %d", r.storeConns)
 	fmt.Fprintf(&s, "\nCPU over the window: control plane %.1f s (%.0f%% of a core), store %.1f s (%.0f%%), simulator %.1f s (%.0f%%)\n",
@@ -557,6 +563,7 @@ func runFleet(t testing.TB, cfg fleetConfig, show func(string)) fleetResult {
 	r.dynamo = diffCounts(counts1.Requests, counts0.Requests)
 	r.dynamoAll, r.failedWrites = r.dynamo, diffCounts(counts1.FailedWrites, counts0.FailedWrites)
 	r.failedByTable = diffCounts(counts1.FailedByTable, counts0.FailedByTable)
+	r.byTarget = diffCounts(counts1.ByTarget, counts0.ByTarget)
 	r.storeBusyMS, r.storeBytes = diffCounts(counts1.BusyMS, counts0.BusyMS), diffCounts(counts1.BytesOut, counts0.BytesOut)
 	r.storeConns = counts1.Connections - counts0.Connections
 	if cfg.rate > 0 {
@@ -575,6 +582,7 @@ func runFleet(t testing.TB, cfg fleetConfig, show func(string)) fleetResult {
 		r.dynamoAll = diffCounts(counts2.Requests, counts0.Requests)
 		r.failedWrites = diffCounts(counts2.FailedWrites, counts0.FailedWrites)
 		r.failedByTable = diffCounts(counts2.FailedByTable, counts0.FailedByTable)
+		r.byTarget = diffCounts(counts2.ByTarget, counts0.ByTarget)
 		r.storeBusyMS = diffCounts(counts2.BusyMS, counts0.BusyMS)
 		r.storeBytes = diffCounts(counts2.BytesOut, counts0.BytesOut)
 		if c, k := scrapeClaims(d); c >= 0 {

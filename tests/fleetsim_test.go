@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -118,6 +119,10 @@ type dynamoCounts struct {
 	// table ("PutItem invocations"), to tell a claim's lost race from
 	// another refused write.
 	failedByTable storetest.Counter
+	// byTarget counts every request by operation, table and index
+	// ("Query invocations/claim"; a transaction names each table it
+	// writes), to tell which path makes the requests.
+	byTarget storetest.Counter
 	// busyMS and bytesOut: the milliseconds the store spent serving each
 	// operation and the bytes it answered, to tell where its time goes.
 	mu               sync.Mutex
@@ -132,6 +137,7 @@ type storeCounts struct {
 	Requests      map[string]int `json:"requests"`
 	FailedWrites  map[string]int `json:"failed_writes"`
 	FailedByTable map[string]int `json:"failed_by_table"`
+	ByTarget      map[string]int `json:"by_target"`
 	BusyMS        map[string]int `json:"busy_ms"`
 	BytesOut      map[string]int `json:"bytes_out"`
 	Connections   int64          `json:"connections"`
@@ -146,7 +152,7 @@ func (c *dynamoCounts) wrap(next http.Handler) http.Handler {
 		if r.URL.Path == countsPath {
 			w.Header().Set("Content-Type", "application/json")
 			c.mu.Lock()
-			out := storeCounts{Requests: c.requests.Snapshot(), FailedWrites: c.failedWrites.Snapshot(), FailedByTable: c.failedByTable.Snapshot(),
+			out := storeCounts{Requests: c.requests.Snapshot(), FailedWrites: c.failedWrites.Snapshot(), FailedByTable: c.failedByTable.Snapshot(), ByTarget: c.byTarget.Snapshot(),
 				BusyMS: maps.Clone(c.busyMS), BytesOut: maps.Clone(c.bytesOut), Connections: c.conns.Load()}
 			c.mu.Unlock()
 			_ = json.NewEncoder(w).Encode(out)
@@ -157,9 +163,11 @@ func (c *dynamoCounts) wrap(next http.Handler) http.Handler {
 			op = o
 		}
 		c.requests.Add(op)
+		target := peekTarget(r)
+		c.byTarget.Add(op + " " + target)
 		table := ""
 		if op == "PutItem" || op == "UpdateItem" || op == "DeleteItem" {
-			table = peekTable(r)
+			table = target
 		}
 		s := &failureSniffer{ResponseWriter: w}
 		began := time.Now()
@@ -188,19 +196,49 @@ func (c *dynamoCounts) countConn(_ net.Conn, st http.ConnState) {
 	}
 }
 
-// peekTable reads the table a single-item write names, leaving r's body
-// whole for the store; "" when it cannot tell.
-func peekTable(r *http.Request) string {
+// peekTarget reads what a request names, leaving r's body whole for the
+// store: its table, and "/index" for a Query of an index; a transaction's
+// tables, each once, joined by "+". "" when it cannot tell. It scans the
+// body for the names (the SDK writes compact JSON) rather than decode it:
+// the store process pays for every request it counts.
+func peekTarget(r *http.Request) string {
 	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
 	r.Body = io.NopCloser(io.MultiReader(bytes.NewReader(body), r.Body))
 	if err != nil {
 		return ""
 	}
-	var req struct{ TableName string }
-	if json.Unmarshal(body, &req) != nil {
-		return ""
+	var tables []string
+	for rest := body; ; {
+		name, after, ok := stringField(rest, `"TableName":"`)
+		if !ok {
+			break
+		}
+		if !slices.Contains(tables, name) {
+			tables = append(tables, name)
+		}
+		rest = after
 	}
-	return req.TableName
+	target := strings.Join(tables, "+")
+	if index, _, ok := stringField(body, `"IndexName":"`); ok {
+		target += "/" + index
+	}
+	return target
+}
+
+// stringField finds the first field whose opening is key (`"Name":"`) in
+// compact JSON and returns its value (unescaped names only: table and
+// index names have no quotes) and the bytes after it.
+func stringField(body []byte, key string) (string, []byte, bool) {
+	i := bytes.Index(body, []byte(key))
+	if i < 0 {
+		return "", nil, false
+	}
+	rest := body[i+len(key):]
+	end := bytes.IndexByte(rest, '"')
+	if end < 0 {
+		return "", nil, false
+	}
+	return string(rest[:end]), rest[end+1:], true
 }
 
 // failureSniffer keeps the status and the start of an error answer's body.

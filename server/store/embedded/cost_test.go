@@ -70,14 +70,14 @@ func TestQueryCostIndependentOfTable(t *testing.T) {
 	for i, others := range []int{10, 10_000} {
 		srv, e := costTable(t, others)
 		for _, q := range hotQueries {
-			var before, after, answered int
-			e.locked(func() { before, answered = e.evaluated, e.answered })
+			var before, after, answered int64
+			e.locked(func() { before, answered = e.evaluated.Load(), e.answered.Load() })
 			body, _ := json.Marshal(q)
 			code, out := post(t, srv, "Query", body)
 			if code != http.StatusOK {
 				t.Fatalf("Query %s: %d %s", body, code, out)
 			}
-			e.locked(func() { after, answered = e.evaluated, e.answered-answered })
+			e.locked(func() { after, answered = e.evaluated.Load(), e.answered.Load()-answered })
 			if answered != 1 {
 				t.Fatalf("Query %s was not answered from the shadow", body)
 			}
@@ -85,10 +85,10 @@ func TestQueryCostIndependentOfTable(t *testing.T) {
 			if err := json.Unmarshal(out, &res); err != nil {
 				t.Fatalf("decode %s: %v", out, err)
 			}
-			if res.Count == 0 || after-before != res.Count {
+			if res.Count == 0 || int(after-before) != res.Count {
 				t.Errorf("%d other items: Query %s answered %d items and read %d", others, body, res.Count, after-before)
 			}
-			reads[i] = append(reads[i], after-before)
+			reads[i] = append(reads[i], int(after-before))
 		}
 	}
 	if fmt.Sprint(reads[0]) != fmt.Sprint(reads[1]) {

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/truora/minidyn/server"
 )
@@ -47,9 +48,22 @@ func newHandler(fast bool) http.Handler {
 func newHandlerEngine(fast bool) (http.Handler, *engine) {
 	e := newEngine(fast)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		e.mu.Lock()
-		defer e.mu.Unlock()
-		rec := e.serve(r)
+		// The request is read, and its answer written, outside the engine's
+		// lock: a slow client holds up nobody else.
+		body, err := io.ReadAll(r.Body)
+		var rec *recorder
+		switch {
+		case err != nil:
+			rec = newRecorder()
+			rec.WriteHeader(http.StatusBadRequest)
+			_, _ = rec.Write([]byte("read request: " + err.Error()))
+		default:
+			if rec = e.read(r, body); rec == nil {
+				e.mu.Lock()
+				rec = e.serve(r, body)
+				e.mu.Unlock()
+			}
+		}
 		for k, v := range rec.header {
 			w.Header()[k] = v
 		}
@@ -61,18 +75,23 @@ func newHandlerEngine(fast bool) (http.Handler, *engine) {
 	}), e
 }
 
-// engine is minidyn and, when fast, the shadow of its tables. It serves
-// one request at a time (mu), so the shadow always agrees with minidyn.
+// engine is minidyn and, when fast, the shadow of its tables. Its writes,
+// and every request minidyn answers, are served one at a time (mu held),
+// so the shadow always agrees with minidyn; the reads the shadow answers
+// (GetItem, Query) are served side by side (mu held for reading), since
+// nothing changes while they read.
 type engine struct {
-	mu     sync.Mutex
+	mu     sync.RWMutex
 	mini   *server.Server
 	fast   bool
 	tables map[string]*shadowTable
 	// evaluated counts the items the shadow's Queries have read: the
 	// measure of a Query's work that the tests pin.
-	evaluated int
+	evaluated atomic.Int64
 	// answered counts the Queries the shadow answered.
-	answered int
+	answered atomic.Int64
+	// gotItems counts the GetItems the shadow answered.
+	gotItems atomic.Int64
 	// transacted counts the TransactWriteItems the engine applied item
 	// by item; undone those it put back when a write failed.
 	transacted, undone int
@@ -89,16 +108,42 @@ func newEngine(fast bool) *engine {
 	return &engine{mini: server.NewServer(), fast: fast, tables: map[string]*shadowTable{}}
 }
 
-// serve answers one request.
-func (e *engine) serve(r *http.Request) *recorder {
-	op := operation(r)
-	body, err := io.ReadAll(r.Body)
-	if err != nil {
-		rec := newRecorder()
-		rec.WriteHeader(http.StatusBadRequest)
-		_, _ = rec.Write([]byte("read request: " + err.Error()))
-		return rec
+// read answers a GetItem or Query that the shadow answers, reading the
+// engine alongside other reads; nil when the request must be served alone
+// (serve): any other request, and a read the shadow leaves to minidyn or
+// refuses.
+func (e *engine) read(r *http.Request, body []byte) *recorder {
+	if !e.fast || r.Method != http.MethodPost {
+		return nil
 	}
+	var answer []byte
+	switch operation(r) {
+	case "GetItem":
+		e.mu.RLock()
+		answer = e.answerGetItem(body)
+		e.mu.RUnlock()
+	case "Query":
+		e.mu.RLock()
+		answer, _, _ = e.query(body)
+		e.mu.RUnlock()
+	}
+	if answer == nil {
+		return nil
+	}
+	return jsonAnswer(answer)
+}
+
+// jsonAnswer is a successful answer of body.
+func jsonAnswer(body []byte) *recorder {
+	rec := newRecorder()
+	rec.header.Set("Content-Type", "application/x-amz-json-1.0")
+	_, _ = rec.Write(body)
+	return rec
+}
+
+// serve answers one request, with the engine to itself.
+func (e *engine) serve(r *http.Request, body []byte) *recorder {
+	op := operation(r)
 	if !e.fast || r.Method != http.MethodPost {
 		return e.call(r, body)
 	}
@@ -108,13 +153,13 @@ func (e *engine) serve(r *http.Request) *recorder {
 		answer, index, reason := e.query(body)
 		switch {
 		case answer != nil:
-			e.answered++
-			rec = newRecorder()
-			rec.header.Set("Content-Type", "application/x-amz-json-1.0")
-			_, _ = rec.Write(answer)
-			return rec
+			return jsonAnswer(answer)
 		case index:
 			return e.indexQueryError(r, body, reason)
+		}
+	case "GetItem":
+		if answer := e.answerGetItem(body); answer != nil {
+			return jsonAnswer(answer)
 		}
 	case "Scan":
 		if refused, ok := e.scan(body); ok {
@@ -132,7 +177,7 @@ func (e *engine) serve(r *http.Request) *recorder {
 		}
 	}
 	rec = e.call(r, body)
-	e.observe(op, body)
+	e.observe(op, body, rec.code == http.StatusOK)
 	return rec
 }
 
@@ -163,12 +208,15 @@ func (r *recorder) Header() http.Header         { return r.header }
 func (r *recorder) WriteHeader(code int)        { r.code = code }
 func (r *recorder) Write(p []byte) (int, error) { return r.body.Write(p) }
 
-// observe brings the shadow up to date after minidyn answered op: a
-// deleted table loses its shadow, and every key a write named is read
-// again from minidyn, whether the write succeeded or not (a failed
-// conditional write changes nothing; a failed put can still have stored
-// the item in minidyn before its index update failed).
-func (e *engine) observe(op string, body []byte) {
+// observe brings the shadow up to date after minidyn answered op (ok: it
+// succeeded). A deleted table loses its shadow. A put that succeeded
+// stored its item as the request gives it, and a delete that succeeded
+// left no item: the shadow takes both from the request. Every other key a
+// write named is read again from minidyn, whether the write succeeded or
+// not (an update's item is minidyn's to compute; a failed conditional
+// write changes nothing, but a failed put can still have stored the item
+// in minidyn before its index update failed).
+func (e *engine) observe(op string, body []byte, ok bool) {
 	switch op {
 	case "DeleteTable":
 		var in struct{ TableName *string }
@@ -176,8 +224,8 @@ func (e *engine) observe(op string, body []byte) {
 			delete(e.tables, *in.TableName)
 		}
 	case "PutItem", "UpdateItem", "DeleteItem":
-		// Only the table key is read out of the request: a put's whole item
-		// would cost a decode for nothing.
+		// A put's whole item is decoded only when the shadow takes it:
+		// otherwise the table key alone is read out of the request.
 		var in struct {
 			TableName *string
 			Item, Key map[string]json.RawMessage
@@ -185,13 +233,33 @@ func (e *engine) observe(op string, body []byte) {
 		if json.Unmarshal(body, &in) != nil || in.TableName == nil {
 			return
 		}
-		if t := e.tables[*in.TableName]; t != nil {
-			m := in.Key
-			if op == "PutItem" {
-				m = in.Item
-			}
-			e.refresh(in.TableName, t.rawKey(m))
+		t := e.tables[*in.TableName]
+		if t == nil {
+			return
 		}
+		switch {
+		case ok && op == "PutItem":
+			var put struct {
+				Item map[string]*server.AttributeValue
+			}
+			if json.Unmarshal(body, &put) == nil {
+				e.written(in.TableName, put.Item, put.Item)
+				return
+			}
+		case ok && op == "DeleteItem":
+			var del struct {
+				Key map[string]*server.AttributeValue
+			}
+			if json.Unmarshal(body, &del) == nil {
+				e.written(in.TableName, del.Key, nil)
+				return
+			}
+		}
+		m := in.Key
+		if op == "PutItem" {
+			m = in.Item
+		}
+		e.refresh(in.TableName, t.rawKey(m))
 	case "BatchWriteItem":
 		var in server.BatchWriteItemInput
 		if json.Unmarshal(body, &in) != nil {
@@ -248,4 +316,53 @@ func (e *engine) refresh(tableName *string, m map[string]*server.AttributeValue)
 		return
 	}
 	t.set(h, r, item)
+}
+
+// written makes the shadow hold item (nil: none) under the table key that
+// key holds, as a write minidyn took left it: a put stores its item as
+// given, a delete leaves none. A key the shadow cannot read is read again
+// from minidyn instead (refresh).
+func (e *engine) written(tableName *string, key, item map[string]*server.AttributeValue) {
+	t := e.tables[deref(tableName)]
+	if t == nil {
+		return
+	}
+	h, r, ok := t.tableKey(key)
+	if !ok {
+		e.refresh(tableName, key)
+		return
+	}
+	t.set(h, r, item)
+}
+
+// answerGetItem answers a GetItem of a whole item from the table's shadow,
+// which holds every item as minidyn last answered or took it. It answers
+// nil, and minidyn answers, for a table it does not shadow (or lost track
+// of), a projection or expression names, and a key that is not exactly
+// the table's key attributes of their types, so minidyn's errors stay its
+// own.
+func (e *engine) answerGetItem(body []byte) []byte {
+	var in server.GetItemInput
+	if json.Unmarshal(body, &in) != nil || in.TableName == nil || len(in.AttributesToGet) > 0 ||
+		in.ProjectionExpression != nil || len(in.ExpressionAttributeNames) > 0 {
+		return nil
+	}
+	t := e.tables[*in.TableName]
+	if t == nil || t.broken {
+		return nil
+	}
+	h, r, ok := t.tableKey(in.Key)
+	if !ok || len(in.Key) != len(t.keyOf(t.primary, in.Key)) || h.raw == "" || (r.typ != 0 && r.raw == "") {
+		return nil
+	}
+	var out server.GetItemOutput
+	if it := t.items[tableKeyID(h, r)]; it != nil {
+		out.Item = it.wire
+	}
+	answer, err := encode(&out)
+	if err != nil {
+		return nil
+	}
+	e.gotItems.Add(1)
+	return answer
 }

@@ -139,7 +139,7 @@ func (e *engine) query(body []byte) (answer []byte, index bool, reason string) {
 			i = hi - 1 - n
 		}
 		it := entries[i]
-		e.evaluated++
+		e.evaluated.Add(1)
 		scanned++
 		last = it
 		matched := true
@@ -174,6 +174,7 @@ func (e *engine) query(body []byte) (answer []byte, index bool, reason string) {
 	if err != nil {
 		return refuse("encode the answer: " + err.Error())
 	}
+	e.answered.Add(1)
 	return answer, index, ""
 }
 

@@ -53,13 +53,13 @@ func (p *pair) shadowed(table string) (ok bool) {
 
 // evaluated is how many items the fast handler's Queries have read.
 func (p *pair) evaluated() (n int) {
-	p.fastEngine.locked(func() { n = p.fastEngine.evaluated })
+	p.fastEngine.locked(func() { n = int(p.fastEngine.evaluated.Load()) })
 	return n
 }
 
 // answered is how many Queries the fast handler answered from its shadow.
 func (p *pair) answered() (n int) {
-	p.fastEngine.locked(func() { n = p.fastEngine.answered })
+	p.fastEngine.locked(func() { n = int(p.fastEngine.answered.Load()) })
 	return n
 }
 

@@ -6,6 +6,7 @@ import (
 	"math/big"
 	"slices"
 	"strconv"
+	"sync/atomic"
 
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/truora/minidyn/server"
@@ -44,8 +45,9 @@ type shadowItem struct {
 	id   string // tableKeyID of its table key
 	wire map[string]*server.AttributeValue
 	// typed is wire converted, made when a filter or projection first
-	// reads the item.
-	typed map[string]*types.Item
+	// reads the item (by any of the reads served side by side: each makes
+	// the same).
+	typed atomic.Pointer[map[string]*types.Item]
 	// hashVal and rngVal are the table key, the tie-break of index entries.
 	hashVal, rngVal keyValue
 	// in holds where the item is in each index it is in (by index name;
@@ -315,10 +317,12 @@ func (idx *shadowIndex) remove(name string, it *shadowItem) {
 
 // typedItem is the item as minidyn's interpreter reads it.
 func (it *shadowItem) typedItem() map[string]*types.Item {
-	if it.typed == nil {
-		it.typed = toTypes(it.wire)
+	if typed := it.typed.Load(); typed != nil {
+		return *typed
 	}
-	return it.typed
+	typed := toTypes(it.wire)
+	it.typed.Store(&typed)
+	return typed
 }
 
 // toTypes converts a wire item to the form minidyn's interpreter reads.

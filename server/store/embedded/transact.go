@@ -199,10 +199,17 @@ func (e *engine) undo(applied []*txOp) {
 	}
 }
 
-// refreshOps brings the shadow up to date for every item ops wrote.
+// refreshOps brings the shadow up to date for every item ops wrote: a
+// put's item and a delete's absence as the requests give them, an
+// update's item as minidyn computed it.
 func (e *engine) refreshOps(ops []*txOp) {
 	for _, op := range ops {
-		if op.op != "" {
+		switch w := op.write.(type) {
+		case server.PutItemInput:
+			e.written(op.tableName, op.key, w.Item)
+		case server.DeleteItemInput:
+			e.written(op.tableName, op.key, nil)
+		case server.UpdateItemInput:
 			e.refresh(op.tableName, op.key)
 		}
 	}

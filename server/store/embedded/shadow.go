@@ -2,7 +2,6 @@ package embedded
 
 import (
 	"cmp"
-	"encoding/json"
 	"math/big"
 	"slices"
 	"strconv"
@@ -233,19 +232,6 @@ func (t *shadowTable) tableKey(m map[string]*server.AttributeValue) (h, r keyVal
 	return h, r, ok
 }
 
-// rawKey decodes the table key attributes of an undecoded item or key map;
-// any it cannot decode are left out.
-func (t *shadowTable) rawKey(m map[string]json.RawMessage) map[string]*server.AttributeValue {
-	out := map[string]*server.AttributeValue{}
-	for _, a := range []string{t.primary.hash, t.primary.rng} {
-		var v server.AttributeValue
-		if raw, ok := m[a]; ok && a != "" && json.Unmarshal(raw, &v) == nil {
-			out[a] = &v
-		}
-	}
-	return out
-}
-
 // indexKey reads an index's key out of an item: an item without both key
 // attributes, or with one of another type, is not in the index (sparse).
 func (t *shadowTable) indexKey(idx *shadowIndex, m map[string]*server.AttributeValue) (h, r keyValue, ok bool) {
@@ -267,7 +253,7 @@ func (t *shadowTable) each(f func(name string, idx *shadowIndex)) {
 	}
 }
 
-// set makes the item of key (h, r) what minidyn answered: item, or none
+// set makes the item of key (h, r) what minidyn holds: item, or none
 // when item is nil. It costs a binary search and a slice move per index.
 func (t *shadowTable) set(h, r keyValue, item map[string]*server.AttributeValue) {
 	id := tableKeyID(h, r)

@@ -43,12 +43,11 @@ type txOp struct {
 // request it does not read as plainly valid, for a condition that fails or
 // errs, and when a write fails (after putting back every item written so
 // far): minidyn's answer is then exactly what it answers today.
-func (e *engine) transact(body []byte) *recorder {
-	var in server.TransactWriteItemsInput
+func (e *engine) transact(in *server.TransactWriteItemsInput) *recorder {
 	// A ClientRequestToken (the AWS SDK sends one with every transaction)
 	// is read and ignored, as minidyn ignores it: a retried transaction is
 	// applied again, its conditions deciding.
-	if json.Unmarshal(body, &in) != nil || len(in.TransactItems) == 0 || len(in.TransactItems) > maxTransactItems {
+	if in == nil || len(in.TransactItems) == 0 || len(in.TransactItems) > maxTransactItems {
 		return nil
 	}
 	ops := make([]*txOp, 0, len(in.TransactItems))

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"strings"
@@ -39,11 +38,7 @@ func (g *diffGen) richItem(pk string, k int) map[string]any {
 func TestShadowHoldsWhatMinidynHolds(t *testing.T) {
 	for seed := range uint64(3) {
 		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
-			p := newPair(t)
-			g := &diffGen{r: rand.New(rand.NewPCG(seed, 13)), starts: map[string][]map[string]any{}, dropped: map[string]bool{}}
-			for _, tbl := range diffTables {
-				p.both("CreateTable", tbl)
-			}
+			p, g := newDiff(t, seed, 13)
 			gets := 0
 			for i := range 500 {
 				switch i % 5 {

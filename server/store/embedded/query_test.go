@@ -162,6 +162,18 @@ func indexSpec(name string, key []any, projection string, include ...string) map
 	return map[string]any{"IndexName": name, "KeySchema": key, "Projection": p}
 }
 
+// newDiff is a pair with the differential tables (diffTables) created on
+// both handlers, and a generator drawing from stream of seed.
+func newDiff(t *testing.T, seed, stream uint64) (*pair, *diffGen) {
+	t.Helper()
+	p := newPair(t)
+	g := &diffGen{r: rand.New(rand.NewPCG(seed, stream)), starts: map[string][]map[string]any{}, dropped: map[string]bool{}}
+	for _, tbl := range diffTables {
+		p.both("CreateTable", tbl)
+	}
+	return p, g
+}
+
 // diffGen draws the random operations of one run.
 type diffGen struct {
 	r *rand.Rand
@@ -586,11 +598,7 @@ func (p *pair) compareQuery(g *diffGen, q querySpec, viaSDK bool) {
 func TestQueryMatchesMinidyn(t *testing.T) {
 	for seed := range uint64(4) {
 		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
-			p := newPair(t)
-			g := &diffGen{r: rand.New(rand.NewPCG(seed, 7)), starts: map[string][]map[string]any{}, dropped: map[string]bool{}}
-			for _, tbl := range diffTables {
-				p.both("CreateTable", tbl)
-			}
+			p, g := newDiff(t, seed, 7)
 			queries := 0
 			steps := func(n int) {
 				for i := range n {

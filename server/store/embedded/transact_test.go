@@ -3,7 +3,6 @@ package embedded
 import (
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
 	"net/http"
 	"testing"
 )
@@ -89,11 +88,7 @@ func (g *diffGen) transaction() map[string]any {
 func TestTransactMatchesMinidyn(t *testing.T) {
 	for seed := range uint64(4) {
 		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
-			p := newPair(t)
-			g := &diffGen{r: rand.New(rand.NewPCG(seed, 11)), starts: map[string][]map[string]any{}, dropped: map[string]bool{}}
-			for _, tbl := range diffTables {
-				p.both("CreateTable", tbl)
-			}
+			p, g := newDiff(t, seed, 11)
 			ok := 0
 			for i := range 400 {
 				op, req := "TransactWriteItems", g.transaction()

@@ -118,6 +118,11 @@ func (s *Store) claimRound(ctx context.Context, w domain.Worker, part string, wi
 	window = max(window, want)
 	lost := 0
 	full := false
+	// readWhole: this round read the partition and found all of it (the
+	// read did not fill its window). Once those candidates are taken, a
+	// second read at once would find only what arrived in between, which
+	// its submit wakes a poll for: the round ends instead of reading again.
+	readWhole := false
 	for got < want {
 		// Each lost race means the candidates we hold are going stale under
 		// other pollers: after as many losses as claims wanted, a fresh read
@@ -130,10 +135,19 @@ func (s *Store) claimRound(ctx context.Context, w domain.Worker, part string, wi
 		}
 		now := s.now()
 		inv, ok, wasFull, err := s.pool.take(part, now, s.ClaimPoolTTL, s.SpreadClaims, func(trying int, span *claimSpan) ([]domain.Invocation, bool, error) {
-			if span != nil {
-				return s.readSpread(ctx, part, min(spreadWindow+trying, maxClaimWindow), span, now)
+			if readWhole {
+				return nil, false, nil
 			}
-			return s.readCandidates(ctx, part, min(window+trying, maxClaimWindow))
+			var invs []domain.Invocation
+			var full bool
+			var err error
+			if span != nil {
+				invs, full, err = s.readSpread(ctx, part, min(spreadWindow+trying, maxClaimWindow), span, now)
+			} else {
+				invs, full, err = s.readCandidates(ctx, part, min(window+trying, maxClaimWindow))
+			}
+			readWhole = err == nil && !full
+			return invs, full, err
 		})
 		if err != nil {
 			return got, false, false, err

@@ -241,3 +241,34 @@ func TestShardedClaims(t *testing.T) {
 		t.Fatalf("handed back to %v, want the shards they came from %v", after, before)
 	}
 }
+
+// TestClaimReadsAWholeQueueOnce: a claim for more than a queue holds reads
+// its partition once, takes all of it, and does not read again for the
+// rest of what it wants; the next claim reads afresh and finds what came
+// since.
+func TestClaimReadsAWholeQueueOnce(t *testing.T) {
+	ss, counter := countedStores(t, 1)
+	s := ss[0]
+	ctx := context.Background()
+	svc := storetest.Control(s)
+	for i := range 2 {
+		if _, _, err := svc.Submit(ctx, submitReq("job", fmt.Sprint(i)).Spec()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w := benchWorker(t, s, "m1", "")
+	counter.Reset()
+	res, err := s.Claim(ctx, w, "q", 4)
+	if err != nil || len(res.Claimed) != 2 {
+		t.Fatalf("claim of 4 from a queue of 2 = %d claimed, %v", len(res.Claimed), err)
+	}
+	if got := counter.Snapshot()["Query"]; got != 1 {
+		t.Errorf("claim of 4 from a queue of 2: %d claim index queries, want 1", got)
+	}
+	if _, _, err := svc.Submit(ctx, submitReq("job", "late").Spec()); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := s.Claim(ctx, w, "q", 4); err != nil || len(res.Claimed) != 1 {
+		t.Fatalf("the next claim = %d claimed, %v; want the one submitted since", len(res.Claimed), err)
+	}
+}

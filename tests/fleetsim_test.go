@@ -280,6 +280,10 @@ type fleet struct {
 	mu       sync.Mutex
 	claims   map[string][]claimSeen // by invocation id
 	answered map[string][]ackSeen   // by invocation id: acks the control plane answered
+	// cutOff holds, by invocation id, the attempts whose succeeded ack was
+	// on its way when its worker was killed: the control plane may have
+	// recorded it, and nobody is left to hear the answer.
+	cutOff map[string][]int
 	live     []*vworker
 	booted   int // workers ever started (machine ids)
 
@@ -309,7 +313,7 @@ func newFleet(url, enrollToken, queue string, capacity int, body bodyDist) *flee
 	hc := &http.Client{Transport: tr}
 	return &fleet{url: url, hc: hc, enroll: client.New(url, enrollToken, client.WithHTTPClient(hc)), queue: queue,
 		hostKey: hostkey.Of(nil), capacity: capacity, body: body,
-		claims: map[string][]claimSeen{}, answered: map[string][]ackSeen{}}
+		claims: map[string][]claimSeen{}, answered: map[string][]ackSeen{}, cutOff: map[string][]int{}}
 }
 
 // boot starts a new worker (a new machine) and reports it.
@@ -389,6 +393,30 @@ func (f *fleet) ackAnswered(id string, a ackSeen) {
 	if a.recorded && a.state == wire.StateSucceeded {
 		f.succeeded.Add(1)
 	}
+}
+
+// ackCutOff notes a succeeded ack of attempt of id whose worker was killed
+// before it heard the answer.
+func (f *fleet) ackCutOff(id string, attempt int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.cutOff[id] = append(f.cutOff[id], attempt)
+}
+
+// heard sorts ids: how many have a succeeded ack answered recorded, and
+// those without one whose succeeded ack was cut off by a kill.
+func (f *fleet) heard(ids []string) (succeeded int, cutOff []string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, id := range ids {
+		switch {
+		case slices.ContainsFunc(f.answered[id], func(a ackSeen) bool { return a.recorded && a.state == wire.StateSucceeded }):
+			succeeded++
+		case len(f.cutOff[id]) > 0:
+			cutOff = append(cutOff, id)
+		}
+	}
+	return succeeded, cutOff
 }
 
 // stopKind is how a worker leaves the fleet.
@@ -669,17 +697,27 @@ func (w *vworker) finish(ctx context.Context, r *vrun, state string) {
 				return
 			}
 			if ctx.Err() != nil {
-				return // killed with its ack in flight
+				w.cutOff(r.id, r.attempt, state) // killed with its ack in flight
+				return
 			}
 			w.f.failures.Add(1)
 			if !client.Retryable(err) {
 				return
 			}
 			if !sleepCtx(ctx, simJitter(min(500*time.Millisecond<<attempt, 5*time.Second))) {
+				w.cutOff(r.id, r.attempt, state) // killed before it tried again
 				return
 			}
 		}
 	})
+}
+
+// cutOff notes a succeeded ack the worker's kill cut off: the request was
+// sent, so the control plane may have recorded it.
+func (w *vworker) cutOff(id string, attempt int, state string) {
+	if state == wire.StateSucceeded {
+		w.f.ackCutOff(id, attempt)
+	}
 }
 
 // bye tells the control plane the worker leaves with nothing in flight.

@@ -202,8 +202,8 @@ type fleetResult struct {
 	// and cutOff those whose only succeeded ack was on its way when its
 	// worker was killed (the store's check says whether it counted).
 	ackedTwice, notSucceeded, cutOff int
-	letGo, failures          int64
-	killed, byes             int
+	letGo, failures                  int64
+	killed, byes                     int
 }
 
 func (r fleetResult) pct(p int) float64 {

@@ -284,8 +284,8 @@ type fleet struct {
 	// on its way when its worker was killed: the control plane may have
 	// recorded it, and nobody is left to hear the answer.
 	cutOff map[string][]int
-	live     []*vworker
-	booted   int // workers ever started (machine ids)
+	live   []*vworker
+	booted int // workers ever started (machine ids)
 
 	succeeded atomic.Int64 // succeeded acks answered recorded
 	letGo     atomic.Int64 // live workers the control plane let go (410/401 on a poll)

@@ -287,10 +287,9 @@ type fleet struct {
 	live   []*vworker
 	booted int // workers ever started (machine ids)
 
-	succeeded atomic.Int64 // succeeded acks answered recorded
-	letGo     atomic.Int64 // live workers the control plane let go (410/401 on a poll)
-	failures  atomic.Int64 // requests that failed (answered with an error or not at all)
-	wg        sync.WaitGroup
+	letGo    atomic.Int64 // live workers the control plane let go (410/401 on a poll)
+	failures atomic.Int64 // requests that failed (answered with an error or not at all)
+	wg       sync.WaitGroup
 }
 
 type claimSeen struct {
@@ -390,9 +389,6 @@ func (f *fleet) ackAnswered(id string, a ackSeen) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.answered[id] = append(f.answered[id], a)
-	if a.recorded && a.state == wire.StateSucceeded {
-		f.succeeded.Add(1)
-	}
 }
 
 // ackCutOff notes a succeeded ack of attempt of id whose worker was killed

@@ -635,8 +635,8 @@ func runFleet(t testing.TB, cfg fleetConfig, show func(string)) fleetResult {
 		switch {
 		case n > 1:
 			r.ackedTwice++
-		case slices.ContainsFunc(f.answered[id], func(a ackSeen) bool { return a.recorded && a.state == wire.StateSucceeded }):
-		case len(f.cutOff[id]) > 0:
+		case heardSuccess(f.answered[id]):
+		case f.cutOff[id]:
 			// Its worker was killed with the ack on its way; the store's
 			// check (outcomes) says whether it was recorded.
 			r.cutOff++
@@ -763,8 +763,8 @@ func TestFleetCountsCutOffAcks(t *testing.T) {
 	f := newFleet("http://127.0.0.1:1", "", "q", 1, bodyDist{})
 	f.ackAnswered("heard", ackSeen{attempt: 1, state: wire.StateSucceeded, recorded: true})
 	f.ackAnswered("refused", ackSeen{attempt: 1, state: wire.StateSucceeded, recorded: false})
-	f.ackCutOff("cut", 2)
-	f.ackCutOff("cut-then-heard", 1)
+	f.ackCutOff("cut")
+	f.ackCutOff("cut-then-heard")
 	f.ackAnswered("cut-then-heard", ackSeen{attempt: 2, state: wire.StateSucceeded, recorded: true})
 	n, cut := f.heard([]string{"heard", "refused", "cut", "cut-then-heard", "silent"})
 	if n != 2 || !slices.Equal(cut, []string{"cut"}) {

@@ -280,10 +280,10 @@ type fleet struct {
 	mu       sync.Mutex
 	claims   map[string][]claimSeen // by invocation id
 	answered map[string][]ackSeen   // by invocation id: acks the control plane answered
-	// cutOff holds, by invocation id, the attempts whose succeeded ack was
-	// on its way when its worker was killed: the control plane may have
-	// recorded it, and nobody is left to hear the answer.
-	cutOff map[string][]int
+	// cutOff holds the invocations one of whose succeeded acks was on its
+	// way when its worker was killed: the control plane may have recorded
+	// it, and nobody is left to hear the answer.
+	cutOff map[string]bool
 	live   []*vworker
 	booted int // workers ever started (machine ids)
 
@@ -312,7 +312,7 @@ func newFleet(url, enrollToken, queue string, capacity int, body bodyDist) *flee
 	hc := &http.Client{Transport: tr}
 	return &fleet{url: url, hc: hc, enroll: client.New(url, enrollToken, client.WithHTTPClient(hc)), queue: queue,
 		hostKey: hostkey.Of(nil), capacity: capacity, body: body,
-		claims: map[string][]claimSeen{}, answered: map[string][]ackSeen{}, cutOff: map[string][]int{}}
+		claims: map[string][]claimSeen{}, answered: map[string][]ackSeen{}, cutOff: map[string]bool{}}
 }
 
 // boot starts a new worker (a new machine) and reports it.
@@ -391,12 +391,12 @@ func (f *fleet) ackAnswered(id string, a ackSeen) {
 	f.answered[id] = append(f.answered[id], a)
 }
 
-// ackCutOff notes a succeeded ack of attempt of id whose worker was killed
-// before it heard the answer.
-func (f *fleet) ackCutOff(id string, attempt int) {
+// ackCutOff notes a succeeded ack of id whose worker was killed before it
+// heard the answer.
+func (f *fleet) ackCutOff(id string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.cutOff[id] = append(f.cutOff[id], attempt)
+	f.cutOff[id] = true
 }
 
 // heard sorts ids: how many have a succeeded ack answered recorded, and
@@ -406,13 +406,19 @@ func (f *fleet) heard(ids []string) (succeeded int, cutOff []string) {
 	defer f.mu.Unlock()
 	for _, id := range ids {
 		switch {
-		case slices.ContainsFunc(f.answered[id], func(a ackSeen) bool { return a.recorded && a.state == wire.StateSucceeded }):
+		case heardSuccess(f.answered[id]):
 			succeeded++
-		case len(f.cutOff[id]) > 0:
+		case f.cutOff[id]:
 			cutOff = append(cutOff, id)
 		}
 	}
 	return succeeded, cutOff
+}
+
+// heardSuccess reports whether one of acks is a succeeded ack answered
+// recorded.
+func heardSuccess(acks []ackSeen) bool {
+	return slices.ContainsFunc(acks, func(a ackSeen) bool { return a.recorded && a.state == wire.StateSucceeded })
 }
 
 // stopKind is how a worker leaves the fleet.
@@ -693,7 +699,7 @@ func (w *vworker) finish(ctx context.Context, r *vrun, state string) {
 				return
 			}
 			if ctx.Err() != nil {
-				w.cutOff(r.id, r.attempt, state) // killed with its ack in flight
+				w.cutOff(r.id, state) // killed with its ack in flight
 				return
 			}
 			w.f.failures.Add(1)
@@ -701,7 +707,7 @@ func (w *vworker) finish(ctx context.Context, r *vrun, state string) {
 				return
 			}
 			if !sleepCtx(ctx, simJitter(min(500*time.Millisecond<<attempt, 5*time.Second))) {
-				w.cutOff(r.id, r.attempt, state) // killed before it tried again
+				w.cutOff(r.id, state) // killed before it tried again
 				return
 			}
 		}
@@ -710,9 +716,9 @@ func (w *vworker) finish(ctx context.Context, r *vrun, state string) {
 
 // cutOff notes a succeeded ack the worker's kill cut off: the request was
 // sent, so the control plane may have recorded it.
-func (w *vworker) cutOff(id string, attempt int, state string) {
+func (w *vworker) cutOff(id, state string) {
 	if state == wire.StateSucceeded {
-		w.f.ackCutOff(id, attempt)
+		w.f.ackCutOff(id)
 	}
 }
 

@@ -138,14 +138,7 @@ func (s *Store) claimRound(ctx context.Context, w domain.Worker, part string, wi
 			if readWhole {
 				return nil, false, nil
 			}
-			var invs []domain.Invocation
-			var full bool
-			var err error
-			if span != nil {
-				invs, full, err = s.readSpread(ctx, part, min(spreadWindow+trying, maxClaimWindow), span, now)
-			} else {
-				invs, full, err = s.readCandidates(ctx, part, min(window+trying, maxClaimWindow))
-			}
+			invs, full, err := s.readWindow(ctx, part, window, trying, span, now)
 			readWhole = err == nil && !full
 			return invs, full, err
 		})
@@ -181,6 +174,17 @@ func (s *Store) claimRound(ctx context.Context, w domain.Worker, part string, wi
 		}
 	}
 	return got, false, false, nil
+}
+
+// readWindow reads candidates of partition part for the claim pool, which
+// is trying trying of them already: spread from a random point when span
+// is set (readSpread), else from the head (readCandidates), the window
+// widened by those being tried.
+func (s *Store) readWindow(ctx context.Context, part string, window, trying int, span *claimSpan, now time.Time) ([]domain.Invocation, bool, error) {
+	if span != nil {
+		return s.readSpread(ctx, part, min(spreadWindow+trying, maxClaimWindow), span, now)
+	}
+	return s.readCandidates(ctx, part, min(window+trying, maxClaimWindow))
 }
 
 // readCandidates reads up to window queued invocations of partition part

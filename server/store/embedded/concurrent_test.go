@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"testing"
 )
 
@@ -15,7 +16,10 @@ import (
 // reads. Run with -race, it also holds that they share it safely.
 func TestReadsSeeWholeWrites(t *testing.T) {
 	srv, _ := costTable(t, 100)
-	const writes, readers = 150, 4
+	// The writer writes until every reader has read minReads times, so the
+	// reads are known to overlap the writes, however the goroutines are
+	// scheduled; maxWrites bounds it.
+	const readers, minReads, maxWrites = 4, 25, 5000
 	send := func(op string, req any) (int, []byte) {
 		body, err := json.Marshal(req)
 		if err != nil {
@@ -36,15 +40,26 @@ func TestReadsSeeWholeWrites(t *testing.T) {
 		t.Fatalf("first write: %d %s", code, out)
 	}
 
+	var reads [readers]atomic.Int64
+	allRead := func() bool {
+		for r := range reads {
+			if reads[r].Load() < minReads {
+				return false
+			}
+		}
+		return true
+	}
 	done := make(chan struct{})
 	var wg sync.WaitGroup
+	writes := 0
 	wg.Go(func() {
 		defer close(done)
-		for v := 1; v <= writes; v++ {
+		for v := 1; v <= maxWrites && !allRead(); v++ {
 			if code, out := send("TransactWriteItems", pair(v)); code != http.StatusOK {
 				t.Errorf("write %d: %d %s", v, code, out)
 				return
 			}
+			writes = v
 		}
 	})
 	queries := []map[string]any{
@@ -53,7 +68,6 @@ func TestReadsSeeWholeWrites(t *testing.T) {
 		{"TableName": "cost", "IndexName": "g", "KeyConditionExpression": "gh = :p", "ProjectionExpression": "sk, v",
 			"ExpressionAttributeValues": map[string]any{":p": s("pair")}},
 	}
-	reads := make([]int, readers)
 	for r := range readers {
 		wg.Go(func() {
 			for i := 0; ; i++ {
@@ -79,14 +93,12 @@ func TestReadsSeeWholeWrites(t *testing.T) {
 					t.Errorf("reader %d: GetItem: %d %s", r, code, out)
 					return
 				}
-				reads[r]++
+				reads[r].Add(1)
 			}
 		})
 	}
 	wg.Wait()
-	for r, n := range reads {
-		if n == 0 {
-			t.Errorf("reader %d read nothing while %d writes ran", r, writes)
-		}
+	if !allRead() {
+		t.Errorf("the readers did not each read %d times while %d writes ran", minReads, writes)
 	}
 }

@@ -66,10 +66,11 @@ func newHandlerEngine(fast bool) (http.Handler, *engine) {
 			rec.WriteHeader(http.StatusBadRequest)
 			_, _ = rec.Write([]byte("read request: " + err.Error()))
 		default:
-			if rec = e.read(r, body); rec == nil {
-				w := decodeWrite(operation(r), body)
+			op := operation(r)
+			if rec = e.read(r, op, body); rec == nil {
+				w := decodeWrite(op, body)
 				e.mu.Lock()
-				rec = e.serve(r, body, w)
+				rec = e.serve(r, op, body, w)
 				e.mu.Unlock()
 			}
 		}
@@ -117,16 +118,16 @@ func newEngine(fast bool) *engine {
 	return &engine{mini: server.NewServer(), fast: fast, tables: map[string]*shadowTable{}}
 }
 
-// read answers a GetItem or Query that the shadow answers, reading the
-// engine alongside other reads; nil when the request must be served alone
-// (serve): any other request, and a read the shadow leaves to minidyn or
-// refuses.
-func (e *engine) read(r *http.Request, body []byte) *recorder {
+// read answers a GetItem or Query (op) that the shadow answers, reading
+// the engine alongside other reads; nil when the request must be served
+// alone (serve): any other request, and a read the shadow leaves to
+// minidyn or refuses.
+func (e *engine) read(r *http.Request, op string, body []byte) *recorder {
 	if !e.fast || r.Method != http.MethodPost {
 		return nil
 	}
 	var answer []byte
-	switch operation(r) {
+	switch op {
 	case "GetItem":
 		e.mu.RLock()
 		answer = e.answerGetItem(body)
@@ -182,10 +183,10 @@ func decodeWrite(op string, body []byte) decodedWrite {
 	return decodedWrite{}
 }
 
-// serve answers one request, with the engine to itself; w is the request
-// decoded (decodeWrite).
-func (e *engine) serve(r *http.Request, body []byte, w decodedWrite) *recorder {
-	op := operation(r)
+// serve answers one request (operation op), with the engine to itself,
+// once read has not; w is the request decoded (decodeWrite). A GetItem
+// read left alone is minidyn's to answer.
+func (e *engine) serve(r *http.Request, op string, body []byte, w decodedWrite) *recorder {
 	if !e.fast || r.Method != http.MethodPost {
 		return e.call(r, body)
 	}
@@ -198,10 +199,6 @@ func (e *engine) serve(r *http.Request, body []byte, w decodedWrite) *recorder {
 			return jsonAnswer(answer)
 		case index:
 			return e.indexQueryError(r, body, reason)
-		}
-	case "GetItem":
-		if answer := e.answerGetItem(body); answer != nil {
-			return jsonAnswer(answer)
 		}
 	case "Scan":
 		if refused, ok := e.scan(body); ok {
@@ -336,19 +333,16 @@ func (e *engine) refresh(tableName *string, m map[string]*server.AttributeValue)
 
 // written makes the shadow hold item (nil: none) under the table key that
 // key holds, as a write minidyn took left it: a put stores its item as
-// given, a delete leaves none. A key the shadow cannot read is read again
-// from minidyn instead (refresh).
+// given, a delete leaves none. A key the shadow cannot read names no item
+// (minidyn took no write of it either).
 func (e *engine) written(tableName *string, key, item map[string]*server.AttributeValue) {
 	t := e.tables[deref(tableName)]
 	if t == nil {
 		return
 	}
-	h, r, ok := t.tableKey(key)
-	if !ok {
-		e.refresh(tableName, key)
-		return
+	if h, r, ok := t.tableKey(key); ok {
+		t.set(h, r, item)
 	}
-	t.set(h, r, item)
 }
 
 // answerGetItem answers a GetItem of a whole item from the table's shadow,

@@ -421,21 +421,30 @@ func (e *faultEnv) checkHeldEnds(held []wire.Invocation, ends []string) {
 	}
 }
 
-// victim picks the agent running the most work now.
-func (e *faultEnv) victim() int {
+// victim picks the agent running the most work now, and that work, from
+// one listing: a second listing could find the work finished (bodies run
+// a few hundred ms, and a listing through the Lambda bootstraps can take
+// as long). It lists again until some agent runs something.
+func (e *faultEnv) victim() (int, []wire.Invocation) {
 	e.t.Helper()
-	list, label := e.running()
-	count := map[string]int{}
-	for _, inv := range list {
-		count[label[inv.WorkerID]]++
-	}
 	best := 0
-	for i := range e.agents {
-		if count[fmt.Sprintf("f%d", i)] > count[fmt.Sprintf("f%d", best)] {
-			best = i
+	var held []wire.Invocation
+	waittest.Until(e.t, time.Minute, "an agent running work", func() bool {
+		list, label := e.running()
+		byAgent := map[string][]wire.Invocation{}
+		for _, inv := range list {
+			byAgent[label[inv.WorkerID]] = append(byAgent[label[inv.WorkerID]], inv)
 		}
-	}
-	return best
+		best = 0
+		for i := range e.agents {
+			if len(byAgent[fmt.Sprintf("f%d", i)]) > len(byAgent[fmt.Sprintf("f%d", best)]) {
+				best = i
+			}
+		}
+		held = byAgent[fmt.Sprintf("f%d", best)]
+		return len(held) > 0
+	})
+	return best, held
 }
 
 func TestFaultSIGKILL(t *testing.T) {
@@ -446,8 +455,7 @@ func TestFaultSIGKILL(t *testing.T) {
 
 // sigkillVictim SIGKILLs the agent running the most work.
 func sigkillVictim(e *faultEnv) (time.Time, []wire.Invocation) {
-	v := e.victim()
-	held := e.heldBy(v)
+	v, held := e.victim()
 	at := time.Now()
 	_ = e.agents[v].cmd.Process.Signal(syscall.SIGKILL)
 	return at, held
@@ -466,8 +474,8 @@ func TestFaultSIGSTOP(t *testing.T) {
 	victim := 0
 	runFaultSpec(t, faultSpec{name: "SIGSTOP past stale_after, then SIGCONT", backend: backends[0],
 		inject: func(e *faultEnv) (time.Time, []wire.Invocation) {
-			victim = e.victim()
-			held := e.heldBy(victim)
+			var held []wire.Invocation
+			victim, held = e.victim()
 			at := time.Now()
 			_ = e.agents[victim].cmd.Process.Signal(syscall.SIGSTOP)
 			return at, held
@@ -543,7 +551,8 @@ func TestFaultSIGTERM(t *testing.T) {
 	t.Parallel()
 	runFault(t, "SIGTERM an agent mid-run (drain)", backends[0], func(e *faultEnv) (time.Time, []wire.Invocation) {
 		at := time.Now()
-		_ = e.agents[e.victim()].cmd.Process.Signal(syscall.SIGTERM)
+		v, _ := e.victim()
+		_ = e.agents[v].cmd.Process.Signal(syscall.SIGTERM)
 		return at, nil // its work finishes inside the grace: nothing to hand back
 	})
 }
@@ -670,8 +679,7 @@ func TestFaultEC2Terminate(t *testing.T) {
 	res := runFaultSpec(t, faultSpec{name: "EC2 instance terminated (moto)", backend: backends[1], machines: instances,
 		devArgs: []string{"--stale-after", "30s", "--host-poll-interval", "1s"}, heldEnds: []string{"gone"},
 		inject: func(e *faultEnv) (time.Time, []wire.Invocation) {
-			v := e.victim()
-			held := e.heldBy(v)
+			v, held := e.victim()
 			at := time.Now()
 			if _, err := ec2c.TerminateInstances(ctx, &ec2.TerminateInstancesInput{InstanceIds: []string{instances[v]}}); err != nil {
 				t.Fatalf("terminate: %v", err)

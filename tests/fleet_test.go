@@ -170,6 +170,12 @@ type fleetResult struct {
 	// created_at (the control plane accepted it) to the first claim a
 	// worker saw (its poll's answer).
 	latencies []float64
+	// waitingPoll: the latencies whose claiming poll was sent before the
+	// invocation was created (a held poll, or one on its way), ms, sorted;
+	// roundTrips: for the others, the claiming poll's own part, from its
+	// send to its answer (the rest is the wait for a poll, woken or on
+	// its clock).
+	waitingPoll, roundTrips []float64
 	// firstUnseen counts invocations whose attempt 1 no worker saw: the
 	// answer was in flight when its worker was killed.
 	firstUnseen int
@@ -263,6 +269,8 @@ func (r fleetResult) table() string {
 	if r.cfg.rate > 0 {
 		fmt.Fprintf(&s, "dispatch (created_at -> claim seen): p50 %.1f ms, p90 %.1f ms, p99 %.1f ms, max %.1f ms over %d (%d first attempts unseen)\n",
 			r.pct(50), r.pct(90), r.pct(99), r.pct(100), len(r.latencies), r.firstUnseen)
+		fmt.Fprintf(&s, "  claimed by a poll already waiting when it was created: %d, dispatch %s\n", len(r.waitingPoll), pcts(r.waitingPoll))
+		fmt.Fprintf(&s, "  claimed by a poll sent after: %d, that poll's round trip (sent -> answered) %s\n", len(r.roundTrips), pcts(r.roundTrips))
 	}
 	secs := r.window.Seconds()
 	fmt.Fprintf(&s, "daemon requests over the window: %d (%.1f/s):", r.daemonTotal(), float64(r.daemonTotal())/secs)
@@ -307,6 +315,11 @@ func (r fleetResult) table() string {
 		r.planeCPU, 100*r.planeCPU/secs, r.storeCPU, 100*r.storeCPU/secs, r.simCPU, 100*r.simCPU/secs)
 	fmt.Fprintf(&s, "workers let go while alive %d, failed requests %d\n", r.letGo, r.failures)
 	return s.String()
+}
+
+// pcts is the p50, p90, p99 and max of sorted ms figures.
+func pcts(ms []float64) string {
+	return fmt.Sprintf("p50 %.1f ms, p90 %.1f ms, p99 %.1f ms, max %.1f ms", percentile(ms, 50), percentile(ms, 90), percentile(ms, 99), percentile(ms, 100))
 }
 
 // drained reports whether every one of ids has succeeded as the fleet
@@ -626,6 +639,11 @@ func runFleet(t testing.TB, cfg fleetConfig, show func(string)) fleetResult {
 			continue
 		}
 		r.latencies = append(r.latencies, float64(cs[i].at.Sub(created).Microseconds())/1000)
+		if cs[i].sent.Before(created) {
+			r.waitingPoll = append(r.waitingPoll, r.latencies[len(r.latencies)-1])
+		} else {
+			r.roundTrips = append(r.roundTrips, float64(cs[i].at.Sub(cs[i].sent).Microseconds())/1000)
+		}
 		n := 0
 		for _, a := range f.answered[id] {
 			if a.recorded {
@@ -646,6 +664,8 @@ func runFleet(t testing.TB, cfg fleetConfig, show func(string)) fleetResult {
 	}
 	f.mu.Unlock()
 	slices.Sort(r.latencies)
+	slices.Sort(r.roundTrips)
+	slices.Sort(r.waitingPoll)
 	show(r.table())
 	if cfg.rate > 0 {
 		r.outcomes = checkOutcomes(t, op, f.queue, slices.Collect(maps.Keys(sent)), 8)

@@ -292,9 +292,11 @@ type fleet struct {
 	wg       sync.WaitGroup
 }
 
+// claimSeen is a run command a worker heard: when its poll was sent, and
+// when the answer came.
 type claimSeen struct {
-	attempt int
-	at      time.Time
+	attempt  int
+	sent, at time.Time
 }
 
 type ackSeen struct {
@@ -379,10 +381,10 @@ func (f *fleet) readyCount() int {
 	return n
 }
 
-func (f *fleet) claimed(id string, attempt int, at time.Time) {
+func (f *fleet) claimed(id string, attempt int, sent, at time.Time) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.claims[id] = append(f.claims[id], claimSeen{attempt, at})
+	f.claims[id] = append(f.claims[id], claimSeen{attempt, sent, at})
 }
 
 func (f *fleet) ackAnswered(id string, a ackSeen) {
@@ -634,7 +636,7 @@ func (w *vworker) poll(ctx context.Context) (time.Duration, bool) {
 		switch {
 		case c.Type == wire.CommandRun && c.Invocation != nil:
 			inv := c.Invocation
-			w.f.claimed(inv.InvocationID, inv.Attempt, at)
+			w.f.claimed(inv.InvocationID, inv.Attempt, began, at)
 			r := &vrun{id: inv.InvocationID, attempt: inv.Attempt}
 			r.timer = time.AfterFunc(w.f.body.draw(), func() {
 				select {

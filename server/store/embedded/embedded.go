@@ -28,20 +28,20 @@ import (
 //
 // minidyn answers a Query by walking every item of the table (or sorting a
 // whole index) and parsing the key condition again for each, so a Query
-// costs the table's size. In front of it a shadow of each table keeps the
-// items in key order per partition, and answers GetItem and the Queries it
-// can from there: such a read costs what it reads, as on DynamoDB. After a
-// put or a delete minidyn took, the shadow takes the item (or its absence)
-// from the request; after any other write it reads the keys back from
-// minidyn. The secondary indexes live in the shadow alone (minidyn re-sorts
-// a whole index on every new item), so the shadow answers every index
-// Query, refusing one it cannot read; everything else, and any table read
-// the shadow does not handle, minidyn answers.
-//
-// One cost still grows with the table: minidyn sorts a table's keys again
-// for every new item, so a put of a new key costs a pass over the table's
-// keys (BenchmarkEmbeddedPut: about 2.5 times a put's cost at 20,000 items
-// than at 100).
+// costs the table's size; and it sorts a table's keys again for every new
+// item, so a put costs it too. In front of it a shadow of each table holds
+// the items, in key order per partition, and answers GetItem,
+// BatchGetItem and the Queries it can: such a read costs what it reads, as
+// on DynamoDB. The shadow also takes plain puts and deletes, alone or in
+// a transaction, whose conditions it checks with minidyn's interpreter;
+// minidyn's copy of those items follows only when minidyn must answer a
+// request (syncAll), so a write costs what it touches however long the
+// history. minidyn computes an update's item, which the shadow reads back.
+// The secondary indexes live in the shadow alone (minidyn re-sorts a
+// whole index on every new item), so the shadow answers every index
+// Query, refusing one it cannot read; everything else, and any request
+// the shadow does not read as plainly valid (with minidyn's errors),
+// minidyn answers.
 func Handler() http.Handler { return newHandler(true) }
 
 // newHandler is Handler with the shadow's Query path (fast) or without it:
@@ -86,10 +86,10 @@ func newHandlerEngine(fast bool) (http.Handler, *engine) {
 }
 
 // engine is minidyn and, when fast, the shadow of its tables. Its writes,
-// and every request minidyn answers, are served one at a time (mu held),
-// so the shadow always agrees with minidyn; the reads the shadow answers
-// (GetItem, Query) are served side by side (mu held for reading), since
-// nothing changes while they read.
+// and every request minidyn answers, are served one at a time (mu held);
+// the reads the shadow answers (GetItem, BatchGetItem, Query) are served
+// side by side (mu held for reading), since nothing changes while they
+// read.
 type engine struct {
 	mu     sync.RWMutex
 	mini   *server.Server
@@ -100,8 +100,9 @@ type engine struct {
 	evaluated atomic.Int64
 	// answered counts the Queries the shadow answered.
 	answered atomic.Int64
-	// gotItems counts the GetItems the shadow answered.
-	gotItems atomic.Int64
+	// gotItems counts the GetItems the shadow answered; gotBatches the
+	// BatchGetItems.
+	gotItems, gotBatches atomic.Int64
 	// transacted counts the TransactWriteItems the engine applied item
 	// by item; undone those it put back when a write failed.
 	transacted, undone int
@@ -118,7 +119,7 @@ func newEngine(fast bool) *engine {
 	return &engine{mini: server.NewServer(), fast: fast, tables: map[string]*shadowTable{}}
 }
 
-// read answers a GetItem or Query (op) that the shadow answers, reading
+// read answers a GetItem, BatchGetItem or Query (op) that the shadow answers, reading
 // the engine alongside other reads; nil when the request must be served
 // alone (serve): any other request, and a read the shadow leaves to
 // minidyn or refuses.
@@ -135,6 +136,10 @@ func (e *engine) read(r *http.Request, op string, body []byte) *recorder {
 	case "Query":
 		e.mu.RLock()
 		answer, _, _ = e.query(body)
+		e.mu.RUnlock()
+	case "BatchGetItem":
+		e.mu.RLock()
+		answer = e.answerBatchGet(body)
 		e.mu.RUnlock()
 	}
 	if answer == nil {
@@ -154,11 +159,12 @@ func jsonAnswer(body []byte) *recorder {
 // decodedWrite is a write request as the engine applies it, decoded
 // before the engine is locked, so the lock is held for the work alone.
 type decodedWrite struct {
-	tx *server.TransactWriteItemsInput // a TransactWriteItems
-	// table and item or key: a PutItem's item, an UpdateItem's or a
-	// DeleteItem's key.
-	table     *string
-	item, key map[string]*server.AttributeValue
+	tx  *server.TransactWriteItemsInput // a TransactWriteItems
+	put *server.PutItemInput            // a PutItem
+	del *server.DeleteItemInput         // a DeleteItem
+	// table and key: an UpdateItem's.
+	table *string
+	key   map[string]*server.AttributeValue
 }
 
 // decodeWrite decodes what the engine reads of write op's body; the zero
@@ -171,21 +177,34 @@ func decodeWrite(op string, body []byte) decodedWrite {
 		if json.Unmarshal(body, &in) == nil {
 			return decodedWrite{tx: &in}
 		}
-	case "PutItem", "UpdateItem", "DeleteItem":
+	case "PutItem":
+		var in server.PutItemInput
+		if json.Unmarshal(body, &in) == nil && in.TableName != nil {
+			return decodedWrite{put: &in}
+		}
+	case "DeleteItem":
+		var in server.DeleteItemInput
+		if json.Unmarshal(body, &in) == nil && in.TableName != nil {
+			return decodedWrite{del: &in}
+		}
+	case "UpdateItem":
 		var in struct {
 			TableName *string
-			Item, Key map[string]*server.AttributeValue
+			Key       map[string]*server.AttributeValue
 		}
 		if json.Unmarshal(body, &in) == nil && in.TableName != nil {
-			return decodedWrite{table: in.TableName, item: in.Item, key: in.Key}
+			return decodedWrite{table: in.TableName, key: in.Key}
 		}
 	}
 	return decodedWrite{}
 }
 
 // serve answers one request (operation op), with the engine to itself,
-// once read has not; w is the request decoded (decodeWrite). A GetItem
-// read left alone is minidyn's to answer.
+// once read has not; w is the request decoded (decodeWrite). The shadow
+// takes the plain single-item writes and transactions it can check
+// itself; everything else is minidyn's, which first takes every write
+// the shadow took alone (syncAll). A GetItem read left alone is minidyn's
+// to answer.
 func (e *engine) serve(r *http.Request, op string, body []byte, w decodedWrite) *recorder {
 	if !e.fast || r.Method != http.MethodPost {
 		return e.call(r, body)
@@ -198,8 +217,21 @@ func (e *engine) serve(r *http.Request, op string, body []byte, w decodedWrite) 
 		case answer != nil:
 			return jsonAnswer(answer)
 		case index:
+			e.syncAll()
 			return e.indexQueryError(r, body, reason)
 		}
+	case "PutItem":
+		rec = e.put(w.put)
+	case "DeleteItem":
+		rec = e.del(w.del)
+	case "TransactWriteItems":
+		rec = e.transact(w.tx)
+	}
+	if rec != nil {
+		return rec
+	}
+	e.syncAll()
+	switch op {
 	case "Scan":
 		if refused, ok := e.scan(body); ok {
 			return refused
@@ -210,10 +242,6 @@ func (e *engine) serve(r *http.Request, op string, body []byte, w decodedWrite) 
 		return e.describeTable(r, body)
 	case "UpdateTable":
 		return e.updateTable(r, body)
-	case "TransactWriteItems":
-		if rec := e.transact(w.tx); rec != nil {
-			return rec
-		}
 	}
 	rec = e.call(r, body)
 	e.observe(op, body, w, rec.code == http.StatusOK)
@@ -262,16 +290,24 @@ func (e *engine) observe(op string, body []byte, w decodedWrite, ok bool) {
 		if json.Unmarshal(body, &in) == nil && in.TableName != nil {
 			delete(e.tables, *in.TableName)
 		}
-	case "PutItem", "UpdateItem", "DeleteItem":
+	case "PutItem":
 		switch {
-		case w.table == nil:
-		case ok && op == "PutItem":
-			e.written(w.table, w.item, w.item)
-		case ok && op == "DeleteItem":
-			e.written(w.table, w.key, nil)
-		case op == "PutItem":
-			e.refresh(w.table, w.item)
+		case w.put == nil:
+		case ok:
+			e.written(w.put.TableName, w.put.Item, w.put.Item)
 		default:
+			e.refresh(w.put.TableName, w.put.Item)
+		}
+	case "DeleteItem":
+		switch {
+		case w.del == nil:
+		case ok:
+			e.written(w.del.TableName, w.del.Key, nil)
+		default:
+			e.refresh(w.del.TableName, w.del.Key)
+		}
+	case "UpdateItem":
+		if w.table != nil {
 			e.refresh(w.table, w.key)
 		}
 	case "BatchWriteItem":
@@ -346,23 +382,18 @@ func (e *engine) written(tableName *string, key, item map[string]*server.Attribu
 }
 
 // answerGetItem answers a GetItem of a whole item from the table's shadow,
-// which holds every item as minidyn last answered or took it. It answers
-// nil, and minidyn answers, for a table it does not shadow (or lost track
-// of), a projection or expression names, and a key that is not exactly
-// the table's key attributes of their types, so minidyn's errors stay its
-// own.
+// which holds every item. It answers nil, and minidyn answers, for a table
+// it does not shadow (or lost track of), a projection or expression names,
+// and a key that is not exactly the table's key attributes of their
+// types, so minidyn's errors stay its own.
 func (e *engine) answerGetItem(body []byte) []byte {
 	var in server.GetItemInput
-	if json.Unmarshal(body, &in) != nil || in.TableName == nil || len(in.AttributesToGet) > 0 ||
+	if json.Unmarshal(body, &in) != nil || len(in.AttributesToGet) > 0 ||
 		in.ProjectionExpression != nil || len(in.ExpressionAttributeNames) > 0 {
 		return nil
 	}
-	t := e.tables[*in.TableName]
-	if t == nil || t.broken {
-		return nil
-	}
-	h, r, ok := t.tableKey(in.Key)
-	if !ok || len(in.Key) != len(t.keyOf(t.primary, in.Key)) || h.raw == "" || (r.typ != 0 && r.raw == "") {
+	t, h, r, ok := e.plainKey(in.TableName, in.Key, true)
+	if !ok {
 		return nil
 	}
 	var out server.GetItemOutput
@@ -374,5 +405,47 @@ func (e *engine) answerGetItem(body []byte) []byte {
 		return nil
 	}
 	e.gotItems.Add(1)
+	return answer
+}
+
+// maxBatchGetKeys is DynamoDB's (and minidyn's) limit on the keys of one
+// BatchGetItem.
+const maxBatchGetKeys = 100
+
+// answerBatchGet answers a BatchGetItem from the shadow as minidyn does
+// (each table's items found, in the order of its keys), when every table
+// and key of it is one answerGetItem would answer; nil otherwise.
+func (e *engine) answerBatchGet(body []byte) []byte {
+	var in server.BatchGetItemInput
+	if json.Unmarshal(body, &in) != nil {
+		return nil
+	}
+	keys := 0
+	out := server.BatchGetItemOutput{Responses: map[string][]map[string]*server.AttributeValue{}}
+	for table, reqs := range in.RequestItems {
+		if len(reqs.AttributesToGet) > 0 || reqs.ProjectionExpression != nil || len(reqs.ExpressionAttributeNames) > 0 {
+			return nil
+		}
+		found := make([]map[string]*server.AttributeValue, 0, len(reqs.Keys))
+		for _, key := range reqs.Keys {
+			t, h, r, ok := e.plainKey(&table, key, true)
+			if !ok {
+				return nil
+			}
+			if it := t.items[tableKeyID(h, r)]; it != nil {
+				found = append(found, it.wire)
+			}
+		}
+		keys += len(reqs.Keys)
+		out.Responses[table] = found
+	}
+	if keys == 0 || keys > maxBatchGetKeys {
+		return nil
+	}
+	answer, err := encode(&out)
+	if err != nil {
+		return nil
+	}
+	e.gotBatches.Add(1)
 	return answer
 }

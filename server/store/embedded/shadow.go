@@ -12,16 +12,21 @@ import (
 	"github.com/truora/minidyn/types"
 )
 
-// shadowTable is a copy of one minidyn table's items, kept in key order per
-// partition of the table and of each secondary index, so a Query walks only
-// the partition it names. minidyn stays the authority: every item here is
-// what a consistent GetItem of minidyn answered after the last write that
-// touched its key.
+// shadowTable holds one table's items, kept in key order per partition of
+// the table and of each secondary index, so a Query walks only the
+// partition it names. It is the authority for the items: the writes it
+// takes itself (plain puts and deletes, alone or in a transaction) reach
+// minidyn's copy only when minidyn must answer a request (dirty, syncAll);
+// every other item is what a consistent GetItem of minidyn answered after
+// the last write minidyn took of its key.
 type shadowTable struct {
 	attrTypes map[string]string // attribute name -> S, N or B (AttributeDefinitions)
 	primary   *shadowIndex
 	indexes   map[string]*shadowIndex
 	items     map[string]*shadowItem // by tableKeyID
+	// dirty holds, by tableKeyID, the table key of each item written here
+	// and not yet in minidyn: its item here, or its absence.
+	dirty map[string]map[string]*server.AttributeValue
 	// broken is set when the shadow lost track of an item (minidyn did
 	// not answer its GetItem): table Queries go to minidyn from then on,
 	// and Queries of its indexes, which only the shadow holds, are refused.
@@ -133,7 +138,8 @@ func compareEntries(index string, a, b *shadowItem) int {
 }
 
 func newShadowTable(in *server.CreateTableInput) (*shadowTable, bool) {
-	t := &shadowTable{attrTypes: map[string]string{}, indexes: map[string]*shadowIndex{}, items: map[string]*shadowItem{}}
+	t := &shadowTable{attrTypes: map[string]string{}, indexes: map[string]*shadowIndex{}, items: map[string]*shadowItem{},
+		dirty: map[string]map[string]*server.AttributeValue{}}
 	for _, d := range in.AttributeDefinitions {
 		if d.AttributeName != nil {
 			t.attrTypes[*d.AttributeName] = string(d.AttributeType)

@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/truora/minidyn/interpreter"
 	"github.com/truora/minidyn/server"
 	"github.com/truora/minidyn/types"
 )
@@ -36,13 +35,14 @@ type txOp struct {
 // transact serves a TransactWriteItems without minidyn's rollback, which
 // copies every table the transaction touches whole, so a transaction
 // costs the tables' size. Instead it takes each item the transaction
-// names from the shadow and checks every condition first; when all hold, it applies the
-// writes one item at a time, each with its own condition (which still
-// holds: requests are served one at a time and no two operations name one
-// item). It answers nil, and minidyn answers the original request, for a
+// names from the shadow and checks every condition first; when all hold,
+// minidyn applies the updates one item at a time, each with its own
+// condition (which still holds: writes are served one at a time and no two
+// operations name one item), and the shadow takes the puts and deletes
+// itself. It answers nil, and minidyn answers the original request, for a
 // request it does not read as plainly valid, for a condition that fails or
-// errs, and when a write fails (after putting back every item written so
-// far): minidyn's answer is then exactly what it answers today.
+// errs, and when an update fails (after putting back every item updated
+// so far): minidyn's answer is then exactly what it answers today.
 func (e *engine) transact(in *server.TransactWriteItemsInput) *recorder {
 	// A ClientRequestToken (the AWS SDK sends one with every transaction)
 	// is read and ignored, as minidyn ignores it: a retried transaction is
@@ -64,41 +64,45 @@ func (e *engine) transact(in *server.TransactWriteItemsInput) *recorder {
 		seen[id] = true
 		ops = append(ops, op)
 	}
-	// Phase 1: every condition, against the items as they are: the
-	// shadow's, which are what minidyn last answered for their keys.
+	// Phase 1: every condition, against the items as the shadow holds them.
 	for _, op := range ops {
-		item := map[string]*types.Item{}
 		if it := op.table.items[op.id]; it != nil {
-			op.pre, item = it.wire, it.typedItem()
+			op.pre = it.wire
 		}
-		if op.cond == nil {
-			continue
-		}
-		lang := interpreter.Language{}
-		matched, err := lang.Match(interpreter.MatchInput{
-			TableName:      *op.tableName,
-			Expression:     *op.cond,
-			ExpressionType: interpreter.ExpressionTypeConditional,
-			Item:           item,
-			Aliases:        op.names,
-			Attributes:     toTypes(op.values),
-		})
-		if err != nil || !matched {
+		if !op.table.matches(op.id, *op.tableName, op.cond, op.names, op.values) {
 			return nil
 		}
 	}
-	// Phase 2: the writes, each an item request of minidyn's.
-	for i, op := range ops {
-		if op.op == "" {
+	// Phase 2: the updates, each an item request of minidyn's (it computes
+	// the item), the item first brought up to date there; then the puts
+	// and deletes, which the shadow takes itself; then the updated items,
+	// read back.
+	var updated []*txOp
+	for _, op := range ops {
+		if op.op != "UpdateItem" {
 			continue
 		}
+		e.syncItem(*op.tableName, op.table, op.id)
 		if rec := e.internal(op.op, op.write); rec == nil || rec.code != http.StatusOK {
-			e.undo(ops[:i])
+			e.undo(updated)
 			e.undone++
 			return nil
 		}
+		updated = append(updated, op)
 	}
-	e.refreshOps(ops)
+	for _, op := range ops {
+		switch w := op.write.(type) {
+		case server.PutItemInput:
+			h, r, _ := op.table.tableKey(op.key)
+			op.table.take(h, r, w.Item, op.key)
+		case server.DeleteItemInput:
+			h, r, _ := op.table.tableKey(op.key)
+			op.table.take(h, r, nil, op.key)
+		}
+	}
+	for _, op := range updated {
+		e.refresh(op.tableName, op.key)
+	}
 	e.transacted++
 	// minidyn's answer to a TransactWriteItems that succeeded.
 	rec := newRecorder()
@@ -154,18 +158,11 @@ func (e *engine) txOpOf(ti server.TransactWriteItem) *txOp {
 		}
 		op = txOp{tableName: c.TableName, key: c.Key, cond: c.ConditionExpression, names: c.ExpressionAttributeNames, values: c.ExpressionAttributeValues}
 	}
-	if op.tableName == nil {
+	t, h, r, ok := e.plainKey(op.tableName, op.key, true)
+	if !ok || (ti.Put != nil && types.ValidateItemMap(toTypes(ti.Put.Item)) != nil) {
 		return nil
 	}
-	op.table = e.tables[*op.tableName]
-	if op.table == nil || op.table.broken {
-		return nil
-	}
-	h, r, ok := op.table.tableKey(op.key)
-	if !ok || len(op.key) != len(op.table.keyOf(op.table.primary, op.key)) {
-		return nil
-	}
-	op.id = tableKeyID(h, r)
+	op.table, op.id = t, tableKeyID(h, r)
 	if op.cond != nil {
 		exprs = append(exprs, *op.cond)
 	}
@@ -190,26 +187,10 @@ func (e *engine) undo(applied []*txOp) {
 		if op.pre == nil {
 			rec = e.internal("DeleteItem", server.DeleteItemInput{TableName: op.tableName, Key: op.key})
 		} else {
-			rec = e.internal("PutItem", server.PutItemInput{TableName: op.tableName, Item: op.pre})
+			rec = e.internal("PutItem", map[string]any{"TableName": op.tableName, "Item": wireItem(op.pre)})
 		}
 		if rec == nil || rec.code != http.StatusOK {
 			op.table.broken = true
-		}
-	}
-}
-
-// refreshOps brings the shadow up to date for every item ops wrote: a
-// put's item and a delete's absence as the requests give them, an
-// update's item as minidyn computed it.
-func (e *engine) refreshOps(ops []*txOp) {
-	for _, op := range ops {
-		switch w := op.write.(type) {
-		case server.PutItemInput:
-			e.written(op.tableName, op.key, w.Item)
-		case server.DeleteItemInput:
-			e.written(op.tableName, op.key, nil)
-		case server.UpdateItemInput:
-			e.refresh(op.tableName, op.key)
 		}
 	}
 }

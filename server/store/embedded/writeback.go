@@ -1,0 +1,196 @@
+package embedded
+
+import (
+	"net/http"
+
+	"github.com/truora/minidyn/interpreter"
+	"github.com/truora/minidyn/server"
+	"github.com/truora/minidyn/types"
+)
+
+// The shadow takes a plain PutItem or DeleteItem itself, and so does a
+// transaction's put or delete, and minidyn's copy of the item follows
+// only when minidyn must answer a request (syncAll). minidyn sorts a
+// table's keys again for every new item and answers in JSON it decodes
+// and encodes again, so a write it takes costs the table's size: one the
+// shadow takes costs a binary search per index, however long the history.
+// A write the shadow does not read as plainly valid, and one whose
+// condition fails or errs, is minidyn's to answer, with its own error.
+
+// put applies a PutItem the shadow can take alone, and answers it as
+// minidyn does (the item as Attributes); nil when minidyn must answer.
+func (e *engine) put(in *server.PutItemInput) *recorder {
+	if in == nil || !plainReturn(string(in.ReturnValues)) || in.ConditionalOperator != "" || len(in.Expected) > 0 {
+		return nil
+	}
+	t, h, r, ok := e.plainKey(in.TableName, in.Item, false)
+	if !ok || types.ValidateItemMap(toTypes(in.Item)) != nil ||
+		!e.conditionHolds(t, tableKeyID(h, r), *in.TableName, in.ConditionExpression, in.ExpressionAttributeNames, in.ExpressionAttributeValues) {
+		return nil
+	}
+	answer, err := encode(server.PutItemOutput{Attributes: in.Item})
+	if err != nil {
+		return nil
+	}
+	t.take(h, r, in.Item, t.keyOf(t.primary, in.Item))
+	return jsonAnswer(answer)
+}
+
+// del applies a DeleteItem the shadow can take alone, and answers it as
+// minidyn does; nil when minidyn must answer.
+func (e *engine) del(in *server.DeleteItemInput) *recorder {
+	if in == nil || !plainReturn(string(in.ReturnValues)) || in.ConditionalOperator != "" || len(in.Expected) > 0 {
+		return nil
+	}
+	t, h, r, ok := e.plainKey(in.TableName, in.Key, true)
+	if !ok || !e.conditionHolds(t, tableKeyID(h, r), *in.TableName, in.ConditionExpression, in.ExpressionAttributeNames, in.ExpressionAttributeValues) {
+		return nil
+	}
+	answer, err := encode(server.DeleteItemOutput{})
+	if err != nil {
+		return nil
+	}
+	t.take(h, r, nil, in.Key)
+	return jsonAnswer(answer)
+}
+
+// plainReturn reports whether a write asks for no values back.
+func plainReturn(rv string) bool { return rv == "" || rv == "NONE" }
+
+// plainKey reads the table key out of m on a table the shadow answers for:
+// attributes of the key's types, no empty string or binary among them, and
+// (exact) nothing but the key attributes.
+func (e *engine) plainKey(tableName *string, m map[string]*server.AttributeValue, exact bool) (t *shadowTable, h, r keyValue, ok bool) {
+	if tableName == nil {
+		return nil, h, r, false
+	}
+	t = e.tables[*tableName]
+	if t == nil || t.broken {
+		return nil, h, r, false
+	}
+	h, r, ok = t.tableKey(m)
+	if !ok || h.raw == "" || (r.typ != 0 && r.raw == "") || (exact && len(m) != len(t.keyOf(t.primary, m))) {
+		return nil, h, r, false
+	}
+	return t, h, r, true
+}
+
+// conditionHolds reports whether a single write's condition holds for the
+// item id as the shadow holds it, with names and values as minidyn checks
+// them; false for a condition that fails or errs, and for placeholders
+// minidyn would refuse.
+func (e *engine) conditionHolds(t *shadowTable, id, tableName string, cond *string, names map[string]string, values map[string]*server.AttributeValue) bool {
+	expr := deref(cond)
+	if expr == "" && (cond != nil || len(names) > 0 || len(values) > 0) {
+		return false
+	}
+	return placeholdersValid(names, values, expr, "", "") && types.ValidateItemMap(toTypes(values)) == nil &&
+		t.matches(id, tableName, cond, names, values)
+}
+
+// matches reports whether condition cond (nil: none) holds for the item id
+// as the shadow holds it (none: an empty item), as minidyn's interpreter
+// reads it; false when it errs.
+func (t *shadowTable) matches(id, tableName string, cond *string, names map[string]string, values map[string]*server.AttributeValue) bool {
+	if cond == nil {
+		return true
+	}
+	item := map[string]*types.Item{}
+	if it := t.items[id]; it != nil {
+		item = it.typedItem()
+	}
+	lang := interpreter.Language{}
+	matched, err := lang.Match(interpreter.MatchInput{
+		TableName:      tableName,
+		Expression:     *cond,
+		ExpressionType: interpreter.ExpressionTypeConditional,
+		Item:           item,
+		Aliases:        names,
+		Attributes:     toTypes(values),
+	})
+	return err == nil && matched
+}
+
+// take makes the shadow hold item (nil: none) under the table key (h, r),
+// whose attributes key holds, ahead of minidyn.
+func (t *shadowTable) take(h, r keyValue, item, key map[string]*server.AttributeValue) {
+	t.set(h, r, item)
+	t.dirty[tableKeyID(h, r)] = key
+}
+
+// syncAll gives minidyn every write the shadow took alone, so that it
+// answers as if it had taken them itself. A write minidyn refuses (it
+// cannot: the shadow took only writes minidyn takes) leaves the shadow no
+// longer answering for its table.
+func (e *engine) syncAll() {
+	for name, t := range e.tables {
+		for id := range t.dirty {
+			e.syncItem(name, t, id)
+		}
+	}
+}
+
+// syncItem gives minidyn the shadow's item id of table name, if minidyn
+// does not hold it yet.
+func (e *engine) syncItem(name string, t *shadowTable, id string) {
+	key, ok := t.dirty[id]
+	if !ok {
+		return
+	}
+	delete(t.dirty, id)
+	var rec *recorder
+	if it := t.items[id]; it != nil {
+		rec = e.internal("PutItem", map[string]any{"TableName": name, "Item": wireItem(it.wire)})
+	} else {
+		rec = e.internal("DeleteItem", server.DeleteItemInput{TableName: &name, Key: key})
+	}
+	if rec == nil || rec.code != http.StatusOK {
+		t.broken = true
+	}
+}
+
+// wireItem is item as JSON that keeps every value as it was decoded: the
+// wire type's omitempty would drop an empty list, map or binary, and
+// minidyn would then hold a value of no type, which its interpreter
+// refuses.
+func wireItem(item map[string]*server.AttributeValue) map[string]any {
+	if item == nil {
+		return nil
+	}
+	out := make(map[string]any, len(item))
+	for k, v := range item {
+		out[k] = wireValue(v)
+	}
+	return out
+}
+
+func wireValue(av *server.AttributeValue) any {
+	if av == nil {
+		return nil
+	}
+	m := map[string]any{}
+	set := func(name string, present bool, v any) {
+		if present {
+			m[name] = v
+		}
+	}
+	set("B", av.B != nil, av.B)
+	set("BOOL", av.BOOL != nil, av.BOOL)
+	set("BS", av.BS != nil, av.BS)
+	set("N", av.N != nil, av.N)
+	set("NS", av.NS != nil, av.NS)
+	set("NULL", av.NULL != nil, av.NULL)
+	set("S", av.S != nil, av.S)
+	set("SS", av.SS != nil, av.SS)
+	if av.L != nil {
+		l := make([]any, len(av.L))
+		for i, v := range av.L {
+			l[i] = wireValue(v)
+		}
+		m["L"] = l
+	}
+	if av.M != nil {
+		m["M"] = wireItem(av.M)
+	}
+	return m
+}

@@ -20,15 +20,20 @@ import (
 // TestSharedConnectionsKeepsThem: two rounds of 20 requests in flight at
 // once. With SharedConnections(32) the second round reuses the first's 20
 // connections; with the SDK's default pool (10 idle) it dials 10 more.
+// A connection goes back to the client's pool just after its request
+// returns (the transport's own goroutine puts it there), so a second
+// round that starts at once can still find one or two not back yet and
+// dial for them: the shared pool is held to at most 3 such dials (CI
+// under -race saw 1), the default one to at least its 10.
 func TestSharedConnectionsKeepsThem(t *testing.T) {
 	const inFlight = 20
 	for _, c := range []struct {
-		name string
-		opts []func(*dynamodb.Options)
-		want int64
+		name     string
+		opts     []func(*dynamodb.Options)
+		min, max int64
 	}{
-		{"shared", []func(*dynamodb.Options){store.SharedConnections(32)}, inFlight},
-		{"default", nil, inFlight + inFlight - 10},
+		{"shared", []func(*dynamodb.Options){store.SharedConnections(32)}, inFlight, inFlight + 3},
+		{"default", nil, inFlight + inFlight - 10, 2 * inFlight},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var conns atomic.Int64
@@ -74,8 +79,8 @@ func TestSharedConnectionsKeepsThem(t *testing.T) {
 				}
 				wg.Wait()
 			}
-			if got := conns.Load(); got != c.want {
-				t.Fatalf("%d connections for two rounds of %d; want %d", got, inFlight, c.want)
+			if got := conns.Load(); got < c.min || got > c.max {
+				t.Fatalf("%d connections for two rounds of %d; want %d to %d", got, inFlight, c.min, c.max)
 			}
 		})
 	}

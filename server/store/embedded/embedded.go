@@ -119,10 +119,10 @@ func newEngine(fast bool) *engine {
 	return &engine{mini: server.NewServer(), fast: fast, tables: map[string]*shadowTable{}}
 }
 
-// read answers a GetItem, BatchGetItem or Query (op) that the shadow answers, reading
-// the engine alongside other reads; nil when the request must be served
-// alone (serve): any other request, and a read the shadow leaves to
-// minidyn or refuses.
+// read answers a GetItem, BatchGetItem or Query (op) that the shadow
+// answers, reading the engine alongside other reads; nil when the request
+// must be served alone (serve): any other request, and a read the shadow
+// leaves to minidyn or refuses.
 func (e *engine) read(r *http.Request, op string, body []byte) *recorder {
 	if !e.fast || r.Method != http.MethodPost {
 		return nil

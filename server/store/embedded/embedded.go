@@ -35,8 +35,8 @@ import (
 // on DynamoDB. The shadow also takes plain puts and deletes, alone or in
 // a transaction, whose conditions it checks with minidyn's interpreter;
 // minidyn's copy of those items follows only when minidyn must answer a
-// request (syncAll), so a write costs what it touches however long the
-// history. minidyn computes an update's item, which the shadow reads back.
+// request that names their table (syncFor), so a write costs what it
+// touches however long the history. minidyn computes an update's item, which the shadow reads back.
 // The secondary indexes live in the shadow alone (minidyn re-sorts a
 // whole index on every new item), so the shadow answers every index
 // Query, refusing one it cannot read; everything else, and any request
@@ -104,8 +104,9 @@ type engine struct {
 	// BatchGetItems.
 	gotItems, gotBatches atomic.Int64
 	// transacted counts the TransactWriteItems the engine applied item
-	// by item; undone those it put back when a write failed.
-	transacted, undone int
+	// by item; undone those it put back when a write failed; took the
+	// single puts and deletes the shadow took alone.
+	transacted, undone, took int
 }
 
 // locked runs f with the engine to itself: tests read its counters so.
@@ -203,8 +204,8 @@ func decodeWrite(op string, body []byte) decodedWrite {
 // once read has not; w is the request decoded (decodeWrite). The shadow
 // takes the plain single-item writes and transactions it can check
 // itself; everything else is minidyn's, which first takes every write
-// the shadow took alone (syncAll). A GetItem read left alone is minidyn's
-// to answer.
+// the shadow took alone on the tables the request names (syncFor). A
+// GetItem read left alone is minidyn's to answer.
 func (e *engine) serve(r *http.Request, op string, body []byte, w decodedWrite) *recorder {
 	if !e.fast || r.Method != http.MethodPost {
 		return e.call(r, body)
@@ -217,7 +218,7 @@ func (e *engine) serve(r *http.Request, op string, body []byte, w decodedWrite) 
 		case answer != nil:
 			return jsonAnswer(answer)
 		case index:
-			e.syncAll()
+			e.syncFor(body)
 			return e.indexQueryError(r, body, reason)
 		}
 	case "PutItem":
@@ -230,7 +231,7 @@ func (e *engine) serve(r *http.Request, op string, body []byte, w decodedWrite) 
 	if rec != nil {
 		return rec
 	}
-	e.syncAll()
+	e.syncFor(body)
 	switch op {
 	case "Scan":
 		if refused, ok := e.scan(body); ok {

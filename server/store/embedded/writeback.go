@@ -1,6 +1,7 @@
 package embedded
 
 import (
+	"encoding/json"
 	"net/http"
 
 	"github.com/truora/minidyn/interpreter"
@@ -10,10 +11,11 @@ import (
 
 // The shadow takes a plain PutItem or DeleteItem itself, and so does a
 // transaction's put or delete, and minidyn's copy of the item follows
-// only when minidyn must answer a request (syncAll). minidyn sorts a
-// table's keys again for every new item and answers in JSON it decodes
-// and encodes again, so a write it takes costs the table's size: one the
-// shadow takes costs a binary search per index, however long the history.
+// only when minidyn must answer a request that names its table
+// (syncFor). minidyn sorts a table's keys again for every new item and
+// answers in JSON it decodes and encodes again, so a write it takes costs
+// the table's size: one the shadow takes costs a binary search per index,
+// however long the history.
 // A write the shadow does not read as plainly valid, and one whose
 // condition fails or errs, is minidyn's to answer, with its own error.
 
@@ -33,6 +35,7 @@ func (e *engine) put(in *server.PutItemInput) *recorder {
 		return nil
 	}
 	t.take(h, r, in.Item, t.keyOf(t.primary, in.Item))
+	e.took++
 	return jsonAnswer(answer)
 }
 
@@ -51,6 +54,7 @@ func (e *engine) del(in *server.DeleteItemInput) *recorder {
 		return nil
 	}
 	t.take(h, r, nil, in.Key)
+	e.took++
 	return jsonAnswer(answer)
 }
 
@@ -124,9 +128,41 @@ func (t *shadowTable) take(h, r keyValue, item, key map[string]*server.Attribute
 // longer answering for its table.
 func (e *engine) syncAll() {
 	for name, t := range e.tables {
-		for id := range t.dirty {
-			e.syncItem(name, t, id)
+		e.syncTable(name, t)
+	}
+}
+
+// syncFor is syncAll for the tables request body names (TableName, or the
+// keys of RequestItems), since a request reads and writes only those;
+// syncAll for a request that names them otherwise (a transaction) or not
+// at all.
+func (e *engine) syncFor(body []byte) {
+	var in struct {
+		TableName    *string
+		RequestItems map[string]json.RawMessage
+	}
+	switch {
+	case json.Unmarshal(body, &in) != nil:
+		e.syncAll()
+	case in.TableName != nil:
+		e.syncTable(*in.TableName, e.tables[*in.TableName])
+	case len(in.RequestItems) > 0:
+		for name := range in.RequestItems {
+			e.syncTable(name, e.tables[name])
 		}
+	default:
+		e.syncAll()
+	}
+}
+
+// syncTable gives minidyn every write the shadow took alone on table name
+// (t: its shadow; nil for none).
+func (e *engine) syncTable(name string, t *shadowTable) {
+	if t == nil {
+		return
+	}
+	for id := range t.dirty {
+		e.syncItem(name, t, id)
 	}
 }
 

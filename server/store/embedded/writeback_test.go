@@ -12,8 +12,9 @@ import (
 
 // TestWritesReachMinidynWhenItAnswers: plain puts and deletes, alone and
 // in a transaction, are taken by the shadow and reach minidyn only when
-// minidyn must answer a request (here a Scan), which then sees them all;
-// the writes cost no minidyn call, so none sorts its table's keys.
+// minidyn must answer a request that names their table (here a Scan),
+// which then sees them all; the writes cost no minidyn call, so none
+// sorts its table's keys.
 func TestWritesReachMinidynWhenItAnswers(t *testing.T) {
 	h, e := newHandlerEngine(true)
 	srv := httptest.NewServer(h)
@@ -35,8 +36,10 @@ func TestWritesReachMinidynWhenItAnswers(t *testing.T) {
 	item := func(i int) map[string]any {
 		return map[string]any{"pk": s("p"), "sk": s(fmt.Sprintf("s%03d", i)), "lst": map[string]any{"L": []any{}}}
 	}
+	call("CreateTable", tableSpec("other", []string{"pk", "S", "sk", "S"}, keySchema("pk", "sk"), "LocalSecondaryIndexes", nil))
 	for i := range 100 {
 		call("PutItem", map[string]any{"TableName": "wb", "Item": item(i), "ConditionExpression": "attribute_not_exists(pk)"})
+		call("PutItem", map[string]any{"TableName": "other", "Item": item(i)})
 	}
 	for i := range 10 {
 		call("DeleteItem", map[string]any{"TableName": "wb", "Key": map[string]any{"pk": s("p"), "sk": s(fmt.Sprintf("s%03d", i))}})
@@ -46,10 +49,10 @@ func TestWritesReachMinidynWhenItAnswers(t *testing.T) {
 		map[string]any{"Delete": map[string]any{"TableName": "wb", "Key": map[string]any{"pk": s("p"), "sk": s("s010")},
 			"ConditionExpression": "attribute_exists(pk)"}},
 	}})
-	minidynHolds := func() int {
+	minidynHolds := func(table string) int {
 		var n int
 		e.locked(func() {
-			rec := e.internal("Scan", server.ScanInput{TableName: ptr("wb")})
+			rec := e.internal("Scan", server.ScanInput{TableName: &table})
 			var out struct{ Count int }
 			if rec == nil || json.Unmarshal(rec.body.Bytes(), &out) != nil {
 				t.Fatalf("scan minidyn: %v", rec)
@@ -58,15 +61,20 @@ func TestWritesReachMinidynWhenItAnswers(t *testing.T) {
 		})
 		return n
 	}
-	if n := minidynHolds(); n != 0 {
+	if n := minidynHolds("wb"); n != 0 {
 		t.Fatalf("minidyn took %d items before anything asked it, want 0: the shadow takes plain writes", n)
 	}
 	var out struct{ Count int }
 	if err := json.Unmarshal(call("Scan", map[string]any{"TableName": "wb"}), &out); err != nil || out.Count != 90 {
 		t.Fatalf("a Scan (minidyn's to answer) saw %d items (%v), want 90", out.Count, err)
 	}
-	if n := minidynHolds(); n != 90 {
+	if n := minidynHolds("wb"); n != 90 {
 		t.Fatalf("minidyn holds %d items after the Scan, want 90", n)
+	}
+	// The Scan named one table: the other's writes wait for a request
+	// that names it.
+	if n := minidynHolds("other"); n != 0 {
+		t.Fatalf("minidyn holds %d items of a table the Scan did not name, want 0", n)
 	}
 	// minidyn evaluates a condition on a synced item with an empty list:
 	// it must hold the list, not a value of no type.
@@ -78,8 +86,6 @@ func TestWritesReachMinidynWhenItAnswers(t *testing.T) {
 	}
 }
 
-func ptr(s string) *string { return &s }
-
 func mustJSON(t *testing.T, v any) []byte {
 	t.Helper()
 	b, err := json.Marshal(v)
@@ -87,4 +93,74 @@ func mustJSON(t *testing.T, v any) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// TestSingleWritesMatchMinidyn: puts and deletes of every shape a client
+// can send (conditions that hold, fail or err; placeholders missing,
+// unused or malformed; values asked back; empty keys and sets; extra key
+// attributes) answer as plain minidyn answers them, and leave the same
+// items; the shadow takes the plain ones itself.
+func TestSingleWritesMatchMinidyn(t *testing.T) {
+	p := newPair(t)
+	for _, tbl := range diffTables {
+		p.both("CreateTable", tbl)
+	}
+	key := func(pk, sk string) map[string]any { return map[string]any{"pk": s(pk), "sk": s(sk)} }
+	item := func(pk, sk string, a int) map[string]any {
+		return map[string]any{"pk": s(pk), "sk": s(sk), "a": n(a), "gh": s("g"), "gr": n(1)}
+	}
+	vals := func(kv ...any) map[string]any {
+		m := map[string]any{}
+		for i := 0; i+1 < len(kv); i += 2 {
+			m[kv[i].(string)] = kv[i+1]
+		}
+		return m
+	}
+	// shadow: the shadow takes the write itself; every other one is
+	// minidyn's (its condition fails or errs, or the shadow does not read
+	// it as plainly valid).
+	for i, w := range []struct {
+		op     string
+		req    map[string]any
+		shadow bool
+	}{
+		{"PutItem", map[string]any{"TableName": "t1", "Item": item("p", "a", 1), "ConditionExpression": "attribute_not_exists(pk)"}, true},
+		{"PutItem", map[string]any{"TableName": "t1", "Item": item("p", "a", 2), "ConditionExpression": "attribute_not_exists(pk)"}, false},
+		{"PutItem", map[string]any{"TableName": "t1", "Item": item("p", "a", 3), "ConditionExpression": "#a < :v",
+			"ExpressionAttributeNames": map[string]any{"#a": "a"}, "ExpressionAttributeValues": vals(":v", n(2))}, true},
+		{"PutItem", map[string]any{"TableName": "t1", "Item": item("p", "a", 4), "ConditionExpression": "#a < :v",
+			"ExpressionAttributeNames": map[string]any{"#a": "a"}, "ExpressionAttributeValues": vals(":v", n(2))}, false},
+		{"PutItem", map[string]any{"TableName": "t1", "Item": item("p", "b", 1), "ConditionExpression": "attribute_not_exists(pk)",
+			"ExpressionAttributeValues": vals(":unused", n(2))}, false},
+		{"PutItem", map[string]any{"TableName": "t1", "Item": item("p", "b", 1), "ConditionExpression": "attribute_not_exists(#x)"}, false},
+		{"PutItem", map[string]any{"TableName": "t1", "Item": item("p", "b", 1), "ConditionExpression": "attribute_not_exists(pk)",
+			"ExpressionAttributeNames": map[string]any{"#unused": "a"}}, false},
+		{"PutItem", map[string]any{"TableName": "t1", "Item": item("p", "b", 1), "ExpressionAttributeValues": vals(":v", n(1))}, false},
+		{"PutItem", map[string]any{"TableName": "t1", "Item": item("p", "b", 1), "ConditionExpression": ""}, false},
+		{"PutItem", map[string]any{"TableName": "t1", "Item": item("p", "a", 5), "ReturnValues": "ALL_OLD"}, false},
+		{"PutItem", map[string]any{"TableName": "t1", "Item": item("", "a", 1)}, false},
+		{"PutItem", map[string]any{"TableName": "t1", "Item": map[string]any{"pk": s("p"), "sk": s("c"), "ss": map[string]any{"SS": []any{}}}}, true},
+		{"PutItem", map[string]any{"TableName": "t1", "Item": map[string]any{"pk": s("p"), "sk": n(1)}}, false},
+		{"PutItem", map[string]any{"TableName": "nope", "Item": item("p", "a", 1)}, false},
+		{"PutItem", map[string]any{"TableName": "t1", "Item": item("p", "c", 1), "ConditionExpression": "attribute_not_exists(pk) AND"}, false},
+		{"PutItem", map[string]any{"TableName": "t1", "Item": item("p", "d", 1)}, true},
+		{"DeleteItem", map[string]any{"TableName": "t1", "Key": key("p", "d"), "ConditionExpression": "a = :v", "ExpressionAttributeValues": vals(":v", n(9))}, false},
+		{"DeleteItem", map[string]any{"TableName": "t1", "Key": key("p", "d"), "ConditionExpression": "a = :v", "ExpressionAttributeValues": vals(":v", n(1))}, true},
+		{"DeleteItem", map[string]any{"TableName": "t1", "Key": key("p", "d"), "ConditionExpression": "attribute_exists(pk)"}, false},
+		{"DeleteItem", map[string]any{"TableName": "t1", "Key": key("p", "a"), "ReturnValues": "ALL_OLD"}, false},
+		{"DeleteItem", map[string]any{"TableName": "t1", "Key": map[string]any{"pk": s("p"), "sk": s("b"), "a": n(1)}}, false},
+		{"DeleteItem", map[string]any{"TableName": "t1", "Key": map[string]any{"pk": s("p")}}, false},
+		{"DeleteItem", map[string]any{"TableName": "t1", "Key": key("p", "nothing")}, true},
+		{"PutItem", map[string]any{"TableName": "t1", "Item": item("p", "e", 1)}, true},
+		{"DeleteItem", map[string]any{"TableName": "t1", "Key": key("p", "e")}, true},
+	} {
+		var before, after int
+		p.fastEngine.locked(func() { before = p.fastEngine.took })
+		p.both(w.op, w.req)
+		p.fastEngine.locked(func() { after = p.fastEngine.took })
+		if took := after > before; took != w.shadow {
+			t.Fatalf("write %d %s %v: the shadow took it %v, want %v", i, w.op, w.req, took, w.shadow)
+		}
+		p.shadowMatchesMinidyn()
+	}
 }

@@ -16,7 +16,7 @@ import (
 // the table and of each secondary index, so a Query walks only the
 // partition it names. It is the authority for the items: the writes it
 // takes itself (plain puts and deletes, alone or in a transaction) reach
-// minidyn's copy only when minidyn must answer a request (dirty, syncAll);
+// minidyn's copy only when minidyn must answer a request (dirty, syncFor);
 // every other item is what a consistent GetItem of minidyn answered after
 // the last write minidyn took of its key.
 type shadowTable struct {

@@ -113,8 +113,9 @@ func (e *engine) transact(in *server.TransactWriteItemsInput) *recorder {
 
 // txOpOf reads one operation of a transaction: nil unless it names exactly
 // one of Put, Update, Delete and ConditionCheck, on a shadowed table, with
-// a key of the table's key attributes alone (a Put's item holding them),
-// and expression names and values that its expressions all use.
+// a key of the table's key attributes alone, none of them empty (a Put's
+// item holding them, and one minidyn's validation takes), and expression
+// names and values that its expressions all use.
 func (e *engine) txOpOf(ti server.TransactWriteItem) *txOp {
 	named := 0
 	for _, set := range []bool{ti.Put != nil, ti.Update != nil, ti.Delete != nil, ti.ConditionCheck != nil} {

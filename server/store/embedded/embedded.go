@@ -31,8 +31,9 @@ import (
 // costs the table's size; and it sorts a table's keys again for every new
 // item, so a put costs it too. In front of it a shadow of each table holds
 // the items, in key order per partition, and answers GetItem,
-// BatchGetItem and the Queries it can: such a read costs what it reads, as
-// on DynamoDB. The shadow also takes plain puts and deletes, alone or in
+// BatchGetItem, the Queries it can and plain Scans (in its own order,
+// since DynamoDB promises none): such a read costs what it reads, as on
+// DynamoDB. The shadow also takes plain puts and deletes, alone or in
 // a transaction, whose conditions it checks with minidyn's interpreter;
 // minidyn's copy of those items follows only when minidyn must answer a
 // request that names their table (syncFor), so a write costs what it
@@ -87,9 +88,9 @@ func newHandlerEngine(fast bool) (http.Handler, *engine) {
 
 // engine is minidyn and, when fast, the shadow of its tables. Its writes,
 // and every request minidyn answers, are served one at a time (mu held);
-// the reads the shadow answers (GetItem, BatchGetItem, Query) are served
-// side by side (mu held for reading), since nothing changes while they
-// read.
+// the reads the shadow answers (GetItem, BatchGetItem, Query, Scan) are
+// served side by side (mu held for reading), since nothing changes while
+// they read.
 type engine struct {
 	mu     sync.RWMutex
 	mini   *server.Server
@@ -120,8 +121,8 @@ func newEngine(fast bool) *engine {
 	return &engine{mini: server.NewServer(), fast: fast, tables: map[string]*shadowTable{}}
 }
 
-// read answers a GetItem, BatchGetItem or Query (op) that the shadow
-// answers, reading the engine alongside other reads; nil when the request
+// read answers a GetItem, BatchGetItem, Query or Scan (op) that the
+// shadow answers, reading the engine alongside other reads; nil when the request
 // must be served alone (serve): any other request, and a read the shadow
 // leaves to minidyn or refuses.
 func (e *engine) read(r *http.Request, op string, body []byte) *recorder {
@@ -141,6 +142,10 @@ func (e *engine) read(r *http.Request, op string, body []byte) *recorder {
 	case "BatchGetItem":
 		e.mu.RLock()
 		answer = e.answerBatchGet(body)
+		e.mu.RUnlock()
+	case "Scan":
+		e.mu.RLock()
+		answer = e.answerScan(body)
 		e.mu.RUnlock()
 	}
 	if answer == nil {

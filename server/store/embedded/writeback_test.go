@@ -12,8 +12,8 @@ import (
 
 // TestWritesReachMinidynWhenItAnswers: plain puts and deletes, alone and
 // in a transaction, are taken by the shadow and reach minidyn only when
-// minidyn must answer a request that names their table (here a Scan),
-// which then sees them all; the writes cost no minidyn call, so none
+// minidyn must answer a request that names their table (here a filtered
+// Scan), which then sees them all; the writes cost no minidyn call, so none
 // sorts its table's keys.
 func TestWritesReachMinidynWhenItAnswers(t *testing.T) {
 	h, e := newHandlerEngine(true)
@@ -66,10 +66,17 @@ func TestWritesReachMinidynWhenItAnswers(t *testing.T) {
 	}
 	var out struct{ Count int }
 	if err := json.Unmarshal(call("Scan", map[string]any{"TableName": "wb"}), &out); err != nil || out.Count != 90 {
-		t.Fatalf("a Scan (minidyn's to answer) saw %d items (%v), want 90", out.Count, err)
+		t.Fatalf("a plain Scan (the shadow's to answer) saw %d items (%v), want 90", out.Count, err)
+	}
+	if n := minidynHolds("wb"); n != 0 {
+		t.Fatalf("minidyn took %d items for a plain Scan, want 0: the shadow answers it", n)
+	}
+	filtered := call("Scan", map[string]any{"TableName": "wb", "FilterExpression": "attribute_exists(pk)"})
+	if err := json.Unmarshal(filtered, &out); err != nil || out.Count != 90 {
+		t.Fatalf("a filtered Scan (minidyn's to answer) saw %d items (%v), want 90", out.Count, err)
 	}
 	if n := minidynHolds("wb"); n != 90 {
-		t.Fatalf("minidyn holds %d items after the Scan, want 90", n)
+		t.Fatalf("minidyn holds %d items after the filtered Scan, want 90", n)
 	}
 	// The Scan named one table: the other's writes wait for a request
 	// that names it.

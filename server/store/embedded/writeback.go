@@ -132,14 +132,16 @@ func (e *engine) syncAll() {
 	}
 }
 
-// syncFor is syncAll for the tables request body names (TableName, or the
-// keys of RequestItems), since a request reads and writes only those;
-// syncAll for a request that names them otherwise (a transaction) or not
-// at all.
+// syncFor is syncAll for what request body names, since a request reads
+// and writes only that: the tables of TableName or of RequestItems' keys,
+// the items of a TransactGetItems (an ack through Lambda reads so); all
+// of it for a request that names them otherwise (a transaction of
+// writes) or not at all.
 func (e *engine) syncFor(body []byte) {
 	var in struct {
-		TableName    *string
-		RequestItems map[string]json.RawMessage
+		TableName     *string
+		RequestItems  map[string]json.RawMessage
+		TransactItems []txGet
 	}
 	switch {
 	case json.Unmarshal(body, &in) != nil:
@@ -150,9 +152,48 @@ func (e *engine) syncFor(body []byte) {
 		for name := range in.RequestItems {
 			e.syncTable(name, e.tables[name])
 		}
+	case len(in.TransactItems) > 0 && e.syncGets(in.TransactItems):
 	default:
 		e.syncAll()
 	}
+}
+
+// txGet is one item of a TransactGetItems, as syncFor reads it.
+type txGet struct {
+	Get *struct {
+		TableName *string
+		Key       map[string]*server.AttributeValue
+	}
+}
+
+// syncGets gives minidyn the shadow's item of each Get of gets, and
+// reports true; false, and it gives nothing, when one is not a Get of a
+// key the shadow reads (the caller then syncs everything).
+func (e *engine) syncGets(gets []txGet) bool {
+	type item struct {
+		name string
+		t    *shadowTable
+		id   string
+	}
+	var items []item
+	for _, g := range gets {
+		if g.Get == nil || g.Get.TableName == nil {
+			return false
+		}
+		t := e.tables[*g.Get.TableName]
+		if t == nil {
+			continue // no shadow: nothing to give
+		}
+		h, r, ok := t.tableKey(g.Get.Key)
+		if !ok {
+			return false
+		}
+		items = append(items, item{*g.Get.TableName, t, tableKeyID(h, r)})
+	}
+	for _, it := range items {
+		e.syncItem(it.name, it.t, it.id)
+	}
+	return true
 }
 
 // syncTable gives minidyn every write the shadow took alone on table name

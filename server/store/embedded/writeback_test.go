@@ -83,6 +83,18 @@ func TestWritesReachMinidynWhenItAnswers(t *testing.T) {
 	if n := minidynHolds("other"); n != 0 {
 		t.Fatalf("minidyn holds %d items of a table the Scan did not name, want 0", n)
 	}
+	// A TransactGetItems (an ack through Lambda reads so) is minidyn's to
+	// answer, and gives it only the items it reads.
+	got := call("TransactGetItems", map[string]any{"TransactItems": []any{
+		map[string]any{"Get": map[string]any{"TableName": "other", "Key": map[string]any{"pk": s("p"), "sk": s("s005")}}},
+	}})
+	var tg struct{ Responses []struct{ Item map[string]any } }
+	if err := json.Unmarshal(got, &tg); err != nil || len(tg.Responses) != 1 || tg.Responses[0].Item == nil {
+		t.Fatalf("TransactGetItems of an item the shadow took alone: %s (%v)", got, err)
+	}
+	if n := minidynHolds("other"); n != 1 {
+		t.Fatalf("minidyn holds %d items of the table a TransactGetItems read one of, want 1", n)
+	}
 	// minidyn evaluates a condition on a synced item with an empty list:
 	// it must hold the list, not a value of no type.
 	code, body := post(t, srv, "UpdateItem", mustJSON(t, map[string]any{"TableName": "wb",

@@ -88,7 +88,9 @@ func TestWritesReachMinidynWhenItAnswers(t *testing.T) {
 	got := call("TransactGetItems", map[string]any{"TransactItems": []any{
 		map[string]any{"Get": map[string]any{"TableName": "other", "Key": map[string]any{"pk": s("p"), "sk": s("s005")}}},
 	}})
-	var tg struct{ Responses []struct{ Item map[string]any } }
+	var tg struct {
+		Responses []struct{ Item map[string]any }
+	}
 	if err := json.Unmarshal(got, &tg); err != nil || len(tg.Responses) != 1 || tg.Responses[0].Item == nil {
 		t.Fatalf("TransactGetItems of an item the shadow took alone: %s (%v)", got, err)
 	}

@@ -123,11 +123,7 @@ func benchClaim(b *testing.B, pollers int, knobs claimKnobs) {
 		p.SpreadClaims = s.SpreadClaims
 		procs = append(procs, p)
 	}
-	for i := range b.N + knobs.backlog {
-		if _, _, err := svc.Submit(ctx, submitReq("job", fmt.Sprint(i)).Spec()); err != nil {
-			b.Fatalf("Submit: %v", err)
-		}
-	}
+	submitJobs(b, svc, b.N+knobs.backlog)
 	workers := make([]domain.Worker, pollers)
 	for i := range workers {
 		workers[i] = benchWorker(b, s, fmt.Sprintf("machine-%02d", i), "")

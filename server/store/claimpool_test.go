@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/dreamlake/lakeshore/server/control"
 	"github.com/dreamlake/lakeshore/server/store"
 	"github.com/dreamlake/lakeshore/server/store/schema"
 	"github.com/dreamlake/lakeshore/server/store/storetest"
@@ -54,11 +55,7 @@ func TestPooledClaimsNeverRace(t *testing.T) {
 	ctx := context.Background()
 	svc := storetest.Control(s)
 	const n = 40
-	for i := range n {
-		if _, _, err := svc.Submit(ctx, submitReq("job", fmt.Sprint(i)).Spec()); err != nil {
-			t.Fatal(err)
-		}
-	}
+	submitJobs(t, svc, n)
 	workers := make([]domain.Worker, 8)
 	for i := range workers {
 		workers[i] = benchWorker(t, s, fmt.Sprintf("m%d", i), "")
@@ -139,11 +136,7 @@ func TestAckAfterAChangeReadsAgain(t *testing.T) {
 	s, other := ss[0], ss[1]
 	ctx := context.Background()
 	svc := storetest.Control(s)
-	for i := range 3 {
-		if _, _, err := svc.Submit(ctx, submitReq("job", fmt.Sprint(i)).Spec()); err != nil {
-			t.Fatal(err)
-		}
-	}
+	submitJobs(t, svc, 3)
 	w := benchWorker(t, s, "m1", "")
 
 	// Cancelled by an operator while it ran: the worker's cancelled
@@ -189,11 +182,7 @@ func TestShardedClaims(t *testing.T) {
 	ctx := context.Background()
 	svc := storetest.Control(s)
 	const n = 24
-	for i := range n {
-		if _, _, err := svc.Submit(ctx, submitReq("job", fmt.Sprint(i)).Spec()); err != nil {
-			t.Fatal(err)
-		}
-	}
+	submitJobs(t, svc, n)
 	keys := func() map[string]int {
 		out, err := s.DB().Scan(ctx, &dynamodb.ScanInput{TableName: aws.String(s.Tables().Invocations)})
 		if err != nil {
@@ -251,11 +240,7 @@ func TestClaimReadsAWholeQueueOnce(t *testing.T) {
 	s := ss[0]
 	ctx := context.Background()
 	svc := storetest.Control(s)
-	for i := range 2 {
-		if _, _, err := svc.Submit(ctx, submitReq("job", fmt.Sprint(i)).Spec()); err != nil {
-			t.Fatal(err)
-		}
-	}
+	submitJobs(t, svc, 2)
 	w := benchWorker(t, s, "m1", "")
 	counter.Reset()
 	res, err := s.Claim(ctx, w, "q", 4)
@@ -270,5 +255,15 @@ func TestClaimReadsAWholeQueueOnce(t *testing.T) {
 	}
 	if res, err := s.Claim(ctx, w, "q", 4); err != nil || len(res.Claimed) != 1 {
 		t.Fatalf("the next claim = %d claimed, %v; want the one submitted since", len(res.Claimed), err)
+	}
+}
+
+// submitJobs submits n jobs to queue "q" ("job 0", "job 1", ...).
+func submitJobs(tb testing.TB, svc *control.Service, n int) {
+	tb.Helper()
+	for i := range n {
+		if _, _, err := svc.Submit(context.Background(), submitReq("job", fmt.Sprint(i)).Spec()); err != nil {
+			tb.Fatalf("submit job %d: %v", i, err)
+		}
 	}
 }

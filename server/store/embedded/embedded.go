@@ -102,8 +102,8 @@ type engine struct {
 	// answered counts the Queries the shadow answered.
 	answered atomic.Int64
 	// gotItems counts the GetItems the shadow answered; gotBatches the
-	// BatchGetItems.
-	gotItems, gotBatches atomic.Int64
+	// BatchGetItems, gotScans the Scans.
+	gotItems, gotBatches, gotScans atomic.Int64
 	// transacted counts the TransactWriteItems the engine applied item
 	// by item; undone those it put back when a write failed; took the
 	// single puts and deletes the shadow took alone.

@@ -49,22 +49,23 @@ func (e *engine) answerScan(body []byte) []byte {
 		for ; i < len(parts[p]); i++ {
 			if len(out.Items) == limit {
 				out.LastEvaluatedKey = t.keyOf(t.primary, out.Items[len(out.Items)-1])
-				return encodeScan(&out)
+				return e.scanned(&out)
 			}
 			out.Items = append(out.Items, parts[p][i].wire)
 		}
 	}
-	return encodeScan(&out)
+	return e.scanned(&out)
 }
 
-// encodeScan is a Scan's answer as minidyn gives it: Count, and no
-// ScannedCount.
-func encodeScan(out *server.ScanOutput) []byte {
+// scanned is a Scan's answer as minidyn gives it (Count, and no
+// ScannedCount), counted as the shadow's.
+func (e *engine) scanned(out *server.ScanOutput) []byte {
 	out.Count = int32(len(out.Items))
 	answer, err := encode(out)
 	if err != nil {
 		return nil
 	}
+	e.gotScans.Add(1)
 	return answer
 }
 
@@ -75,35 +76,29 @@ func (t *shadowTable) scanOrder() [][]*shadowItem {
 	for _, entries := range t.primary.parts {
 		parts = append(parts, entries)
 	}
-	slices.SortFunc(parts, func(a, b []*shadowItem) int {
-		if c := a[0].hashVal.compare(b[0].hashVal); c != 0 {
-			return c
-		}
-		return cmp.Compare(a[0].hashVal.id(), b[0].hashVal.id())
-	})
+	slices.SortFunc(parts, func(a, b []*shadowItem) int { return a[0].hashVal.scanCompare(b[0].hashVal) })
 	return parts
+}
+
+// scanCompare orders key values as a Scan reads them: by value, and values
+// equal but written apart (N "1" and "1.0", two items) by how they are
+// written.
+func (k keyValue) scanCompare(o keyValue) int {
+	if c := k.compare(o); c != 0 {
+		return c
+	}
+	return cmp.Compare(k.id(), o.id())
 }
 
 // scanAfter finds where a Scan resumes after the item of key (h, r): the
 // partition and the index in it of the first item past it, whether or not
 // that item is still there.
 func (t *shadowTable) scanAfter(parts [][]*shadowItem, h, r keyValue) (p, i int) {
-	p, found := slices.BinarySearchFunc(parts, h, func(part []*shadowItem, h keyValue) int {
-		if c := part[0].hashVal.compare(h); c != 0 {
-			return c
-		}
-		return cmp.Compare(part[0].hashVal.id(), h.id())
-	})
+	p, found := slices.BinarySearchFunc(parts, h, func(part []*shadowItem, h keyValue) int { return part[0].hashVal.scanCompare(h) })
 	if !found {
 		return p, 0
 	}
-	entries := parts[p]
-	i, found = slices.BinarySearchFunc(entries, r, func(it *shadowItem, r keyValue) int {
-		if c := it.rngVal.compare(r); c != 0 {
-			return c
-		}
-		return cmp.Compare(it.rngVal.id(), r.id())
-	})
+	i, found = slices.BinarySearchFunc(parts[p], r, func(it *shadowItem, r keyValue) int { return it.rngVal.scanCompare(r) })
 	if found {
 		i++
 	}

@@ -94,3 +94,41 @@ func TestScanMatchesMinidyn(t *testing.T) {
 		})
 	}
 }
+
+// TestScanLeavesMinidynWhatItCannotRead: a Scan the shadow does not read
+// as plain (a limit under 1, Select COUNT, segments, a projection, a start
+// key with more than the table key, an unknown table) is minidyn's, and
+// answers as plain minidyn answers it.
+func TestScanLeavesMinidynWhatItCannotRead(t *testing.T) {
+	p := newPair(t)
+	for _, tbl := range diffTables {
+		p.both("CreateTable", tbl)
+	}
+	for i := range 5 {
+		p.both("PutItem", map[string]any{"TableName": "t1", "Item": map[string]any{"pk": s("p"), "sk": s(fmt.Sprint("k", i)), "a": n(i)}})
+	}
+	for _, req := range []map[string]any{
+		{"TableName": "t1", "Limit": 0},
+		{"TableName": "t1", "Limit": -1},
+		{"TableName": "t1", "Select": "COUNT"},
+		{"TableName": "t1", "Segment": 0, "TotalSegments": 2},
+		{"TableName": "t1", "ProjectionExpression": "a"},
+		{"TableName": "t1", "ExclusiveStartKey": map[string]any{"pk": s("p"), "sk": s("k1"), "a": n(1)}},
+		{"TableName": "nope"},
+	} {
+		p.both("Scan", req)
+	}
+	if got := p.gotScans(); got != 0 {
+		t.Fatalf("the shadow answered %d of these Scans, want 0", got)
+	}
+	p.both("Scan", map[string]any{"TableName": "t1", "Limit": 2})
+	if got := p.gotScans(); got != 1 {
+		t.Fatalf("the shadow answered %d plain Scans of 1", got)
+	}
+}
+
+// gotScans is how many Scans the fast handler answered from its shadow.
+func (p *pair) gotScans() (n int) {
+	p.fastEngine.locked(func() { n = int(p.fastEngine.gotScans.Load()) })
+	return n
+}

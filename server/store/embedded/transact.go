@@ -18,6 +18,7 @@ const maxTransactItems = 100
 type txOp struct {
 	table     *shadowTable
 	tableName *string
+	h, r      keyValue                          // the table key
 	id        string                            // tableKeyID of key
 	key       map[string]*server.AttributeValue // the table key alone
 	cond      *string
@@ -93,11 +94,9 @@ func (e *engine) transact(in *server.TransactWriteItemsInput) *recorder {
 	for _, op := range ops {
 		switch w := op.write.(type) {
 		case server.PutItemInput:
-			h, r, _ := op.table.tableKey(op.key)
-			op.table.take(h, r, w.Item, op.key)
+			op.table.take(op.h, op.r, w.Item, op.key)
 		case server.DeleteItemInput:
-			h, r, _ := op.table.tableKey(op.key)
-			op.table.take(h, r, nil, op.key)
+			op.table.take(op.h, op.r, nil, op.key)
 		}
 	}
 	for _, op := range updated {
@@ -163,7 +162,7 @@ func (e *engine) txOpOf(ti server.TransactWriteItem) *txOp {
 	if !ok || (ti.Put != nil && types.ValidateItemMap(toTypes(ti.Put.Item)) != nil) {
 		return nil
 	}
-	op.table, op.id = t, tableKeyID(h, r)
+	op.table, op.h, op.r, op.id = t, h, r, tableKeyID(h, r)
 	if op.cond != nil {
 		exprs = append(exprs, *op.cond)
 	}

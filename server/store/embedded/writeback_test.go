@@ -164,6 +164,8 @@ func TestSingleWritesMatchMinidyn(t *testing.T) {
 		{"PutItem", map[string]any{"TableName": "t1", "Item": map[string]any{"pk": s("p"), "sk": n(1)}}, false},
 		{"PutItem", map[string]any{"TableName": "nope", "Item": item("p", "a", 1)}, false},
 		{"PutItem", map[string]any{"TableName": "t1", "Item": item("p", "c", 1), "ConditionExpression": "attribute_not_exists(pk) AND"}, false},
+		{"PutItem", map[string]any{"TableName": "t1", "Item": item("p", "f", 1), "Expected": map[string]any{"a": map[string]any{"Exists": false}}}, false},
+		{"PutItem", map[string]any{"TableName": "t1", "Item": item("p", "g", 1), "ConditionalOperator": "AND"}, false},
 		{"PutItem", map[string]any{"TableName": "t1", "Item": item("p", "d", 1)}, true},
 		{"DeleteItem", map[string]any{"TableName": "t1", "Key": key("p", "d"), "ConditionExpression": "a = :v", "ExpressionAttributeValues": vals(":v", n(9))}, false},
 		{"DeleteItem", map[string]any{"TableName": "t1", "Key": key("p", "d"), "ConditionExpression": "a = :v", "ExpressionAttributeValues": vals(":v", n(1))}, true},

@@ -1,7 +1,9 @@
 package embedded
 
 import (
+	"bytes"
 	"encoding/json"
+	"io"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -138,5 +140,46 @@ func benchWrites(b *testing.B, op string, body func(tb testing.TB, i int) []byte
 				}
 			}
 		})
+	}
+}
+
+// TestLongAnswersSayTheirLength: an answer over net/http's 2 KB buffer
+// comes with its Content-Length, as DynamoDB's do, not chunked; a client
+// then reads an answer cut short as cut short. Before, such answers were
+// chunked.
+func TestLongAnswersSayTheirLength(t *testing.T) {
+	srv, _ := costTable(t, 100)
+	// A plain Scan is the shadow's answer, a filtered one minidyn's.
+	for op, req := range map[string]map[string]any{
+		"Scan": {"TableName": "cost"},
+		"Scan with a filter": {"TableName": "cost", "FilterExpression": "body = :b",
+			"ExpressionAttributeValues": map[string]any{":b": s("payload")}},
+	} {
+		body, err := json.Marshal(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hr, err := http.NewRequest(http.MethodPost, srv.URL, bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		hr.Header.Set("X-Amz-Target", "DynamoDB_20120810.Scan")
+		hr.Header.Set("Content-Type", "application/x-amz-json-1.0")
+		resp, err := http.DefaultClient.Do(hr)
+		if err != nil {
+			t.Fatalf("%s: %v", op, err)
+		}
+		out, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatalf("%s: read: %v", op, err)
+		}
+		if len(out) <= 2048 {
+			t.Fatalf("%s answered %d bytes; the test needs more than 2048", op, len(out))
+		}
+		if resp.ContentLength != int64(len(out)) || len(resp.TransferEncoding) != 0 {
+			t.Errorf("%s: Content-Length %d, transfer encoding %v for %d bytes; want the length, not chunked",
+				op, resp.ContentLength, resp.TransferEncoding, len(out))
+		}
 	}
 }

@@ -81,6 +81,9 @@ func newHandlerEngine(fast bool) (http.Handler, *engine) {
 		// DynamoDB sends X-Amz-Crc32 with every answer and the SDK checks
 		// it; minidyn sends none, and the SDK then warns on every call.
 		w.Header().Set("X-Amz-Crc32", strconv.FormatUint(uint64(crc32.ChecksumIEEE(rec.body.Bytes())), 10))
+		// As DynamoDB does, say the length: an answer over 2 KB is then
+		// not chunked, and one cut short reads as cut short.
+		w.Header().Set("Content-Length", strconv.Itoa(rec.body.Len()))
 		w.WriteHeader(rec.code)
 		_, _ = w.Write(rec.body.Bytes())
 	}), e

@@ -257,6 +257,9 @@ func runDev(ctx context.Context, o devOptions) error {
 
 	st := store.New(db, o.tablePrefix)
 	st.ClaimShards = o.claimShards
+	// This process serves every poll of its fleet (with --lambdas, its
+	// functions do, and open stores of their own).
+	st.RememberWrites = true
 	// One wake hub for the routes and the sweep: work either makes
 	// claimable wakes a poll the routes hold.
 	hub := &wake.Hub{}

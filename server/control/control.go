@@ -42,6 +42,7 @@ type Store interface {
 	UpdateHostStatus(ctx context.Context, id string, status domain.HostStatus) (domain.Worker, error)
 	Submit(ctx context.Context, spec domain.Spec, requestHash string) (domain.Invocation, bool, error)
 	GetInvocation(ctx context.Context, id string) (domain.Invocation, error)
+	KnownFinished(id string) bool
 	Held(ctx context.Context, workerID string) ([]domain.Invocation, error)
 	Claim(ctx context.Context, w domain.Worker, queue string, max int) (store.ClaimResult, error)
 	Requeue(ctx context.Context, id, workerID string, loss domain.Loss) (domain.Invocation, bool, error)

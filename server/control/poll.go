@@ -115,15 +115,24 @@ func (s *Service) reconcile(ctx context.Context, w domain.Worker, inflight, prio
 	}
 	for _, id := range inflight {
 		i := slices.IndexFunc(held, func(inv domain.Invocation) bool { return inv.ID == id })
+		// An invocation that is gone, or finished, runs no attempt: the
+		// worker's, if it still runs one, no longer counts.
+		over := domain.Command{Type: domain.CommandCancel, InvocationID: id, Reason: domain.CancelSuperseded}
 		var inv domain.Invocation
-		if i >= 0 {
+		switch {
+		case i >= 0:
 			inv = held[i]
-		} else {
+		case st.KnownFinished(id):
+			// This process recorded it finished (an ack that raced this
+			// poll) or read it so, and it stays finished: no need to read.
+			finished = append(finished, over)
+			continue
+		default:
 			// The holder index is eventually consistent on AWS: confirm on
 			// the table before telling a worker to stop.
 			inv, err = st.GetInvocation(ctx, id)
 			if errors.Is(err, domain.ErrNotFound) {
-				finished = append(finished, domain.Command{Type: domain.CommandCancel, InvocationID: id, Reason: domain.CancelSuperseded})
+				finished = append(finished, over)
 				continue
 			}
 			if err != nil {

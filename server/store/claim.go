@@ -169,7 +169,7 @@ func (s *Store) claimRound(ctx context.Context, w domain.Worker, part string, wi
 			return got, false, false, storeErr("claim "+inv.ID, err)
 		default:
 			res.Claimed = append(res.Claimed, next)
-			s.claimed.put(next, w)
+			s.claimed.put(next.ID, claimedEntry{next, w})
 			got++
 		}
 	}

@@ -130,49 +130,9 @@ func (p *claimPool) contended(key string, now time.Time) {
 	pp.mu.Unlock()
 }
 
-// claimedCache remembers, for the ack, the invocations this store claimed
-// as it wrote them: an ack of the attempt it claimed (the common case, when
-// one process serves polls and acks) is written against that version at
-// once, with no read first. Entries are hints like the pool's: the write is
-// conditional on the version, and one that changed since falls back to
-// reading it (Store.Ack). It keeps the latest maxClaimed entries.
-type claimedCache struct {
-	mu    sync.Mutex
-	byID  map[string]claimedEntry
-	order []string // oldest first
-}
-
+// claimedEntry is what the ack needs of an invocation this store claimed,
+// as it wrote it (Store.claimed).
 type claimedEntry struct {
 	inv    domain.Invocation
 	worker domain.Worker
-}
-
-const maxClaimed = 4096
-
-func (c *claimedCache) put(inv domain.Invocation, w domain.Worker) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.byID == nil {
-		c.byID = map[string]claimedEntry{}
-	}
-	if _, ok := c.byID[inv.ID]; !ok {
-		c.order = append(c.order, inv.ID)
-	}
-	c.byID[inv.ID] = claimedEntry{inv, w}
-	for len(c.order) > maxClaimed {
-		delete(c.byID, c.order[0])
-		c.order = c.order[1:]
-	}
-}
-
-// take removes and returns the entry of invocation id.
-func (c *claimedCache) take(id string) (claimedEntry, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e, ok := c.byID[id]
-	if ok {
-		delete(c.byID, id)
-		c.order = slices.DeleteFunc(c.order, func(x string) bool { return x == id })
-	}
-	return e, ok
 }

@@ -65,7 +65,11 @@ func (s *Store) GetInvocation(ctx context.Context, id string) (domain.Invocation
 	if out.Item == nil {
 		return domain.Invocation{}, domain.Errorf(domain.KindNotFound, "invocation %s not found", id)
 	}
-	return decodeInvocation(out.Item)
+	inv, err := decodeInvocation(out.Item)
+	if err == nil {
+		s.noteFinished(inv)
+	}
+	return inv, err
 }
 
 // idempotencyRecord remembers which invocation a submit key made, and a
@@ -187,7 +191,25 @@ func (s *Store) putAndCount(ctx context.Context, prev int64, next *domain.Invoca
 	if err != nil {
 		return storeErr("record "+next.ID, err)
 	}
+	s.noteFinished(*next)
 	return nil
+}
+
+// noteFinished remembers that inv is finished, when it is
+// (RememberWrites): a finished invocation stays finished, so a poll that
+// still lists it is told so without reading it (KnownFinished).
+func (s *Store) noteFinished(inv domain.Invocation) {
+	if s.RememberWrites && inv.State.Terminal() {
+		s.finished.put(inv.ID, struct{}{})
+	}
+}
+
+// KnownFinished reports whether this store wrote or read invocation id
+// finished (RememberWrites): it is then finished for good, whatever else
+// changed. false says nothing.
+func (s *Store) KnownFinished(id string) bool {
+	_, ok := s.finished.get(id)
+	return ok
 }
 
 // errExtraCondition reports that a transaction's caller-supplied condition

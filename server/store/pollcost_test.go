@@ -23,16 +23,19 @@ type pollFixture struct {
 	ctx   context.Context
 	clock *clock.Fake
 	s     *store.Store
+	// other is a second store over the same tables (another process),
+	// counted with s.
+	other *store.Store
 	w     domain.Worker
 	count func() map[string]int
 }
 
 func newPollFixture(t *testing.T) *pollFixture {
 	t.Helper()
-	ss, counter := countedStores(t, 1)
+	ss, counter := countedStores(t, 2)
 	fake := clock.NewFake(time.Date(2026, 12, 4, 0, 0, 0, 0, time.UTC))
-	ss[0].Clock = fake.Clock()
-	f := &pollFixture{t: t, ctx: context.Background(), clock: fake, s: ss[0]}
+	ss[0].Clock, ss[1].Clock = fake.Clock(), fake.Clock()
+	f := &pollFixture{t: t, ctx: context.Background(), clock: fake, s: ss[0], other: ss[1]}
 	f.w = benchWorker(t, f.s, "m1", "")
 	f.count = func() map[string]int {
 		defer counter.Reset()

@@ -85,6 +85,7 @@ func TestStorePropertyUnderFaults(t *testing.T) {
 				st.Shuffle = func(int, func(i, j int)) {}
 			}
 			s.IDs = &ids.Generator{Clock: c.Clock()}
+			s.RememberWrites = rapid.Bool().Draw(rt, "rememberWrites")
 			m := &propModel{
 				ctx: ctx, s: s, svc: storetest.Control(s), clock: c, read: truth,
 				machines: map[string]*mMachine{}, workers: map[string]*mWorker{}, invs: map[string]*mInv{},

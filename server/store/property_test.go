@@ -154,6 +154,8 @@ func newPropModel(rt *rapid.T, db *dynamodb.Client, prefix string) *propModel {
 	s.Clock = c.Clock()
 	s.IDs = &ids.Generator{Clock: c.Clock()}
 	s.Shuffle = func(int, func(i, j int)) {} // deterministic claims, so rapid can shrink
+	// Walks with and without the remembered rows of `lakeshore dev`.
+	s.RememberWrites = rapid.Bool().Draw(rt, "rememberWrites")
 	return &propModel{
 		ctx: ctx, s: s, svc: storetest.Control(s), clock: c,
 		machines:     map[string]*mMachine{},

@@ -103,6 +103,17 @@ type Store struct {
 	// never lower it while work is queued: work in a dropped shard would
 	// wait until the count is raised again.
 	ClaimShards int
+	// RememberWrites is for a process that serves all of its workers'
+	// polls and acks (`lakeshore dev`). Its store remembers the rows it
+	// writes and reads. A heartbeat that changes a worker's row then
+	// writes it against the row remembered, without reading it first
+	// (Store.Heartbeat); the version guards the write, and a row another
+	// process changed since costs a failed write and a read. And a poll
+	// that still lists an invocation this store recorded finished is told
+	// so without a read (KnownFinished). Off for a Lambda instance, one of
+	// many that a worker's requests reach, where what it remembers is
+	// mostly stale.
+	RememberWrites bool
 	// TerminalTTL is how long a finished invocation is kept (DynamoDB TTL).
 	TerminalTTL time.Duration
 	// LogTTL is how long shipped output is kept (DynamoDB TTL).
@@ -114,8 +125,22 @@ type Store struct {
 	// polled (joining) is kept (DynamoDB TTL); its first poll clears it.
 	NeverPolledRetention time.Duration
 
-	pool    claimPool
-	claimed claimedCache
+	pool claimPool
+	// claimed remembers, for the ack, the invocations this store claimed
+	// as it wrote them: an ack of the attempt it claimed (the common case,
+	// when one process serves polls and acks) is written against that
+	// version at once, with no read first; one that changed since falls
+	// back to reading it (Store.Ack).
+	claimed recent[claimedEntry]
+	// workers remembers each worker row as this store last wrote or read
+	// it: a poll's heartbeat that changes the row writes it against that
+	// version without reading it first (Store.Heartbeat). A busy worker's
+	// row changes at every poll, and one process serves all its polls in
+	// `lakeshore dev`.
+	workers recent[domain.Worker]
+	// finished holds invocations this store wrote or read finished
+	// (RememberWrites; KnownFinished).
+	finished recent[struct{}]
 	// queuesNoted holds the queues this process recorded in the queues
 	// table (NoteQueue): at most one write per queue per process.
 	queuesNoted sync.Map

@@ -68,9 +68,22 @@ func (s *Store) GetWorker(ctx context.Context, id string) (domain.Worker, error)
 		return domain.Worker{}, storeErr("get worker "+id, err)
 	}
 	if out.Item == nil {
+		s.workers.forget(id)
 		return domain.Worker{}, domain.Errorf(domain.KindNotFound, "worker %s not found", id)
 	}
-	return decodeWorker(out.Item)
+	w, err := decodeWorker(out.Item)
+	if err == nil {
+		s.rememberWorker(w)
+	}
+	return w, err
+}
+
+// rememberWorker keeps w as the latest this store knows of its row
+// (RememberWrites), unless it knows a later version already.
+func (s *Store) rememberWorker(w domain.Worker) {
+	if s.RememberWrites {
+		s.workers.putIf(w.ID, w.Clone(), func(old domain.Worker) bool { return old.Version <= w.Version })
+	}
 }
 
 func (s *Store) getMachine(ctx context.Context, id string) (machine, bool, error) {
@@ -213,25 +226,50 @@ func UnknownWorker(id string, auth Authorize) error {
 // and puts it guarded by the version read, retrying lost races. The version
 // is bumped here, never by change.
 func (s *Store) updateWorker(ctx context.Context, op, id string, auth Authorize, change func(domain.Worker) (domain.Worker, bool, error)) (domain.Worker, error) {
+	return s.updateWorkerFrom(ctx, op, id, auth, change, false)
+}
+
+// updateWorkerFrom is updateWorker that, when remembered is set, first tries
+// the row as this store last wrote or read it (Store.workers) instead of
+// reading it. That try counts only if it ends in a write, which its version
+// guards: a row changed since fails the put. Anything else it would decide
+// (auth refused, change refused, nothing to write) is decided again on the
+// row read afresh, as is a lost put. change must therefore not count what
+// a try saw across tries.
+func (s *Store) updateWorkerFrom(ctx context.Context, op, id string, auth Authorize, change func(domain.Worker) (domain.Worker, bool, error), remembered bool) (domain.Worker, error) {
 	var result domain.Worker
 	err := retryVersion(op+" "+id, func() error {
-		w, err := s.GetWorker(ctx, id)
-		if auth != nil && errors.Is(err, domain.ErrNotFound) {
-			return UnknownWorker(id, auth)
+		w, hint := domain.Worker{}, false
+		if remembered {
+			remembered = false
+			w, hint = s.workers.get(id)
+			w = w.Clone()
 		}
-		if err != nil {
-			return err
+		if !hint {
+			var err error
+			w, err = s.GetWorker(ctx, id)
+			if auth != nil && errors.Is(err, domain.ErrNotFound) {
+				return UnknownWorker(id, auth)
+			}
+			if err != nil {
+				return err
+			}
 		}
 		if auth != nil {
 			if err := auth(w); err != nil {
+				if hint {
+					return errVersion
+				}
 				return err
 			}
 		}
 		next, write, err := change(w)
-		if err != nil {
+		switch {
+		case hint && (err != nil || !write):
+			return errVersion
+		case err != nil:
 			return err
-		}
-		if !write {
+		case !write:
 			result = w
 			return nil
 		}
@@ -240,8 +278,10 @@ func (s *Store) updateWorker(ctx context.Context, op, id string, auth Authorize,
 			return err
 		}
 		if err := s.put(ctx, put); err != nil {
+			s.workers.forget(id)
 			return storeErr(op+" "+id, err)
 		}
+		s.rememberWorker(next)
 		result = next
 		return nil
 	})
@@ -278,14 +318,14 @@ func noError(fn func(domain.Worker) (domain.Worker, bool)) func(domain.Worker) (
 func (s *Store) Heartbeat(ctx context.Context, id string, p domain.Poll, auth Authorize, quiet time.Duration) (domain.Worker, []string, error) {
 	now := s.now()
 	var prior []string
-	w, err := s.updateWorker(ctx, "poll", id, auth, func(w domain.Worker) (domain.Worker, bool, error) {
+	w, err := s.updateWorkerFrom(ctx, "poll", id, auth, func(w domain.Worker) (domain.Worker, bool, error) {
 		prior = w.Listed
 		next, err := w.Heartbeat(p, now)
 		if err != nil {
 			return next, false, err
 		}
 		return next, !onlySeen(w, next) || now.Sub(w.LastSeenAt) >= quiet, nil
-	})
+	}, s.RememberWrites)
 	return w, prior, err
 }
 

@@ -2,6 +2,7 @@ package domain
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 )
@@ -54,6 +55,26 @@ type Worker struct {
 	// for a row stored before the count existed, which may hold any.
 	SetupAdded int
 	Version    int64
+}
+
+// Clone returns a copy of w that shares no memory with it: its maps,
+// slices and pointed-to values are copied too.
+func (w Worker) Clone() Worker {
+	c := w
+	c.Tags = maps.Clone(w.Tags)
+	c.Lanes = slices.Clone(w.Lanes)
+	c.Versions = maps.Clone(w.Versions)
+	c.Listed = slices.Clone(w.Listed)
+	if w.LastSetupResult != nil {
+		r := *w.LastSetupResult
+		c.LastSetupResult = &r
+	}
+	if w.Adoption != nil {
+		a := *w.Adoption
+		a.HostSetup = slices.Clone(a.HostSetup)
+		c.Adoption = &a
+	}
+	return c
 }
 
 // MayHaveSetup reports whether w may have setup commands pending: a poll

@@ -3,6 +3,7 @@ package domain
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -354,4 +355,78 @@ func TestMayHandBack(t *testing.T) {
 			t.Errorf("%s/%s phase %q: state %s without a change", c.state, c.host, c.phase, next.State)
 		}
 	}
+}
+
+// TestWorkerCloneSharesNothing: every map, slice and pointer of a Worker
+// (and of what it points to) is copied by Clone, found by reflection so a
+// field added later is held to it too.
+func TestWorkerCloneSharesNothing(t *testing.T) {
+	w := Worker{}
+	fill(reflect.ValueOf(&w).Elem())
+	c := w.Clone()
+	if !reflect.DeepEqual(c, w) {
+		t.Fatalf("clone differs:\n%+v\n%+v", c, w)
+	}
+	for _, p := range shared(reflect.ValueOf(w), reflect.ValueOf(c), "Worker") {
+		t.Errorf("Clone shares %s with the original", p)
+	}
+}
+
+// fill sets every field of v, and of what its pointers, maps and slices
+// hold, to a non-zero value.
+func fill(v reflect.Value) {
+	switch v.Kind() {
+	case reflect.Struct:
+		for i := range v.NumField() {
+			if v.Type().Field(i).IsExported() {
+				fill(v.Field(i))
+			}
+		}
+	case reflect.Pointer:
+		v.Set(reflect.New(v.Type().Elem()))
+		fill(v.Elem())
+	case reflect.Map:
+		m := reflect.MakeMap(v.Type())
+		k, e := reflect.New(v.Type().Key()).Elem(), reflect.New(v.Type().Elem()).Elem()
+		fill(k)
+		fill(e)
+		m.SetMapIndex(k, e)
+		v.Set(m)
+	case reflect.Slice:
+		s := reflect.MakeSlice(v.Type(), 1, 1)
+		fill(s.Index(0))
+		v.Set(s)
+	case reflect.String:
+		v.SetString("x")
+	case reflect.Bool:
+		v.SetBool(true)
+	case reflect.Int, reflect.Int64, reflect.Int32:
+		if v.Type() == reflect.TypeFor[time.Duration]() {
+			v.SetInt(int64(time.Second))
+		} else {
+			v.SetInt(1)
+		}
+	}
+}
+
+// shared lists the paths at which a and b (equal values) hold the same
+// map, slice or pointer.
+func shared(a, b reflect.Value, path string) []string {
+	var out []string
+	switch a.Kind() {
+	case reflect.Struct:
+		for i := range a.NumField() {
+			if a.Type().Field(i).IsExported() {
+				out = append(out, shared(a.Field(i), b.Field(i), path+"."+a.Type().Field(i).Name)...)
+			}
+		}
+	case reflect.Pointer, reflect.Map, reflect.Slice:
+		if !a.IsNil() && a.UnsafePointer() == b.UnsafePointer() {
+			out = append(out, path)
+		}
+		if a.Kind() == reflect.Pointer && !a.IsNil() {
+			out = append(out, shared(a.Elem(), b.Elem(), path)...)
+		}
+	}
+	return out
 }

@@ -37,7 +37,8 @@ import (
 
 // Where the control plane runs.
 const (
-	planeInProcess = "inprocess" // `lakeshore dev`, one process
+	planeInProcess = "inprocess" // `lakeshore dev`, one process, over a store process of the test's (counted)
+	planeDev       = "dev"       // `lakeshore dev` as it runs by default: its embedded store in its own process
 	planeMoto      = "moto"      // `lakeshore dev` over moto_server
 	planeLambdas   = "lambdas"   // `lakeshore dev --lambdas`: every route a real bootstrap under the emulator
 )
@@ -71,7 +72,10 @@ func (c fleetConfig) String() string {
 var (
 	fleetIdle = fleetConfig{plane: planeInProcess, workers: 1000, capacity: 2, duration: 5 * time.Minute,
 		body: bodyDist{"exp", time.Second}, staleAfter: time.Minute, maxAttempts: 5, ramp: 2 * time.Minute}
-	fleetChurn = fleetConfig{plane: planeInProcess, workers: 1000, capacity: 2, rate: 200, duration: 2 * time.Minute,
+	// churn runs the control plane as `lakeshore dev` runs by default, its
+	// store in its own process; LAKESHORE_FLEET_PLANE=inprocess runs it
+	// over a store process of the test's, which counts the store's side.
+	fleetChurn = fleetConfig{plane: planeDev, workers: 1000, capacity: 2, rate: 200, duration: 2 * time.Minute,
 		body: bodyDist{"exp", time.Second}, kill: 0.05, bye: 0.01, staleAfter: time.Minute, maxAttempts: 5, ramp: 2 * time.Minute}
 	fleetLambdas = fleetConfig{plane: planeLambdas, workers: 1000, capacity: 2, rate: 20, duration: 2 * time.Minute,
 		body: bodyDist{"exp", time.Second}, kill: 0.05, bye: 0.01, staleAfter: time.Minute, maxAttempts: 5,
@@ -86,7 +90,7 @@ var (
 		ramp: time.Second}
 )
 
-// fleetFromEnv overrides c's fields from LAKESHORE_FLEET_WORKERS,
+// fleetFromEnv overrides c's fields from LAKESHORE_FLEET_PLANE, _WORKERS,
 // _CAPACITY, _RATE, _DURATION, _BODY, _KILL, _BYE, _STALE_AFTER,
 // _MAX_ATTEMPTS, _RAMP and _LAMBDA_CONCURRENCY.
 func fleetFromEnv(t testing.TB, c fleetConfig) fleetConfig {
@@ -109,6 +113,13 @@ func fleetFromEnv(t testing.TB, c fleetConfig) fleetConfig {
 	dur := func(p *time.Duration) func(string) error {
 		return func(s string) (err error) { *p, err = time.ParseDuration(s); return err }
 	}
+	get("PLANE", func(s string) error {
+		if !slices.Contains([]string{planeInProcess, planeDev, planeMoto, planeLambdas}, s) {
+			return fmt.Errorf("want %s, %s, %s or %s", planeInProcess, planeDev, planeMoto, planeLambdas)
+		}
+		c.plane = s
+		return nil
+	})
 	get("WORKERS", atoi(&c.workers))
 	get("CAPACITY", atoi(&c.capacity))
 	get("RATE", float(&c.rate))
@@ -246,7 +257,13 @@ func (r fleetResult) report(b *testing.B) {
 	} else {
 		b.ReportMetric(r.pct(50), "p50-ms")
 		b.ReportMetric(r.pct(99), "p99-ms")
-		b.ReportMetric(float64(r.failedWrites["PutItem"])/max(float64(r.claims), 1), "failed-puts/claim")
+		failed := float64(r.failedWrites["PutItem"]) / max(float64(r.claims), 1)
+		if r.cfg.plane == planeDev {
+			// No store process counts failed writes: the plane's lost claim
+			// races are its failed claim puts.
+			failed = r.metricConflicts / max(r.metricClaims, 1)
+		}
+		b.ReportMetric(failed, "failed-puts/claim")
 		b.ReportMetric(float64(r.lost), "lost")
 		b.ReportMetric(float64(r.doubleCounted+r.ackedTwice), "double")
 	}
@@ -287,34 +304,52 @@ func (r fleetResult) table() string {
 		fmt.Fprintf(&s, "per idle worker per hour: %.0f daemon requests, %.0f DynamoDB requests\n",
 			r.perIdleWorkerHour(float64(r.daemonTotal())), r.perIdleWorkerHour(float64(sum(r.dynamo))))
 	} else {
-		fmt.Fprintf(&s, "DynamoDB requests per invocation, first submit to drained: %.2f; failed conditional writes:", float64(sum(r.dynamoAll))/float64(max(r.submitted, 1)))
-		for _, op := range slices.Sorted(maps.Keys(r.failedWrites)) {
-			fmt.Fprintf(&s, " %s %d", op, r.failedWrites[op])
+		fmt.Fprintf(&s, "DynamoDB requests per invocation, first submit to drained: %.2f", float64(sum(r.dynamoAll))/float64(max(r.submitted, 1)))
+		if r.cfg.plane != planeDev {
+			r.failedWritesLine(&s)
 		}
-		fmt.Fprintf(&s, " (%.3f failed PutItem per claim); by table:", float64(r.failedWrites["PutItem"])/float64(max(r.claims, 1)))
-		for _, k := range slices.Sorted(maps.Keys(r.failedByTable)) {
-			fmt.Fprintf(&s, " %s %d", k, r.failedByTable[k])
-		}
-
 		if r.metricClaims >= 0 {
 			fmt.Fprintf(&s, "; /metrics: %.0f claims, %.0f claim conflicts (%.3f per claim)", r.metricClaims, r.metricConflicts,
 				r.metricConflicts/max(r.metricClaims, 1))
 		}
 		fmt.Fprintf(&s, "\n")
 	}
-	fmt.Fprintf(&s, "store, by operation (requests, ms serving them, KB answered; over the window, or first submit to drained):")
-	for _, op := range slices.Sorted(maps.Keys(r.dynamoAll)) {
-		fmt.Fprintf(&s, " %s %d/%d ms/%d KB", op, r.dynamoAll[op], r.storeBusyMS[op], r.storeBytes[op]>>10)
+	if r.cfg.plane == planeDev {
+		fmt.Fprintf(&s, "store: the control plane's own, in its process (its CPU is the plane's; requests by operation from the plane's /metrics; failed writes, tables, time and connections not counted)\n")
+	} else {
+		r.storeLines(&s)
 	}
-	fmt.Fprintf(&s, "\nstore, by table and index (requests; the same span):")
-	for _, k := range slices.Sorted(maps.Keys(r.byTarget)) {
-		fmt.Fprintf(&s, " %s %d;", k, r.byTarget[k])
-	}
-	fmt.Fprintf(&s, "\nconnections the store accepted over the window: %d", r.storeConns)
-	fmt.Fprintf(&s, "\nCPU over the window: control plane %.1f s (%.0f%% of a core), store %.1f s (%.0f%%), simulator %.1f s (%.0f%%)\n",
+	fmt.Fprintf(&s, "CPU over the window: control plane %.1f s (%.0f%% of a core), store %.1f s (%.0f%%), simulator %.1f s (%.0f%%)\n",
 		r.planeCPU, 100*r.planeCPU/secs, r.storeCPU, 100*r.storeCPU/secs, r.simCPU, 100*r.simCPU/secs)
 	fmt.Fprintf(&s, "workers let go while alive %d, failed requests %d\n", r.letGo, r.failures)
 	return s.String()
+}
+
+// failedWritesLine adds the conditional writes the store refused, by
+// operation and table.
+func (r fleetResult) failedWritesLine(s *strings.Builder) {
+	fmt.Fprintf(s, "; failed conditional writes:")
+	for _, op := range slices.Sorted(maps.Keys(r.failedWrites)) {
+		fmt.Fprintf(s, " %s %d", op, r.failedWrites[op])
+	}
+	fmt.Fprintf(s, " (%.3f failed PutItem per claim); by table:", float64(r.failedWrites["PutItem"])/float64(max(r.claims, 1)))
+	for _, k := range slices.Sorted(maps.Keys(r.failedByTable)) {
+		fmt.Fprintf(s, " %s %d", k, r.failedByTable[k])
+	}
+}
+
+// storeLines adds what the store process counted: its time and answers by
+// operation, its requests by table and index, its connections.
+func (r fleetResult) storeLines(s *strings.Builder) {
+	fmt.Fprintf(s, "store, by operation (requests, ms serving them, KB answered; over the window, or first submit to drained):")
+	for _, op := range slices.Sorted(maps.Keys(r.dynamoAll)) {
+		fmt.Fprintf(s, " %s %d/%d ms/%d KB", op, r.dynamoAll[op], r.storeBusyMS[op], r.storeBytes[op]>>10)
+	}
+	fmt.Fprintf(s, "\nstore, by table and index (requests; the same span):")
+	for _, k := range slices.Sorted(maps.Keys(r.byTarget)) {
+		fmt.Fprintf(s, " %s %d;", k, r.byTarget[k])
+	}
+	fmt.Fprintf(s, "\nconnections the store accepted over the window: %d\n", r.storeConns)
 }
 
 // pcts is the p50, p90, p99 and max of sorted ms figures.
@@ -424,6 +459,9 @@ const fleetStoreProfileEnv = "LAKESHORE_FLEET_STORE_PROFILE"
 type fleetStore struct {
 	url string
 	pid int
+	// plane is the control plane's URL, whose /metrics counts the store
+	// requests when the store is its own (url and pid unset: planeDev).
+	plane string
 }
 
 func startFleetStore(t testing.TB, upstream string) fleetStore {
@@ -456,6 +494,16 @@ func startFleetStore(t testing.TB, upstream string) fleetStore {
 func (s fleetStore) counts(t testing.TB) storeCounts {
 	t.Helper()
 	var c storeCounts
+	if s.url == "" {
+		// The store is the control plane's own (planeDev): its requests by
+		// operation are on the plane's /metrics; the rest is not counted.
+		c.Requests = map[string]int{}
+		for _, r := range scrapeMetrics(s.plane)["lakeshore_store_requests_total"] {
+			op := strings.TrimSuffix(strings.TrimPrefix(r.labels, `operation="`), `"`)
+			c.Requests[op] += int(r.value)
+		}
+		return c
+	}
 	resp, err := http.Get(s.url + countsPath)
 	if err == nil {
 		defer resp.Body.Close()
@@ -472,13 +520,18 @@ func (s fleetStore) counts(t testing.TB) storeCounts {
 // with --lambdas every bootstrap, at it.
 func startFleetPlane(t testing.TB, cfg fleetConfig) (*devServer, fleetStore) {
 	t.Helper()
+	args := []string{"--table-prefix", storetest.Prefix(t), "--host-poll-interval", "0",
+		"--artifacts-dir", t.TempDir(), "--stale-after", cfg.staleAfter.String(), "--log-level", "warn"}
+	if cfg.plane == planeDev {
+		d := startDev(t, backend{cfg.plane, func(testing.TB) ([]string, []string) { return args, nil }})
+		return d, fleetStore{plane: d.URL}
+	}
 	upstream := "embedded"
 	if cfg.plane == planeMoto {
 		upstream = storetest.MotoEndpoint(t)
 	}
 	store := startFleetStore(t, upstream)
-	args := []string{"--store", "aws", "--table-prefix", storetest.Prefix(t), "--host-poll-interval", "0",
-		"--artifacts-dir", t.TempDir(), "--stale-after", cfg.staleAfter.String(), "--log-level", "warn"}
+	args = append(args, "--store", "aws")
 	if cfg.plane == planeLambdas {
 		rieBin(t)
 		// The emulator's reports and the functions' lines are what shows
@@ -504,33 +557,54 @@ func selfCPU(t testing.TB) float64 {
 // scrapeClaims reads the claims and claim conflicts the control plane's
 // /metrics counted (-1, -1 when it serves none).
 func scrapeClaims(d *devServer) (claims, conflicts float64) {
+	m := scrapeMetrics(d.URL)
+	if m == nil {
+		return -1, -1
+	}
 	claims, conflicts = -1, -1
-	resp, err := http.Get(d.URL + "/metrics")
+	for _, s := range m["lakeshore_claims_total"] {
+		claims = max(claims, 0) + s.value
+	}
+	for _, s := range m["lakeshore_claim_conflicts_total"] {
+		conflicts = max(conflicts, 0) + s.value
+	}
+	return claims, conflicts
+}
+
+// sample is one line of Prometheus text: its labels as written, and its
+// value.
+type sample struct {
+	labels string
+	value  float64
+}
+
+// scrapeMetrics reads the control plane at url's /metrics, by metric name
+// (nil when it serves none).
+func scrapeMetrics(url string) map[string][]sample {
+	resp, err := http.Get(url + "/metrics")
 	if err != nil {
-		return
+		return nil
 	}
 	defer resp.Body.Close()
+	out := map[string][]sample{}
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
-		name, rest, _ := strings.Cut(sc.Text(), "{")
-		var target *float64
-		switch name {
-		case "lakeshore_claims_total":
-			target = &claims
-		case "lakeshore_claim_conflicts_total":
-			target = &conflicts
-		default:
+		line := sc.Text()
+		if strings.HasPrefix(line, "#") {
 			continue
 		}
-		f := strings.Fields(rest)
+		f := strings.Fields(line)
 		if len(f) < 2 {
 			continue
 		}
-		if v, err := strconv.ParseFloat(f[len(f)-1], 64); err == nil {
-			*target = max(*target, 0) + v
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err != nil {
+			continue
 		}
+		name, labels, _ := strings.Cut(strings.Join(f[:len(f)-1], " "), "{")
+		out[name] = append(out[name], sample{strings.TrimSuffix(labels, "}"), v})
 	}
-	return
+	return out
 }
 
 // runFleet runs one scenario from the control plane's start to the checks,

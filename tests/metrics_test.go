@@ -124,6 +124,13 @@ func TestMetrics(t *testing.T) {
 					t.Errorf("%s = %v, want %v", series, got, want)
 				}
 			}
+			// Its own requests to the store, by operation: every ack is a
+			// transaction, every claim a put, every poll a query or more.
+			for op, least := range map[string]float64{"TransactWriteItems": 4, "PutItem": 4, "Query": 4, "GetItem": 1} {
+				if got := m[`lakeshore_store_requests_total{operation="`+op+`"}`]; got < least {
+					t.Errorf("lakeshore_store_requests_total of %s = %v, want at least %v", op, got, least)
+				}
+			}
 		}
 
 		n := scrape(t, "http://"+introspect+"/metrics")

@@ -255,7 +255,15 @@ func runDev(ctx context.Context, o devOptions) error {
 		wc = wakeChannel{url: "ws://" + ln.Addr().String() + wakePath, endpoint: "http://" + ln.Addr().String() + wakePath, secret: secret}
 	}
 
-	st := store.New(db, o.tablePrefix)
+	// /metrics (docs/metrics.md): the events of the use cases this process
+	// runs, its requests to the store, and the gauges read from the store
+	// at each scrape.
+	var svc *control.Service
+	var st *store.Store
+	recorder := prom.New(func(ctx context.Context) (metrics.Gauges, error) {
+		return svc.Gauges(ctx, st.WorkerRetention)
+	}, log)
+	st = store.New(dynamodb.New(db.Options(), store.OnRequest("metrics", recorder.StoreRequest)), o.tablePrefix)
 	st.ClaimShards = o.claimShards
 	// This process serves every poll of its fleet (with --lambdas, its
 	// functions do, and open stores of their own).
@@ -285,12 +293,6 @@ func runDev(ctx context.Context, o devOptions) error {
 		return err
 	}
 	defer arts.close()
-	// /metrics (docs/metrics.md): the events of the use cases this process
-	// runs, and the gauges read from the store at each scrape.
-	var svc *control.Service
-	recorder := prom.New(func(ctx context.Context) (metrics.Gauges, error) {
-		return svc.Gauges(ctx, st.WorkerRetention)
-	}, log)
 	// The process's one Service: the router's use cases, the sweep's and
 	// the wake channel's, over one wake hub.
 	svc = control.New(control.Config{Store: st, StaleAfter: o.staleAfter, Logger: log, Wake: hub, WakeURL: wc.url,
@@ -556,10 +558,14 @@ func openStore(ctx context.Context, kind string, log *slog.Logger) (*dynamodb.Cl
 		if err != nil {
 			return nil, "", nil, fmt.Errorf("embedded store: %w", err)
 		}
-		hs := &http.Server{Handler: embedded.Handler(), ReadHeaderTimeout: 10 * time.Second}
+		h := embedded.Handler()
+		hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 		go func() { _ = hs.Serve(ln) }()
 		endpoint := "http://" + ln.Addr().String()
-		return store.EndpointClient(endpoint, store.SharedConnections(store.ServerPool)), endpoint, func() { _ = hs.Close() }, nil
+		// Other processes (the --lambdas functions, an aws CLI) reach the
+		// store at its endpoint; this process hands it its requests.
+		direct := func(o *dynamodb.Options) { o.HTTPClient = embedded.Direct{Handler: h} }
+		return store.EndpointClient(endpoint, direct), endpoint, func() { _ = hs.Close() }, nil
 	case "aws":
 		cfg, err := config.LoadDefaultConfig(ctx, config.WithLogger(logjson.SDK(log)))
 		if err != nil {

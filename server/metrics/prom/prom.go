@@ -31,6 +31,7 @@ type Prometheus struct {
 	latency    *prometheus.HistogramVec
 	held       *prometheus.CounterVec
 	refused    *prometheus.CounterVec
+	requests   *prometheus.CounterVec
 }
 
 var _ metrics.Provision = (*Prometheus)(nil)
@@ -62,8 +63,11 @@ func New(read func(context.Context) (metrics.Gauges, error), log *slog.Logger) *
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "lakeshore_provision_refusals_total", Help: "Provisioner passes that launched nothing because the configuration is refused (reason launch_template: it does not exist).",
 		}, []string{"reason"}),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "lakeshore_store_requests_total", Help: "Requests this process sent to DynamoDB (or the embedded store), by operation; a retried request counts once per attempt.",
+		}, []string{"operation"}),
 	}
-	p.reg.MustRegister(p.claims, p.conflicts, p.handedBack, p.finished, p.latency, p.held, p.refused)
+	p.reg.MustRegister(p.claims, p.conflicts, p.handedBack, p.finished, p.latency, p.held, p.refused, p.requests)
 	if read != nil {
 		p.reg.MustRegister(&gaugeCollector{read: read, log: log})
 	}
@@ -100,6 +104,12 @@ func (p *Prometheus) KeyHeld(queue string, stopped bool) {
 
 func (p *Prometheus) ProvisionRefused(why string) {
 	p.refused.WithLabelValues(why).Inc()
+}
+
+// StoreRequest counts one request to the store, of operation op (give it
+// to store.OnRequest).
+func (p *Prometheus) StoreRequest(op string) {
+	p.requests.WithLabelValues(op).Inc()
 }
 
 // gaugeCollector reads the gauges at each scrape.

@@ -9,6 +9,8 @@ import (
 	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/smithy-go/middleware"
+
+	"github.com/dreamlake/lakeshore/server/store"
 )
 
 // Counter counts DynamoDB requests by operation name ("PutItem", "Query",
@@ -67,26 +69,12 @@ func (c *Counter) Reset() {
 }
 
 // CountRequests returns a DynamoDB client option that counts every request
-// the client sends in counter. Give it to dynamodb.New / NewFromConfig, or
-// to a single call.
-//
-// The middleware sits at the end of the finalize step, inside the SDK's
-// retry loop, so it counts HTTP requests: a call the SDK retries counts once
-// per attempt, and a request the server refuses (a failed condition, a
-// cancelled transaction) counts like any other, because it cost a round
-// trip all the same. Its id names the counter, so one client may carry
-// several counters but not the same one twice.
+// the client sends in counter (store.OnRequest: once per HTTP attempt,
+// refused ones included). Give it to dynamodb.New / NewFromConfig, or to a
+// single call. Its hook is named after the counter, so one client may
+// carry several counters but not the same one twice.
 func CountRequests(counter *Counter) func(*dynamodb.Options) {
-	id := fmt.Sprintf("storetest.CountRequests(%p)", counter)
-	return func(o *dynamodb.Options) {
-		o.APIOptions = append(o.APIOptions, func(stack *middleware.Stack) error {
-			return stack.Finalize.Add(middleware.FinalizeMiddlewareFunc(id,
-				func(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (middleware.FinalizeOutput, middleware.Metadata, error) {
-					counter.Add(awsmiddleware.GetOperationName(ctx))
-					return next.HandleFinalize(ctx, in)
-				}), middleware.After)
-		})
-	}
+	return store.OnRequest(fmt.Sprintf("storetest.CountRequests(%p)", counter), counter.Add)
 }
 
 // CountCalls returns a DynamoDB client option that counts every call made

@@ -136,4 +136,3 @@ func TestPollOfAFinishedInvocationNeedsNoRead(t *testing.T) {
 		}
 	}
 }
-

@@ -3,14 +3,13 @@ package store
 import "sync"
 
 // recent maps ids to what this process last wrote or read of them, keeping
-// the latest max entries (the oldest put goes first). Its entries are
-// hints: whatever a caller decides from one is written with a condition on
-// the version it read, so a hint that went stale costs a failed write and
-// a read, never a wrong answer. The zero value is empty, and holds up to
-// defaultRecent entries.
+// the latest maxRecent entries (the oldest put goes first). Its entries are
+// hints or facts that never change (an invocation finished): whatever a
+// caller decides from a hint is written with a condition on the version it
+// read, so a hint that went stale costs a failed write and a read, never a
+// wrong answer. The zero value is empty.
 type recent[V any] struct {
 	mu   sync.Mutex
-	max  int
 	byID map[string]recentEntry[V]
 	// order is the ids in the order they were put, with the put's seq: an
 	// id put again or taken leaves a stale pair behind, which eviction
@@ -29,7 +28,9 @@ type recentKey struct {
 	seq uint64
 }
 
-const defaultRecent = 4096
+// maxRecent bounds each recent map: a fleet of up to this many workers
+// has all its rows remembered.
+const maxRecent = 4096
 
 // put remembers v for id, in place of what was there.
 func (r *recent[V]) put(id string, v V) { r.putIf(id, v, nil) }
@@ -45,10 +46,7 @@ func (r *recent[V]) putIf(id string, v V, replace func(old V) bool) {
 	if r.byID == nil {
 		r.byID = map[string]recentEntry[V]{}
 	}
-	limit := r.max
-	if limit <= 0 {
-		limit = defaultRecent
-	}
+	limit := maxRecent
 	r.seq++
 	r.byID[id] = recentEntry[V]{v, r.seq}
 	r.order = append(r.order, recentKey{id, r.seq})

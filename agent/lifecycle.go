@@ -113,6 +113,7 @@ func (a *Agent) drainNotice(st *state, deadline time.Time) {
 			continue
 		}
 		r.signalled = true
+		// Not sent now: the run's next process gets it as it starts.
 		sent := r.run.Signal(sig)
 		a.log.Info("drain signal", "invocation_id", id, "attempt", r.run.Attempt(), "signal", r.drainSignal, "sent", sent, "deadline", deadline)
 	}

@@ -104,11 +104,16 @@ func (r *Run) recordGroup(pid int) {
 	}
 }
 
-// setGroup notes the process group the run has running now (0: none).
+// setGroup notes the process group the run has running now (0: none),
+// and sends it a Signal that found none running.
 func (r *Run) setGroup(pgid int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.group = pgid
+	if pgid != 0 && r.pending != 0 {
+		_ = syscall.Kill(-pgid, r.pending)
+		r.pending = 0
+	}
 }
 
 // forgetGroups removes the run's ledger record once its groups are gone.

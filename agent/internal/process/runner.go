@@ -196,6 +196,9 @@ type Run struct {
 	outcome     Outcome
 	pid         int   // the body's, once started (it leads its process group)
 	group       int   // the process group running now (a run_setup command's or the body's); 0 between them
+	// pending is a Signal that found no group running (one was being
+	// started), sent to the next group the run records (0: none).
+	pending syscall.Signal
 	leftPgid    int   // a group whose cleanup was not confirmed …
 	leftMembers []int // … and its members still alive after SIGKILL
 }
@@ -306,11 +309,19 @@ func (r *Run) Kill() { r.requestStop(stopKill) }
 
 // Signal sends sig to the process group the run has running now (a
 // run_setup command's, or the body's), as a drain notice: it stops
-// nothing by itself. It reports whether there was one to signal.
+// nothing by itself. It reports whether it sent it now. With no group
+// running (the run is between its steps, or its body is being started and
+// may already run), the run keeps sig and sends it to the next group it
+// starts, so a notice is not lost to a start in flight; a run that ended
+// sends none.
 func (r *Run) Signal(sig syscall.Signal) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.group == 0 || r.sealed {
+	if r.sealed {
+		return false
+	}
+	if r.group == 0 {
+		r.pending = sig
 		return false
 	}
 	return syscall.Kill(-r.group, sig) == nil

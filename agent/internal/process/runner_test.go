@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -380,5 +381,23 @@ func TestRunnerDefaultBaseEnv(t *testing.T) {
 				t.Errorf("DefaultBaseEnv = %q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestSignalBeforeAGroupReachesTheNext: a Signal (a drain notice) that
+// comes while the run has no process group running yet — its first step
+// being started — is sent to the group the run starts next, not lost.
+// Here that is a run_setup command, which SIGUSR1 ends (it traps nothing),
+// so the run fails at its setup; a lost signal would let it succeed.
+func TestSignalBeforeAGroupReachesTheNext(t *testing.T) {
+	t.Parallel()
+	r := runnerTestNew(t)
+	inv := wire.RunInvocation{InvocationID: "inv_signal_early", Argv: runnerTestSh("true"),
+		RunConfig: wire.RunConfig{RunSetup: []string{"sleep 2"}}}
+	run := runnerTestStart(t, r, inv)
+	run.Signal(syscall.SIGUSR1) // most likely before the setup's group exists; either way it must reach it
+	o := runnerTestOutcome(t, run)
+	if o.State != wire.StateFailed || o.Error == nil || o.Error.Type != ErrorTypeRunSetupFailed {
+		t.Fatalf("outcome = %+v; want the setup ended by the signal", o)
 	}
 }

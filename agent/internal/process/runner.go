@@ -190,15 +190,15 @@ type Run struct {
 	done        chan struct{}
 	stopc       chan struct{} // closed by the first stop request
 
-	mu          sync.Mutex
-	reason      stopReason
-	sealed      bool // the run's end has been observed; later stops change nothing
-	outcome     Outcome
-	pid         int   // the body's, once started (it leads its process group)
-	group       int   // the process group running now (a run_setup command's or the body's); 0 between them
+	mu      sync.Mutex
+	reason  stopReason
+	sealed  bool // the run's end has been observed; later stops change nothing
+	outcome Outcome
+	pid     int // the body's, once started (it leads its process group)
+	group   int // the process group running now (a run_setup command's or the body's); 0 between them
 	// pending is a Signal that found no group running (one was being
 	// started), sent to the next group the run records (0: none).
-	pending syscall.Signal
+	pending     syscall.Signal
 	leftPgid    int   // a group whose cleanup was not confirmed …
 	leftMembers []int // … and its members still alive after SIGKILL
 }

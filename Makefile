@@ -141,7 +141,8 @@ bench: build tools lambdas
 
 ## bench-fleet: the fleet simulator (docs/scale.md): 1,000 virtual workers idle
 ## for 5 minutes, then 200 submits/s for 2 minutes with 5 % of the workers
-## killed, in process; then the same fleet through --lambdas. Each scenario
+## killed, in process (`lakeshore dev` with its embedded store, as it runs
+## by default); then the same fleet through --lambdas. Each scenario
 ## runs even if one before it failed; LAKESHORE_FLEET_* change their sizes.
 FLEET_SCENARIOS ?= idle churn lambdas
 bench-fleet: tools

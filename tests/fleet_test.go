@@ -38,7 +38,7 @@ import (
 // Where the control plane runs.
 const (
 	planeInProcess = "inprocess" // `lakeshore dev`, one process, over a store process of the test's (counted)
-	planeDev       = "dev"       // `lakeshore dev` as it runs by default: its embedded store in its own process
+	planeDev       = "dev"       // `lakeshore dev` as it runs by default: its embedded store inside its process
 	planeMoto      = "moto"      // `lakeshore dev` over moto_server
 	planeLambdas   = "lambdas"   // `lakeshore dev --lambdas`: every route a real bootstrap under the emulator
 )
@@ -73,7 +73,7 @@ var (
 	fleetIdle = fleetConfig{plane: planeInProcess, workers: 1000, capacity: 2, duration: 5 * time.Minute,
 		body: bodyDist{"exp", time.Second}, staleAfter: time.Minute, maxAttempts: 5, ramp: 2 * time.Minute}
 	// churn runs the control plane as `lakeshore dev` runs by default, its
-	// store in its own process; LAKESHORE_FLEET_PLANE=inprocess runs it
+	// store inside its process; LAKESHORE_FLEET_PLANE=inprocess runs it
 	// over a store process of the test's, which counts the store's side.
 	fleetChurn = fleetConfig{plane: planeDev, workers: 1000, capacity: 2, rate: 200, duration: 2 * time.Minute,
 		body: bodyDist{"exp", time.Second}, kill: 0.05, bye: 0.01, staleAfter: time.Minute, maxAttempts: 5, ramp: 2 * time.Minute}

@@ -3,6 +3,8 @@ package store
 import (
 	"fmt"
 	"testing"
+
+	"github.com/dreamlake/lakeshore/shared/domain"
 )
 
 // TestRecentKeepsTheLatest: a recent map holds at most maxRecent entries,
@@ -45,5 +47,25 @@ func TestRecentKeepsTheLatest(t *testing.T) {
 	r.putIf("a", 2, func(old int) bool { return old <= 2 })
 	if v, _ := r.get("a"); v != 2 {
 		t.Errorf("putIf kept what it was told to replace: %d", v)
+	}
+}
+
+// TestRememberedWorkerKeepsTheLatestVersion: a read that answers after a
+// later write (an older version) does not replace the row remembered.
+func TestRememberedWorkerKeepsTheLatestVersion(t *testing.T) {
+	s := &Store{RememberWrites: true}
+	s.rememberWorker(domain.Worker{ID: "w", Version: 5})
+	s.rememberWorker(domain.Worker{ID: "w", Version: 4})
+	if w, _ := s.workers.get("w"); w.Version != 5 {
+		t.Errorf("remembered version %d after an older read, want 5 kept", w.Version)
+	}
+	s.rememberWorker(domain.Worker{ID: "w", Version: 6})
+	if w, _ := s.workers.get("w"); w.Version != 6 {
+		t.Errorf("remembered version %d, want 6", w.Version)
+	}
+	off := &Store{}
+	off.rememberWorker(domain.Worker{ID: "w", Version: 1})
+	if _, ok := off.workers.get("w"); ok {
+		t.Errorf("a store without RememberWrites remembered a row")
 	}
 }

@@ -136,3 +136,28 @@ func TestPollOfAFinishedInvocationNeedsNoRead(t *testing.T) {
 		}
 	}
 }
+
+// TestPollOfAnInvocationReadFinished: an invocation another process
+// finished is read once by the poll that lists it; with RememberWrites the
+// next poll that still lists it needs no read, as it stays finished.
+func TestPollOfAnInvocationReadFinished(t *testing.T) {
+	f := newPollFixture(t)
+	f.s.RememberWrites = true
+	svc := storetest.Control(f.other)
+	if _, _, err := svc.Submit(f.ctx, submitReq("job").Spec()); err != nil {
+		t.Fatal(err)
+	}
+	inv := claimOne(t, f.other, f.w)
+	if _, err := svc.Ack(f.ctx, ackReq(f.w, inv, inv.Attempt, domain.StateSucceeded).Outcome(), nil, f.w.TokenHash); err != nil {
+		t.Fatal(err)
+	}
+	f.poll() // remembers the worker row
+	f.clock.Advance(6 * time.Second)
+	if got := f.poll(inv.ID); got["GetItem"] != 1 {
+		t.Errorf("the first poll listing %s made %v; want 1 GetItem (the invocation)", inv.ID, got)
+	}
+	f.clock.Advance(6 * time.Second)
+	if got := f.poll(inv.ID); got["GetItem"] != 0 {
+		t.Errorf("the next poll listing it made %v; want no GetItem", got)
+	}
+}

@@ -397,7 +397,8 @@ func TestSignalBeforeAGroupReachesTheNext(t *testing.T) {
 	run := runnerTestStart(t, r, inv)
 	run.Signal(syscall.SIGUSR1) // most likely before the setup's group exists; either way it must reach it
 	o := runnerTestOutcome(t, run)
-	if o.State != wire.StateFailed || o.Error == nil || o.Error.Type != ErrorTypeRunSetupFailed {
+	if o.State != wire.StateFailed {
 		t.Fatalf("outcome = %+v; want the setup ended by the signal", o)
 	}
+	runnerTestError(t, o, ErrorTypeRunSetupFailed, "run_setup[0]")
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http"
 
-	"github.com/dreamlake/lakeshore/server/auth"
 	"github.com/dreamlake/lakeshore/server/control"
 	"github.com/dreamlake/lakeshore/shared/ids"
 	"github.com/dreamlake/lakeshore/shared/wire"
@@ -20,14 +19,14 @@ var errNoArtifacts = wire.Errorf(wire.CodeNotImplemented, "artifacts are not con
 
 func (s *Server) presignArtifact(r *http.Request) (int, any, error) {
 	var req wire.ArtifactUploadRequest
-	tok, authorize, err := s.core.WorkerRequest(r, &req)
+	authorize, err := s.core.WorkerRequest(r, &req)
 	if err != nil {
 		return 0, nil, err
 	}
 	if !s.svc.ArtifactsEnabled() {
 		return 0, nil, errNoArtifacts
 	}
-	up, err := s.svc.PresignArtifact(r.Context(), req.Request(), authorize, auth.Hash(tok))
+	up, err := s.svc.PresignArtifact(r.Context(), req.Request(), authorize)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -36,14 +35,14 @@ func (s *Server) presignArtifact(r *http.Request) (int, any, error) {
 
 func (s *Server) completeArtifact(r *http.Request) (int, any, error) {
 	var req wire.ArtifactCompleteRequest
-	tok, authorize, err := s.core.WorkerRequest(r, &req)
+	authorize, err := s.core.WorkerRequest(r, &req)
 	if err != nil {
 		return 0, nil, err
 	}
 	if !s.svc.ArtifactsEnabled() {
 		return 0, nil, errNoArtifacts
 	}
-	a, err := s.svc.CompleteArtifact(r.Context(), req.Completion(), authorize, auth.Hash(tok))
+	a, err := s.svc.CompleteArtifact(r.Context(), req.Completion(), authorize)
 	if err != nil {
 		return 0, nil, err
 	}

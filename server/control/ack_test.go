@@ -73,7 +73,7 @@ func TestAckRequeuedAndRetried(t *testing.T) {
 		if state == domain.StateFailed {
 			req.Error = &wire.ErrorInfo{Type: wire.ErrorTypeExitCode, Message: "exited with status 3"}
 		}
-		res, err := svc.Ack(ctx, req.Outcome(), nil, "hash")
+		res, err := svc.Ack(ctx, req.Outcome(), nil)
 		if err != nil {
 			t.Fatalf("ack %s: %v", state, err)
 		}

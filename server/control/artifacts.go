@@ -41,7 +41,7 @@ func (s *Service) ArtifactsEnabled() bool { return s.blobs != nil }
 // size and count limits; only then is the upload presigned, and recorded
 // pending on the attempt with a write that lands only while that still
 // holds. A refused request presigns nothing.
-func (s *Service) PresignArtifact(ctx context.Context, req domain.ArtifactRequest, auth store.Authorize, tokenHash string) (domain.ArtifactUpload, error) {
+func (s *Service) PresignArtifact(ctx context.Context, req domain.ArtifactRequest, auth store.Authorize) (domain.ArtifactUpload, error) {
 	if s.blobs == nil {
 		return domain.ArtifactUpload{}, ErrNoBlobs
 	}
@@ -68,7 +68,7 @@ func (s *Service) PresignArtifact(ctx context.Context, req domain.ArtifactReques
 		return domain.ArtifactUpload{}, fmt.Errorf("presign artifact %q of %s: %w", a.Name, req.InvocationID, err)
 	}
 	a.UploadID = up.UploadID
-	if _, err := s.store.ChangeArtifacts(ctx, req.InvocationID, req.WorkerID, auth, tokenHash,
+	if _, err := s.store.ChangeArtifacts(ctx, req.InvocationID, req.WorkerID, auth,
 		func(inv domain.Invocation, now time.Time) (domain.Invocation, error) {
 			return inv.StartUpload(req.WorkerID, req.Attempt, a, s.artifactLimits, now)
 		}); err != nil {
@@ -85,13 +85,13 @@ func (s *Service) PresignArtifact(ctx context.Context, req domain.ArtifactReques
 // PendingUpload), before the blob store completes it; the record is then
 // written only while that still holds (an attempt that ended meanwhile is
 // refused and records nothing).
-func (s *Service) CompleteArtifact(ctx context.Context, c domain.ArtifactCompletion, auth store.Authorize, tokenHash string) (domain.Artifact, error) {
+func (s *Service) CompleteArtifact(ctx context.Context, c domain.ArtifactCompletion, auth store.Authorize) (domain.Artifact, error) {
 	if s.blobs == nil {
 		return domain.Artifact{}, ErrNoBlobs
 	}
 	var done domain.Artifact
 	completed := false
-	_, err := s.store.ChangeArtifacts(ctx, c.InvocationID, c.WorkerID, auth, tokenHash,
+	_, err := s.store.ChangeArtifacts(ctx, c.InvocationID, c.WorkerID, auth,
 		func(inv domain.Invocation, now time.Time) (domain.Invocation, error) {
 			pending, err := inv.PendingUpload(c.WorkerID, c.Attempt, c.Name, c.UploadID)
 			if err != nil {

@@ -46,8 +46,8 @@ type Store interface {
 	Held(ctx context.Context, workerID string) ([]domain.Invocation, error)
 	Claim(ctx context.Context, w domain.Worker, queue string, max int) (store.ClaimResult, error)
 	Requeue(ctx context.Context, id, workerID string, loss domain.Loss) (domain.Invocation, bool, error)
-	Ack(ctx context.Context, id string, o domain.Outcome, auth store.Authorize, tokenHash string) (store.AckResult, error)
-	ChangeArtifacts(ctx context.Context, id, workerID string, auth store.Authorize, tokenHash string,
+	Ack(ctx context.Context, id string, o domain.Outcome, auth store.Authorize) (store.AckResult, error)
+	ChangeArtifacts(ctx context.Context, id, workerID string, auth store.Authorize,
 		change func(domain.Invocation, time.Time) (domain.Invocation, error)) (domain.Invocation, error)
 	Cancel(ctx context.Context, id string) (domain.Invocation, error)
 	CreateRun(ctx context.Context, spec domain.RunSpec) (domain.Run, bool, error)

@@ -117,7 +117,7 @@ func (s *Service) heartbeat(ctx context.Context, p domain.Poll, auth store.Autho
 // first put to its worker (domain.Worker.MayHandBack): only a draining
 // worker hands an attempt back, and one whose ack says it drains is stored
 // draining before the attempt goes back; a refused one changes nothing.
-func (s *Service) Ack(ctx context.Context, o domain.Outcome, auth store.Authorize, tokenHash string) (store.AckResult, error) {
+func (s *Service) Ack(ctx context.Context, o domain.Outcome, auth store.Authorize) (store.AckResult, error) {
 	if o.State == domain.AckRequeued {
 		if _, err := s.store.AllowHandBack(ctx, o.WorkerID, o.Phase, auth); err != nil {
 			if domain.KindOf(err) == domain.KindConflict {
@@ -127,7 +127,7 @@ func (s *Service) Ack(ctx context.Context, o domain.Outcome, auth store.Authoriz
 			return store.AckResult{}, err
 		}
 	}
-	res, err := s.store.Ack(ctx, o.InvocationID, o, auth, tokenHash)
+	res, err := s.store.Ack(ctx, o.InvocationID, o, auth)
 	if err != nil {
 		return res, err
 	}

@@ -170,7 +170,7 @@ func TestShipLogsClosesAfterTheAttemptEnds(t *testing.T) {
 	if err := f.ship(id, wire.LogChunk{Seq: 0, Stream: domain.LogStdout, Data: []byte("running\n")}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.svc.Ack(f.ctx, wire.AckRequest{WorkerID: f.worker, InvocationID: id, Attempt: 1, State: wire.StateSucceeded}.Outcome(), nil, "hash"); err != nil {
+	if _, err := f.svc.Ack(f.ctx, wire.AckRequest{WorkerID: f.worker, InvocationID: id, Attempt: 1, State: wire.StateSucceeded}.Outcome(), nil); err != nil {
 		t.Fatal(err)
 	}
 	f.clock.Advance(domain.LogGrace)

@@ -65,7 +65,7 @@ func oneWorker(t *testing.T, ctx context.Context, cfg control.Config) (*control.
 func (r requeueRig) ack(ctx context.Context, phase string) (store.AckResult, error) {
 	req := wire.AckRequest{WorkerID: r.worker, InvocationID: r.run.ID, Attempt: r.run.Attempt, State: wire.AckRequeued,
 		ExitCode: ptr(75), Error: &wire.ErrorInfo{Type: wire.AckRequeued, Message: "exited with status 75"}, Phase: phase}
-	return r.svc.Ack(ctx, req.Outcome(), nil, "hash")
+	return r.svc.Ack(ctx, req.Outcome(), nil)
 }
 
 // TestRequeuedAckRefusedUnlessDraining: a requeued ack from a worker that

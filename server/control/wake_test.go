@@ -159,7 +159,7 @@ func TestLongPollHoldsThroughAFinishedCancel(t *testing.T) {
 	}
 	code := 0
 	if _, err := svc.Ack(ctx, wire.AckRequest{WorkerID: worker, InvocationID: first.ID, Attempt: 1,
-		State: wire.StateSucceeded, ExitCode: &code}.Outcome(), nil, "hash"); err != nil {
+		State: wire.StateSucceeded, ExitCode: &code}.Outcome(), nil); err != nil {
 		t.Fatal(err)
 	}
 

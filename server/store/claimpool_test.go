@@ -103,7 +103,8 @@ func TestPooledClaimsNeverRace(t *testing.T) {
 }
 
 // TestAckOfOwnClaimNeedsNoRead: an ack of the attempt this store claimed is
-// one request (the transaction), and counts as usual.
+// one request (the transaction), and counts as usual: the worker's token
+// is checked inside it, against the hash its row carried at the claim.
 func TestAckOfOwnClaimNeedsNoRead(t *testing.T) {
 	ss, counter := countedStores(t, 1)
 	s := ss[0]
@@ -115,7 +116,7 @@ func TestAckOfOwnClaimNeedsNoRead(t *testing.T) {
 	w := benchWorker(t, s, "m1", "")
 	inv := claimOne(t, s, w)
 	counter.Reset()
-	resp, err := svc.Ack(ctx, ackReq(w, inv, inv.Attempt, domain.StateSucceeded).Outcome(), authorizeHash("bench-hash"), "bench-hash")
+	resp, err := svc.Ack(ctx, ackReq(w, inv, inv.Attempt, domain.StateSucceeded).Outcome(), authorizeHash("bench-hash"))
 	if err != nil || !resp.Recorded || resp.State != domain.StateSucceeded {
 		t.Fatalf("ack = %+v, %v", resp, err)
 	}
@@ -129,8 +130,9 @@ func TestAckOfOwnClaimNeedsNoRead(t *testing.T) {
 
 // TestAckAfterAChangeReadsAgain: when the invocation changed after this
 // store claimed it (an operator cancel), the ack reads it and decides on
-// what is stored; a revoked token is refused; and an ack through another
-// store (another Lambda) reads as before.
+// what is stored; a token a newer hello replaced is refused, however the
+// ack is served; and an ack through another store (another Lambda) reads
+// as before.
 func TestAckAfterAChangeReadsAgain(t *testing.T) {
 	ss, _ := countedStores(t, 2)
 	s, other := ss[0], ss[1]
@@ -145,28 +147,41 @@ func TestAckAfterAChangeReadsAgain(t *testing.T) {
 	if _, err := svc.Cancel(ctx, a.ID); err != nil {
 		t.Fatal(err)
 	}
-	resp, err := svc.Ack(ctx, ackReq(w, a, a.Attempt, domain.StateCancelled).Outcome(), authorizeHash("bench-hash"), "bench-hash")
+	resp, err := svc.Ack(ctx, ackReq(w, a, a.Attempt, domain.StateCancelled).Outcome(), authorizeHash("bench-hash"))
 	if err != nil || !resp.Recorded || resp.State != domain.StateCancelled {
 		t.Fatalf("ack after an operator cancel = %+v, %v; want recorded cancelled", resp, err)
 	}
 
-	// A token the worker row no longer carries is refused, cached or not.
+	// A newer hello of the same boot, served by another store (another
+	// Lambda instance), replaces the token after the claim: the old token
+	// is refused, on this store's cached entry and through the other
+	// store, and the new one records.
 	b := claimOne(t, s, w)
-	if _, err := svc.Ack(ctx, ackReq(w, b, b.Attempt, domain.StateSucceeded).Outcome(), authorizeHash("bench-hash"), "another-hash"); !errors.Is(err, wire.ErrUnauthorized) {
-		t.Fatalf("ack with a revoked token = %v, want 401", err)
+	if _, err := storetest.Control(other).Register(ctx, helloReq("m1", "boot-1").Registration(),
+		func(string) (string, error) { return "newer-hash", nil }); err != nil {
+		t.Fatalf("the newer hello: %v", err)
+	}
+	for name, st := range map[string]*store.Store{"cached": s, "another store": other} {
+		if _, err := storetest.Control(st).Ack(ctx, ackReq(w, b, b.Attempt, domain.StateSucceeded).Outcome(), authorizeHash("bench-hash")); !errors.Is(err, wire.ErrUnauthorized) {
+			t.Fatalf("ack with a replaced token (%s) = %v, want 401", name, err)
+		}
 	}
 	if got, _ := s.GetInvocation(ctx, b.ID); got.State != domain.StateRunning {
 		t.Fatalf("a refused ack changed the invocation: %+v", got)
 	}
+	resp, err = svc.Ack(ctx, ackReq(w, b, b.Attempt, domain.StateSucceeded).Outcome(), authorizeHash("newer-hash"))
+	if err != nil || !resp.Recorded || resp.State != domain.StateSucceeded {
+		t.Fatalf("ack with the newer token = %+v, %v; want recorded succeeded", resp, err)
+	}
 
 	// Through another store: the read path.
 	c := claimOne(t, s, w)
-	resp, err = storetest.Control(other).Ack(ctx, ackReq(w, c, c.Attempt, domain.StateFailed).Outcome(), authorizeHash("bench-hash"), "bench-hash")
+	resp, err = storetest.Control(other).Ack(ctx, ackReq(w, c, c.Attempt, domain.StateFailed).Outcome(), authorizeHash("newer-hash"))
 	if err != nil || !resp.Recorded || resp.State != domain.StateFailed {
 		t.Fatalf("ack through another store = %+v, %v", resp, err)
 	}
 	// And the cached entry of c, now stale, is not used to record twice.
-	resp, err = svc.Ack(ctx, ackReq(w, c, c.Attempt, domain.StateSucceeded).Outcome(), authorizeHash("bench-hash"), "bench-hash")
+	resp, err = svc.Ack(ctx, ackReq(w, c, c.Attempt, domain.StateSucceeded).Outcome(), authorizeHash("newer-hash"))
 	if err != nil || resp.Recorded || resp.State != domain.StateFailed {
 		t.Fatalf("a second ack of c = %+v, %v; want a no-op answering failed", resp, err)
 	}

@@ -201,7 +201,7 @@ func authorizeHash(hash string) store.Authorize {
 
 // ackAs acks req presenting a token whose hash is hash.
 func (f *fixture) ackAs(hash string, req wire.AckRequest) (store.AckResult, error) {
-	return f.svc.Ack(f.ctx, req.Outcome(), authorizeHash(hash), hash)
+	return f.svc.Ack(f.ctx, req.Outcome(), authorizeHash(hash))
 }
 
 func ackReq(w domain.Worker, inv domain.Invocation, attempt int, state domain.InvocationState) wire.AckRequest {

@@ -183,35 +183,48 @@ func (s *Store) getHosts(ctx context.Context, ids []string) (map[string]domain.H
 
 // batchGet reads the items of table whose hashKey is one of ids, strongly
 // consistent, batchGetMost to a request, handing each found to fn (in no
-// particular order). Keys DynamoDB leaves unprocessed are asked again, at
-// most batchGetTries times.
+// particular order).
 func (s *Store) batchGet(ctx context.Context, op, table, hashKey string, ids []string, fn func(map[string]types.AttributeValue) error) error {
 	for chunk := range slices.Chunk(ids, batchGetMost) {
 		keys := make([]map[string]types.AttributeValue, len(chunk))
 		for i, id := range chunk {
 			keys[i] = key(hashKey, id)
 		}
-		req := map[string]types.KeysAndAttributes{table: {Keys: keys, ConsistentRead: aws.Bool(true)}}
-		for try := 0; len(req) > 0; try++ {
-			if try == batchGetTries {
-				return storeErr(op, errors.New("keys left unprocessed after every retry"))
-			}
-			if try > 0 {
-				if err := clock.Sleep(ctx, time.Duration(try)*50*time.Millisecond); err != nil {
-					return storeErr(op, err)
-				}
-			}
-			page, err := s.db.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: req})
-			if err != nil {
+		err := s.batchGetItems(ctx, op, map[string]types.KeysAndAttributes{table: {Keys: keys, ConsistentRead: aws.Bool(true)}},
+			func(_ string, item map[string]types.AttributeValue) error { return fn(item) })
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// batchGetItems runs one BatchGetItem of req (at most batchGetMost keys in
+// all), handing each item found to fn with its table (in no particular
+// order). Keys DynamoDB leaves unprocessed are asked again, at most
+// batchGetTries times.
+func (s *Store) batchGetItems(ctx context.Context, op string, req map[string]types.KeysAndAttributes, fn func(table string, item map[string]types.AttributeValue) error) error {
+	for try := 0; len(req) > 0; try++ {
+		if try == batchGetTries {
+			return storeErr(op, errors.New("keys left unprocessed after every retry"))
+		}
+		if try > 0 {
+			if err := clock.Sleep(ctx, time.Duration(try)*50*time.Millisecond); err != nil {
 				return storeErr(op, err)
 			}
-			for _, item := range page.Responses[table] {
-				if err := fn(item); err != nil {
+		}
+		page, err := s.db.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: req})
+		if err != nil {
+			return storeErr(op, err)
+		}
+		for table, items := range page.Responses {
+			for _, item := range items {
+				if err := fn(table, item); err != nil {
 					return err
 				}
 			}
-			req = page.UnprocessedKeys
 		}
+		req = page.UnprocessedKeys
 	}
 	return nil
 }

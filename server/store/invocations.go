@@ -151,12 +151,11 @@ func (s *Store) putOnce(ctx context.Context, op string, rec idempotencyRecord, p
 }
 
 // putAndCount puts next over the invocation stored at version prev in one
-// transaction, with extra items (e.g. a worker token check), and when next
-// is terminal counts it in its queue's done_count and per-state count: the
-// count moves if and only if this put wins. Next may be any state: an ack
-// writes every outcome it records through here, a retried one (queued
-// again, not counted) included, and saveInvocation every terminal write
-// (a cancel, a requeue that ends the invocation).
+// transaction with extra items (the token check of an ack this store
+// claimed) and, when next is terminal, with its queue's done_count and
+// per-state count (and its run's, for a job of a run): the counts move if
+// and only if this put wins. A cancel, a requeue that ends the invocation
+// and an ack's outcome all record through here (saveInvocation).
 func (s *Store) putAndCount(ctx context.Context, prev int64, next *domain.Invocation, extra ...types.TransactWriteItem) error {
 	put, err := s.invocationPut(prev, next)
 	if err != nil {
@@ -188,11 +187,7 @@ func (s *Store) putAndCount(ctx context.Context, prev int64, next *domain.Invoca
 			}
 		}
 	}
-	if err != nil {
-		return storeErr("record "+next.ID, err)
-	}
-	s.noteFinished(*next)
-	return nil
+	return err
 }
 
 // noteFinished remembers that inv is finished, when it is
@@ -217,34 +212,29 @@ func (s *Store) KnownFinished(id string) bool {
 var errExtraCondition = errors.New("transaction condition failed")
 
 // readForAck reads an invocation and the acking worker's row in one
-// strongly consistent request, so the token is checked before anything about
-// the invocation is revealed, without a second round trip.
+// request, both strongly consistent, so the token is checked before
+// anything about the invocation is revealed, without a second round trip.
+// The read is the token check of the write that follows: a token a newer
+// hello replaced is refused from the moment that hello is stored
+// (docs/security.md).
 func (s *Store) readForAck(ctx context.Context, invocationID, workerID string) (*domain.Invocation, *domain.Worker, error) {
-	out, err := s.db.TransactGetItems(ctx, &dynamodb.TransactGetItemsInput{TransactItems: []types.TransactGetItem{
-		{Get: &types.Get{TableName: aws.String(s.tables.Invocations), Key: key("invocation_id", invocationID)}},
-		{Get: &types.Get{TableName: aws.String(s.tables.Workers), Key: key("worker_id", workerID)}},
-	}})
-	if err != nil {
-		return nil, nil, storeErr("ack: read "+invocationID, err)
-	}
-	if len(out.Responses) != 2 {
-		return nil, nil, storeErr("ack: read "+invocationID, fmt.Errorf("%d responses to 2 gets", len(out.Responses)))
-	}
 	var inv *domain.Invocation
 	var w *domain.Worker
-	if item := out.Responses[0].Item; len(item) > 0 {
+	err := s.batchGetItems(ctx, "ack: read "+invocationID, map[string]types.KeysAndAttributes{
+		s.tables.Invocations: {Keys: []map[string]types.AttributeValue{key("invocation_id", invocationID)}, ConsistentRead: aws.Bool(true)},
+		s.tables.Workers:     {Keys: []map[string]types.AttributeValue{key("worker_id", workerID)}, ConsistentRead: aws.Bool(true)},
+	}, func(table string, item map[string]types.AttributeValue) error {
+		if table == s.tables.Workers {
+			got, err := decodeWorker(item)
+			w = &got
+			return err
+		}
 		got, err := decodeInvocation(item)
-		if err != nil {
-			return nil, nil, err
-		}
 		inv = &got
-	}
-	if item := out.Responses[1].Item; len(item) > 0 {
-		got, err := decodeWorker(item)
-		if err != nil {
-			return nil, nil, err
-		}
-		w = &got
+		return err
+	})
+	if err != nil {
+		return nil, nil, err
 	}
 	return inv, w, nil
 }
@@ -265,14 +255,14 @@ type AckResult struct {
 // Ack records outcome o of one attempt of invocation id. The first
 // succeeded or failed outcome of any attempt wins; a later one is a no-op
 // (recorded false), and so is a cancelled outcome unless an operator
-// cancelled the attempt running now (domain.Invocation.Record). The worker's
-// token is checked first (auth, against the row read with the invocation),
-// and again inside the recording transaction (its hash must still be
-// tokenHash) so a token revoked meanwhile cannot record. Only the worker that
-// ran that attempt may ack it.
-func (s *Store) Ack(ctx context.Context, id string, o domain.Outcome, auth Authorize, tokenHash string) (AckResult, error) {
+// cancelled the attempt running now (domain.Invocation.Record). The
+// worker's token is checked first (auth), against its row read strongly
+// consistent in the same request, so a token a newer hello replaced is
+// refused from the moment that hello is stored. Only the worker that ran
+// that attempt may ack it.
+func (s *Store) Ack(ctx context.Context, id string, o domain.Outcome, auth Authorize) (AckResult, error) {
 	if c, ok := s.claimed.take(id); ok && c.inv.Attempt == o.Attempt && c.inv.WorkerID == o.WorkerID {
-		if done, res, err := s.ackClaimed(ctx, c, o, auth, tokenHash); done {
+		if done, res, err := s.ackClaimed(ctx, c, o, auth); done {
 			return res, err
 		}
 	}
@@ -282,13 +272,8 @@ func (s *Store) Ack(ctx context.Context, id string, o domain.Outcome, auth Autho
 		if err != nil {
 			return err
 		}
-		if w == nil {
-			return UnknownWorker(o.WorkerID, auth)
-		}
-		if auth != nil {
-			if err := auth(*w); err != nil {
-				return err
-			}
+		if err := authorizeRow(w, o.WorkerID, auth); err != nil {
+			return err
 		}
 		if found == nil {
 			return domain.Errorf(domain.KindNotFound, "invocation %s not found", id)
@@ -304,27 +289,44 @@ func (s *Store) Ack(ctx context.Context, id string, o domain.Outcome, auth Autho
 			res = AckResult{Recorded: false, State: inv.State}
 			return nil
 		}
-		switch err := s.putAndCount(ctx, inv.Version, &next, s.tokenCheck(o.WorkerID, tokenHash)); {
-		case errors.Is(err, errExtraCondition):
-			return ErrWorkerToken
-		case err != nil:
+		if err := s.saveInvocation(ctx, "ack", inv.Version, &next); err != nil {
 			return err
 		}
-		res = AckResult{Recorded: true, HandedBack: o.State == domain.AckRequeued, State: next.State, Queue: next.Queue, HostKey: next.HostKey}
+		res = ackResult(o, next)
 		return nil
 	})
 	return res, err
 }
 
-// ackClaimed records o over the invocation as this store claimed it, in
-// the one transaction the ack writes anyway, without reading it first: the
-// write is conditional on the version claimed, and the worker token check
-// is the transaction's condition on the worker row. done is false when
-// that is not enough to decide (the invocation changed since, the outcome
-// would not count, or the cached worker row does not pass auth): the caller
-// then reads and decides as usual, so the rules are domain.Invocation.Record
-// either way.
-func (s *Store) ackClaimed(ctx context.Context, c claimedEntry, o domain.Outcome, auth Authorize, tokenHash string) (done bool, res AckResult, err error) {
+// ackResult is what an ack that recorded o, leaving next, reports.
+func ackResult(o domain.Outcome, next domain.Invocation) AckResult {
+	return AckResult{Recorded: true, HandedBack: o.State == domain.AckRequeued, State: next.State, Queue: next.Queue, HostKey: next.HostKey}
+}
+
+// authorizeRow checks a token against worker id's row w, read strongly
+// consistent (nil: no such worker): the check every write a worker token
+// asks for passes first.
+func authorizeRow(w *domain.Worker, id string, auth Authorize) error {
+	if w == nil {
+		return UnknownWorker(id, auth)
+	}
+	if auth != nil {
+		return auth(*w)
+	}
+	return nil
+}
+
+// ackClaimed records o over the invocation as this store claimed it,
+// without reading it first, in the one request the ack writes anyway: the
+// put is conditional on the version claimed, and the worker's token is
+// checked inside the same transaction (its row must still carry the hash
+// it had at the claim, which auth matched the token to). done is false
+// when that is not enough to decide (the invocation changed since, the
+// outcome would not count, or the worker row as claimed does not pass
+// auth): the caller then reads and decides as usual, so the rules are
+// domain.Invocation.Record either way. Only `lakeshore dev` gets here: on
+// Lambda the ack function never claims.
+func (s *Store) ackClaimed(ctx context.Context, c claimedEntry, o domain.Outcome, auth Authorize) (done bool, res AckResult, err error) {
 	if auth != nil && auth(c.worker) != nil {
 		return false, AckResult{}, nil
 	}
@@ -332,7 +334,7 @@ func (s *Store) ackClaimed(ctx context.Context, c claimedEntry, o domain.Outcome
 	if err != nil || !recorded {
 		return false, AckResult{}, nil
 	}
-	switch err := s.putAndCount(ctx, c.inv.Version, &next, s.tokenCheck(o.WorkerID, tokenHash)); {
+	switch err := s.saveInvocation(ctx, "ack", c.inv.Version, &next, s.tokenCheck(o.WorkerID, c.worker.TokenHash)); {
 	case errors.Is(err, errVersion):
 		return false, AckResult{}, nil
 	case errors.Is(err, errExtraCondition):
@@ -340,11 +342,12 @@ func (s *Store) ackClaimed(ctx context.Context, c claimedEntry, o domain.Outcome
 	case err != nil:
 		return true, AckResult{}, err
 	}
-	return true, AckResult{Recorded: true, HandedBack: o.State == domain.AckRequeued, State: next.State, Queue: next.Queue, HostKey: next.HostKey}, nil
+	return true, ackResult(o, next), nil
 }
 
 // tokenCheck is the transaction item that holds only while worker id's
-// row carries token hash h: a token revoked meanwhile fails the write.
+// row carries token hash h: a token a newer hello replaced fails the
+// write.
 func (s *Store) tokenCheck(id, h string) types.TransactWriteItem {
 	return types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{
 		TableName:                 aws.String(s.tables.Workers),
@@ -378,20 +381,27 @@ func (s *Store) Cancel(ctx context.Context, id string) (domain.Invocation, error
 	return result, err
 }
 
-// saveInvocation writes next over the invocation stored at version prev: a
-// terminal next with its counters (putAndCount), any other as one
-// versioned put.
-func (s *Store) saveInvocation(ctx context.Context, op string, prev int64, next *domain.Invocation) error {
-	if next.State.Terminal() {
-		return s.putAndCount(ctx, prev, next)
+// saveInvocation writes next over the invocation stored at version prev:
+// a terminal next, or one with extra transaction items, in one transaction
+// (putAndCount); any other as one versioned put. A lost race is
+// errVersion, a failed extra item errExtraCondition.
+func (s *Store) saveInvocation(ctx context.Context, op string, prev int64, next *domain.Invocation, extra ...types.TransactWriteItem) error {
+	var err error
+	if next.State.Terminal() || len(extra) > 0 {
+		err = s.putAndCount(ctx, prev, next, extra...)
+	} else {
+		var put *types.Put
+		if put, err = s.invocationPut(prev, next); err == nil {
+			err = s.put(ctx, put)
+		}
 	}
-	put, err := s.invocationPut(prev, next)
-	if err != nil {
+	switch {
+	case errors.Is(err, errVersion), errors.Is(err, errExtraCondition):
 		return err
-	}
-	if err := s.put(ctx, put); err != nil {
+	case err != nil:
 		return storeErr(op+" "+next.ID, err)
 	}
+	s.noteFinished(*next)
 	return nil
 }
 
@@ -448,13 +458,13 @@ func (s *Store) Held(ctx context.Context, workerID string) ([]domain.Invocation,
 
 // ChangeArtifacts applies change, a domain transition of the artifacts of
 // an attempt worker workerID holds (domain.Invocation.StartUpload,
-// CompleteUpload), to invocation id and saves it: one versioned put, in a
-// transaction with the worker's token check, so it lands only while the
-// invocation is as change saw it (the attempt still held and running)
-// and the token is not revoked. The token is checked first (auth), before
-// anything about the invocation is revealed. It reports the invocation
-// as saved.
-func (s *Store) ChangeArtifacts(ctx context.Context, id, workerID string, auth Authorize, tokenHash string,
+// CompleteUpload), to invocation id and saves it: one versioned put, so it
+// lands only while the invocation is as change saw it (the attempt still
+// held and running). The token is checked first (auth, against the
+// worker's row read strongly consistent with the invocation), before
+// anything about the invocation is revealed. It reports the invocation as
+// saved.
+func (s *Store) ChangeArtifacts(ctx context.Context, id, workerID string, auth Authorize,
 	change func(domain.Invocation, time.Time) (domain.Invocation, error)) (domain.Invocation, error) {
 	var result domain.Invocation
 	err := retryVersion("artifacts of "+id, func() error {
@@ -462,13 +472,8 @@ func (s *Store) ChangeArtifacts(ctx context.Context, id, workerID string, auth A
 		if err != nil {
 			return err
 		}
-		if w == nil {
-			return UnknownWorker(workerID, auth)
-		}
-		if auth != nil {
-			if err := auth(*w); err != nil {
-				return err
-			}
+		if err := authorizeRow(w, workerID, auth); err != nil {
+			return err
 		}
 		if found == nil {
 			return domain.Errorf(domain.KindNotFound, "invocation %s not found", id)
@@ -477,10 +482,7 @@ func (s *Store) ChangeArtifacts(ctx context.Context, id, workerID string, auth A
 		if err != nil {
 			return err
 		}
-		switch err := s.putAndCount(ctx, found.Version, &next, s.tokenCheck(workerID, tokenHash)); {
-		case errors.Is(err, errExtraCondition):
-			return ErrWorkerToken
-		case err != nil:
+		if err := s.saveInvocation(ctx, "artifacts of", found.Version, &next); err != nil {
 			return err
 		}
 		result = next

@@ -220,10 +220,6 @@ func (r *recordingDB) TransactWriteItems(ctx context.Context, in *dynamodb.Trans
 	return r.next.TransactWriteItems(ctx, in, o...)
 }
 
-func (r *recordingDB) TransactGetItems(ctx context.Context, in *dynamodb.TransactGetItemsInput, o ...func(*dynamodb.Options)) (*dynamodb.TransactGetItemsOutput, error) {
-	return r.next.TransactGetItems(ctx, in, o...)
-}
-
 func (r *recordingDB) BatchGetItem(ctx context.Context, in *dynamodb.BatchGetItemInput, o ...func(*dynamodb.Options)) (*dynamodb.BatchGetItemOutput, error) {
 	return r.next.BatchGetItem(ctx, in, o...)
 }

@@ -307,7 +307,7 @@ func (f *faultModel) ackAs(rt *rapid.T, inv *mInv, workerID string, n int, state
 	rt.Logf("ack %s attempt %d by %s as %s [model: %s attempt %d]", inv.id, n, workerID, state, inv.state, inv.attempt)
 	exit := 0
 	resp, err := retry(rt, "ack", func() (store.AckResult, error) {
-		return f.svc.Ack(f.ctx, wire.AckRequest{WorkerID: workerID, InvocationID: inv.id, Attempt: n, State: string(state), ExitCode: &exit}.Outcome(), nil, w.hash)
+		return f.svc.Ack(f.ctx, wire.AckRequest{WorkerID: workerID, InvocationID: inv.id, Attempt: n, State: string(state), ExitCode: &exit}.Outcome(), authorizeHash(w.hash))
 	})
 	delete(w.runs, inv.id)
 	if wire.CodeOf(err) == wire.CodeUnauthorized {

@@ -388,7 +388,7 @@ func (m *propModel) ack(rt *rapid.T) {
 	rt.Logf("ack %s attempt %d by %s (%s) as %s revokedToken=%v [model: %s attempt %d holder %s]",
 		inv.id, attempt, workerID, mode, state, revoked, inv.state, inv.attempt, inv.holder)
 	exit := 0
-	resp, err := m.svc.Ack(m.ctx, wire.AckRequest{WorkerID: workerID, InvocationID: inv.id, Attempt: attempt, State: string(state), ExitCode: &exit}.Outcome(), nil, hash)
+	resp, err := m.svc.Ack(m.ctx, wire.AckRequest{WorkerID: workerID, InvocationID: inv.id, Attempt: attempt, State: string(state), ExitCode: &exit}.Outcome(), authorizeHash(hash))
 
 	m.expectAck(rt, inv, workerID, attempt, state, revoked, resp, err)
 }
@@ -405,6 +405,10 @@ func (m *propModel) expectAck(rt *rapid.T, inv *mInv, workerID string, attempt i
 		delete(m.workers[workerID].runs, inv.id)
 	}
 	switch {
+	case revoked:
+		// The token is checked first, on the worker's row read with the
+		// invocation: nothing about the invocation decides the answer.
+		propWant(rt, "ack with a revoked token", err, wire.CodeUnauthorized)
 	case !ran:
 		propWant(rt, "ack by a worker that did not run the attempt", err, wire.CodeForbidden)
 	case state == domain.StateCancelled && !inv.state.Terminal() && !confirmsCancel:
@@ -419,8 +423,6 @@ func (m *propModel) expectAck(rt *rapid.T, inv *mInv, workerID string, attempt i
 			rt.Fatalf("ack of %s (already %s): recorded %v state %s, want recorded false state %s",
 				inv.id, inv.state, resp.Recorded, resp.State, inv.state)
 		}
-	case revoked:
-		propWant(rt, "ack with a revoked token", err, wire.CodeUnauthorized)
 	default:
 		propWant(rt, "first ack", err, "")
 		if !resp.Recorded || resp.State != state {
@@ -569,7 +571,7 @@ func (m *propModel) returnFromStale(rt *rapid.T) {
 			continue // still its own: it runs on
 		}
 		exit := 137
-		resp, err := m.svc.Ack(m.ctx, wire.AckRequest{WorkerID: id, InvocationID: invID, Attempt: n, State: wire.StateCancelled, ExitCode: &exit}.Outcome(), nil, w.hash)
+		resp, err := m.svc.Ack(m.ctx, wire.AckRequest{WorkerID: id, InvocationID: invID, Attempt: n, State: wire.StateCancelled, ExitCode: &exit}.Outcome(), authorizeHash(w.hash))
 		rt.Logf("  %s attempt %d acks cancelled [model: %s attempt %d holder %s]", invID, n, inv.state, inv.attempt, inv.holder)
 		m.expectAck(rt, inv, id, n, domain.StateCancelled, false, resp, err)
 	}

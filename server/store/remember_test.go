@@ -113,7 +113,7 @@ func TestPollOfAFinishedInvocationNeedsNoRead(t *testing.T) {
 			t.Fatal(err)
 		}
 		inv := claimOne(t, f.s, f.w)
-		if _, err := svc.Ack(f.ctx, ackReq(f.w, inv, inv.Attempt, domain.StateSucceeded).Outcome(), nil, f.w.TokenHash); err != nil {
+		if _, err := svc.Ack(f.ctx, ackReq(f.w, inv, inv.Attempt, domain.StateSucceeded).Outcome(), authorizeHash(f.w.TokenHash)); err != nil {
 			t.Fatal(err)
 		}
 		f.poll(inv.ID) // reads the worker row, remembered or not
@@ -148,7 +148,7 @@ func TestPollOfAnInvocationReadFinished(t *testing.T) {
 		t.Fatal(err)
 	}
 	inv := claimOne(t, f.other, f.w)
-	if _, err := svc.Ack(f.ctx, ackReq(f.w, inv, inv.Attempt, domain.StateSucceeded).Outcome(), nil, f.w.TokenHash); err != nil {
+	if _, err := svc.Ack(f.ctx, ackReq(f.w, inv, inv.Attempt, domain.StateSucceeded).Outcome(), authorizeHash(f.w.TokenHash)); err != nil {
 		t.Fatal(err)
 	}
 	f.poll() // remembers the worker row

@@ -45,7 +45,7 @@ func (s *Router) hello(r *http.Request) (int, any, error) {
 
 func (s *Router) poll(r *http.Request) (int, any, error) {
 	var req wire.PollRequest
-	_, authorize, err := s.WorkerRequest(r, &req)
+	authorize, err := s.WorkerRequest(r, &req)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -62,11 +62,11 @@ func (s *Router) poll(r *http.Request) (int, any, error) {
 
 func (s *Router) ack(r *http.Request) (int, any, error) {
 	var req wire.AckRequest
-	tok, authorize, err := s.WorkerRequest(r, &req)
+	authorize, err := s.WorkerRequest(r, &req)
 	if err != nil {
 		return 0, nil, err
 	}
-	res, err := s.svc.Ack(r.Context(), req.Outcome(), authorize, auth.Hash(tok))
+	res, err := s.svc.Ack(r.Context(), req.Outcome(), authorize)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -75,7 +75,7 @@ func (s *Router) ack(r *http.Request) (int, any, error) {
 
 func (s *Router) logs(r *http.Request) (int, any, error) {
 	var req wire.LogsRequest
-	_, authorize, err := s.WorkerRequest(r, &req)
+	authorize, err := s.WorkerRequest(r, &req)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -88,7 +88,7 @@ func (s *Router) logs(r *http.Request) (int, any, error) {
 
 func (s *Router) bye(r *http.Request) (int, any, error) {
 	var req wire.ByeRequest
-	_, authorize, err := s.WorkerRequest(r, &req)
+	authorize, err := s.WorkerRequest(r, &req)
 	if err != nil {
 		return 0, nil, err
 	}

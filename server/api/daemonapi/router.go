@@ -232,26 +232,26 @@ func (s *Router) Operator(h HandlerFunc) HandlerFunc {
 func (s *Router) WorkerRequest(r *http.Request, body interface {
 	wire.Validator
 	Worker() string
-}) (tok string, authorize store.Authorize, err error) {
+}) (store.Authorize, error) {
 	instance, err := s.callerInstance(r)
 	if err != nil {
-		return "", nil, err
+		return nil, err
 	}
-	tok = s.daemonToken(r)
+	tok := s.daemonToken(r)
 	owner, ok := auth.WorkerOf(tok)
 	if !ok {
 		if s.cfg.DaemonAuth == auth.DaemonAuthIAM {
-			return "", nil, wire.Errorf(wire.CodeUnauthorized, "daemon routes need %s: <worker token from hello>", wire.TokenHeader)
+			return nil, wire.Errorf(wire.CodeUnauthorized, "daemon routes need %s: <worker token from hello>", wire.TokenHeader)
 		}
-		return "", nil, wire.Errorf(wire.CodeUnauthorized, "daemon routes need Authorization: Bearer <worker token from hello>")
+		return nil, wire.Errorf(wire.CodeUnauthorized, "daemon routes need Authorization: Bearer <worker token from hello>")
 	}
 	if err := wire.Decode(r.Body, body); err != nil {
-		return "", nil, err
+		return nil, err
 	}
 	if owner != body.Worker() {
-		return "", nil, wire.Errorf(wire.CodeForbidden, "the token belongs to another worker than %s", body.Worker())
+		return nil, wire.Errorf(wire.CodeForbidden, "the token belongs to another worker than %s", body.Worker())
 	}
-	return tok, func(w domain.Worker) error {
+	return func(w domain.Worker) error {
 		if !auth.HashMatches(tok, w.TokenHash) {
 			return store.ErrWorkerToken
 		}

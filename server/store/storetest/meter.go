@@ -55,9 +55,9 @@ type Units struct {
 //     the table units of the item as it stands, and no index writes.
 //
 // A read costs, per 4 KB, half a unit eventually consistent, 1 strongly
-// consistent, 2 transactional: a GetItem (and each item of a BatchGetItem
-// or TransactGetItems) by its whole item's size, even when a projection
-// expression returns less, and at least one 4 KB block when nothing is
+// consistent: a GetItem (and each item of a BatchGetItem) by its whole
+// item's size, even when a projection expression returns less, and at
+// least one 4 KB block when nothing is
 // found; a Query or Scan by the summed size of every entry it evaluated
 // (before a filter), rounded up once, at least one block. The meter finds
 // those entries by running the request again on Peek with the filter and
@@ -449,24 +449,6 @@ func containsKey(keys []map[string]types.AttributeValue, k map[string]types.Attr
 		}
 	}
 	return false
-}
-
-// TransactGetItems bills and passes on a TransactGetItems: 2 units per 4 KB
-// of each item.
-func (m *Meter) TransactGetItems(ctx context.Context, in *dynamodb.TransactGetItemsInput, opts ...func(*dynamodb.Options)) (*dynamodb.TransactGetItemsOutput, error) {
-	out, err := m.db.TransactGetItems(ctx, in, opts...)
-	if err != nil {
-		return out, err
-	}
-	for _, ti := range in.TransactItems {
-		if ti.Get == nil {
-			continue
-		}
-		if err := m.billWhole(ctx, aws.ToString(ti.Get.TableName), ti.Get.Key, func(n int) float64 { return 2 * blocks(n, 4096) }); err != nil {
-			return out, err
-		}
-	}
-	return out, nil
 }
 
 // placeholder matches an expression attribute name or value placeholder.

@@ -199,11 +199,6 @@ func TestMeterBillsReads(t *testing.T) {
 				prefix + "t": {Keys: []map[string]types.AttributeValue{key("a"), key("b"), key("c")}}}})
 			return err
 		}, map[string]Units{"t": {Read: 1.5}}},
-		{"transactional get", func() error {
-			_, err := m.TransactGetItems(ctx, &dynamodb.TransactGetItemsInput{TransactItems: []types.TransactGetItem{
-				{Get: &types.Get{TableName: table, Key: key("a")}}, {Get: &types.Get{TableName: table, Key: key("b")}}}})
-			return err
-		}, map[string]Units{"t": {Read: 4}}},
 		{"query of an ALL index: summed, then rounded", query("all", "k", false), map[string]Units{"t/all": {Read: 1}}},
 		{"query filtered to nothing: what it evaluated", query("all", "k", true), map[string]Units{"t/all": {Read: 1}}},
 		{"query of an INCLUDE index: its projection, v included", query("some", "k", false), map[string]Units{"t/some": {Read: 1}}},

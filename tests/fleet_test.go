@@ -15,6 +15,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"runtime"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -438,6 +439,16 @@ func serveFleetStore(upstreamURL string) int {
 			return 2
 		}
 		defer func() { pprof.StopCPUProfile(); _ = f.Close() }()
+		runtime.SetMutexProfileFraction(5)
+		runtime.SetBlockProfileRate(100000)
+		defer func() {
+			for _, name := range []string{"mutex", "block"} {
+				if g, err := os.Create(path + "." + name); err == nil {
+					_ = pprof.Lookup(name).WriteTo(g, 0)
+					_ = g.Close()
+				}
+			}
+		}()
 	}
 	counts := &dynamoCounts{}
 	srv := &http.Server{Handler: counts.wrap(upstream), ConnState: counts.countConn, ReadHeaderTimeout: 10 * time.Second}
@@ -449,8 +460,9 @@ func serveFleetStore(upstreamURL string) int {
 }
 
 // fleetStoreProfileEnv, set to a path, has the store process write its CPU
-// profile there (go tool pprof reads it): where the store's time goes
-// under a fleet.
+// profile there, and its mutex and block profiles beside it (the path
+// with ".mutex" and ".block"; go tool pprof reads them): where the store's
+// time goes under a fleet, and where its requests wait for one another.
 const fleetStoreProfileEnv = "LAKESHORE_FLEET_STORE_PROFILE"
 
 // fleetStore is the store process: this test binary re-run as the fleet's

@@ -37,7 +37,10 @@ import (
 // a transaction, whose conditions it checks with minidyn's interpreter;
 // minidyn's copy of those items follows only when minidyn must answer a
 // request that names their table (syncFor), so a write costs what it
-// touches however long the history. minidyn computes an update's item, which the shadow reads back.
+// touches however long the history. A write whose condition does not
+// hold (a claim that lost its race) the shadow refuses with minidyn's own
+// answer, so a lost race costs no more than a won one.
+// minidyn computes an update's item, which the shadow reads back.
 // The secondary indexes live in the shadow alone (minidyn re-sorts a
 // whole index on every new item), so the shadow answers every index
 // Query, refusing one it cannot read; everything else, and any request
@@ -109,8 +112,10 @@ type engine struct {
 	gotItems, gotBatches, gotScans atomic.Int64
 	// transacted counts the TransactWriteItems the engine applied item
 	// by item; undone those it put back when a write failed; took the
-	// single puts and deletes the shadow took alone.
-	transacted, undone, took int
+	// single puts and deletes the shadow took alone; refused the writes
+	// and transactions the shadow refused for a condition that does not
+	// hold.
+	transacted, undone, took, refused int
 }
 
 // locked runs f with the engine to itself: tests read its counters so.
@@ -211,8 +216,9 @@ func decodeWrite(op string, body []byte) decodedWrite {
 // serve answers one request (operation op), with the engine to itself,
 // once read has not; w is the request decoded (decodeWrite). The shadow
 // takes the plain single-item writes and transactions it can check
-// itself; everything else is minidyn's, which first takes every write
-// the shadow took alone on the tables the request names (syncFor). A
+// itself, and refuses those whose condition does not hold; everything
+// else is minidyn's, which first takes every write the shadow took alone
+// on the tables the request names (syncFor). A
 // GetItem read left alone is minidyn's to answer.
 func (e *engine) serve(r *http.Request, op string, body []byte, w decodedWrite) *recorder {
 	if !e.fast || r.Method != http.MethodPost {

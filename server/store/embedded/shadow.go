@@ -31,6 +31,12 @@ type shadowTable struct {
 	// not answer its GetItem): table Queries go to minidyn from then on,
 	// and Queries of its indexes, which only the shadow holds, are refused.
 	broken bool
+	// emptyValues is set once the table held an item with an empty list,
+	// map, set or binary (anyEmpty): minidyn reads such a value otherwise
+	// than the shadow once it copied the table for a transaction, so from
+	// then on the shadow leaves refusals on the table to minidyn
+	// (refusable).
+	emptyValues bool
 }
 
 // shadowIndex is the table's primary key or one secondary index: its key
@@ -270,6 +276,7 @@ func (t *shadowTable) set(h, r keyValue, item map[string]*server.AttributeValue)
 	if item == nil {
 		return
 	}
+	t.emptyValues = t.emptyValues || anyEmpty(item)
 	it := &shadowItem{id: id, wire: item, hashVal: h, rngVal: r, in: map[string]entryKey{}}
 	t.items[id] = it
 	t.each(func(name string, idx *shadowIndex) { t.place(name, idx, it) })

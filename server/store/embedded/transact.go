@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/truora/minidyn/server"
@@ -31,6 +32,9 @@ type txOp struct {
 	write any
 	// pre is the item before the transaction; nil when there was none.
 	pre map[string]*server.AttributeValue
+	// returnsItem: the operation asks for its item back should its
+	// condition not hold.
+	returnsItem bool
 }
 
 // transact serves a TransactWriteItems without minidyn's rollback, which
@@ -40,10 +44,13 @@ type txOp struct {
 // minidyn applies the updates one item at a time, each with its own
 // condition (which still holds: writes are served one at a time and no two
 // operations name one item), and the shadow takes the puts and deletes
-// itself. It answers nil, and minidyn answers the original request, for a
-// request it does not read as plainly valid, for a condition that fails or
-// errs, and when an update fails (after putting back every item updated
-// so far): minidyn's answer is then exactly what it answers today.
+// itself. A condition that does not hold is refused with minidyn's own
+// answer (transactionCancelled), nothing applied. It answers nil, and
+// minidyn answers the original request, for a request it does not read as
+// plainly valid, for a condition that errs or that the shadow leaves to
+// minidyn (phase 1), and when an update fails (after putting back every
+// item updated so far): minidyn's answer is then exactly what it answers
+// today.
 func (e *engine) transact(in *server.TransactWriteItemsInput) *recorder {
 	// A ClientRequestToken (the AWS SDK sends one with every transaction)
 	// is read and ignored, as minidyn ignores it: a retried transaction is
@@ -65,14 +72,29 @@ func (e *engine) transact(in *server.TransactWriteItemsInput) *recorder {
 		seen[id] = true
 		ops = append(ops, op)
 	}
-	// Phase 1: every condition, against the items as the shadow holds them.
-	for _, op := range ops {
+	// Phase 1: every condition, against the items as the shadow holds them
+	// (no two operations name one item, so each holds as it would once
+	// those before it were applied). minidyn applies the operations in
+	// order and stops at the first whose condition does not hold: the
+	// shadow answers that as minidyn does, unless an update comes first
+	// (minidyn's to compute, and it might fail first) or the operation
+	// asks for its item back.
+	for i, op := range ops {
 		if it := op.table.items[op.id]; it != nil {
 			op.pre = it.wire
 		}
-		if !op.table.matches(op.id, *op.tableName, op.cond, op.names, op.values) {
+		holds, err := op.table.evaluate(op.id, *op.tableName, op.cond, op.names, op.values)
+		switch {
+		case err != nil:
+			return nil
+		case holds:
+			continue
+		case op.returnsItem || slices.ContainsFunc(ops, func(o *txOp) bool { return !o.table.refusable() || anyEmpty(o.item()) }) ||
+			slices.ContainsFunc(ops[:i], func(o *txOp) bool { return o.op == "UpdateItem" }):
 			return nil
 		}
+		e.refused++
+		return transactionCancelled(i, len(ops))
 	}
 	// Phase 2: the updates, each an item request of minidyn's (it computes
 	// the item), the item first brought up to date there; then the puts
@@ -108,6 +130,14 @@ func (e *engine) transact(in *server.TransactWriteItemsInput) *recorder {
 	rec.header.Set("Content-Type", "application/x-amz-json-1.0")
 	_ = json.NewEncoder(&rec.body).Encode(server.TransactWriteItemsOutput{})
 	return rec
+}
+
+// item is the item op puts; nil for another operation.
+func (op *txOp) item() map[string]*server.AttributeValue {
+	if p, ok := op.write.(server.PutItemInput); ok {
+		return p.Item
+	}
+	return nil
 }
 
 // txOpOf reads one operation of a transaction: nil unless it names exactly
@@ -158,6 +188,10 @@ func (e *engine) txOpOf(ti server.TransactWriteItem) *txOp {
 		}
 		op = txOp{tableName: c.TableName, key: c.Key, cond: c.ConditionExpression, names: c.ExpressionAttributeNames, values: c.ExpressionAttributeValues}
 	}
+	op.returnsItem = (ti.Put != nil && !plainReturn(string(ti.Put.ReturnValuesOnConditionCheckFailure))) ||
+		(ti.Update != nil && !plainReturn(string(ti.Update.ReturnValuesOnConditionCheckFailure))) ||
+		(ti.Delete != nil && !plainReturn(string(ti.Delete.ReturnValuesOnConditionCheckFailure))) ||
+		(ti.ConditionCheck != nil && !plainReturn(string(ti.ConditionCheck.ReturnValuesOnConditionCheckFailure)))
 	t, h, r, ok := e.plainKey(op.tableName, op.key, true)
 	if !ok || (ti.Put != nil && types.ValidateItemMap(toTypes(ti.Put.Item)) != nil) {
 		return nil

@@ -2,7 +2,11 @@ package embedded
 
 import (
 	"encoding/json"
+	"maps"
 	"net/http"
+	"slices"
+
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/truora/minidyn/interpreter"
 	"github.com/truora/minidyn/server"
@@ -16,8 +20,12 @@ import (
 // answers in JSON it decodes and encodes again, so a write it takes costs
 // the table's size: one the shadow takes costs a binary search per index,
 // however long the history.
-// A write the shadow does not read as plainly valid, and one whose
-// condition fails or errs, is minidyn's to answer, with its own error.
+// A write whose condition does not hold is refused by the shadow with
+// minidyn's own answer (conditionFailed), without minidyn: minidyn would
+// first take every write the shadow took alone on the table, and copy the
+// tables of a transaction whole, so each lost race would cost the
+// history. A write the shadow does not read as plainly valid, and one
+// whose condition errs, is minidyn's to answer, with its own error.
 
 // put applies a PutItem the shadow can take alone, and answers it as
 // minidyn does (the item as Attributes); nil when minidyn must answer.
@@ -26,9 +34,12 @@ func (e *engine) put(in *server.PutItemInput) *recorder {
 		return nil
 	}
 	t, h, r, ok := e.plainKey(in.TableName, in.Item, false)
-	if !ok || types.ValidateItemMap(toTypes(in.Item)) != nil ||
-		!e.conditionHolds(t, tableKeyID(h, r), *in.TableName, in.ConditionExpression, in.ExpressionAttributeNames, in.ExpressionAttributeValues) {
+	if !ok || types.ValidateItemMap(toTypes(in.Item)) != nil {
 		return nil
+	}
+	holds, decided := e.condition(t, tableKeyID(h, r), *in.TableName, in.ConditionExpression, in.ExpressionAttributeNames, in.ExpressionAttributeValues)
+	if !holds {
+		return e.refuse(t, decided && !anyEmpty(in.Item), in.ReturnValuesOnConditionCheckFailure)
 	}
 	answer, err := encode(server.PutItemOutput{Attributes: in.Item})
 	if err != nil {
@@ -46,8 +57,13 @@ func (e *engine) del(in *server.DeleteItemInput) *recorder {
 		return nil
 	}
 	t, h, r, ok := e.plainKey(in.TableName, in.Key, true)
-	if !ok || !e.conditionHolds(t, tableKeyID(h, r), *in.TableName, in.ConditionExpression, in.ExpressionAttributeNames, in.ExpressionAttributeValues) {
+	if !ok {
 		return nil
+	}
+	id := tableKeyID(h, r)
+	holds, decided := e.condition(t, id, *in.TableName, in.ConditionExpression, in.ExpressionAttributeNames, in.ExpressionAttributeValues)
+	if !holds {
+		return e.refuse(t, decided, in.ReturnValuesOnConditionCheckFailure)
 	}
 	answer, err := encode(server.DeleteItemOutput{})
 	if err != nil {
@@ -79,32 +95,124 @@ func (e *engine) plainKey(tableName *string, m map[string]*server.AttributeValue
 	return t, h, r, true
 }
 
-// conditionHolds reports whether a single write's condition holds for the
-// item id as the shadow holds it, with names and values as minidyn checks
-// them; false for a condition that fails or errs, and for placeholders
-// minidyn would refuse.
-func (e *engine) conditionHolds(t *shadowTable, id, tableName string, cond *string, names map[string]string, values map[string]*server.AttributeValue) bool {
+// condition reports whether a single write's condition holds for the
+// item id as the shadow holds it (holds), and whether the shadow can say
+// so as minidyn would (decided): not for placeholders or values minidyn
+// would refuse, nor a condition its interpreter errs on.
+func (e *engine) condition(t *shadowTable, id, tableName string, cond *string, names map[string]string, values map[string]*server.AttributeValue) (holds, decided bool) {
 	expr := deref(cond)
 	if expr == "" && (cond != nil || len(names) > 0 || len(values) > 0) {
-		return false
+		return false, false
 	}
-	return placeholdersValid(names, values, expr, "", "") && types.ValidateItemMap(toTypes(values)) == nil &&
-		t.matches(id, tableName, cond, names, values)
+	if !placeholdersValid(names, values, expr, "", "") || types.ValidateItemMap(toTypes(values)) != nil {
+		return false, false
+	}
+	matched, err := t.evaluate(id, tableName, cond, names, values)
+	return matched, err == nil
+}
+
+// refuse answers a single write whose condition does not hold as minidyn
+// does (conditionFailed), when the shadow decided it (decided) and may
+// answer refusals on table t (refusable), and the write asks for no item
+// back on failure; nil otherwise: minidyn answers.
+func (e *engine) refuse(t *shadowTable, decided bool, onFailure ddbtypes.ReturnValuesOnConditionCheckFailure) *recorder {
+	if !decided || !plainReturn(string(onFailure)) || !t.refusable() {
+		return nil
+	}
+	e.refused++
+	return conditionFailed()
+}
+
+// refusable reports whether the shadow answers a failed condition on the
+// table as minidyn would. minidyn's interpreter refuses an empty list,
+// map, set or binary (holdsEmpty) as it reads some items back (after it
+// copied a table for a transaction), answering a ValidationException
+// where the shadow sees the condition fail; so a table that ever held
+// such a value has its refusals answered by minidyn.
+func (t *shadowTable) refusable() bool { return !t.emptyValues }
+
+// anyEmpty reports whether an attribute of item holds an empty list, map,
+// set or binary (holdsEmpty).
+func anyEmpty(item map[string]*server.AttributeValue) bool {
+	return slices.ContainsFunc(slices.Collect(maps.Values(item)), holdsEmpty)
+}
+
+// holdsEmpty reports whether av is, or holds, an empty list, map, set or
+// binary.
+func holdsEmpty(av *server.AttributeValue) bool {
+	switch {
+	case av == nil:
+		return false
+	case av.B != nil && len(av.B) == 0, av.L != nil && len(av.L) == 0, av.M != nil && len(av.M) == 0,
+		av.SS != nil && len(av.SS) == 0, av.NS != nil && len(av.NS) == 0, av.BS != nil && len(av.BS) == 0:
+		return true
+	}
+	return slices.ContainsFunc(av.L, holdsEmpty) || anyEmpty(av.M)
+}
+
+// conditionFailedMessage is minidyn's (and DynamoDB's) message for a
+// condition that does not hold.
+const conditionFailedMessage = "The conditional request failed"
+
+// conditionFailed is minidyn's answer to a PutItem or DeleteItem whose
+// condition does not hold.
+func conditionFailed() *recorder {
+	return errorBody(struct {
+		Type    string `json:"__type"`
+		Message string `json:"message"`
+	}{"ConditionalCheckFailedException", conditionFailedMessage})
+}
+
+// transactionCancelled is minidyn's answer to a TransactWriteItems of n
+// operations whose operation i's condition does not hold: the reasons
+// name it, and every other one "None".
+func transactionCancelled(i, n int) *recorder {
+	type reason struct {
+		Code    string `json:"Code"`
+		Message string `json:"Message,omitempty"`
+	}
+	reasons := make([]reason, n)
+	for j := range reasons {
+		reasons[j].Code = "None"
+	}
+	reasons[i] = reason{"ConditionalCheckFailed", conditionFailedMessage}
+	return errorBody(struct {
+		Type                string   `json:"__type"`
+		Message             string   `json:"message"`
+		CancellationReasons []reason `json:"CancellationReasons"`
+	}{"TransactionCanceledException", "Transaction cancelled, please refer cancellation reasons for specific reasons [ConditionalCheckFailed]", reasons})
+}
+
+// errorBody is an answer of status 400 with body, as minidyn writes its
+// errors.
+func errorBody(body any) *recorder {
+	rec := newRecorder()
+	rec.header.Set("Content-Type", "application/x-amz-json-1.0")
+	rec.code = http.StatusBadRequest
+	_ = json.NewEncoder(&rec.body).Encode(body)
+	return rec
 }
 
 // matches reports whether condition cond (nil: none) holds for the item id
 // as the shadow holds it (none: an empty item), as minidyn's interpreter
 // reads it; false when it errs.
 func (t *shadowTable) matches(id, tableName string, cond *string, names map[string]string, values map[string]*server.AttributeValue) bool {
+	matched, err := t.evaluate(id, tableName, cond, names, values)
+	return err == nil && matched
+}
+
+// evaluate is matches, telling a condition that errs (err) from one that
+// does not hold.
+func (t *shadowTable) evaluate(id, tableName string, cond *string, names map[string]string, values map[string]*server.AttributeValue) (bool, error) {
 	if cond == nil {
-		return true
+		return true, nil
 	}
 	item := map[string]*types.Item{}
 	if it := t.items[id]; it != nil {
 		item = it.typedItem()
 	}
 	lang := interpreter.Language{}
-	matched, err := lang.Match(interpreter.MatchInput{
+	return lang.Match(interpreter.MatchInput{
 		TableName:      tableName,
 		Expression:     *cond,
 		ExpressionType: interpreter.ExpressionTypeConditional,
@@ -112,7 +220,6 @@ func (t *shadowTable) matches(id, tableName string, cond *string, names map[stri
 		Aliases:        names,
 		Attributes:     toTypes(values),
 	})
-	return err == nil && matched
 }
 
 // take makes the shadow hold item (nil: none) under the table key (h, r),

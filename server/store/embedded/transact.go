@@ -77,8 +77,9 @@ func (e *engine) transact(in *server.TransactWriteItemsInput) *recorder {
 	// those before it were applied). minidyn applies the operations in
 	// order and stops at the first whose condition does not hold: the
 	// shadow answers that as minidyn does, unless an update comes first
-	// (minidyn's to compute, and it might fail first) or the operation
-	// asks for its item back.
+	// (minidyn's to compute, and it might fail first), the operation asks
+	// for its item back, or a table or put of the transaction holds an
+	// empty value (refusable).
 	for i, op := range ops {
 		if it := op.table.items[op.id]; it != nil {
 			op.pre = it.wire

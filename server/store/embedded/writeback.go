@@ -60,8 +60,7 @@ func (e *engine) del(in *server.DeleteItemInput) *recorder {
 	if !ok {
 		return nil
 	}
-	id := tableKeyID(h, r)
-	holds, decided := e.condition(t, id, *in.TableName, in.ConditionExpression, in.ExpressionAttributeNames, in.ExpressionAttributeValues)
+	holds, decided := e.condition(t, tableKeyID(h, r), *in.TableName, in.ConditionExpression, in.ExpressionAttributeNames, in.ExpressionAttributeValues)
 	if !holds {
 		return e.refuse(t, decided, in.ReturnValuesOnConditionCheckFailure)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -213,4 +214,24 @@ func TestLostRacesCostIndependentOfTable(t *testing.T) {
 			t.Logf("allocations per lost race (and the shadow's put before it): %.0f in a table of 100 items, %.0f in one of 20,000", allocs[0], allocs[1])
 		})
 	}
+}
+
+// TestRefusalsThatReturnTheItem: a transaction operation that asks for
+// its item back when its condition does not hold is refused by minidyn,
+// whose answer carries the item; the shadow does not answer it.
+func TestRefusalsThatReturnTheItem(t *testing.T) {
+	p := newPair(t)
+	for _, tbl := range diffTables {
+		p.both("CreateTable", tbl)
+	}
+	key := map[string]any{"pk": s("p"), "sk": s("a")}
+	p.both("PutItem", map[string]any{"TableName": "t1", "Item": map[string]any{"pk": s("p"), "sk": s("a"), "a": n(1)}})
+	code, out := p.both("TransactWriteItems", map[string]any{"TransactItems": []any{
+		map[string]any{"ConditionCheck": map[string]any{"TableName": "t1", "Key": key, "ConditionExpression": "attribute_not_exists(pk)",
+			"ReturnValuesOnConditionCheckFailure": "ALL_OLD"}},
+	}})
+	if code != http.StatusBadRequest || !strings.Contains(fmt.Sprint(out), "ConditionalCheckFailed") {
+		t.Fatalf("a failed condition check = %d %v, want it refused", code, out)
+	}
+	p.shadowMatchesMinidyn()
 }

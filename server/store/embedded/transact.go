@@ -78,8 +78,8 @@ func (e *engine) transact(in *server.TransactWriteItemsInput) *recorder {
 	// order and stops at the first whose condition does not hold: the
 	// shadow answers that as minidyn does, unless an update comes first
 	// (minidyn's to compute, and it might fail first), the operation asks
-	// for its item back, or a table or put of the transaction holds an
-	// empty value (refusable).
+	// for its item back, or a table of the transaction ever held an empty
+	// value (refusable).
 	for i, op := range ops {
 		if it := op.table.items[op.id]; it != nil {
 			op.pre = it.wire
@@ -90,7 +90,7 @@ func (e *engine) transact(in *server.TransactWriteItemsInput) *recorder {
 			return nil
 		case holds:
 			continue
-		case op.returnsItem || slices.ContainsFunc(ops, func(o *txOp) bool { return !o.table.refusable() || anyEmpty(o.item()) }) ||
+		case op.returnsItem || slices.ContainsFunc(ops, func(o *txOp) bool { return !o.table.refusable() }) ||
 			slices.ContainsFunc(ops[:i], func(o *txOp) bool { return o.op == "UpdateItem" }):
 			return nil
 		}
@@ -131,14 +131,6 @@ func (e *engine) transact(in *server.TransactWriteItemsInput) *recorder {
 	rec.header.Set("Content-Type", "application/x-amz-json-1.0")
 	_ = json.NewEncoder(&rec.body).Encode(server.TransactWriteItemsOutput{})
 	return rec
-}
-
-// item is the item op puts; nil for another operation.
-func (op *txOp) item() map[string]*server.AttributeValue {
-	if p, ok := op.write.(server.PutItemInput); ok {
-		return p.Item
-	}
-	return nil
 }
 
 // txOpOf reads one operation of a transaction: nil unless it names exactly

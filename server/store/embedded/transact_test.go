@@ -235,3 +235,39 @@ func TestRefusalsThatReturnTheItem(t *testing.T) {
 	}
 	p.shadowMatchesMinidyn()
 }
+
+// TestRefusalsOfWritesCarryingEmptyValues: a write whose condition does
+// not hold is refused as minidyn refuses it though the item it carries
+// holds an empty list, alone or in a transaction (minidyn applies the
+// transaction's first put, then puts it back).
+func TestRefusalsOfWritesCarryingEmptyValues(t *testing.T) {
+	p := newPair(t)
+	for _, tbl := range diffTables {
+		p.both("CreateTable", tbl)
+	}
+	p.both("PutItem", map[string]any{"TableName": "t1", "Item": map[string]any{"pk": s("p"), "sk": s("a"), "a": n(1)}})
+	withEmpty := func(sk string) map[string]any {
+		return map[string]any{"pk": s("p"), "sk": s(sk), "l": map[string]any{"L": []any{}}}
+	}
+	for _, w := range []struct {
+		op  string
+		req map[string]any
+	}{
+		{"PutItem", map[string]any{"TableName": "t1", "Item": withEmpty("a"), "ConditionExpression": "attribute_not_exists(pk)"}},
+		{"TransactWriteItems", map[string]any{"TransactItems": []any{
+			map[string]any{"Put": map[string]any{"TableName": "t1", "Item": withEmpty("b")}},
+			map[string]any{"Put": map[string]any{"TableName": "t1", "Item": withEmpty("a"), "ConditionExpression": "attribute_not_exists(pk)"}},
+		}}},
+		{"PutItem", map[string]any{"TableName": "t1", "Item": map[string]any{"pk": s("p"), "sk": s("a"), "a": n(2)}, "ConditionExpression": "attribute_not_exists(pk)"}},
+	} {
+		if code, out := p.both(w.op, w.req); code != http.StatusBadRequest || !strings.Contains(fmt.Sprint(out), "ConditionalCheckFailed") {
+			t.Fatalf("%s = %d %v, want it refused", w.op, code, out)
+		}
+		p.shadowMatchesMinidyn()
+	}
+	var refused int
+	p.fastEngine.locked(func() { refused = p.fastEngine.refused })
+	if refused != 3 {
+		t.Fatalf("the shadow refused %d of the 3 writes itself", refused)
+	}
+}

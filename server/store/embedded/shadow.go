@@ -32,10 +32,9 @@ type shadowTable struct {
 	// and Queries of its indexes, which only the shadow holds, are refused.
 	broken bool
 	// emptyValues is set once the table held an item with an empty list,
-	// map, set or binary (anyEmpty): minidyn reads such a value otherwise
-	// than the shadow once it copied the table for a transaction, so from
-	// then on the shadow leaves refusals on the table to minidyn
-	// (refusable).
+	// map, set or binary (anyEmpty): minidyn may hold such a value
+	// otherwise than the shadow, so from then on the shadow leaves
+	// refusals on the table to minidyn (refusable).
 	emptyValues bool
 }
 

@@ -123,10 +123,11 @@ func (e *engine) refuse(t *shadowTable, decided bool, onFailure ddbtypes.ReturnV
 }
 
 // refusable reports whether the shadow answers a failed condition on the
-// table as minidyn would. minidyn's interpreter refuses an empty list,
-// map, set or binary (holdsEmpty) as it reads some items back (after it
-// copied a table for a transaction), answering a ValidationException
-// where the shadow sees the condition fail; so a table that ever held
+// table as minidyn would. An item minidyn holds with an empty list, map,
+// set or binary (holdsEmpty) can hold it as a value of no type, and
+// minidyn's interpreter then answers a condition on that item with a
+// ValidationException where the shadow sees the condition fail
+// (TestShadowHoldsWhatMinidynHolds found it); so a table that ever held
 // such a value has its refusals answered by minidyn.
 func (t *shadowTable) refusable() bool { return !t.emptyValues }
 

@@ -113,7 +113,8 @@ func (a *Agent) drainNotice(st *state, deadline time.Time) {
 			continue
 		}
 		r.signalled = true
-		// Not sent now: the run's next process gets it as it starts.
+		// sent is false when no process of the run was running: the run
+		// keeps the signal for the next one it starts (process.Run.Signal).
 		sent := r.run.Signal(sig)
 		a.log.Info("drain signal", "invocation_id", id, "attempt", r.run.Attempt(), "signal", r.drainSignal, "sent", sent, "deadline", deadline)
 	}

@@ -510,9 +510,9 @@ func (s fleetStore) counts(t testing.TB) storeCounts {
 		// The store is the control plane's own (planeDev): its requests by
 		// operation are on the plane's /metrics; the rest is not counted.
 		c.Requests = map[string]int{}
-		for _, r := range scrapeMetrics(s.plane)["lakeshore_store_requests_total"] {
-			op := strings.TrimSuffix(strings.TrimPrefix(r.labels, `operation="`), `"`)
-			c.Requests[op] += int(r.value)
+		for labels, v := range seriesOf(scrapeMetrics(s.plane), "lakeshore_store_requests_total") {
+			op := strings.TrimSuffix(strings.TrimPrefix(labels, `operation="`), `"`)
+			c.Requests[op] += int(v)
 		}
 		return c
 	}
@@ -570,53 +570,33 @@ func selfCPU(t testing.TB) float64 {
 // /metrics counted (-1, -1 when it serves none).
 func scrapeClaims(d *devServer) (claims, conflicts float64) {
 	m := scrapeMetrics(d.URL)
-	if m == nil {
-		return -1, -1
+	sumOf := func(name string) float64 {
+		series := seriesOf(m, name)
+		if len(series) == 0 {
+			return -1
+		}
+		total := 0.0
+		for _, v := range series {
+			total += v
+		}
+		return total
 	}
-	claims, conflicts = -1, -1
-	for _, s := range m["lakeshore_claims_total"] {
-		claims = max(claims, 0) + s.value
-	}
-	for _, s := range m["lakeshore_claim_conflicts_total"] {
-		conflicts = max(conflicts, 0) + s.value
-	}
-	return claims, conflicts
+	return sumOf("lakeshore_claims_total"), sumOf("lakeshore_claim_conflicts_total")
 }
 
-// sample is one line of Prometheus text: its labels as written, and its
-// value.
-type sample struct {
-	labels string
-	value  float64
-}
-
-// scrapeMetrics reads the control plane at url's /metrics, by metric name
-// (nil when it serves none).
-func scrapeMetrics(url string) map[string][]sample {
+// scrapeMetrics reads the control plane at url's /metrics, by series (nil
+// when it serves none; parseMetrics).
+func scrapeMetrics(url string) map[string]float64 {
 	resp, err := http.Get(url + "/metrics")
 	if err != nil {
 		return nil
 	}
 	defer resp.Body.Close()
-	out := map[string][]sample{}
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		line := sc.Text()
-		if strings.HasPrefix(line, "#") {
-			continue
-		}
-		f := strings.Fields(line)
-		if len(f) < 2 {
-			continue
-		}
-		v, err := strconv.ParseFloat(f[len(f)-1], 64)
-		if err != nil {
-			continue
-		}
-		name, labels, _ := strings.Cut(strings.Join(f[:len(f)-1], " "), "{")
-		out[name] = append(out[name], sample{strings.TrimSuffix(labels, "}"), v})
+	m, err := parseMetrics(resp.Body)
+	if err != nil {
+		return nil
 	}
-	return out
+	return m
 }
 
 // runFleet runs one scenario from the control plane's start to the checks,

@@ -28,8 +28,18 @@ func scrape(t *testing.T, url string) map[string]float64 {
 		b, _ := io.ReadAll(resp.Body)
 		t.Fatalf("GET %s: %d %s", url, resp.StatusCode, b)
 	}
+	out, err := parseMetrics(resp.Body)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	return out
+}
+
+// parseMetrics reads Prometheus text, by series (`name{labels}` as
+// written) to value.
+func parseMetrics(r io.Reader) (map[string]float64, error) {
 	out := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
+	sc := bufio.NewScanner(r)
 	for sc.Scan() {
 		line := sc.Text()
 		if line == "" || strings.HasPrefix(line, "#") {
@@ -38,9 +48,23 @@ func scrape(t *testing.T, url string) map[string]float64 {
 		i := strings.LastIndexByte(line, ' ')
 		v, err := strconv.ParseFloat(line[i+1:], 64)
 		if err != nil {
-			t.Fatalf("metric line %q: %v", line, err)
+			return nil, fmt.Errorf("metric line %q: %w", line, err)
 		}
 		out[line[:i]] = v
+	}
+	return out, sc.Err()
+}
+
+// seriesOf returns the series of metric name in m (from parseMetrics), by
+// their labels as written (`operation="Query"`; "" for none).
+func seriesOf(m map[string]float64, name string) map[string]float64 {
+	out := map[string]float64{}
+	for series, v := range m {
+		if series == name {
+			out[""] = v
+		} else if labels, ok := strings.CutPrefix(series, name+"{"); ok {
+			out[strings.TrimSuffix(labels, "}")] = v
+		}
 	}
 	return out
 }

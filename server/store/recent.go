@@ -46,20 +46,19 @@ func (r *recent[V]) putIf(id string, v V, replace func(old V) bool) {
 	if r.byID == nil {
 		r.byID = map[string]recentEntry[V]{}
 	}
-	limit := maxRecent
 	r.seq++
 	r.byID[id] = recentEntry[V]{v, r.seq}
 	r.order = append(r.order, recentKey{id, r.seq})
 	// Drop the oldest live entries past the limit, and stale pairs at the
 	// front; compact once the stale pairs outnumber the live ones, so
 	// order stays within twice the limit however often ids are put again.
-	for len(r.byID) > limit || (len(r.order) > 0 && r.stale(r.order[0])) {
+	for len(r.byID) > maxRecent || (len(r.order) > 0 && r.stale(r.order[0])) {
 		if k := r.order[0]; !r.stale(k) {
 			delete(r.byID, k.id)
 		}
 		r.order = r.order[1:]
 	}
-	if len(r.order) > 2*limit {
+	if len(r.order) > 2*maxRecent {
 		live := make([]recentKey, 0, len(r.byID))
 		for _, k := range r.order {
 			if !r.stale(k) {

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dreamlake/lakeshore/server/store"
 	"github.com/dreamlake/lakeshore/server/store/storetest"
 	"github.com/dreamlake/lakeshore/shared/domain"
 	"github.com/dreamlake/lakeshore/shared/wire"
@@ -109,13 +110,7 @@ func TestPollOfAFinishedInvocationNeedsNoRead(t *testing.T) {
 		f := newPollFixture(t)
 		f.s.RememberWrites = remember
 		svc := storetest.Control(f.s)
-		if _, _, err := svc.Submit(f.ctx, submitReq("job").Spec()); err != nil {
-			t.Fatal(err)
-		}
-		inv := claimOne(t, f.s, f.w)
-		if _, err := svc.Ack(f.ctx, ackReq(f.w, inv, inv.Attempt, domain.StateSucceeded).Outcome(), authorizeHash(f.w.TokenHash)); err != nil {
-			t.Fatal(err)
-		}
+		inv := f.finishOne(f.s)
 		f.poll(inv.ID) // reads the worker row, remembered or not
 		p := wire.PollRequest{WorkerID: f.w.ID, Phase: wire.PhaseReady, Invocations: []string{inv.ID}}.Poll()
 		f.clock.Advance(6 * time.Second) // past the quiet interval: the poll writes
@@ -143,14 +138,7 @@ func TestPollOfAFinishedInvocationNeedsNoRead(t *testing.T) {
 func TestPollOfAnInvocationReadFinished(t *testing.T) {
 	f := newPollFixture(t)
 	f.s.RememberWrites = true
-	svc := storetest.Control(f.other)
-	if _, _, err := svc.Submit(f.ctx, submitReq("job").Spec()); err != nil {
-		t.Fatal(err)
-	}
-	inv := claimOne(t, f.other, f.w)
-	if _, err := svc.Ack(f.ctx, ackReq(f.w, inv, inv.Attempt, domain.StateSucceeded).Outcome(), authorizeHash(f.w.TokenHash)); err != nil {
-		t.Fatal(err)
-	}
+	inv := f.finishOne(f.other)
 	f.poll() // remembers the worker row
 	f.clock.Advance(6 * time.Second)
 	if got := f.poll(inv.ID); got["GetItem"] != 1 {
@@ -160,4 +148,19 @@ func TestPollOfAnInvocationReadFinished(t *testing.T) {
 	if got := f.poll(inv.ID); got["GetItem"] != 0 {
 		t.Errorf("the next poll listing it made %v; want no GetItem", got)
 	}
+}
+
+// finishOne submits an invocation through s, claims it for the fixture's
+// worker and acks it succeeded, and returns it as claimed.
+func (f *pollFixture) finishOne(s *store.Store) domain.Invocation {
+	f.t.Helper()
+	svc := storetest.Control(s)
+	if _, _, err := svc.Submit(f.ctx, submitReq("job").Spec()); err != nil {
+		f.t.Fatal(err)
+	}
+	inv := claimOne(f.t, s, f.w)
+	if _, err := svc.Ack(f.ctx, ackReq(f.w, inv, inv.Attempt, domain.StateSucceeded).Outcome(), authorizeHash(f.w.TokenHash)); err != nil {
+		f.t.Fatal(err)
+	}
+	return inv
 }

@@ -7,10 +7,10 @@ import (
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/dreamlake/lakeshore/server/store"
 	"github.com/dreamlake/lakeshore/server/store/embedded"
 )
 
@@ -23,20 +23,8 @@ func TestDirectAnswersAsTheEndpoint(t *testing.T) {
 	h := embedded.Handler()
 	srv := httptest.NewServer(h)
 	defer srv.Close()
-	client := func(direct bool) *dynamodb.Client {
-		return dynamodb.New(dynamodb.Options{
-			Region:       "us-east-1",
-			Credentials:  credentials.NewStaticCredentialsProvider("local", "local", ""),
-			BaseEndpoint: aws.String(srv.URL),
-			HTTPClient: func() dynamodb.HTTPClient {
-				if direct {
-					return embedded.Direct{Handler: h}
-				}
-				return nil
-			}(),
-		})
-	}
-	in, over := client(true), client(false)
+	in := store.EndpointClient(srv.URL, func(o *dynamodb.Options) { o.HTTPClient = embedded.Direct{Handler: h} })
+	over := store.EndpointClient(srv.URL)
 	ctx := context.Background()
 	s := func(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
 	if _, err := in.CreateTable(ctx, &dynamodb.CreateTableInput{

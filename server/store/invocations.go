@@ -150,17 +150,13 @@ func (s *Store) putOnce(ctx context.Context, op string, rec idempotencyRecord, p
 	return prev, false, nil
 }
 
-// putAndCount puts next over the invocation stored at version prev in one
+// putAndCount makes put (next, over the version it was read at) in one
 // transaction with extra items (the token check of an ack this store
 // claimed) and, when next is terminal, with its queue's done_count and
 // per-state count (and its run's, for a job of a run): the counts move if
 // and only if this put wins. A cancel, a requeue that ends the invocation
 // and an ack's outcome all record through here (saveInvocation).
-func (s *Store) putAndCount(ctx context.Context, prev int64, next *domain.Invocation, extra ...types.TransactWriteItem) error {
-	put, err := s.invocationPut(prev, next)
-	if err != nil {
-		return err
-	}
+func (s *Store) putAndCount(ctx context.Context, put *types.Put, next *domain.Invocation, extra ...types.TransactWriteItem) error {
 	items := []types.TransactWriteItem{{Put: put}}
 	if next.State.Terminal() {
 		items = append(items, types.TransactWriteItem{Update: &types.Update{
@@ -176,7 +172,7 @@ func (s *Store) putAndCount(ctx context.Context, prev int64, next *domain.Invoca
 	}
 	firstExtra := len(items)
 	items = append(items, extra...)
-	_, err = s.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items})
+	_, err := s.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items})
 	if failed, ok := cancelledBy(err); ok {
 		for _, i := range failed {
 			if i == 0 {
@@ -386,14 +382,14 @@ func (s *Store) Cancel(ctx context.Context, id string) (domain.Invocation, error
 // (putAndCount); any other as one versioned put. A lost race is
 // errVersion, a failed extra item errExtraCondition.
 func (s *Store) saveInvocation(ctx context.Context, op string, prev int64, next *domain.Invocation, extra ...types.TransactWriteItem) error {
-	var err error
+	put, err := s.invocationPut(prev, next)
+	if err != nil {
+		return err
+	}
 	if next.State.Terminal() || len(extra) > 0 {
-		err = s.putAndCount(ctx, prev, next, extra...)
+		err = s.putAndCount(ctx, put, next, extra...)
 	} else {
-		var put *types.Put
-		if put, err = s.invocationPut(prev, next); err == nil {
-			err = s.put(ctx, put)
-		}
+		err = s.put(ctx, put)
 	}
 	switch {
 	case errors.Is(err, errVersion), errors.Is(err, errExtraCondition):

@@ -150,6 +150,7 @@ func (e *engine) txOpOf(ti server.TransactWriteItem) *txOp {
 	}
 	var op txOp
 	var exprs []string
+	var onFailure string // what the operation asks back should its condition not hold
 	switch {
 	case ti.Put != nil:
 		p := ti.Put
@@ -159,6 +160,7 @@ func (e *engine) txOpOf(ti server.TransactWriteItem) *txOp {
 		if t := e.tables[deref(p.TableName)]; t != nil {
 			op.key = t.keyOf(t.primary, p.Item)
 		}
+		onFailure = string(p.ReturnValuesOnConditionCheckFailure)
 	case ti.Update != nil:
 		u := ti.Update
 		if u.UpdateExpression == nil {
@@ -169,22 +171,22 @@ func (e *engine) txOpOf(ti server.TransactWriteItem) *txOp {
 			op: "UpdateItem", write: server.UpdateItemInput{TableName: u.TableName, Key: u.Key, UpdateExpression: u.UpdateExpression,
 				ConditionExpression: u.ConditionExpression, ExpressionAttributeNames: u.ExpressionAttributeNames, ExpressionAttributeValues: u.ExpressionAttributeValues,
 				ReturnValuesOnConditionCheckFailure: u.ReturnValuesOnConditionCheckFailure}}
+		onFailure = string(u.ReturnValuesOnConditionCheckFailure)
 	case ti.Delete != nil:
 		d := ti.Delete
 		op = txOp{tableName: d.TableName, key: d.Key, cond: d.ConditionExpression, names: d.ExpressionAttributeNames, values: d.ExpressionAttributeValues,
 			op: "DeleteItem", write: server.DeleteItemInput{TableName: d.TableName, Key: d.Key, ConditionExpression: d.ConditionExpression,
 				ExpressionAttributeNames: d.ExpressionAttributeNames, ExpressionAttributeValues: d.ExpressionAttributeValues}}
+		onFailure = string(d.ReturnValuesOnConditionCheckFailure)
 	default:
 		c := ti.ConditionCheck
 		if c.ConditionExpression == nil {
 			return nil
 		}
 		op = txOp{tableName: c.TableName, key: c.Key, cond: c.ConditionExpression, names: c.ExpressionAttributeNames, values: c.ExpressionAttributeValues}
+		onFailure = string(c.ReturnValuesOnConditionCheckFailure)
 	}
-	op.returnsItem = (ti.Put != nil && !plainReturn(string(ti.Put.ReturnValuesOnConditionCheckFailure))) ||
-		(ti.Update != nil && !plainReturn(string(ti.Update.ReturnValuesOnConditionCheckFailure))) ||
-		(ti.Delete != nil && !plainReturn(string(ti.Delete.ReturnValuesOnConditionCheckFailure))) ||
-		(ti.ConditionCheck != nil && !plainReturn(string(ti.ConditionCheck.ReturnValuesOnConditionCheckFailure)))
+	op.returnsItem = !plainReturn(onFailure)
 	t, h, r, ok := e.plainKey(op.tableName, op.key, true)
 	if !ok || (ti.Put != nil && types.ValidateItemMap(toTypes(ti.Put.Item)) != nil) {
 		return nil

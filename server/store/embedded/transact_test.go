@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -138,21 +139,35 @@ func txBody(tb testing.TB, i int) []byte {
 // much in a table of 20,000 items as in one of 100 (a copy of the table
 // would allocate per item).
 func TestTransactCostIndependentOfTable(t *testing.T) {
+	allocsIndependentOfTable(t, "transaction", func(srv *httptest.Server, i int) {
+		if code, out := post(t, srv, "TransactWriteItems", txBody(t, i)); code != http.StatusOK {
+			t.Fatalf("TransactWriteItems: %d %s", code, out)
+		}
+	}, nil)
+}
+
+// allocsIndependentOfTable runs write (its i-th call) 20 times on the
+// cost table of 100 items and on the one of 20,000, and fails when a call
+// allocates over twice as much in the larger (what names a call); check,
+// when set, then looks at each table's engine.
+func allocsIndependentOfTable(t *testing.T, what string, write func(srv *httptest.Server, i int), check func(size int, e *engine)) {
+	t.Helper()
 	var allocs [2]float64
 	for j, size := range []int{100, 20_000} {
-		srv, _ := costTable(t, size-10)
+		srv, e := costTable(t, size-10)
 		i := 0
 		allocs[j] = testing.AllocsPerRun(20, func() {
 			i++
-			if code, out := post(t, srv, "TransactWriteItems", txBody(t, i)); code != http.StatusOK {
-				t.Fatalf("TransactWriteItems: %d %s", code, out)
-			}
+			write(srv, i)
 		})
+		if check != nil {
+			check(size, e)
+		}
 	}
 	if allocs[1] > 2*allocs[0] {
-		t.Errorf("allocations per transaction: %.0f in a table of 100 items, %.0f in one of 20,000", allocs[0], allocs[1])
+		t.Errorf("allocations per %s: %.0f in a table of 100 items, %.0f in one of 20,000", what, allocs[0], allocs[1])
 	}
-	t.Logf("allocations per transaction: %.0f in a table of 100 items, %.0f in one of 20,000", allocs[0], allocs[1])
+	t.Logf("allocations per %s: %.0f in a table of 100 items, %.0f in one of 20,000", what, allocs[0], allocs[1])
 }
 
 // BenchmarkEmbeddedTransact is a two-item TransactWriteItems (a
@@ -184,34 +199,25 @@ func TestLostRacesCostIndependentOfTable(t *testing.T) {
 	}
 	for name, write := range lost {
 		t.Run(name, func(t *testing.T) {
-			var allocs [2]float64
-			for j, size := range []int{100, 20_000} {
-				srv, e := costTable(t, size-10)
-				i := 0
-				allocs[j] = testing.AllocsPerRun(20, func() {
-					i++
-					// A write the shadow takes alone, as a submit's is.
-					body, _ := json.Marshal(map[string]any{"TableName": "cost", "Item": map[string]any{"pk": s("new"), "sk": s(fmt.Sprintf("n%08d", i)), "gh": s("g")}})
-					if code, out := post(t, srv, "PutItem", body); code != http.StatusOK {
-						t.Fatalf("PutItem: %d %s", code, out)
-					}
-					op, req := write(i)
-					body, _ = json.Marshal(req)
-					code, out := post(t, srv, op, body)
-					if code != http.StatusBadRequest || !bytes.Contains(out, []byte("ConditionalCheckFailed")) {
-						t.Fatalf("%s: %d %s, want a failed condition", op, code, out)
-					}
-				})
+			allocsIndependentOfTable(t, "lost race (and the shadow's put before it)", func(srv *httptest.Server, i int) {
+				// A write the shadow takes alone, as a submit's is.
+				body, _ := json.Marshal(map[string]any{"TableName": "cost", "Item": map[string]any{"pk": s("new"), "sk": s(fmt.Sprintf("n%08d", i)), "gh": s("g")}})
+				if code, out := post(t, srv, "PutItem", body); code != http.StatusOK {
+					t.Fatalf("PutItem: %d %s", code, out)
+				}
+				op, req := write(i)
+				body, _ = json.Marshal(req)
+				code, out := post(t, srv, op, body)
+				if code != http.StatusBadRequest || !bytes.Contains(out, []byte("ConditionalCheckFailed")) {
+					t.Fatalf("%s: %d %s, want a failed condition", op, code, out)
+				}
+			}, func(size int, e *engine) {
 				var refused, dirty int
 				e.locked(func() { refused, dirty = e.refused, len(e.tables["cost"].dirty) })
 				if refused == 0 || dirty == 0 {
 					t.Fatalf("table of %d: the shadow refused %d writes and holds %d writes minidyn has not taken; want the refusals its own", size, refused, dirty)
 				}
-			}
-			if allocs[1] > 2*allocs[0] {
-				t.Errorf("allocations per lost race: %.0f in a table of 100 items, %.0f in one of 20,000", allocs[0], allocs[1])
-			}
-			t.Logf("allocations per lost race (and the shadow's put before it): %.0f in a table of 100 items, %.0f in one of 20,000", allocs[0], allocs[1])
+			})
 		})
 	}
 }

@@ -2,7 +2,6 @@ package embedded
 
 import (
 	"encoding/json"
-	"maps"
 	"net/http"
 	"slices"
 
@@ -136,7 +135,12 @@ func (t *shadowTable) refusable() bool { return !t.emptyValues }
 // minidyn refuses it; only a stored one changes minidyn's answer
 // (TestRefusalsOfWritesCarryingEmptyValues).
 func anyEmpty(item map[string]*server.AttributeValue) bool {
-	return slices.ContainsFunc(slices.Collect(maps.Values(item)), holdsEmpty)
+	for _, av := range item {
+		if holdsEmpty(av) {
+			return true
+		}
+	}
+	return false
 }
 
 // holdsEmpty reports whether av is, or holds, an empty list, map, set or
@@ -195,16 +199,9 @@ func errorBody(body any) *recorder {
 	return rec
 }
 
-// matches reports whether condition cond (nil: none) holds for the item id
-// as the shadow holds it (none: an empty item), as minidyn's interpreter
-// reads it; false when it errs.
-func (t *shadowTable) matches(id, tableName string, cond *string, names map[string]string, values map[string]*server.AttributeValue) bool {
-	matched, err := t.evaluate(id, tableName, cond, names, values)
-	return err == nil && matched
-}
-
-// evaluate is matches, telling a condition that errs (err) from one that
-// does not hold.
+// evaluate reports whether condition cond (nil: none) holds for the item
+// id as the shadow holds it (none: an empty item), as minidyn's
+// interpreter reads it; err when the interpreter errs on it.
 func (t *shadowTable) evaluate(id, tableName string, cond *string, names map[string]string, values map[string]*server.AttributeValue) (bool, error) {
 	if cond == nil {
 		return true, nil

@@ -153,7 +153,7 @@ func (f *fixture) claimOne(w domain.Worker, want domain.Invocation) domain.Invoc
 	f.t.Helper()
 	res := f.claim(w, want.Queue, 1)
 	if len(res.Claimed) != 1 || res.Claimed[0].ID != want.ID {
-		f.t.Fatalf("claim by %s got %v, want [%s]", w.ID, invIDs(res.Claimed), want.ID)
+		f.t.Fatalf("claim by %s got %v (%d lost races), want [%s]", w.ID, invIDs(res.Claimed), res.Conflicts, want.ID)
 	}
 	return res.Claimed[0]
 }
